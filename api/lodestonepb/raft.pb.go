@@ -32,6 +32,7 @@ type Command struct {
 	//	*Command_Put
 	//	*Command_Delete
 	//	*Command_Txn
+	//	*Command_Member
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -101,6 +102,15 @@ func (x *Command) GetTxn() *TxnRequest {
 	return nil
 }
 
+func (x *Command) GetMember() *Member {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Member); ok {
+			return x.Member
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -117,11 +127,19 @@ type Command_Txn struct {
 	Txn *TxnRequest `protobuf:"bytes,3,opt,name=txn,proto3,oneof"`
 }
 
+type Command_Member struct {
+	// member publishes a member's client addresses (set at startup by the
+	// member itself); it never changes voting rights.
+	Member *Member `protobuf:"bytes,4,opt,name=member,proto3,oneof"`
+}
+
 func (*Command_Put) isCommand_Op() {}
 
 func (*Command_Delete) isCommand_Op() {}
 
 func (*Command_Txn) isCommand_Op() {}
+
+func (*Command_Member) isCommand_Op() {}
 
 // CommandResult is what applying a Command produced.
 type CommandResult struct {
@@ -234,8 +252,10 @@ func (*CommandResult_Txn) isCommandResult_Result() {}
 // ConfChangeContext travels in a ConfChange's context so every node learns
 // the addresses of a member when the change is applied.
 type ConfChangeContext struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Member        *Member                `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Member *Member                `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	// request_id pairs the applied change with the waiting caller.
+	RequestId     uint64 `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -275,6 +295,13 @@ func (x *ConfChangeContext) GetMember() *Member {
 		return x.Member
 	}
 	return nil
+}
+
+func (x *ConfChangeContext) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
 }
 
 // RaftBatch carries marshaled raftpb.Message values in order.
@@ -429,104 +456,6 @@ func (x *SnapshotChunk) GetCrc32C() uint32 {
 	return 0
 }
 
-type ForwardRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// command is a marshaled Command.
-	Command       []byte `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ForwardRequest) Reset() {
-	*x = ForwardRequest{}
-	mi := &file_raft_proto_msgTypes[6]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ForwardRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ForwardRequest) ProtoMessage() {}
-
-func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_proto_msgTypes[6]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
-func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_raft_proto_rawDescGZIP(), []int{6}
-}
-
-func (x *ForwardRequest) GetCommand() []byte {
-	if x != nil {
-		return x.Command
-	}
-	return nil
-}
-
-type ForwardResponse struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// result is a marshaled CommandResult.
-	Result        []byte `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
-	Index         uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ForwardResponse) Reset() {
-	*x = ForwardResponse{}
-	mi := &file_raft_proto_msgTypes[7]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ForwardResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ForwardResponse) ProtoMessage() {}
-
-func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_proto_msgTypes[7]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
-func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_raft_proto_rawDescGZIP(), []int{7}
-}
-
-func (x *ForwardResponse) GetResult() []byte {
-	if x != nil {
-		return x.Result
-	}
-	return nil
-}
-
-func (x *ForwardResponse) GetIndex() uint64 {
-	if x != nil {
-		return x.Index
-	}
-	return 0
-}
-
 type ConfChangeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// change is a marshaled raftpb.ConfChangeV2.
@@ -537,7 +466,7 @@ type ConfChangeRequest struct {
 
 func (x *ConfChangeRequest) Reset() {
 	*x = ConfChangeRequest{}
-	mi := &file_raft_proto_msgTypes[8]
+	mi := &file_raft_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +478,7 @@ func (x *ConfChangeRequest) String() string {
 func (*ConfChangeRequest) ProtoMessage() {}
 
 func (x *ConfChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_proto_msgTypes[8]
+	mi := &file_raft_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +491,7 @@ func (x *ConfChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeRequest.ProtoReflect.Descriptor instead.
 func (*ConfChangeRequest) Descriptor() ([]byte, []int) {
-	return file_raft_proto_rawDescGZIP(), []int{8}
+	return file_raft_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ConfChangeRequest) GetChange() []byte {
@@ -582,7 +511,7 @@ type ConfChangeResponse struct {
 
 func (x *ConfChangeResponse) Reset() {
 	*x = ConfChangeResponse{}
-	mi := &file_raft_proto_msgTypes[9]
+	mi := &file_raft_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +523,7 @@ func (x *ConfChangeResponse) String() string {
 func (*ConfChangeResponse) ProtoMessage() {}
 
 func (x *ConfChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_proto_msgTypes[9]
+	mi := &file_raft_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +536,7 @@ func (x *ConfChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeResponse.ProtoReflect.Descriptor instead.
 func (*ConfChangeResponse) Descriptor() ([]byte, []int) {
-	return file_raft_proto_rawDescGZIP(), []int{9}
+	return file_raft_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ConfChangeResponse) GetMembers() []*Member {
@@ -629,11 +558,12 @@ var File_raft_proto protoreflect.FileDescriptor
 const file_raft_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"raft.proto\x12\flodestone.v1\x1a\bkv.proto\x1a\rcluster.proto\"\xa2\x01\n" +
+	"raft.proto\x12\flodestone.v1\x1a\bkv.proto\x1a\rcluster.proto\"\xd2\x01\n" +
 	"\aCommand\x12,\n" +
 	"\x03put\x18\x01 \x01(\v2\x18.lodestone.v1.PutRequestH\x00R\x03put\x125\n" +
 	"\x06delete\x18\x02 \x01(\v2\x1b.lodestone.v1.DeleteRequestH\x00R\x06delete\x12,\n" +
-	"\x03txn\x18\x03 \x01(\v2\x18.lodestone.v1.TxnRequestH\x00R\x03txnB\x04\n" +
+	"\x03txn\x18\x03 \x01(\v2\x18.lodestone.v1.TxnRequestH\x00R\x03txn\x12.\n" +
+	"\x06member\x18\x04 \x01(\v2\x14.lodestone.v1.MemberH\x00R\x06memberB\x04\n" +
 	"\x02op\"\xce\x01\n" +
 	"\rCommandResult\x12-\n" +
 	"\x03put\x18\x01 \x01(\v2\x19.lodestone.v1.PutResponseH\x00R\x03put\x126\n" +
@@ -641,9 +571,11 @@ const file_raft_proto_rawDesc = "" +
 	"\x03txn\x18\x03 \x01(\v2\x19.lodestone.v1.TxnResponseH\x00R\x03txn\x12\x1d\n" +
 	"\n" +
 	"cas_failed\x18\x04 \x01(\bR\tcasFailedB\b\n" +
-	"\x06result\"A\n" +
+	"\x06result\"`\n" +
 	"\x11ConfChangeContext\x12,\n" +
-	"\x06member\x18\x01 \x01(\v2\x14.lodestone.v1.MemberR\x06member\"\x1f\n" +
+	"\x06member\x18\x01 \x01(\v2\x14.lodestone.v1.MemberR\x06member\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\x04R\trequestId\"\x1f\n" +
 	"\tRaftBatch\x12\x12\n" +
 	"\x04msgs\x18\x01 \x03(\fR\x04msgs\"\t\n" +
 	"\aRaftAck\"i\n" +
@@ -651,23 +583,18 @@ const file_raft_proto_rawDesc = "" +
 	"\amessage\x18\x01 \x01(\fR\amessage\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x12\n" +
 	"\x04last\x18\x03 \x01(\bR\x04last\x12\x16\n" +
-	"\x06crc32c\x18\x04 \x01(\rR\x06crc32c\"*\n" +
-	"\x0eForwardRequest\x12\x18\n" +
-	"\acommand\x18\x01 \x01(\fR\acommand\"?\n" +
-	"\x0fForwardResponse\x12\x16\n" +
-	"\x06result\x18\x01 \x01(\fR\x06result\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"+\n" +
+	"\x06crc32c\x18\x04 \x01(\rR\x06crc32c\"+\n" +
 	"\x11ConfChangeRequest\x12\x16\n" +
 	"\x06change\x18\x01 \x01(\fR\x06change\"Z\n" +
 	"\x12ConfChangeResponse\x12.\n" +
 	"\amembers\x18\x01 \x03(\v2\x14.lodestone.v1.MemberR\amembers\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index2\x9b\x02\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index2\xb0\x02\n" +
 	"\x04Peer\x128\n" +
 	"\x04Send\x12\x17.lodestone.v1.RaftBatch\x1a\x15.lodestone.v1.RaftAck(\x01\x12@\n" +
-	"\bSnapshot\x12\x1b.lodestone.v1.SnapshotChunk\x1a\x15.lodestone.v1.RaftAck(\x01\x12F\n" +
-	"\aForward\x12\x1c.lodestone.v1.ForwardRequest\x1a\x1d.lodestone.v1.ForwardResponse\x12O\n" +
+	"\bSnapshot\x12\x1b.lodestone.v1.SnapshotChunk\x1a\x15.lodestone.v1.RaftAck(\x01\x12O\n" +
 	"\n" +
-	"ChangeConf\x12\x1f.lodestone.v1.ConfChangeRequest\x1a .lodestone.v1.ConfChangeResponseB3Z1github.com/lodestone-kv/lodestone/api/lodestonepbb\x06proto3"
+	"ChangeConf\x12\x1f.lodestone.v1.ConfChangeRequest\x1a .lodestone.v1.ConfChangeResponse\x12[\n" +
+	"\x0eTransferLeader\x12#.lodestone.v1.TransferLeaderRequest\x1a$.lodestone.v1.TransferLeaderResponseB3Z1github.com/lodestone-kv/lodestone/api/lodestonepbb\x06proto3"
 
 var (
 	file_raft_proto_rawDescOnce sync.Once
@@ -681,48 +608,49 @@ func file_raft_proto_rawDescGZIP() []byte {
 	return file_raft_proto_rawDescData
 }
 
-var file_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_raft_proto_goTypes = []any{
-	(*Command)(nil),            // 0: lodestone.v1.Command
-	(*CommandResult)(nil),      // 1: lodestone.v1.CommandResult
-	(*ConfChangeContext)(nil),  // 2: lodestone.v1.ConfChangeContext
-	(*RaftBatch)(nil),          // 3: lodestone.v1.RaftBatch
-	(*RaftAck)(nil),            // 4: lodestone.v1.RaftAck
-	(*SnapshotChunk)(nil),      // 5: lodestone.v1.SnapshotChunk
-	(*ForwardRequest)(nil),     // 6: lodestone.v1.ForwardRequest
-	(*ForwardResponse)(nil),    // 7: lodestone.v1.ForwardResponse
-	(*ConfChangeRequest)(nil),  // 8: lodestone.v1.ConfChangeRequest
-	(*ConfChangeResponse)(nil), // 9: lodestone.v1.ConfChangeResponse
-	(*PutRequest)(nil),         // 10: lodestone.v1.PutRequest
-	(*DeleteRequest)(nil),      // 11: lodestone.v1.DeleteRequest
-	(*TxnRequest)(nil),         // 12: lodestone.v1.TxnRequest
-	(*PutResponse)(nil),        // 13: lodestone.v1.PutResponse
-	(*DeleteResponse)(nil),     // 14: lodestone.v1.DeleteResponse
-	(*TxnResponse)(nil),        // 15: lodestone.v1.TxnResponse
-	(*Member)(nil),             // 16: lodestone.v1.Member
+	(*Command)(nil),                // 0: lodestone.v1.Command
+	(*CommandResult)(nil),          // 1: lodestone.v1.CommandResult
+	(*ConfChangeContext)(nil),      // 2: lodestone.v1.ConfChangeContext
+	(*RaftBatch)(nil),              // 3: lodestone.v1.RaftBatch
+	(*RaftAck)(nil),                // 4: lodestone.v1.RaftAck
+	(*SnapshotChunk)(nil),          // 5: lodestone.v1.SnapshotChunk
+	(*ConfChangeRequest)(nil),      // 6: lodestone.v1.ConfChangeRequest
+	(*ConfChangeResponse)(nil),     // 7: lodestone.v1.ConfChangeResponse
+	(*PutRequest)(nil),             // 8: lodestone.v1.PutRequest
+	(*DeleteRequest)(nil),          // 9: lodestone.v1.DeleteRequest
+	(*TxnRequest)(nil),             // 10: lodestone.v1.TxnRequest
+	(*Member)(nil),                 // 11: lodestone.v1.Member
+	(*PutResponse)(nil),            // 12: lodestone.v1.PutResponse
+	(*DeleteResponse)(nil),         // 13: lodestone.v1.DeleteResponse
+	(*TxnResponse)(nil),            // 14: lodestone.v1.TxnResponse
+	(*TransferLeaderRequest)(nil),  // 15: lodestone.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 16: lodestone.v1.TransferLeaderResponse
 }
 var file_raft_proto_depIdxs = []int32{
-	10, // 0: lodestone.v1.Command.put:type_name -> lodestone.v1.PutRequest
-	11, // 1: lodestone.v1.Command.delete:type_name -> lodestone.v1.DeleteRequest
-	12, // 2: lodestone.v1.Command.txn:type_name -> lodestone.v1.TxnRequest
-	13, // 3: lodestone.v1.CommandResult.put:type_name -> lodestone.v1.PutResponse
-	14, // 4: lodestone.v1.CommandResult.delete:type_name -> lodestone.v1.DeleteResponse
-	15, // 5: lodestone.v1.CommandResult.txn:type_name -> lodestone.v1.TxnResponse
-	16, // 6: lodestone.v1.ConfChangeContext.member:type_name -> lodestone.v1.Member
-	16, // 7: lodestone.v1.ConfChangeResponse.members:type_name -> lodestone.v1.Member
-	3,  // 8: lodestone.v1.Peer.Send:input_type -> lodestone.v1.RaftBatch
-	5,  // 9: lodestone.v1.Peer.Snapshot:input_type -> lodestone.v1.SnapshotChunk
-	6,  // 10: lodestone.v1.Peer.Forward:input_type -> lodestone.v1.ForwardRequest
-	8,  // 11: lodestone.v1.Peer.ChangeConf:input_type -> lodestone.v1.ConfChangeRequest
-	4,  // 12: lodestone.v1.Peer.Send:output_type -> lodestone.v1.RaftAck
-	4,  // 13: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
-	7,  // 14: lodestone.v1.Peer.Forward:output_type -> lodestone.v1.ForwardResponse
-	9,  // 15: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
-	12, // [12:16] is the sub-list for method output_type
-	8,  // [8:12] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	8,  // 0: lodestone.v1.Command.put:type_name -> lodestone.v1.PutRequest
+	9,  // 1: lodestone.v1.Command.delete:type_name -> lodestone.v1.DeleteRequest
+	10, // 2: lodestone.v1.Command.txn:type_name -> lodestone.v1.TxnRequest
+	11, // 3: lodestone.v1.Command.member:type_name -> lodestone.v1.Member
+	12, // 4: lodestone.v1.CommandResult.put:type_name -> lodestone.v1.PutResponse
+	13, // 5: lodestone.v1.CommandResult.delete:type_name -> lodestone.v1.DeleteResponse
+	14, // 6: lodestone.v1.CommandResult.txn:type_name -> lodestone.v1.TxnResponse
+	11, // 7: lodestone.v1.ConfChangeContext.member:type_name -> lodestone.v1.Member
+	11, // 8: lodestone.v1.ConfChangeResponse.members:type_name -> lodestone.v1.Member
+	3,  // 9: lodestone.v1.Peer.Send:input_type -> lodestone.v1.RaftBatch
+	5,  // 10: lodestone.v1.Peer.Snapshot:input_type -> lodestone.v1.SnapshotChunk
+	6,  // 11: lodestone.v1.Peer.ChangeConf:input_type -> lodestone.v1.ConfChangeRequest
+	15, // 12: lodestone.v1.Peer.TransferLeader:input_type -> lodestone.v1.TransferLeaderRequest
+	4,  // 13: lodestone.v1.Peer.Send:output_type -> lodestone.v1.RaftAck
+	4,  // 14: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
+	7,  // 15: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
+	16, // 16: lodestone.v1.Peer.TransferLeader:output_type -> lodestone.v1.TransferLeaderResponse
+	13, // [13:17] is the sub-list for method output_type
+	9,  // [9:13] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_raft_proto_init() }
@@ -736,6 +664,7 @@ func file_raft_proto_init() {
 		(*Command_Put)(nil),
 		(*Command_Delete)(nil),
 		(*Command_Txn)(nil),
+		(*Command_Member)(nil),
 	}
 	file_raft_proto_msgTypes[1].OneofWrappers = []any{
 		(*CommandResult_Put)(nil),
@@ -748,7 +677,7 @@ func file_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raft_proto_rawDesc), len(file_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,10 +22,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Peer_Send_FullMethodName       = "/lodestone.v1.Peer/Send"
-	Peer_Snapshot_FullMethodName   = "/lodestone.v1.Peer/Snapshot"
-	Peer_Forward_FullMethodName    = "/lodestone.v1.Peer/Forward"
-	Peer_ChangeConf_FullMethodName = "/lodestone.v1.Peer/ChangeConf"
+	Peer_Send_FullMethodName           = "/lodestone.v1.Peer/Send"
+	Peer_Snapshot_FullMethodName       = "/lodestone.v1.Peer/Snapshot"
+	Peer_ChangeConf_FullMethodName     = "/lodestone.v1.Peer/ChangeConf"
+	Peer_TransferLeader_FullMethodName = "/lodestone.v1.Peer/TransferLeader"
 )
 
 // PeerClient is the client API for Peer service.
@@ -35,10 +35,10 @@ type PeerClient interface {
 	// Send is the long-lived stream one node keeps to each peer.
 	Send(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftBatch, RaftAck], error)
 	Snapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, RaftAck], error)
-	// Forward proposes a command on the leader and returns once applied there.
-	Forward(ctx context.Context, in *ForwardRequest, opts ...grpc.CallOption) (*ForwardResponse, error)
 	// ChangeConf proposes a membership change on the leader.
 	ChangeConf(ctx context.Context, in *ConfChangeRequest, opts ...grpc.CallOption) (*ConfChangeResponse, error)
+	// TransferLeader moves leadership; served by the leader.
+	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
 }
 
 type peerClient struct {
@@ -75,20 +75,20 @@ func (c *peerClient) Snapshot(ctx context.Context, opts ...grpc.CallOption) (grp
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Peer_SnapshotClient = grpc.ClientStreamingClient[SnapshotChunk, RaftAck]
 
-func (c *peerClient) Forward(ctx context.Context, in *ForwardRequest, opts ...grpc.CallOption) (*ForwardResponse, error) {
+func (c *peerClient) ChangeConf(ctx context.Context, in *ConfChangeRequest, opts ...grpc.CallOption) (*ConfChangeResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ForwardResponse)
-	err := c.cc.Invoke(ctx, Peer_Forward_FullMethodName, in, out, cOpts...)
+	out := new(ConfChangeResponse)
+	err := c.cc.Invoke(ctx, Peer_ChangeConf_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-func (c *peerClient) ChangeConf(ctx context.Context, in *ConfChangeRequest, opts ...grpc.CallOption) (*ConfChangeResponse, error) {
+func (c *peerClient) TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ConfChangeResponse)
-	err := c.cc.Invoke(ctx, Peer_ChangeConf_FullMethodName, in, out, cOpts...)
+	out := new(TransferLeaderResponse)
+	err := c.cc.Invoke(ctx, Peer_TransferLeader_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -102,10 +102,10 @@ type PeerServer interface {
 	// Send is the long-lived stream one node keeps to each peer.
 	Send(grpc.ClientStreamingServer[RaftBatch, RaftAck]) error
 	Snapshot(grpc.ClientStreamingServer[SnapshotChunk, RaftAck]) error
-	// Forward proposes a command on the leader and returns once applied there.
-	Forward(context.Context, *ForwardRequest) (*ForwardResponse, error)
 	// ChangeConf proposes a membership change on the leader.
 	ChangeConf(context.Context, *ConfChangeRequest) (*ConfChangeResponse, error)
+	// TransferLeader moves leadership; served by the leader.
+	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -122,11 +122,11 @@ func (UnimplementedPeerServer) Send(grpc.ClientStreamingServer[RaftBatch, RaftAc
 func (UnimplementedPeerServer) Snapshot(grpc.ClientStreamingServer[SnapshotChunk, RaftAck]) error {
 	return status.Error(codes.Unimplemented, "method Snapshot not implemented")
 }
-func (UnimplementedPeerServer) Forward(context.Context, *ForwardRequest) (*ForwardResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Forward not implemented")
-}
 func (UnimplementedPeerServer) ChangeConf(context.Context, *ConfChangeRequest) (*ConfChangeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ChangeConf not implemented")
+}
+func (UnimplementedPeerServer) TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TransferLeader not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -163,24 +163,6 @@ func _Peer_Snapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Peer_SnapshotServer = grpc.ClientStreamingServer[SnapshotChunk, RaftAck]
 
-func _Peer_Forward_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ForwardRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(PeerServer).Forward(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Peer_Forward_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(PeerServer).Forward(ctx, req.(*ForwardRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
 func _Peer_ChangeConf_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ConfChangeRequest)
 	if err := dec(in); err != nil {
@@ -199,6 +181,24 @@ func _Peer_ChangeConf_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_TransferLeader_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransferLeaderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).TransferLeader(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_TransferLeader_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).TransferLeader(ctx, req.(*TransferLeaderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -207,12 +207,12 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 	HandlerType: (*PeerServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{
-			MethodName: "Forward",
-			Handler:    _Peer_Forward_Handler,
-		},
-		{
 			MethodName: "ChangeConf",
 			Handler:    _Peer_ChangeConf_Handler,
+		},
+		{
+			MethodName: "TransferLeader",
+			Handler:    _Peer_TransferLeader_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

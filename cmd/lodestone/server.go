@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lodestone-kv/lodestone/server"
+)
+
+type serverOptions struct {
+	cfg            server.Config
+	initialCluster string
+	logLevel       string
+	logFormat      string
+}
+
+func newServerCmd() *cobra.Command {
+	o := &serverOptions{cfg: server.DefaultConfig()}
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run a registry node (a Raft member)",
+		Long: `Run a registry node. A new cluster starts when every member is given the same
+--initial-cluster; a member added to a running cluster (lodestone members add)
+starts with --join and an --initial-cluster naming the existing members.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runServer(cmd.Context(), o, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.cfg.Name, "name", "", "member name (unique in the cluster)")
+	f.StringVar(&o.cfg.DataDir, "data-dir", "", "directory for the Raft log and snapshots")
+	f.StringVar(&o.cfg.ListenPeer, "listen-peer", "127.0.0.1:7401", "address for Raft traffic between members")
+	f.StringVar(&o.cfg.ListenGRPC, "listen-grpc", "127.0.0.1:7400", "address for the client gRPC API")
+	f.StringVar(&o.cfg.ListenHTTP, "listen-http", "127.0.0.1:8500", "address for HTTP: /metrics, /healthz, /readyz")
+	f.StringVar(&o.initialCluster, "initial-cluster", "", "members as name=peeraddr,... (default: this member alone)")
+	f.BoolVar(&o.cfg.Join, "join", false, "join a running cluster that already added this member")
+	addTuningFlags(cmd, &o.cfg)
+	addLogFlags(cmd, &o.logLevel, &o.logFormat)
+	return cmd
+}
+
+// addTuningFlags exposes the limits and timings every node shares.
+func addTuningFlags(cmd *cobra.Command, cfg *server.Config) {
+	f := cmd.Flags()
+	f.DurationVar(&cfg.TickInterval, "tick-interval", cfg.TickInterval, "Raft tick")
+	f.IntVar(&cfg.ElectionTicks, "election-ticks", cfg.ElectionTicks, "election timeout in ticks")
+	f.Uint64Var(&cfg.SnapshotEntries, "snapshot-entries", cfg.SnapshotEntries, "applied entries between snapshots")
+	f.Uint64Var(&cfg.CatchUpEntries, "catch-up-entries", cfg.CatchUpEntries, "entries kept behind a snapshot for lagging followers")
+	f.IntVar(&cfg.Limits.MaxKeyBytes, "max-key-bytes", cfg.Limits.MaxKeyBytes, "largest key accepted")
+	f.IntVar(&cfg.Limits.MaxValueBytes, "max-value-bytes", cfg.Limits.MaxValueBytes, "largest value accepted")
+	f.IntVar(&cfg.Limits.MaxTxnOps, "max-txn-ops", cfg.Limits.MaxTxnOps, "most operations in one transaction")
+	f.IntVar(&cfg.Limits.MaxRangeLimit, "max-range-keys", cfg.Limits.MaxRangeLimit, "most keys in one range answer")
+	f.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", cfg.MaxRequestBytes, "largest gRPC request accepted")
+	f.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "most concurrent client connections")
+	f.Uint32Var(&cfg.MaxStreamsPerConnection, "max-streams-per-connection", cfg.MaxStreamsPerConnection, "most concurrent requests per client connection")
+}
+
+func addLogFlags(cmd *cobra.Command, level, format *string) {
+	cmd.Flags().StringVar(level, "log-level", "info", "debug, info, warn or error")
+	cmd.Flags().StringVar(format, "log-format", "text", "text or json")
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("--log-format %q: use text or json", format)
+	}
+}
+
+func runServer(ctx context.Context, o *serverOptions, stderr io.Writer) error {
+	logger, err := newLogger(stderr, o.logLevel, o.logFormat)
+	if err != nil {
+		return err
+	}
+	cfg := o.cfg
+	cfg.Logger = logger
+	cfg.InitialCluster, err = server.ParseInitialCluster(o.initialCluster)
+	if err != nil {
+		return fmt.Errorf("--initial-cluster: %w", err)
+	}
+	if len(cfg.InitialCluster) == 0 && !cfg.Join {
+		cfg.InitialCluster = map[string]string{cfg.Name: cfg.ListenPeer}
+	}
+	return serveUntilDone(ctx, cfg, nil)
+}
+
+// serveUntilDone runs a server until ctx ends or the server stops by
+// itself; ready, if set, runs once it serves.
+func serveUntilDone(ctx context.Context, cfg server.Config, ready func(*server.Server)) error {
+	srv, err := server.New(cfg)
+	if err != nil {
+		return err
+	}
+	srv.Start()
+	if ready != nil {
+		ready(srv)
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-srv.Done():
+	}
+	if err := srv.Close(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("shut down: %w", err)
+	}
+	return runErr
+}

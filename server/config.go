@@ -1,0 +1,212 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/lodestone-kv/lodestone/store"
+)
+
+// Config configures one registry node. The zero value is not usable: start
+// from DefaultConfig and set Name, DataDir and the listen addresses.
+type Config struct {
+	// Name identifies the member; its Raft id is derived from it (MemberID).
+	Name string
+	// DataDir holds the Raft log, hard state and snapshots.
+	DataDir string
+
+	// ListenPeer, ListenGRPC and ListenHTTP are host:port addresses. Port 0
+	// picks a free port (tests); the chosen address is then advertised.
+	ListenPeer string
+	ListenGRPC string
+	ListenHTTP string
+
+	// InitialCluster lists every member of a new cluster as name=peeraddr.
+	// When Join is false and the data dir is empty, the node bootstraps a
+	// new cluster from it. When Join is true the node joins a running
+	// cluster that already added it with AddMember; InitialCluster then
+	// tells it where the existing members are.
+	InitialCluster map[string]string
+	Join           bool
+
+	// TickInterval is one Raft tick. Default 100ms. Lower reacts faster to
+	// a dead leader and costs more heartbeats.
+	TickInterval time.Duration
+	// ElectionTicks is the election timeout in ticks (default 10, so 1s).
+	// It must be larger than HeartbeatTicks; a larger value rides out
+	// longer pauses at the cost of slower fail-over.
+	ElectionTicks int
+	// HeartbeatTicks is the leader heartbeat interval in ticks (default 1).
+	HeartbeatTicks int
+
+	// SnapshotEntries is how many applied entries trigger a state-machine
+	// snapshot and log truncation. Default 10000. Smaller keeps the log and
+	// restart replay short; each snapshot costs a full encode of the state.
+	SnapshotEntries uint64
+	// CatchUpEntries is how many entries are kept behind a snapshot so a
+	// slightly lagging follower catches up by log rather than by snapshot.
+	// Default 5000.
+	CatchUpEntries uint64
+
+	// MaxBatchProposals caps how many proposals share one Ready (and so one
+	// fsync). Default 1024.
+	MaxBatchProposals int
+	// MaxRequestBytes bounds one gRPC request. Default 4 MiB. It must exceed
+	// Limits.MaxValueBytes plus the key and framing.
+	MaxRequestBytes int
+	// MaxConnections bounds concurrent client connections on the gRPC
+	// listener. Default 10000; 0 means the default.
+	MaxConnections int
+	// MaxStreamsPerConnection bounds concurrent RPCs per client connection.
+	// Default 1000.
+	MaxStreamsPerConnection uint32
+
+	// Limits bounds keys, values and transactions.
+	Limits store.Limits
+
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+
+	// StartTimeout bounds how long Start waits for listeners and the first
+	// Ready. Default 10s.
+	StartTimeout time.Duration
+}
+
+// DefaultConfig returns the production defaults; each value is explained on
+// its field.
+func DefaultConfig() Config {
+	return Config{
+		TickInterval:            100 * time.Millisecond,
+		ElectionTicks:           10,
+		HeartbeatTicks:          1,
+		SnapshotEntries:         10000,
+		CatchUpEntries:          5000,
+		MaxBatchProposals:       1024,
+		MaxRequestBytes:         4 << 20,
+		MaxConnections:          10000,
+		MaxStreamsPerConnection: 1000,
+		Limits:                  store.DefaultLimits(),
+		StartTimeout:            10 * time.Second,
+	}
+}
+
+// ConfigError names the Config field that is wrong and why.
+type ConfigError struct {
+	Field string
+	Err   error
+}
+
+func (e *ConfigError) Error() string { return fmt.Sprintf("config %s: %v", e.Field, e.Err) }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Validate checks the configuration and returns a *ConfigError naming the
+// first bad field.
+func (c *Config) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
+	}
+	if c.Name == "" {
+		return bad("name", "must not be empty")
+	}
+	if strings.ContainsAny(c.Name, "=, \t\n") {
+		return bad("name", "%q must not contain '=', ',' or spaces", c.Name)
+	}
+	if c.DataDir == "" {
+		return bad("data-dir", "must not be empty")
+	}
+	for field, addr := range map[string]string{"listen-peer": c.ListenPeer, "listen-grpc": c.ListenGRPC, "listen-http": c.ListenHTTP} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return bad(field, "%q is not host:port: %v", addr, err)
+		}
+	}
+	if len(c.InitialCluster) == 0 {
+		return bad("initial-cluster", "must list at least this member as name=peeraddr")
+	}
+	if !c.Join {
+		if _, ok := c.InitialCluster[c.Name]; !ok {
+			return bad("initial-cluster", "does not list this member %q", c.Name)
+		}
+	}
+	ids := map[uint64]string{}
+	for name, addr := range c.InitialCluster {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return bad("initial-cluster", "member %q address %q is not host:port", name, addr)
+		}
+		id := MemberID(name)
+		if other, dup := ids[id]; dup {
+			return bad("initial-cluster", "members %q and %q hash to the same id; rename one", name, other)
+		}
+		ids[id] = name
+	}
+	if c.TickInterval <= 0 {
+		return bad("tick-interval", "must be positive")
+	}
+	if c.HeartbeatTicks <= 0 || c.ElectionTicks <= c.HeartbeatTicks {
+		return bad("election-ticks", "must be larger than heartbeat-ticks (%d), got %d", c.HeartbeatTicks, c.ElectionTicks)
+	}
+	if c.SnapshotEntries == 0 {
+		return bad("snapshot-entries", "must be positive")
+	}
+	if c.MaxBatchProposals <= 0 {
+		return bad("max-batch-proposals", "must be positive")
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return &ConfigError{Field: "limits", Err: err}
+	}
+	if c.MaxRequestBytes < c.Limits.MaxValueBytes+c.Limits.MaxKeyBytes+1024 {
+		return bad("max-request-bytes", "%d is too small for values of %d bytes and keys of %d bytes", c.MaxRequestBytes, c.Limits.MaxValueBytes, c.Limits.MaxKeyBytes)
+	}
+	return nil
+}
+
+// ParseInitialCluster parses "n1=host:port,n2=host:port".
+func ParseInitialCluster(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		name, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || name == "" || addr == "" {
+			return nil, fmt.Errorf("initial cluster entry %q is not name=host:port", part)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("initial cluster names %q twice", name)
+		}
+		out[name] = addr
+	}
+	return out, nil
+}
+
+// FormatInitialCluster is the inverse of ParseInitialCluster, sorted by name.
+func FormatInitialCluster(m map[string]string) string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n + "=" + m[n]
+	}
+	return strings.Join(parts, ",")
+}
+
+// MemberID derives a member's Raft id from its name. Raft reserves 0.
+func MemberID(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	id := h.Sum64()
+	if id == 0 {
+		id = 1
+	}
+	return id
+}
+
+var errStopped = errors.New("server: stopped")

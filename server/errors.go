@@ -1,0 +1,58 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lodestone-kv/lodestone/store"
+)
+
+// Conditions the node reports; toStatus turns them into gRPC codes whose
+// messages say what to do.
+var (
+	errNoLeader      = errors.New("no leader is elected right now; the request was not applied, retry in a moment")
+	errNotLeader     = errors.New("this node is not the leader")
+	errBusy          = errors.New("the cluster is busy")
+	errInvalidMember = errors.New("invalid membership change")
+	errUnknownMember = errors.New("unknown member")
+	errQuorum        = errors.New("refused: quorum would be lost")
+	errNotReady      = errors.New("member not ready")
+	errCASFailed     = errors.New("compare-and-swap failed")
+)
+
+// toStatus maps an internal error to a gRPC status. Unavailable always
+// means the request was not applied, so clients may retry it.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var code codes.Code
+	switch {
+	case errors.Is(err, store.ErrInvalid):
+		code = codes.InvalidArgument
+	case errors.Is(err, errCASFailed), errors.Is(err, errQuorum), errors.Is(err, errNotReady), errors.Is(err, errInvalidMember):
+		code = codes.FailedPrecondition
+	case errors.Is(err, errUnknownMember):
+		code = codes.NotFound
+	case errors.Is(err, errNoLeader), errors.Is(err, errNotLeader), errors.Is(err, errBusy), errors.Is(err, errStopped):
+		code = codes.Unavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	default:
+		code = codes.Internal
+	}
+	return status.Error(code, err.Error())
+}
+
+func invalidf(format string, args ...any) error {
+	return status.Error(codes.InvalidArgument, fmt.Sprintf(format, args...))
+}

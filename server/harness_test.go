@@ -1,0 +1,270 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testCluster runs real servers in this process, each with its own bbolt
+// files and real gRPC listeners on loopback.
+type testCluster struct {
+	t       *testing.T
+	base    Config
+	names   []string
+	peers   map[string]string // name -> peer address
+	servers map[string]*Server
+	dirs    map[string]string
+	conns   map[string]*grpc.ClientConn
+}
+
+type clusterOption func(*Config)
+
+func withSnapshotEvery(entries, catchUp uint64) clusterOption {
+	return func(c *Config) { c.SnapshotEntries, c.CatchUpEntries = entries, catchUp }
+}
+
+// freeAddr reserves a loopback port by binding and releasing it.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("reserve port: %v", err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatalf("release port: %v", err)
+	}
+	return addr
+}
+
+func testConfig(opts ...clusterOption) Config {
+	cfg := DefaultConfig()
+	cfg.TickInterval = 20 * time.Millisecond
+	cfg.ElectionTicks = 10
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg
+}
+
+func newTestCluster(t *testing.T, n int, opts ...clusterOption) *testCluster {
+	t.Helper()
+	c := &testCluster{
+		t: t, base: testConfig(opts...), peers: map[string]string{}, servers: map[string]*Server{},
+		dirs: map[string]string{}, conns: map[string]*grpc.ClientConn{},
+	}
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("n%d", i)
+		c.names = append(c.names, name)
+		c.peers[name] = freeAddr(t)
+		c.dirs[name] = filepath.Join(t.TempDir(), name)
+	}
+	for _, name := range c.names {
+		c.start(name, false)
+	}
+	t.Cleanup(c.close)
+	c.waitLeader()
+	return c
+}
+
+// start (re)starts a member with its data dir.
+func (c *testCluster) start(name string, join bool) *Server {
+	c.t.Helper()
+	cfg := c.base
+	cfg.Name = name
+	cfg.DataDir = c.dirs[name]
+	cfg.ListenPeer = c.peers[name]
+	cfg.ListenGRPC = "127.0.0.1:0"
+	cfg.ListenHTTP = "127.0.0.1:0"
+	cfg.Join = join
+	cfg.InitialCluster = map[string]string{}
+	for n, a := range c.peers {
+		cfg.InitialCluster[n] = a
+	}
+	s, err := New(cfg)
+	if err != nil {
+		c.t.Fatalf("start %s: %v", name, err)
+	}
+	s.Start()
+	c.servers[name] = s
+	return s
+}
+
+// add prepares a new member's address and data dir without starting it.
+func (c *testCluster) add(name string) string {
+	c.names = append(c.names, name)
+	c.peers[name] = freeAddr(c.t)
+	c.dirs[name] = filepath.Join(c.t.TempDir(), name)
+	return c.peers[name]
+}
+
+func (c *testCluster) stop(name string) {
+	c.t.Helper()
+	s := c.servers[name]
+	if s == nil {
+		return
+	}
+	if conn := c.conns[name]; conn != nil {
+		conn.Close()
+		delete(c.conns, name)
+	}
+	if err := s.Close(); err != nil {
+		c.t.Errorf("stop %s: %v", name, err)
+	}
+	delete(c.servers, name)
+}
+
+func (c *testCluster) close() {
+	names := make([]string, 0, len(c.servers))
+	for n := range c.servers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		c.stop(n)
+	}
+}
+
+func (c *testCluster) conn(name string) *grpc.ClientConn {
+	c.t.Helper()
+	if conn, ok := c.conns[name]; ok {
+		return conn
+	}
+	conn, err := grpc.NewClient(c.servers[name].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		c.t.Fatalf("dial %s: %v", name, err)
+	}
+	c.conns[name] = conn
+	return conn
+}
+
+func (c *testCluster) kv(name string) lodestonepb.KVClient {
+	return lodestonepb.NewKVClient(c.conn(name))
+}
+
+func (c *testCluster) cluster(name string) lodestonepb.ClusterClient {
+	return lodestonepb.NewClusterClient(c.conn(name))
+}
+
+// electionTimeout is the configured base election timeout.
+func (c *testCluster) electionTimeout() time.Duration {
+	return time.Duration(c.base.ElectionTicks) * c.base.TickInterval
+}
+
+// waitLeader waits until every running member agrees on one leader and
+// returns its name.
+func (c *testCluster) waitLeader() string {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * c.electionTimeout())
+	for time.Now().Before(deadline) {
+		if name := c.agreedLeader(); name != "" {
+			return name
+		}
+		c.waitAnyLeaderChange(50 * time.Millisecond)
+	}
+	c.t.Fatalf("no agreed leader within %v", 20*c.electionTimeout())
+	return ""
+}
+
+func (c *testCluster) agreedLeader() string {
+	var lead uint64
+	for _, s := range c.servers {
+		st := s.node.publishedStatus()
+		if st.lead == 0 || (lead != 0 && st.lead != lead) {
+			return ""
+		}
+		lead = st.lead
+	}
+	for name, s := range c.servers {
+		if s.ID() == lead {
+			return name
+		}
+	}
+	return ""
+}
+
+// waitAnyLeaderChange blocks until some member sees a leader change or the
+// timeout passes; it replaces polling with a sleep.
+func (c *testCluster) waitAnyLeaderChange(timeout time.Duration) {
+	cases := make([]<-chan struct{}, 0, len(c.servers))
+	for _, s := range c.servers {
+		cases = append(cases, s.node.leaderChanged())
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	done := make(chan struct{})
+	defer close(done)
+	hit := make(chan struct{}, len(cases))
+	for _, ch := range cases {
+		go func() {
+			select {
+			case <-ch:
+				hit <- struct{}{}
+			case <-done:
+			}
+		}()
+	}
+	select {
+	case <-hit:
+	case <-timer.C:
+	}
+}
+
+func (c *testCluster) follower() string {
+	c.t.Helper()
+	lead := c.waitLeader()
+	for _, n := range c.names {
+		if n != lead && c.servers[n] != nil {
+			return n
+		}
+	}
+	c.t.Fatal("no follower running")
+	return ""
+}
+
+// waitApplied waits until member name has applied index.
+func (c *testCluster) waitApplied(name string, index uint64) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.servers[name].node.waitApplied(ctx, index); err != nil {
+		c.t.Fatalf("%s did not apply index %d: %v (applied %d)", name, index, err, c.servers[name].node.applied.current())
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func put(t *testing.T, kv lodestonepb.KVClient, key, value string) *lodestonepb.PutResponse {
+	t.Helper()
+	resp, err := kv.Put(ctxT(t), &lodestonepb.PutRequest{Key: []byte(key), Value: []byte(value)})
+	if err != nil {
+		t.Fatalf("put %q: %v", key, err)
+	}
+	return resp
+}
+
+func get(t *testing.T, kv lodestonepb.KVClient, key string, c lodestonepb.Consistency) *lodestonepb.KeyValue {
+	t.Helper()
+	resp, err := kv.Get(ctxT(t), &lodestonepb.GetRequest{Key: []byte(key), Consistency: c})
+	if err != nil {
+		t.Fatalf("get %q: %v", key, err)
+	}
+	return resp.Kv
+}

@@ -1,0 +1,125 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+)
+
+// kvService serves the KV gRPC API. Writes go through Raft from any node
+// (followers forward proposals to the leader); reads are linearizable via
+// ReadIndex unless the caller asks for stale.
+type kvService struct {
+	lodestonepb.UnimplementedKVServer
+	s *Server
+}
+
+func (k *kvService) header(index uint64) *lodestonepb.ResponseHeader {
+	st := k.s.node.publishedStatus()
+	return &lodestonepb.ResponseHeader{
+		Index:       index,
+		Term:        st.term,
+		LeaderId:    st.lead,
+		NodeId:      k.s.node.id,
+		KnownLeader: st.lead != 0,
+	}
+}
+
+// read makes a read linearizable when asked: it waits for a quorum-confirmed
+// index to be applied here.
+func (k *kvService) read(ctx context.Context, c lodestonepb.Consistency) error {
+	if c == lodestonepb.Consistency_STALE {
+		return nil
+	}
+	_, err := k.s.node.readIndex(ctx)
+	return err
+}
+
+func (k *kvService) Get(ctx context.Context, req *lodestonepb.GetRequest) (*lodestonepb.GetResponse, error) {
+	if err := k.s.cfg.Limits.ValidateKey(req.Key); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := k.read(ctx, req.Consistency); err != nil {
+		return nil, toStatus(err)
+	}
+	kv, index := k.s.store.Get(req.Key)
+	return &lodestonepb.GetResponse{Header: k.header(index), Kv: kv}, nil
+}
+
+func (k *kvService) Range(ctx context.Context, req *lodestonepb.RangeRequest) (*lodestonepb.RangeResponse, error) {
+	max := k.s.cfg.Limits.MaxRangeLimit
+	if int(req.Limit) > max {
+		return nil, invalidf("range limit %d is above the maximum %d (limit max-range-limit); page with start_after", req.Limit, max)
+	}
+	limit := int(req.Limit)
+	if limit == 0 {
+		limit = max
+	}
+	if len(req.Prefix) > k.s.cfg.Limits.MaxKeyBytes {
+		return nil, invalidf("prefix is %d bytes; at most %d allowed (limit max-key-bytes)", len(req.Prefix), k.s.cfg.Limits.MaxKeyBytes)
+	}
+	if err := k.read(ctx, req.Consistency); err != nil {
+		return nil, toStatus(err)
+	}
+	kvs, more, index := k.s.store.Range(req.Prefix, req.StartAfter, limit, req.KeysOnly)
+	return &lodestonepb.RangeResponse{Header: k.header(index), Kvs: kvs, More: more}, nil
+}
+
+// write validates and replicates one command and returns its result.
+func (k *kvService) write(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
+	if err := k.s.cfg.Limits.ValidateCommand(cmd); err != nil {
+		return nil, 0, toStatus(err)
+	}
+	r, err := k.s.node.proposeCommand(ctx, cmd)
+	if err != nil {
+		return nil, 0, toStatus(err)
+	}
+	res, ok := r.result.(*lodestonepb.CommandResult)
+	if !ok || res == nil {
+		return nil, 0, toStatus(fmt.Errorf("command at index %d produced no result", r.index))
+	}
+	if res.CasFailed {
+		return res, r.index, toStatus(fmt.Errorf("%w: the key's ModifyIndex did not match; nothing was written (read it again and retry with its current index)", errCASFailed))
+	}
+	return res, r.index, nil
+}
+
+func (k *kvService) Put(ctx context.Context, req *lodestonepb.PutRequest) (*lodestonepb.PutResponse, error) {
+	res, index, err := k.write(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_Put{Put: req}})
+	if err != nil {
+		return nil, err
+	}
+	out := res.GetPut()
+	if out == nil {
+		out = &lodestonepb.PutResponse{}
+	}
+	out.Header = k.header(index)
+	return out, nil
+}
+
+func (k *kvService) Delete(ctx context.Context, req *lodestonepb.DeleteRequest) (*lodestonepb.DeleteResponse, error) {
+	res, index, err := k.write(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_Delete{Delete: req}})
+	if err != nil {
+		return nil, err
+	}
+	out := res.GetDelete()
+	if out == nil {
+		out = &lodestonepb.DeleteResponse{}
+	}
+	out.Header = k.header(index)
+	return out, nil
+}
+
+func (k *kvService) Txn(ctx context.Context, req *lodestonepb.TxnRequest) (*lodestonepb.TxnResponse, error) {
+	res, index, err := k.write(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_Txn{Txn: req}})
+	if err != nil {
+		return nil, err
+	}
+	out := res.GetTxn()
+	if out == nil {
+		out = &lodestonepb.TxnResponse{}
+	}
+	out.Header = k.header(index)
+	return out, nil
+}

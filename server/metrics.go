@@ -1,0 +1,76 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the numbers an operator reads during an incident. They live
+// on the server's own registry so several servers can share a process.
+type metrics struct {
+	reg *prometheus.Registry
+
+	proposals        *prometheus.CounterVec // by result: ok, dropped, failed
+	proposalBatch    prometheus.Histogram
+	commitLatency    prometheus.Histogram // propose → applied on the proposer
+	applyLatency     prometheus.Histogram // one batch of committed entries
+	readIndexLatency prometheus.Histogram
+	readyLatency     prometheus.Histogram // one whole Ready: save, send, apply
+	leaderChanges    prometheus.Counter
+	isLeader         prometheus.Gauge
+	term             prometheus.Gauge
+	commitIndex      prometheus.Gauge
+	appliedIndex     prometheus.Gauge
+	snapshots        prometheus.Counter
+	snapshotIndex    prometheus.Gauge
+	peerSent         *prometheus.CounterVec
+	peerDropped      *prometheus.CounterVec
+	requests         *prometheus.CounterVec // gRPC by method and code
+}
+
+func newMetrics() *metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	latency := func(name, help string) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "lodestone", Name: name, Help: help,
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18), // 100µs .. 13s
+		})
+	}
+	m := &metrics{
+		reg: reg,
+		proposals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "proposals_total", Help: "Proposals by outcome (ok, dropped: no leader, failed).",
+		}, []string{"result"}),
+		proposalBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "lodestone", Name: "proposal_batch_size", Help: "Proposals that shared one Ready (group commit).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}),
+		commitLatency:    latency("commit_latency_seconds", "From proposal to applied result on the proposing node."),
+		applyLatency:     latency("apply_latency_seconds", "Applying one batch of committed entries to the state machine."),
+		readIndexLatency: latency("read_index_latency_seconds", "Linearizable read: ReadIndex confirmation plus wait for apply."),
+		readyLatency:     latency("ready_latency_seconds", "Handling one Raft Ready: persist, send, apply."),
+		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "leader_changes_total", Help: "Leader changes seen by this node.",
+		}),
+		isLeader:      prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lodestone", Name: "is_leader", Help: "1 if this node is the Raft leader."}),
+		term:          prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lodestone", Name: "raft_term", Help: "Current Raft term."}),
+		commitIndex:   prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lodestone", Name: "raft_commit_index", Help: "Raft commit index."}),
+		appliedIndex:  prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lodestone", Name: "raft_applied_index", Help: "Index applied to the state machine."}),
+		snapshots:     prometheus.NewCounter(prometheus.CounterOpts{Namespace: "lodestone", Name: "snapshots_total", Help: "State machine snapshots taken."}),
+		snapshotIndex: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lodestone", Name: "snapshot_index", Help: "Index of the newest snapshot."}),
+		peerSent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "peer_messages_sent_total", Help: "Raft messages written to a peer stream.",
+		}, []string{"peer"}),
+		peerDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "peer_messages_dropped_total", Help: "Raft messages dropped because the peer's queue was full.",
+		}, []string{"peer"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "grpc_requests_total", Help: "Client gRPC requests by method and status code.",
+		}, []string{"method", "code"}),
+	}
+	reg.MustRegister(m.proposals, m.proposalBatch, m.commitLatency, m.applyLatency, m.readIndexLatency, m.readyLatency,
+		m.leaderChanges, m.isLeader, m.term, m.commitIndex, m.appliedIndex, m.snapshots, m.snapshotIndex,
+		m.peerSent, m.peerDropped, m.requests)
+	return m
+}

@@ -1,0 +1,985 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/raftlog"
+	"github.com/lodestone-kv/lodestone/store"
+)
+
+// node owns one raft.RawNode and drives it from a single goroutine (run).
+// Every other goroutine talks to it through channels; the state it
+// publishes for them (status, applied index) is read through atomics and
+// the appliedWait.
+//
+// Entry payload layout for normal entries:
+//
+//	[8 bytes big-endian request id][marshaled lodestonepb.Command]
+//
+// An empty payload is Raft's own no-op on leader election.
+type node struct {
+	id      uint64
+	cfg     Config
+	logger  *slog.Logger
+	metrics *metrics
+
+	rn        *raft.RawNode // touched only by run
+	log       *raftlog.Log
+	store     *store.Store
+	transport *transport
+
+	waits   waitRegistry
+	applied appliedWait
+	nextID  atomic.Uint64
+
+	proposeC  chan proposal
+	recvC     chan raftpb.Message
+	readC     chan chan readResult
+	confC     chan confRequest
+	transferC chan transferRequest
+	snapDoneC chan snapResult
+	stopC     chan struct{}
+	doneC     chan struct{}
+	stopOnce  sync.Once
+	wg        sync.WaitGroup // snapshot encoders and the publisher
+
+	// removedC is closed when this member is removed from the cluster.
+	removedC    chan struct{}
+	removedOnce sync.Once
+	// fatal holds the error that stopped the loop, if any.
+	fatal atomic.Pointer[error]
+
+	status atomic.Pointer[nodeStatus]
+
+	leaderMu sync.Mutex
+	leaderCh chan struct{} // closed and replaced on every leader change
+
+	// Loop-owned state.
+	confState      raftpb.ConfState
+	appliedIndex   uint64
+	snapIndex      uint64
+	snapshotting   bool
+	leaderGuard    uint64 // conf changes wait until this index is applied
+	confInFlight   uint64 // request id of our pending conf change, 0 if none
+	readSeq        uint64
+	pendingReads   map[uint64]*readBatch
+	pendingReadOrd []uint64
+}
+
+type nodeStatus struct {
+	lead   uint64
+	term   uint64
+	commit uint64
+	state  raft.StateType
+}
+
+type proposal struct {
+	id   uint64
+	data []byte
+}
+
+type readResult struct {
+	index uint64
+	err   error
+}
+
+type readBatch struct {
+	waiters []chan readResult
+	started time.Time
+}
+
+type confRequest struct {
+	cc   raftpb.ConfChangeV2
+	id   uint64
+	done chan error // answered once the change is proposed or refused
+}
+
+type transferRequest struct {
+	to   uint64
+	done chan transferResult
+}
+
+type transferResult struct {
+	to  uint64
+	err error
+}
+
+type snapResult struct {
+	index uint64
+	cs    raftpb.ConfState
+	data  []byte
+	err   error
+}
+
+// newNode opens the log, restores the newest snapshot and prepares the
+// RawNode; run starts it.
+func newNode(cfg Config, logger *slog.Logger, m *metrics, st *store.Store) (*node, error) {
+	id := MemberID(cfg.Name)
+	lg, err := raftlog.Open(filepath.Join(cfg.DataDir, "raft"), raftlog.Options{Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("open raft log: %w", err)
+	}
+	n := &node{
+		id:           id,
+		cfg:          cfg,
+		logger:       logger,
+		metrics:      m,
+		log:          lg,
+		store:        st,
+		proposeC:     make(chan proposal, 4096),
+		recvC:        make(chan raftpb.Message, 4096),
+		readC:        make(chan chan readResult, 4096),
+		confC:        make(chan confRequest),
+		transferC:    make(chan transferRequest),
+		snapDoneC:    make(chan snapResult, 1),
+		stopC:        make(chan struct{}),
+		doneC:        make(chan struct{}),
+		removedC:     make(chan struct{}),
+		leaderCh:     make(chan struct{}),
+		pendingReads: map[uint64]*readBatch{},
+	}
+	n.nextID.Store(uint64(time.Now().UnixNano()))
+	n.status.Store(&nodeStatus{})
+	if err := n.init(); err != nil {
+		return nil, errors.Join(err, lg.Close())
+	}
+	return n, nil
+}
+
+func (n *node) init() error {
+	snap, err := n.log.Snapshot()
+	if err != nil {
+		return fmt.Errorf("read snapshot: %w", err)
+	}
+	if !raft.IsEmptySnap(snap) {
+		if err := n.store.Restore(bytes.NewReader(snap.Data)); err != nil {
+			return fmt.Errorf("restore snapshot at index %d: %w", snap.Metadata.Index, err)
+		}
+		n.snapIndex = snap.Metadata.Index
+		n.appliedIndex = snap.Metadata.Index
+		n.confState = snap.Metadata.ConfState
+		n.logger.Info("restored snapshot", "index", snap.Metadata.Index, "bytes", len(snap.Data))
+	}
+	hs, _, err := n.log.InitialState()
+	if err != nil {
+		return fmt.Errorf("read initial state: %w", err)
+	}
+	last, err := n.log.LastIndex()
+	if err != nil {
+		return fmt.Errorf("read last index: %w", err)
+	}
+	fresh := raft.IsEmptyHardState(hs) && last == 0 && raft.IsEmptySnap(snap)
+
+	rc := &raft.Config{
+		ID:              n.id,
+		ElectionTick:    n.cfg.ElectionTicks,
+		HeartbeatTick:   n.cfg.HeartbeatTicks,
+		Storage:         n.log,
+		Applied:         n.appliedIndex,
+		MaxSizePerMsg:   1 << 20,
+		MaxInflightMsgs: 256,
+		// NB: bounds memory when followers lag and clients keep writing;
+		// past it proposals are dropped and clients see Unavailable.
+		MaxUncommittedEntriesSize: 256 << 20,
+		MaxCommittedSizePerReady:  64 << 20,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		Logger:                    raftLogger{n.logger.With("component", "raft")},
+	}
+	rn, err := raft.NewRawNode(rc)
+	if err != nil {
+		return fmt.Errorf("start raft: %w", err)
+	}
+	n.rn = rn
+	n.applied.advance(n.appliedIndex)
+
+	n.transport = newTransport(n.id, n.logger, n.metrics, n.deliver)
+	for name, addr := range n.cfg.InitialCluster {
+		if err := n.transport.setPeer(MemberID(name), addr); err != nil {
+			return err
+		}
+	}
+	for _, mem := range n.store.Members() {
+		if err := n.transport.setPeer(mem.Id, mem.PeerAddr); err != nil {
+			return err
+		}
+	}
+
+	if fresh && !n.cfg.Join {
+		// Every member bootstraps the same entries in the same order, so
+		// their logs agree from index 1.
+		names := make([]string, 0, len(n.cfg.InitialCluster))
+		for name := range n.cfg.InitialCluster {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		peers := make([]raft.Peer, 0, len(names))
+		for _, name := range names {
+			ctx, err := proto.Marshal(&lodestonepb.ConfChangeContext{Member: &lodestonepb.Member{
+				Id: MemberID(name), Name: name, PeerAddr: n.cfg.InitialCluster[name],
+			}})
+			if err != nil {
+				return fmt.Errorf("encode bootstrap member %q: %w", name, err)
+			}
+			peers = append(peers, raft.Peer{ID: MemberID(name), Context: ctx})
+		}
+		if err := rn.Bootstrap(peers); err != nil {
+			return fmt.Errorf("bootstrap cluster: %w", err)
+		}
+		n.logger.Info("bootstrapped new cluster", "members", FormatInitialCluster(n.cfg.InitialCluster))
+	}
+	return nil
+}
+
+// start launches the Raft loop.
+func (n *node) start() {
+	go n.run()
+}
+
+// stop ends the loop and waits for everything the node started, then
+// closes the log. It returns the first error.
+func (n *node) stop() error {
+	n.stopOnce.Do(func() { close(n.stopC) })
+	<-n.doneC
+	n.wg.Wait()
+	errs := []error{n.transport.close()}
+	n.waits.failAll(errStopped)
+	n.applied.close()
+	errs = append(errs, n.log.Close())
+	return errors.Join(errs...)
+}
+
+func (n *node) deliver(ctx context.Context, m raftpb.Message) error {
+	select {
+	case n.recvC <- m:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.doneC:
+		return errStopped
+	}
+}
+
+func (n *node) run() {
+	defer close(n.doneC)
+	ticker := time.NewTicker(n.cfg.TickInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ticker.C:
+			n.rn.Tick()
+			n.expireReads()
+		case p := <-n.proposeC:
+			n.propose(p)
+		case m := <-n.recvC:
+			n.step(m)
+		case r := <-n.readC:
+			n.startRead(r)
+		case ev := <-n.transport.events:
+			n.handleTransportEvent(ev)
+		case c := <-n.confC:
+			c.done <- n.proposeConfChange(c)
+		case t := <-n.transferC:
+			n.transfer(t)
+		case s := <-n.snapDoneC:
+			n.saveSnapshot(s)
+		case <-n.stopC:
+			n.failReads(errStopped)
+			return
+		}
+		if n.rn.HasReady() {
+			if err := n.handleReady(); err != nil {
+				// NB: a failed fsync leaves the on-disk state unknown;
+				// carrying on could acknowledge writes that are not
+				// durable, so the node stops and the operator restarts it.
+				n.logger.Error("raft loop stopped", "err", err)
+				n.fatal.Store(&err)
+				n.failReads(err)
+				return
+			}
+		}
+	}
+}
+
+// propose hands one proposal and every other queued one to Raft, so that
+// concurrent writers share one Ready and one fsync.
+func (n *node) propose(first proposal) {
+	batch := 1
+	n.proposeOne(first)
+	for batch < n.cfg.MaxBatchProposals {
+		select {
+		case p := <-n.proposeC:
+			n.proposeOne(p)
+			batch++
+			continue
+		default:
+		}
+		break
+	}
+	n.metrics.proposalBatch.Observe(float64(batch))
+}
+
+func (n *node) proposeOne(p proposal) {
+	if err := n.rn.Propose(p.data); err != nil {
+		n.metrics.proposals.WithLabelValues("dropped").Inc()
+		n.waits.trigger(p.id, proposalResult{err: errNoLeader})
+	}
+}
+
+func (n *node) step(first raftpb.Message) {
+	n.stepOne(first)
+	for i := 0; i < 1024; i++ {
+		select {
+		case m := <-n.recvC:
+			n.stepOne(m)
+			continue
+		default:
+		}
+		break
+	}
+}
+
+func (n *node) stepOne(m raftpb.Message) {
+	if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+		n.logger.Debug("step", "type", m.Type.String(), "from", fmt.Sprintf("%x", m.From), "err", err)
+	}
+}
+
+func (n *node) handleTransportEvent(ev transportEvent) {
+	switch {
+	case ev.snapshot:
+		n.rn.ReportSnapshot(ev.to, ev.snapStatus)
+	case ev.unreachable:
+		n.rn.ReportUnreachable(ev.to)
+	}
+}
+
+func (n *node) handleReady() error {
+	start := time.Now()
+	rd := n.rn.Ready()
+	if rd.SoftState != nil {
+		n.softStateChanged(rd.SoftState, rd.Entries)
+	}
+	st := n.status.Load()
+	isLeader := st.state == raft.StateLeader
+	if isLeader {
+		// NB: the leader may send appends before its own fsync (Raft
+		// thesis §10.2.1): commitment still needs a quorum of durable
+		// copies, and the leader counts itself only after Save returns.
+		n.transport.send(rd.Messages)
+	}
+	if err := n.log.Save(rd.HardState, rd.Entries); err != nil {
+		return fmt.Errorf("persist ready: %w", err)
+	}
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		if err := n.installSnapshot(rd.Snapshot); err != nil {
+			return err
+		}
+	}
+	if !isLeader {
+		// A follower's acknowledgements promise durability: send them only
+		// after Save.
+		n.transport.send(rd.Messages)
+	}
+	if !raft.IsEmptyHardState(rd.HardState) || rd.SoftState != nil {
+		next := *st
+		if !raft.IsEmptyHardState(rd.HardState) {
+			next.term = rd.HardState.Term
+			next.commit = rd.HardState.Commit
+		}
+		n.status.Store(&next)
+		n.metrics.term.Set(float64(next.term))
+		n.metrics.commitIndex.Set(float64(next.commit))
+	}
+	if err := n.apply(rd.CommittedEntries); err != nil {
+		return err
+	}
+	for _, rs := range rd.ReadStates {
+		n.finishRead(rs)
+	}
+	n.rn.Advance(rd)
+	n.maybeSnapshot()
+	n.metrics.readyLatency.Observe(time.Since(start).Seconds())
+	return nil
+}
+
+func (n *node) softStateChanged(ss *raft.SoftState, ents []raftpb.Entry) {
+	prev := n.status.Load()
+	next := *prev
+	next.lead = ss.Lead
+	next.state = ss.RaftState
+	n.status.Store(&next)
+	if ss.RaftState == raft.StateLeader && prev.state != raft.StateLeader {
+		// Raft refuses conf changes until it has applied everything up to
+		// its election; so do we, to answer callers instead of dropping.
+		n.leaderGuard = n.rn.Status().Commit
+		if len(ents) > 0 {
+			n.leaderGuard = max(n.leaderGuard, ents[len(ents)-1].Index)
+		}
+		n.metrics.isLeader.Set(1)
+	} else if ss.RaftState != raft.StateLeader {
+		n.metrics.isLeader.Set(0)
+	}
+	if ss.RaftState != raft.StateLeader {
+		n.confInFlight = 0
+	}
+	if prev.lead != ss.Lead {
+		n.metrics.leaderChanges.Inc()
+		n.logger.Info("leader changed", "node", n.cfg.Name, "leader", fmt.Sprintf("%x", ss.Lead), "state", ss.RaftState.String())
+		n.leaderMu.Lock()
+		close(n.leaderCh)
+		n.leaderCh = make(chan struct{})
+		n.leaderMu.Unlock()
+	}
+}
+
+// leaderChanged returns a channel closed at the next leader change.
+func (n *node) leaderChanged() <-chan struct{} {
+	n.leaderMu.Lock()
+	defer n.leaderMu.Unlock()
+	return n.leaderCh
+}
+
+func (n *node) installSnapshot(snap raftpb.Snapshot) error {
+	if err := n.log.ApplySnapshot(snap); err != nil {
+		return fmt.Errorf("persist snapshot at index %d: %w", snap.Metadata.Index, err)
+	}
+	if err := n.store.Restore(bytes.NewReader(snap.Data)); err != nil {
+		return fmt.Errorf("restore snapshot at index %d: %w", snap.Metadata.Index, err)
+	}
+	n.confState = snap.Metadata.ConfState
+	n.snapIndex = snap.Metadata.Index
+	n.appliedIndex = snap.Metadata.Index
+	for _, mem := range n.store.Members() {
+		if err := n.transport.setPeer(mem.Id, mem.PeerAddr); err != nil {
+			return err
+		}
+	}
+	n.applied.advance(n.appliedIndex)
+	n.metrics.appliedIndex.Set(float64(n.appliedIndex))
+	n.logger.Info("installed snapshot from leader", "index", snap.Metadata.Index, "bytes", len(snap.Data))
+	return nil
+}
+
+func (n *node) apply(ents []raftpb.Entry) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	start := time.Now()
+	for _, e := range ents {
+		if e.Index <= n.appliedIndex {
+			continue
+		}
+		var err error
+		switch e.Type {
+		case raftpb.EntryNormal:
+			n.applyNormal(e)
+		case raftpb.EntryConfChange:
+			var cc raftpb.ConfChange
+			if err = cc.Unmarshal(e.Data); err == nil {
+				err = n.applyConfChange(e.Index, cc.AsV2())
+			}
+		case raftpb.EntryConfChangeV2:
+			var cc raftpb.ConfChangeV2
+			if err = cc.Unmarshal(e.Data); err == nil {
+				err = n.applyConfChange(e.Index, cc)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("apply entry %d: %w", e.Index, err)
+		}
+		n.appliedIndex = e.Index
+	}
+	n.applied.advance(n.appliedIndex)
+	n.metrics.appliedIndex.Set(float64(n.appliedIndex))
+	n.metrics.applyLatency.Observe(time.Since(start).Seconds())
+	return nil
+}
+
+func (n *node) applyNormal(e raftpb.Entry) {
+	if len(e.Data) == 0 {
+		n.store.Advance(e.Index)
+		return
+	}
+	if len(e.Data) < 8 {
+		n.logger.Error("skipping malformed entry", "index", e.Index, "bytes", len(e.Data))
+		n.store.Advance(e.Index)
+		return
+	}
+	id := binary.BigEndian.Uint64(e.Data)
+	var cmd lodestonepb.Command
+	if err := proto.Unmarshal(e.Data[8:], &cmd); err != nil {
+		// Validation happens before proposing, so this means a newer
+		// version wrote the entry; skipping keeps replicas identical.
+		n.logger.Error("skipping undecodable entry", "index", e.Index, "err", err)
+		n.store.Advance(e.Index)
+		n.waits.trigger(id, proposalResult{index: e.Index, err: fmt.Errorf("decode command at index %d: %w", e.Index, err)})
+		return
+	}
+	if mem := cmd.GetMember(); mem != nil {
+		n.applyMemberAttrs(e.Index, mem)
+		n.waits.trigger(id, proposalResult{index: e.Index})
+		return
+	}
+	res, _ := n.store.Apply(e.Index, &cmd)
+	n.waits.trigger(id, proposalResult{index: e.Index, result: res})
+}
+
+// applyMemberAttrs records a member's client addresses; voting rights are
+// only ever changed by conf changes.
+func (n *node) applyMemberAttrs(index uint64, mem *lodestonepb.Member) {
+	for _, cur := range n.store.Members() {
+		if cur.Id == mem.Id {
+			upd := proto.Clone(cur).(*lodestonepb.Member)
+			upd.GrpcAddr, upd.HttpAddr = mem.GrpcAddr, mem.HttpAddr
+			n.store.SetMember(index, upd)
+			return
+		}
+	}
+	n.store.Advance(index)
+}
+
+func (n *node) applyConfChange(index uint64, cc raftpb.ConfChangeV2) error {
+	var cctx lodestonepb.ConfChangeContext
+	if len(cc.Context) > 0 {
+		if err := proto.Unmarshal(cc.Context, &cctx); err != nil {
+			return fmt.Errorf("decode conf change context: %w", err)
+		}
+	}
+	n.confState = *n.rn.ApplyConfChange(cc)
+	members := map[uint64]*lodestonepb.Member{}
+	for _, m := range n.store.Members() {
+		members[m.Id] = m
+	}
+	for _, ch := range cc.Changes {
+		switch ch.Type {
+		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
+			m := members[ch.NodeID]
+			if cctx.Member != nil && cctx.Member.Id == ch.NodeID {
+				m = proto.Clone(cctx.Member).(*lodestonepb.Member)
+			} else if m != nil {
+				m = proto.Clone(m).(*lodestonepb.Member)
+			} else {
+				m = &lodestonepb.Member{Id: ch.NodeID, Name: fmt.Sprintf("%x", ch.NodeID)}
+			}
+			m.Learner = ch.Type == raftpb.ConfChangeAddLearnerNode
+			n.store.SetMember(index, m)
+			if err := n.transport.setPeer(m.Id, m.PeerAddr); err != nil {
+				n.logger.Warn("connect to new member", "member", m.Name, "err", err)
+			}
+			n.logger.Info("member added", "member", m.Name, "learner", m.Learner, "index", index)
+		case raftpb.ConfChangeRemoveNode:
+			n.store.RemoveMember(index, ch.NodeID)
+			n.transport.removePeer(ch.NodeID)
+			n.logger.Info("member removed", "member", fmt.Sprintf("%x", ch.NodeID), "index", index)
+			if ch.NodeID == n.id {
+				n.removedOnce.Do(func() { close(n.removedC) })
+			}
+		}
+	}
+	n.store.Advance(index)
+	if cctx.RequestId != 0 {
+		if cctx.RequestId == n.confInFlight {
+			n.confInFlight = 0
+		}
+		n.waits.trigger(cctx.RequestId, proposalResult{index: index})
+	}
+	return nil
+}
+
+func (n *node) maybeSnapshot() {
+	if n.snapshotting || n.appliedIndex-n.snapIndex < n.cfg.SnapshotEntries {
+		return
+	}
+	n.snapshotting = true
+	sn := n.store.Snapshot()
+	cs := n.confState
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		var buf bytes.Buffer
+		_, err := sn.WriteTo(&buf)
+		select {
+		case n.snapDoneC <- snapResult{index: sn.Index(), cs: cs, data: buf.Bytes(), err: err}:
+		case <-n.stopC:
+		}
+	}()
+}
+
+func (n *node) saveSnapshot(s snapResult) {
+	n.snapshotting = false
+	if s.err != nil {
+		n.logger.Error("encode snapshot", "index", s.index, "err", s.err)
+		return
+	}
+	if _, err := n.log.CreateSnapshot(s.index, &s.cs, s.data); err != nil {
+		if !errors.Is(err, raft.ErrSnapOutOfDate) {
+			n.logger.Error("save snapshot", "index", s.index, "err", err)
+		}
+		return
+	}
+	n.snapIndex = s.index
+	n.metrics.snapshots.Inc()
+	n.metrics.snapshotIndex.Set(float64(s.index))
+	if s.index > n.cfg.CatchUpEntries {
+		if err := n.log.Compact(s.index - n.cfg.CatchUpEntries); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			n.logger.Error("compact log", "index", s.index-n.cfg.CatchUpEntries, "err", err)
+		}
+	}
+	n.logger.Info("snapshot saved", "index", s.index, "bytes", len(s.data))
+}
+
+// --- linearizable reads -------------------------------------------------
+
+func (n *node) startRead(first chan readResult) {
+	b := &readBatch{waiters: []chan readResult{first}, started: time.Now()}
+	for len(b.waiters) < 4096 {
+		select {
+		case r := <-n.readC:
+			b.waiters = append(b.waiters, r)
+			continue
+		default:
+		}
+		break
+	}
+	n.readSeq++
+	var key [8]byte
+	binary.BigEndian.PutUint64(key[:], n.readSeq)
+	n.pendingReads[n.readSeq] = b
+	n.pendingReadOrd = append(n.pendingReadOrd, n.readSeq)
+	n.rn.ReadIndex(key[:])
+}
+
+func (n *node) finishRead(rs raft.ReadState) {
+	if len(rs.RequestCtx) != 8 {
+		return
+	}
+	seq := binary.BigEndian.Uint64(rs.RequestCtx)
+	b, ok := n.pendingReads[seq]
+	if !ok {
+		return
+	}
+	delete(n.pendingReads, seq)
+	for _, w := range b.waiters {
+		w <- readResult{index: rs.Index}
+	}
+}
+
+// expireReads fails read batches that got no answer within an election
+// timeout: the leader is gone or unreachable, and a read is safe to retry.
+func (n *node) expireReads() {
+	limit := time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
+	keep := n.pendingReadOrd[:0]
+	for _, seq := range n.pendingReadOrd {
+		b, ok := n.pendingReads[seq]
+		if !ok {
+			continue
+		}
+		if time.Since(b.started) > limit {
+			delete(n.pendingReads, seq)
+			for _, w := range b.waiters {
+				w <- readResult{err: errNoLeader}
+			}
+			continue
+		}
+		keep = append(keep, seq)
+	}
+	n.pendingReadOrd = keep
+}
+
+func (n *node) failReads(err error) {
+	for seq, b := range n.pendingReads {
+		for _, w := range b.waiters {
+			w <- readResult{err: err}
+		}
+		delete(n.pendingReads, seq)
+	}
+	n.pendingReadOrd = nil
+}
+
+// readIndex returns an index that a linearizable read must wait for:
+// confirmed by a quorum, then applied locally.
+func (n *node) readIndex(ctx context.Context) (uint64, error) {
+	if n.status.Load().lead == raft.None {
+		return 0, errNoLeader
+	}
+	start := time.Now()
+	ch := make(chan readResult, 1)
+	select {
+	case n.readC <- ch:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-n.doneC:
+		return 0, n.stoppedErr()
+	}
+	var res readResult
+	select {
+	case res = <-ch:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-n.doneC:
+		return 0, n.stoppedErr()
+	}
+	if res.err != nil {
+		return 0, res.err
+	}
+	if err := n.waitApplied(ctx, res.index); err != nil {
+		return 0, err
+	}
+	n.metrics.readIndexLatency.Observe(time.Since(start).Seconds())
+	return res.index, nil
+}
+
+func (n *node) waitApplied(ctx context.Context, index uint64) error {
+	select {
+	case <-n.applied.wait(index):
+		if n.applied.current() < index {
+			return n.stoppedErr()
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (n *node) stoppedErr() error {
+	if p := n.fatal.Load(); p != nil {
+		return fmt.Errorf("%w: %v", errStopped, *p)
+	}
+	return errStopped
+}
+
+// --- proposals --------------------------------------------------------------
+
+// proposeCommand replicates cmd and returns its result once applied here.
+func (n *node) proposeCommand(ctx context.Context, cmd *lodestonepb.Command) (proposalResult, error) {
+	body, err := proto.Marshal(cmd)
+	if err != nil {
+		return proposalResult{}, fmt.Errorf("encode command: %w", err)
+	}
+	id := n.nextID.Add(1)
+	data := make([]byte, 8+len(body))
+	binary.BigEndian.PutUint64(data, id)
+	copy(data[8:], body)
+	return n.proposeAndWait(ctx, id, func() error {
+		select {
+		case n.proposeC <- proposal{id: id, data: data}:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.doneC:
+			return n.stoppedErr()
+		}
+	})
+}
+
+// proposeAndWait registers a waiter for id, runs submit, and waits for the
+// apply loop to resolve the id.
+func (n *node) proposeAndWait(ctx context.Context, id uint64, submit func() error) (proposalResult, error) {
+	start := time.Now()
+	ch := n.waits.register(id)
+	if err := submit(); err != nil {
+		n.waits.cancel(id)
+		return proposalResult{}, err
+	}
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			n.metrics.proposals.WithLabelValues("failed").Inc()
+			return r, r.err
+		}
+		n.metrics.proposals.WithLabelValues("ok").Inc()
+		n.metrics.commitLatency.Observe(time.Since(start).Seconds())
+		return r, nil
+	case <-ctx.Done():
+		n.waits.cancel(id)
+		return proposalResult{}, ctx.Err()
+	}
+}
+
+// --- membership -------------------------------------------------------------
+
+// changeConf proposes a membership change on this node, which must be the
+// leader, and waits until it is applied here.
+func (n *node) changeConf(ctx context.Context, cc raftpb.ConfChangeV2, member *lodestonepb.Member) (uint64, error) {
+	id := n.nextID.Add(1)
+	cctx, err := proto.Marshal(&lodestonepb.ConfChangeContext{Member: member, RequestId: id})
+	if err != nil {
+		return 0, fmt.Errorf("encode conf change context: %w", err)
+	}
+	cc.Context = cctx
+	res, err := n.proposeAndWait(ctx, id, func() error {
+		done := make(chan error, 1)
+		select {
+		case n.confC <- confRequest{cc: cc, id: id, done: done}:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.doneC:
+			return n.stoppedErr()
+		}
+		return <-done
+	})
+	return res.index, err
+}
+
+// proposeConfChange runs in the loop: it checks the change against the
+// leader's view of the cluster and proposes it.
+func (n *node) proposeConfChange(c confRequest) error {
+	if n.status.Load().state != raft.StateLeader {
+		return errNotLeader
+	}
+	if n.appliedIndex < n.leaderGuard {
+		return fmt.Errorf("%w: the new leader is still applying its log (at %d of %d)", errBusy, n.appliedIndex, n.leaderGuard)
+	}
+	if n.confInFlight != 0 {
+		return fmt.Errorf("%w: another membership change is in progress", errBusy)
+	}
+	if err := n.checkConfChange(c.cc); err != nil {
+		return err
+	}
+	if err := n.rn.ProposeConfChange(c.cc); err != nil {
+		return errNoLeader
+	}
+	n.confInFlight = c.id
+	return nil
+}
+
+func (n *node) checkConfChange(cc raftpb.ConfChangeV2) error {
+	st := n.rn.Status()
+	voters := st.Config.Voters[0]
+	learners := st.Config.Learners
+	for _, ch := range cc.Changes {
+		_, isVoter := voters[ch.NodeID]
+		_, isLearner := learners[ch.NodeID]
+		switch ch.Type {
+		case raftpb.ConfChangeAddLearnerNode:
+			if isVoter || isLearner {
+				return fmt.Errorf("%w: member %x is already in the cluster", errInvalidMember, ch.NodeID)
+			}
+		case raftpb.ConfChangeAddNode:
+			if isVoter {
+				return fmt.Errorf("%w: member %x is already a voter", errInvalidMember, ch.NodeID)
+			}
+			if isLearner {
+				// Promotion: the learner must have caught up, or the
+				// cluster would wait on it for commits.
+				leaderMatch := st.Progress[n.id].Match
+				if pr, ok := st.Progress[ch.NodeID]; !ok || pr.Match*10 < leaderMatch*9 {
+					have := uint64(0)
+					if ok {
+						have = pr.Match
+					}
+					return fmt.Errorf("%w: learner %x has %d of %d entries; promote it once it has caught up", errNotReady, ch.NodeID, have, leaderMatch)
+				}
+			}
+		case raftpb.ConfChangeRemoveNode:
+			if !isVoter && !isLearner {
+				return fmt.Errorf("%w: member %x is not in the cluster", errUnknownMember, ch.NodeID)
+			}
+			if isVoter {
+				remaining, active := 0, 0
+				for id := range voters {
+					if id == ch.NodeID {
+						continue
+					}
+					remaining++
+					if pr, ok := st.Progress[id]; id == n.id || (ok && pr.RecentActive) {
+						active++
+					}
+				}
+				if remaining == 0 {
+					return fmt.Errorf("%w: cannot remove the last voter", errQuorum)
+				}
+				if need := remaining/2 + 1; active < need {
+					return fmt.Errorf("%w: removing %x would leave %d of %d remaining voters reachable; a quorum needs %d", errQuorum, ch.NodeID, active, remaining, need)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// transfer asks Raft to move leadership. With to == 0 the leader picks the
+// voter with the most of the log.
+func (n *node) transfer(t transferRequest) {
+	if n.status.Load().state != raft.StateLeader {
+		t.done <- transferResult{err: errNotLeader}
+		return
+	}
+	st := n.rn.Status()
+	to := t.to
+	if to == 0 {
+		var best uint64
+		for id := range st.Config.Voters[0] {
+			if id == n.id {
+				continue
+			}
+			if pr := st.Progress[id]; to == 0 || pr.Match > best {
+				to, best = id, pr.Match
+			}
+		}
+		if to == 0 {
+			t.done <- transferResult{err: fmt.Errorf("%w: no other voter to transfer leadership to", errInvalidMember)}
+			return
+		}
+	}
+	if _, ok := st.Config.Voters[0][to]; !ok {
+		t.done <- transferResult{err: fmt.Errorf("%w: member %x is not a voter", errUnknownMember, to)}
+		return
+	}
+	if to == n.id {
+		t.done <- transferResult{to: to}
+		return
+	}
+	n.rn.TransferLeader(to)
+	t.done <- transferResult{to: to}
+}
+
+// transferLeader moves leadership (this node must lead) and waits until the
+// target leads.
+func (n *node) transferLeader(ctx context.Context, to uint64) (uint64, error) {
+	done := make(chan transferResult, 1)
+	select {
+	case n.transferC <- transferRequest{to: to, done: done}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-n.doneC:
+		return 0, n.stoppedErr()
+	}
+	res := <-done
+	if res.err != nil {
+		return 0, res.err
+	}
+	for {
+		changed := n.leaderChanged()
+		if n.status.Load().lead == res.to {
+			return res.to, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return 0, fmt.Errorf("leadership did not move to %x: %w", res.to, ctx.Err())
+		}
+	}
+}
+
+// raftStatus is a consistent copy of Raft's status, taken in the loop's
+// absence of mutation by asking the RawNode through the loop would cost a
+// round trip; the published nodeStatus is enough for most callers.
+func (n *node) publishedStatus() nodeStatus { return *n.status.Load() }

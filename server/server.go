@@ -1,0 +1,288 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/netutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/raftlog"
+	"github.com/lodestone-kv/lodestone/store"
+)
+
+// Version is the server's version string, set at build time.
+var Version = "dev"
+
+// Server is one registry node: the Raft node, the client gRPC listener, the
+// peer gRPC listener and the HTTP listener (metrics, health).
+type Server struct {
+	cfg     Config
+	logger  *slog.Logger
+	metrics *metrics
+	store   *store.Store
+	node    *node
+	kv      *kvService
+
+	peerLis, grpcLis, httpLis net.Listener
+	peerSrv, grpcSrv          *grpc.Server
+	httpSrv                   *http.Server
+	// Mux is the HTTP handler tree; other components add their routes.
+	Mux *http.ServeMux
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errC   chan error
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New opens the node's data and binds its listeners; Start serves.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("node", cfg.Name)
+	s := &Server{cfg: cfg, logger: logger, metrics: newMetrics(), store: store.New(), Mux: http.NewServeMux(), errC: make(chan error, 4)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.kv = &kvService{s: s}
+
+	var err error
+	listen := func(addr string) net.Listener {
+		if err != nil {
+			return nil
+		}
+		var l net.Listener
+		l, err = net.Listen("tcp", addr)
+		if err != nil {
+			err = fmt.Errorf("listen on %s: %w", addr, err)
+		}
+		return l
+	}
+	s.peerLis = listen(cfg.ListenPeer)
+	s.grpcLis = listen(cfg.ListenGRPC)
+	s.httpLis = listen(cfg.ListenHTTP)
+	if err != nil {
+		s.closeListeners()
+		return nil, err
+	}
+	// A member listening on port 0 advertises the port it got.
+	if _, ok := cfg.InitialCluster[cfg.Name]; ok {
+		cfg.InitialCluster[cfg.Name] = s.peerLis.Addr().String()
+	}
+	s.cfg = cfg
+	s.node, err = newNode(cfg, logger, s.metrics, s.store)
+	if err != nil {
+		s.closeListeners()
+		return nil, err
+	}
+	s.metrics.reg.MustRegister(raftlog.NewCollector(s.node.log))
+	return s, nil
+}
+
+func (s *Server) closeListeners() {
+	for _, l := range []net.Listener{s.peerLis, s.grpcLis, s.httpLis} {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+// PeerAddr, GRPCAddr and HTTPAddr are the bound listener addresses.
+func (s *Server) PeerAddr() string { return s.peerLis.Addr().String() }
+func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
+func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
+
+// ID is this member's Raft id.
+func (s *Server) ID() uint64 { return s.node.id }
+
+// Registry is the server's Prometheus registry.
+func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
+
+// Store is the replicated state machine, for read-only use by components
+// that live in the same process.
+func (s *Server) Store() *store.Store { return s.store }
+
+// Start begins serving; it returns at once. Done reports when the server
+// stops by itself (removed from the cluster or a fatal disk error).
+func (s *Server) Start() {
+	s.peerSrv = grpc.NewServer(
+		grpc.MaxRecvMsgSize(peerMaxMsgBytes), grpc.MaxSendMsgSize(peerMaxMsgBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+	)
+	lodestonepb.RegisterPeerServer(s.peerSrv, &peerService{s: s})
+
+	s.grpcSrv = grpc.NewServer(
+		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
+		grpc.MaxConcurrentStreams(s.cfg.MaxStreamsPerConnection),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.ChainUnaryInterceptor(s.countRequests),
+	)
+	lodestonepb.RegisterKVServer(s.grpcSrv, s.kv)
+	lodestonepb.RegisterClusterServer(s.grpcSrv, &clusterService{s: s})
+
+	s.routeHTTP()
+	s.httpSrv = &http.Server{Handler: s.Mux, ReadHeaderTimeout: 10 * time.Second}
+
+	s.node.start()
+	maxConns := s.cfg.MaxConnections
+	if maxConns <= 0 {
+		maxConns = DefaultConfig().MaxConnections
+	}
+	s.serve("peer grpc", func() error { return s.peerSrv.Serve(s.peerLis) })
+	s.serve("client grpc", func() error { return s.grpcSrv.Serve(netutil.LimitListener(s.grpcLis, maxConns)) })
+	s.serve("http", func() error {
+		if err := s.httpSrv.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.publishSelf()
+	}()
+	s.logger.Info("server started", "peer", s.PeerAddr(), "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "id", fmt.Sprintf("%x", s.node.id))
+}
+
+func (s *Server) serve(name string, fn func() error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := fn(); err != nil && s.ctx.Err() == nil {
+			s.errC <- fmt.Errorf("%s listener: %w", name, err)
+		}
+	}()
+}
+
+// Done is closed-over by callers that want to know when the server must
+// stop on its own; it yields the reason.
+func (s *Server) Done() <-chan error {
+	out := make(chan error, 1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		select {
+		case err := <-s.errC:
+			out <- err
+		case <-s.node.removedC:
+			out <- errors.New("this member was removed from the cluster")
+		case <-s.node.doneC:
+			out <- s.node.stoppedErr()
+		case <-s.ctx.Done():
+		}
+	}()
+	return out
+}
+
+// publishSelf records this member's client addresses in the replicated
+// membership, so clients can find every member's gRPC endpoint.
+func (s *Server) publishSelf() {
+	backoff := 200 * time.Millisecond
+	for s.ctx.Err() == nil {
+		if s.node.publishedStatus().lead != 0 {
+			if s.selfPublished() {
+				return
+			}
+			ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+			_, err := s.node.proposeCommand(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_Member{Member: &lodestonepb.Member{
+				Id: s.node.id, Name: s.cfg.Name, GrpcAddr: s.GRPCAddr(), HttpAddr: s.HTTPAddr(),
+			}}})
+			cancel()
+			if err == nil && s.selfPublished() {
+				return
+			}
+			if err != nil {
+				s.logger.Debug("publish member addresses", "err", err)
+			}
+		}
+		select {
+		case <-time.After(backoff):
+		case <-s.ctx.Done():
+			return
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+func (s *Server) selfPublished() bool {
+	for _, m := range s.store.Members() {
+		if m.Id == s.node.id {
+			return m.GrpcAddr == s.GRPCAddr() && m.HttpAddr == s.HTTPAddr()
+		}
+	}
+	return false
+}
+
+func (s *Server) countRequests(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	s.metrics.requests.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+	return resp, err
+}
+
+func (s *Server) logStats() *lodestonepb.LogStats {
+	st := s.node.log.Stats()
+	return &lodestonepb.LogStats{
+		FirstIndex: st.FirstIndex, LastIndex: st.LastIndex, FileBytes: uint64(st.FileBytes),
+		FreePages: uint64(st.FreePages), PendingPages: uint64(st.PendingPages),
+		FreeBytes: uint64(st.FreeBytes), FreelistBytes: uint64(st.FreelistBytes), SnapshotIndex: st.SnapshotIndex,
+	}
+}
+
+// Close stops serving, stops the node and waits for every goroutine.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		var errs []error
+		if s.grpcSrv != nil {
+			stopGracefully(s.grpcSrv, 5*time.Second)
+		}
+		if s.httpSrv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := s.httpSrv.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("stop http: %w", err))
+			}
+			cancel()
+		}
+		if s.peerSrv != nil {
+			// NB: peer streams never end by themselves; stop hard.
+			s.peerSrv.Stop()
+		}
+		s.closeListeners()
+		errs = append(errs, s.node.stop())
+		s.wg.Wait()
+		s.closeErr = errors.Join(errs...)
+		s.logger.Info("server stopped")
+	})
+	return s.closeErr
+}
+
+func stopGracefully(srv *grpc.Server, timeout time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		srv.Stop()
+		<-done
+	}
+}

@@ -1,0 +1,399 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+)
+
+// The peer transport keeps one gRPC client stream per peer for ordinary
+// Raft messages and opens a separate stream per snapshot, so a large
+// snapshot never delays heartbeats. Raft tolerates loss, so when a peer's
+// queue is full or its stream is down messages are dropped and Raft is told
+// the peer is unreachable; it retries by itself.
+
+const (
+	peerQueueLen      = 4096
+	peerBatchMax      = 256
+	snapshotChunkSize = 1 << 20
+	peerMaxMsgBytes   = 64 << 20
+	snapshotTimeout   = 10 * time.Minute
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// transportEvent is reported back to the Raft loop, which alone may touch
+// the RawNode.
+type transportEvent struct {
+	to          uint64
+	unreachable bool
+	snapshot    bool
+	snapStatus  raft.SnapshotStatus
+}
+
+type transport struct {
+	self    uint64
+	logger  *slog.Logger
+	metrics *metrics
+
+	// deliver hands a received message to the Raft loop; it may block to
+	// push back on a peer that sends faster than the loop steps.
+	deliver func(ctx context.Context, m raftpb.Message) error
+	// events carries unreachable and snapshot reports to the loop.
+	events chan transportEvent
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	peers map[uint64]*peer
+}
+
+type peer struct {
+	id     uint64
+	addr   string
+	conn   *grpc.ClientConn
+	queue  chan raftpb.Message
+	cancel context.CancelFunc
+}
+
+func newTransport(self uint64, logger *slog.Logger, m *metrics, deliver func(context.Context, raftpb.Message) error) *transport {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &transport{
+		self:    self,
+		logger:  logger,
+		metrics: m,
+		deliver: deliver,
+		events:  make(chan transportEvent, 1024),
+		ctx:     ctx,
+		cancel:  cancel,
+		peers:   map[uint64]*peer{},
+	}
+}
+
+// setPeer adds a peer or changes its address. Adding self is a no-op.
+func (t *transport) setPeer(id uint64, addr string) error {
+	if id == t.self || addr == "" {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ctx.Err() != nil {
+		return errStopped
+	}
+	if p, ok := t.peers[id]; ok {
+		if p.addr == addr {
+			return nil
+		}
+		t.stopPeerLocked(p)
+	}
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(peerMaxMsgBytes), grpc.MaxCallSendMsgSize(peerMaxMsgBytes)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	if err != nil {
+		return fmt.Errorf("dial peer %x at %s: %w", id, addr, err)
+	}
+	ctx, cancel := context.WithCancel(t.ctx)
+	p := &peer{id: id, addr: addr, conn: conn, queue: make(chan raftpb.Message, peerQueueLen), cancel: cancel}
+	t.peers[id] = p
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		t.runPeer(ctx, p)
+	}()
+	t.logger.Info("peer added", "peer", fmt.Sprintf("%x", id), "addr", addr)
+	return nil
+}
+
+func (t *transport) removePeer(id uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p, ok := t.peers[id]; ok {
+		t.stopPeerLocked(p)
+		delete(t.peers, id)
+		t.logger.Info("peer removed", "peer", fmt.Sprintf("%x", id))
+	}
+}
+
+func (t *transport) stopPeerLocked(p *peer) {
+	p.cancel()
+	if err := p.conn.Close(); err != nil {
+		t.logger.Debug("close peer connection", "peer", fmt.Sprintf("%x", p.id), "err", err)
+	}
+}
+
+// peerAddr returns the known address of a peer.
+func (t *transport) peerAddr(id uint64) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p, ok := t.peers[id]
+	if !ok {
+		return "", false
+	}
+	return p.addr, true
+}
+
+// peerConn returns the connection to a peer, for forwarding requests.
+func (t *transport) peerConn(id uint64) (*grpc.ClientConn, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p, ok := t.peers[id]
+	if !ok {
+		return nil, false
+	}
+	return p.conn, true
+}
+
+// send queues messages without blocking. MsgSnap goes on its own stream.
+func (t *transport) send(msgs []raftpb.Message) {
+	for _, m := range msgs {
+		if m.To == t.self {
+			continue
+		}
+		t.mu.Lock()
+		p, ok := t.peers[m.To]
+		t.mu.Unlock()
+		if !ok {
+			t.logger.Debug("drop message to unknown peer", "peer", fmt.Sprintf("%x", m.To), "type", m.Type.String())
+			continue
+		}
+		if m.Type == raftpb.MsgSnap {
+			t.wg.Add(1)
+			go func() {
+				defer t.wg.Done()
+				t.sendSnapshot(p, m)
+			}()
+			continue
+		}
+		select {
+		case p.queue <- m:
+		default:
+			t.metrics.peerDropped.WithLabelValues(fmt.Sprintf("%x", m.To)).Inc()
+			t.report(transportEvent{to: m.To, unreachable: true})
+		}
+	}
+}
+
+func (t *transport) report(ev transportEvent) {
+	select {
+	case t.events <- ev:
+	default:
+		// NB: unreachable reports are advisory; dropping one only delays
+		// a probe. Snapshot reports go through reportBlocking.
+	}
+}
+
+func (t *transport) reportBlocking(ev transportEvent) {
+	select {
+	case t.events <- ev:
+	case <-t.ctx.Done():
+	}
+}
+
+// runPeer keeps a stream open to one peer and writes queued messages to it
+// in batches, reconnecting with jittered backoff.
+func (t *transport) runPeer(ctx context.Context, p *peer) {
+	backoff := 50 * time.Millisecond
+	client := lodestonepb.NewPeerClient(p.conn)
+	for ctx.Err() == nil {
+		err := t.streamTo(ctx, client, p)
+		if ctx.Err() != nil {
+			return
+		}
+		t.logger.Debug("peer stream ended", "peer", fmt.Sprintf("%x", p.id), "err", err)
+		t.report(transportEvent{to: p.id, unreachable: true})
+		// Drop what queued up while the stream was down: it is stale, and
+		// Raft resends what matters once the peer answers again.
+		for drained := false; !drained; {
+			select {
+			case <-p.queue:
+			default:
+				drained = true
+			}
+		}
+		sleep := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-time.After(sleep):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+func (t *transport) streamTo(ctx context.Context, client lodestonepb.PeerClient, p *peer) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := client.Send(sctx)
+	if err != nil {
+		return fmt.Errorf("open stream: %w", err)
+	}
+	batch := &lodestonepb.RaftBatch{}
+	for {
+		var m raftpb.Message
+		select {
+		case m = <-p.queue:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		batch.Msgs = batch.Msgs[:0]
+		for {
+			b, err := m.Marshal()
+			if err != nil {
+				return fmt.Errorf("marshal %s: %w", m.Type, err)
+			}
+			batch.Msgs = append(batch.Msgs, b)
+			if len(batch.Msgs) >= peerBatchMax {
+				break
+			}
+			select {
+			case m = <-p.queue:
+				continue
+			default:
+			}
+			break
+		}
+		if err := stream.Send(batch); err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		t.metrics.peerSent.WithLabelValues(fmt.Sprintf("%x", p.id)).Add(float64(len(batch.Msgs)))
+	}
+}
+
+func (t *transport) sendSnapshot(p *peer, m raftpb.Message) {
+	start := time.Now()
+	err := t.streamSnapshot(p, m)
+	status := raft.SnapshotFinish
+	if err != nil {
+		status = raft.SnapshotFailure
+		t.logger.Warn("snapshot send failed", "peer", fmt.Sprintf("%x", p.id), "index", m.Snapshot.Metadata.Index, "err", err)
+	} else {
+		t.logger.Info("snapshot sent", "peer", fmt.Sprintf("%x", p.id), "index", m.Snapshot.Metadata.Index,
+			"bytes", len(m.Snapshot.Data), "took", time.Since(start))
+	}
+	t.reportBlocking(transportEvent{to: p.id, snapshot: true, snapStatus: status})
+}
+
+func (t *transport) streamSnapshot(p *peer, m raftpb.Message) error {
+	ctx, cancel := context.WithTimeout(t.ctx, snapshotTimeout)
+	defer cancel()
+	stream, err := lodestonepb.NewPeerClient(p.conn).Snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("open snapshot stream: %w", err)
+	}
+	data := m.Snapshot.Data
+	head := m
+	snap := *m.Snapshot
+	snap.Data = nil
+	head.Snapshot = &snap
+	hb, err := head.Marshal()
+	if err != nil {
+		return fmt.Errorf("marshal snapshot message: %w", err)
+	}
+	if err := stream.Send(&lodestonepb.SnapshotChunk{Message: hb}); err != nil {
+		return fmt.Errorf("send snapshot header: %w", err)
+	}
+	for off := 0; off < len(data); off += snapshotChunkSize {
+		end := min(off+snapshotChunkSize, len(data))
+		if err := stream.Send(&lodestonepb.SnapshotChunk{Data: data[off:end]}); err != nil {
+			return fmt.Errorf("send snapshot chunk at %d: %w", off, err)
+		}
+	}
+	if err := stream.Send(&lodestonepb.SnapshotChunk{Last: true, Crc32C: crc32.Checksum(data, castagnoli)}); err != nil {
+		return fmt.Errorf("send snapshot trailer: %w", err)
+	}
+	if _, err := stream.CloseAndRecv(); err != nil {
+		return fmt.Errorf("snapshot not accepted: %w", err)
+	}
+	return nil
+}
+
+// receiveStream serves Peer.Send: it decodes batches and hands each
+// message to the Raft loop in order.
+func (t *transport) receiveStream(stream lodestonepb.Peer_SendServer) error {
+	for {
+		batch, err := stream.Recv()
+		if err == io.EOF {
+			return stream.SendAndClose(&lodestonepb.RaftAck{})
+		}
+		if err != nil {
+			return err
+		}
+		for _, b := range batch.Msgs {
+			var m raftpb.Message
+			if err := m.Unmarshal(b); err != nil {
+				return fmt.Errorf("decode raft message: %w", err)
+			}
+			if err := t.deliver(stream.Context(), m); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// receiveSnapshot serves Peer.Snapshot: it reassembles and checks the data
+// before Raft sees the message.
+func (t *transport) receiveSnapshot(stream lodestonepb.Peer_SnapshotServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return fmt.Errorf("receive snapshot header: %w", err)
+	}
+	var m raftpb.Message
+	if err := m.Unmarshal(first.Message); err != nil || m.Type != raftpb.MsgSnap || m.Snapshot == nil {
+		return fmt.Errorf("snapshot stream does not start with a MsgSnap (decode error: %v)", err)
+	}
+	var data []byte
+	for {
+		c, err := stream.Recv()
+		if err != nil {
+			return fmt.Errorf("receive snapshot data after %d bytes: %w", len(data), err)
+		}
+		data = append(data, c.Data...)
+		if c.Last {
+			if got := crc32.Checksum(data, castagnoli); got != c.Crc32C {
+				return fmt.Errorf("snapshot at index %d: checksum %08x, want %08x", m.Snapshot.Metadata.Index, got, c.Crc32C)
+			}
+			break
+		}
+	}
+	m.Snapshot.Data = data
+	t.logger.Info("snapshot received", "index", m.Snapshot.Metadata.Index, "bytes", len(data))
+	if err := t.deliver(stream.Context(), m); err != nil {
+		return err
+	}
+	return stream.SendAndClose(&lodestonepb.RaftAck{})
+}
+
+// close stops every peer goroutine and waits for them.
+func (t *transport) close() error {
+	t.cancel()
+	t.mu.Lock()
+	var errs []error
+	for id, p := range t.peers {
+		p.cancel()
+		if err := p.conn.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close peer %x: %w", id, err))
+		}
+		delete(t.peers, id)
+	}
+	t.mu.Unlock()
+	t.wg.Wait()
+	return errors.Join(errs...)
+}
