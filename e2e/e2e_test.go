@@ -308,6 +308,7 @@ func TestKillLeaderLosesNoAcknowledgedWrite(t *testing.T) {
 	for _, nd := range nodes {
 		initial = append(initial, nd.name+"="+nd.peer)
 	}
+	t.Logf("restarting %s (grpc %s)", leader.name, leader.grpc)
 	leader.start(t, dir, strings.Join(initial, ","))
 	waitReady(t, leader.http, 30*time.Second)
 
@@ -315,7 +316,7 @@ func TestKillLeaderLosesNoAcknowledgedWrite(t *testing.T) {
 		kv := lodestonepb.NewKVClient(conns[nd.name])
 		missing := 0
 		for key, val := range acked {
-			resp, err := kv.Get(ctx, &lodestonepb.GetRequest{Key: []byte(key)})
+			resp, err := kv.Get(ctx, &lodestonepb.GetRequest{Key: []byte(key)}, grpc.WaitForReady(true))
 			if err != nil {
 				t.Fatalf("read %s on %s: %v", key, nd.name, err)
 			}

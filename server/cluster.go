@@ -8,6 +8,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
@@ -171,10 +173,11 @@ func (s *Server) changeConf(ctx context.Context, cc raftpb.ConfChangeV2, m *lode
 }
 
 func (s *Server) forwardConfChange(ctx context.Context, cc raftpb.ConfChangeV2, m *lodestonepb.Member) (uint64, error) {
-	peer, err := s.leaderPeer()
+	peer, done, err := s.leaderPeer()
 	if err != nil {
 		return 0, err
 	}
+	defer done()
 	cctx, err := proto.Marshal(&lodestonepb.ConfChangeContext{Member: m})
 	if err != nil {
 		return 0, fmt.Errorf("encode member: %w", err)
@@ -195,10 +198,11 @@ func (s *Server) transferLeader(ctx context.Context, to uint64) (uint64, error) 
 	if s.node.publishedStatus().state == raft.StateLeader {
 		return s.node.transferLeader(ctx, to)
 	}
-	peer, err := s.leaderPeer()
+	peer, done, err := s.leaderPeer()
 	if err != nil {
 		return 0, err
 	}
+	defer done()
 	resp, err := peer.TransferLeader(ctx, &lodestonepb.TransferLeaderRequest{To: &lodestonepb.MemberRef{Id: to}})
 	if err != nil {
 		return 0, err
@@ -218,16 +222,24 @@ func (s *Server) transferLeader(ctx context.Context, to uint64) (uint64, error) 
 	}
 }
 
-func (s *Server) leaderPeer() (lodestonepb.PeerClient, error) {
+// leaderPeer opens a connection to the leader's peer listener for one
+// forwarded request. NB: it is not the transport's connection, which is
+// closed the moment a removal of the leader applies here — while the
+// forwarded removal itself still waits for its answer.
+func (s *Server) leaderPeer() (lodestonepb.PeerClient, func(), error) {
 	lead := s.node.publishedStatus().lead
 	if lead == raft.None {
-		return nil, errNoLeader
+		return nil, nil, errNoLeader
 	}
-	conn, ok := s.node.transport.peerConn(lead)
+	addr, ok := s.node.transport.peerAddr(lead)
 	if !ok {
-		return nil, fmt.Errorf("%w: leader %x has no known peer address", errNoLeader, lead)
+		return nil, nil, fmt.Errorf("%w: leader %x has no known peer address", errNoLeader, lead)
 	}
-	return lodestonepb.NewPeerClient(conn), nil
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("dial leader at %s: %w", addr, err)
+	}
+	return lodestonepb.NewPeerClient(conn), func() { conn.Close() }, nil
 }
 
 // peerService serves the Peer API: Raft traffic and leader-side requests.

@@ -1,17 +1,22 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
@@ -28,6 +33,19 @@ type testCluster struct {
 	servers map[string]*Server
 	dirs    map[string]string
 	conns   map[string]*grpc.ClientConn
+	logs    syncBuffer
+}
+
+// syncBuffer collects every member's logs; they are printed if the test fails.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
 }
 
 type clusterOption func(*Config)
@@ -75,7 +93,18 @@ func newTestCluster(t *testing.T, n int, opts ...clusterOption) *testCluster {
 	for _, name := range c.names {
 		c.start(name, false)
 	}
-	t.Cleanup(c.close)
+	t.Cleanup(func() {
+		c.close()
+		if t.Failed() {
+			c.logs.mu.Lock()
+			out := c.logs.b.Bytes()
+			if len(out) > 20000 {
+				out = out[len(out)-20000:]
+			}
+			t.Logf("cluster logs (tail):\n%s", out)
+			c.logs.mu.Unlock()
+		}
+	})
 	c.waitLeader()
 	return c
 }
@@ -94,6 +123,7 @@ func (c *testCluster) start(name string, join bool) *Server {
 	for n, a := range c.peers {
 		cfg.InitialCluster[n] = a
 	}
+	cfg.Logger = slog.New(slog.NewTextHandler(&c.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s, err := New(cfg)
 	if err != nil {
 		c.t.Fatalf("start %s: %v", name, err)
@@ -251,13 +281,22 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
+// put writes key, retrying while the server answers Unavailable (which
+// promises the write was not applied), as a client would.
 func put(t *testing.T, kv lodestonepb.KVClient, key, value string) *lodestonepb.PutResponse {
 	t.Helper()
-	resp, err := kv.Put(ctxT(t), &lodestonepb.PutRequest{Key: []byte(key), Value: []byte(value)})
-	if err != nil {
-		t.Fatalf("put %q: %v", key, err)
+	ctx := ctxT(t)
+	for {
+		resp, err := kv.Put(ctx, &lodestonepb.PutRequest{Key: []byte(key), Value: []byte(value)})
+		if status.Code(err) == codes.Unavailable && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("put %q: %v", key, err)
+		}
+		return resp
 	}
-	return resp
 }
 
 func get(t *testing.T, kv lodestonepb.KVClient, key string, c lodestonepb.Consistency) *lodestonepb.KeyValue {
@@ -267,4 +306,16 @@ func get(t *testing.T, kv lodestonepb.KVClient, key string, c lodestonepb.Consis
 		t.Fatalf("get %q: %v", key, err)
 	}
 	return resp.Kv
+}
+
+// waitFor polls cond until it holds or within passes.
+func waitFor(t *testing.T, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

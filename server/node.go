@@ -66,6 +66,9 @@ type node struct {
 
 	status atomic.Pointer[nodeStatus]
 
+	heardMu sync.Mutex
+	heard   map[uint64]time.Time // when each peer last sent us anything
+
 	leaderMu sync.Mutex
 	leaderCh chan struct{} // closed and replaced on every leader change
 
@@ -152,6 +155,7 @@ func newNode(cfg Config, logger *slog.Logger, m *metrics, st *store.Store) (*nod
 		removedC:     make(chan struct{}),
 		leaderCh:     make(chan struct{}),
 		pendingReads: map[uint64]*readBatch{},
+		heard:        map[uint64]time.Time{},
 	}
 	n.nextID.Store(uint64(time.Now().UnixNano()))
 	n.status.Store(&nodeStatus{})
@@ -209,7 +213,7 @@ func (n *node) init() error {
 	n.rn = rn
 	n.applied.advance(n.appliedIndex)
 
-	n.transport = newTransport(n.id, n.logger, n.metrics, n.deliver)
+	n.transport = newTransport(n.id, n.logger, n.metrics, n.deliver, n.proposalsDropped)
 	for name, addr := range n.cfg.InitialCluster {
 		if err := n.transport.setPeer(MemberID(name), addr); err != nil {
 			return err
@@ -355,7 +359,20 @@ func (n *node) step(first raftpb.Message) {
 	}
 }
 
+// proposalsDropped answers the callers of proposals that never left this
+// node: they were not applied, so the callers may retry.
+func (n *node) proposalsDropped(m raftpb.Message) {
+	for _, e := range m.Entries {
+		if e.Type == raftpb.EntryNormal && len(e.Data) >= 8 {
+			n.waits.trigger(binary.BigEndian.Uint64(e.Data), proposalResult{err: errNoLeader})
+		}
+	}
+}
+
 func (n *node) stepOne(m raftpb.Message) {
+	n.heardMu.Lock()
+	n.heard[m.From] = time.Now()
+	n.heardMu.Unlock()
 	if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 		n.logger.Debug("step", "type", m.Type.String(), "from", fmt.Sprintf("%x", m.From), "err", err)
 	}
@@ -384,13 +401,15 @@ func (n *node) handleReady() error {
 		// copies, and the leader counts itself only after Save returns.
 		n.transport.send(rd.Messages)
 	}
-	if err := n.log.Save(rd.HardState, rd.Entries); err != nil {
-		return fmt.Errorf("persist ready: %w", err)
-	}
 	if !raft.IsEmptySnap(rd.Snapshot) {
+		// The snapshot goes first: the hard state saved next may commit
+		// up to its index, past anything the log held before.
 		if err := n.installSnapshot(rd.Snapshot); err != nil {
 			return err
 		}
+	}
+	if err := n.log.Save(rd.HardState, rd.Entries); err != nil {
+		return fmt.Errorf("persist ready: %w", err)
 	}
 	if !isLeader {
 		// A follower's acknowledgements promise durability: send them only
@@ -441,7 +460,7 @@ func (n *node) softStateChanged(ss *raft.SoftState, ents []raftpb.Entry) {
 	}
 	if prev.lead != ss.Lead {
 		n.metrics.leaderChanges.Inc()
-		n.logger.Info("leader changed", "node", n.cfg.Name, "leader", fmt.Sprintf("%x", ss.Lead), "state", ss.RaftState.String())
+		n.logger.Info("leader changed", "leader", fmt.Sprintf("%x", ss.Lead), "state", ss.RaftState.String())
 		n.leaderMu.Lock()
 		close(n.leaderCh)
 		n.leaderCh = make(chan struct{})
@@ -899,7 +918,7 @@ func (n *node) checkConfChange(cc raftpb.ConfChangeV2) error {
 						continue
 					}
 					remaining++
-					if pr, ok := st.Progress[id]; id == n.id || (ok && pr.RecentActive) {
+					if pr, ok := st.Progress[id]; id == n.id || (ok && pr.RecentActive && n.peerActive(id)) {
 						active++
 					}
 				}
@@ -913,6 +932,20 @@ func (n *node) checkConfChange(cc raftpb.ConfChangeV2) error {
 		}
 	}
 	return nil
+}
+
+// peerActive reports whether a peer answered within a few heartbeats.
+// NB: Raft's own RecentActive stays true for up to an election timeout after
+// a peer dies, which is too stale to guard a removal with.
+func (n *node) peerActive(id uint64) bool {
+	if id == n.id {
+		return true
+	}
+	n.heardMu.Lock()
+	at, ok := n.heard[id]
+	n.heardMu.Unlock()
+	window := max(3*time.Duration(n.cfg.HeartbeatTicks)*n.cfg.TickInterval, 100*time.Millisecond)
+	return ok && time.Since(at) <= window
 }
 
 // transfer asks Raft to move leadership. With to == 0 the leader picks the

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -55,6 +56,10 @@ type transport struct {
 	deliver func(ctx context.Context, m raftpb.Message) error
 	// events carries unreachable and snapshot reports to the loop.
 	events chan transportEvent
+	// dropped is told of proposals that were never sent (MsgProp from a
+	// follower to its leader); Raft does not resend them, so their callers
+	// can be told at once that nothing was applied. It must not block.
+	dropped func(raftpb.Message)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -72,13 +77,14 @@ type peer struct {
 	cancel context.CancelFunc
 }
 
-func newTransport(self uint64, logger *slog.Logger, m *metrics, deliver func(context.Context, raftpb.Message) error) *transport {
+func newTransport(self uint64, logger *slog.Logger, m *metrics, deliver func(context.Context, raftpb.Message) error, dropped func(raftpb.Message)) *transport {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &transport{
 		self:    self,
 		logger:  logger,
 		metrics: m,
 		deliver: deliver,
+		dropped: dropped,
 		events:  make(chan transportEvent, 1024),
 		ctx:     ctx,
 		cancel:  cancel,
@@ -105,6 +111,12 @@ func (t *transport) setPeer(id uint64, addr string) error {
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(peerMaxMsgBytes), grpc.MaxCallSendMsgSize(peerMaxMsgBytes)),
+		// NB: gRPC's default reconnect backoff grows to two minutes; a
+		// member that restarts must hear heartbeats within an election.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	if err != nil {
@@ -172,6 +184,7 @@ func (t *transport) send(msgs []raftpb.Message) {
 		t.mu.Unlock()
 		if !ok {
 			t.logger.Debug("drop message to unknown peer", "peer", fmt.Sprintf("%x", m.To), "type", m.Type.String())
+			t.drop(m)
 			continue
 		}
 		if m.Type == raftpb.MsgSnap {
@@ -185,9 +198,16 @@ func (t *transport) send(msgs []raftpb.Message) {
 		select {
 		case p.queue <- m:
 		default:
-			t.metrics.peerDropped.WithLabelValues(fmt.Sprintf("%x", m.To)).Inc()
+			t.drop(m)
 			t.report(transportEvent{to: m.To, unreachable: true})
 		}
+	}
+}
+
+func (t *transport) drop(m raftpb.Message) {
+	t.metrics.peerDropped.WithLabelValues(fmt.Sprintf("%x", m.To)).Inc()
+	if m.Type == raftpb.MsgProp && t.dropped != nil {
+		t.dropped(m)
 	}
 }
 
@@ -223,7 +243,8 @@ func (t *transport) runPeer(ctx context.Context, p *peer) {
 		// Raft resends what matters once the peer answers again.
 		for drained := false; !drained; {
 			select {
-			case <-p.queue:
+			case m := <-p.queue:
+				t.drop(m)
 			default:
 				drained = true
 			}

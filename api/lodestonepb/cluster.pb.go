@@ -2,7 +2,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: cluster.proto
+// source: lodestone/v1/cluster.proto
 
 package lodestonepb
 
@@ -39,7 +39,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_cluster_proto_msgTypes[0]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -51,7 +51,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[0]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -64,7 +64,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{0}
+	return file_lodestone_v1_cluster_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Member) GetId() uint64 {
@@ -117,7 +117,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_cluster_proto_msgTypes[1]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -129,7 +129,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[1]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -142,7 +142,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{1}
+	return file_lodestone_v1_cluster_proto_rawDescGZIP(), []int{1}
 }
 
 type MembersResponse struct {
@@ -155,7 +155,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_cluster_proto_msgTypes[2]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -167,7 +167,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[2]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -180,7 +180,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{2}
+	return file_lodestone_v1_cluster_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *MembersResponse) GetHeader() *ResponseHeader {
@@ -210,7 +210,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -222,7 +222,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -235,7 +235,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{3}
+	return file_lodestone_v1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AddMemberRequest) GetName() string {
@@ -284,7 +284,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -296,7 +296,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -309,7 +309,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{4}
+	return file_lodestone_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AddMemberResponse) GetHeader() *ResponseHeader {
@@ -344,7 +344,7 @@ type MemberRef struct {
 
 func (x *MemberRef) Reset() {
 	*x = MemberRef{}
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +356,7 @@ func (x *MemberRef) String() string {
 func (*MemberRef) ProtoMessage() {}
 
 func (x *MemberRef) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +369,7 @@ func (x *MemberRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRef.ProtoReflect.Descriptor instead.
 func (*MemberRef) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{5}
+	return file_lodestone_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MemberRef) GetId() uint64 {
@@ -395,7 +395,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +407,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +420,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{6}
+	return file_lodestone_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RemoveMemberRequest) GetMember() *MemberRef {
@@ -440,7 +440,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -452,7 +452,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -465,7 +465,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{7}
+	return file_lodestone_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RemoveMemberResponse) GetHeader() *ResponseHeader {
@@ -491,7 +491,7 @@ type PromoteMemberRequest struct {
 
 func (x *PromoteMemberRequest) Reset() {
 	*x = PromoteMemberRequest{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +503,7 @@ func (x *PromoteMemberRequest) String() string {
 func (*PromoteMemberRequest) ProtoMessage() {}
 
 func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +516,7 @@ func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberRequest.ProtoReflect.Descriptor instead.
 func (*PromoteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_lodestone_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PromoteMemberRequest) GetMember() *MemberRef {
@@ -536,7 +536,7 @@ type PromoteMemberResponse struct {
 
 func (x *PromoteMemberResponse) Reset() {
 	*x = PromoteMemberResponse{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +548,7 @@ func (x *PromoteMemberResponse) String() string {
 func (*PromoteMemberResponse) ProtoMessage() {}
 
 func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +561,7 @@ func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberResponse.ProtoReflect.Descriptor instead.
 func (*PromoteMemberResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_lodestone_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PromoteMemberResponse) GetHeader() *ResponseHeader {
@@ -588,7 +588,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +600,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +613,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_lodestone_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TransferLeaderRequest) GetTo() *MemberRef {
@@ -633,7 +633,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +645,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +658,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_lodestone_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TransferLeaderResponse) GetHeader() *ResponseHeader {
@@ -691,7 +691,7 @@ type LogStats struct {
 
 func (x *LogStats) Reset() {
 	*x = LogStats{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +703,7 @@ func (x *LogStats) String() string {
 func (*LogStats) ProtoMessage() {}
 
 func (x *LogStats) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +716,7 @@ func (x *LogStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogStats.ProtoReflect.Descriptor instead.
 func (*LogStats) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_lodestone_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LogStats) GetFirstIndex() uint64 {
@@ -783,7 +783,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +795,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +808,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_lodestone_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 type StatusResponse struct {
@@ -831,7 +831,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +843,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_lodestone_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +856,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_lodestone_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StatusResponse) GetHeader() *ResponseHeader {
@@ -929,11 +929,11 @@ func (x *StatusResponse) GetVersion() string {
 	return ""
 }
 
-var File_cluster_proto protoreflect.FileDescriptor
+var File_lodestone_v1_cluster_proto protoreflect.FileDescriptor
 
-const file_cluster_proto_rawDesc = "" +
+const file_lodestone_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\rcluster.proto\x12\flodestone.v1\x1a\bkv.proto\"\x9d\x01\n" +
+	"\x1alodestone/v1/cluster.proto\x12\flodestone.v1\x1a\x15lodestone/v1/kv.proto\"\x9d\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
@@ -1011,19 +1011,19 @@ const file_cluster_proto_rawDesc = "" +
 	"\x06Status\x12\x1b.lodestone.v1.StatusRequest\x1a\x1c.lodestone.v1.StatusResponseB3Z1github.com/lodestone-kv/lodestone/api/lodestonepbb\x06proto3"
 
 var (
-	file_cluster_proto_rawDescOnce sync.Once
-	file_cluster_proto_rawDescData []byte
+	file_lodestone_v1_cluster_proto_rawDescOnce sync.Once
+	file_lodestone_v1_cluster_proto_rawDescData []byte
 )
 
-func file_cluster_proto_rawDescGZIP() []byte {
-	file_cluster_proto_rawDescOnce.Do(func() {
-		file_cluster_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)))
+func file_lodestone_v1_cluster_proto_rawDescGZIP() []byte {
+	file_lodestone_v1_cluster_proto_rawDescOnce.Do(func() {
+		file_lodestone_v1_cluster_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_lodestone_v1_cluster_proto_rawDesc), len(file_lodestone_v1_cluster_proto_rawDesc)))
 	})
-	return file_cluster_proto_rawDescData
+	return file_lodestone_v1_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
-var file_cluster_proto_goTypes = []any{
+var file_lodestone_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_lodestone_v1_cluster_proto_goTypes = []any{
 	(*Member)(nil),                 // 0: lodestone.v1.Member
 	(*MembersRequest)(nil),         // 1: lodestone.v1.MembersRequest
 	(*MembersResponse)(nil),        // 2: lodestone.v1.MembersResponse
@@ -1041,7 +1041,7 @@ var file_cluster_proto_goTypes = []any{
 	(*StatusResponse)(nil),         // 14: lodestone.v1.StatusResponse
 	(*ResponseHeader)(nil),         // 15: lodestone.v1.ResponseHeader
 }
-var file_cluster_proto_depIdxs = []int32{
+var file_lodestone_v1_cluster_proto_depIdxs = []int32{
 	15, // 0: lodestone.v1.MembersResponse.header:type_name -> lodestone.v1.ResponseHeader
 	0,  // 1: lodestone.v1.MembersResponse.members:type_name -> lodestone.v1.Member
 	15, // 2: lodestone.v1.AddMemberResponse.header:type_name -> lodestone.v1.ResponseHeader
@@ -1077,27 +1077,27 @@ var file_cluster_proto_depIdxs = []int32{
 	0,  // [0:16] is the sub-list for field type_name
 }
 
-func init() { file_cluster_proto_init() }
-func file_cluster_proto_init() {
-	if File_cluster_proto != nil {
+func init() { file_lodestone_v1_cluster_proto_init() }
+func file_lodestone_v1_cluster_proto_init() {
+	if File_lodestone_v1_cluster_proto != nil {
 		return
 	}
-	file_kv_proto_init()
+	file_lodestone_v1_kv_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lodestone_v1_cluster_proto_rawDesc), len(file_lodestone_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_cluster_proto_goTypes,
-		DependencyIndexes: file_cluster_proto_depIdxs,
-		MessageInfos:      file_cluster_proto_msgTypes,
+		GoTypes:           file_lodestone_v1_cluster_proto_goTypes,
+		DependencyIndexes: file_lodestone_v1_cluster_proto_depIdxs,
+		MessageInfos:      file_lodestone_v1_cluster_proto_msgTypes,
 	}.Build()
-	File_cluster_proto = out.File
-	file_cluster_proto_goTypes = nil
-	file_cluster_proto_depIdxs = nil
+	File_lodestone_v1_cluster_proto = out.File
+	file_lodestone_v1_cluster_proto_goTypes = nil
+	file_lodestone_v1_cluster_proto_depIdxs = nil
 }

@@ -2,7 +2,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: cluster.proto
+// source: lodestone/v1/cluster.proto
 
 package lodestonepb
 
@@ -307,5 +307,5 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "cluster.proto",
+	Metadata: "lodestone/v1/cluster.proto",
 }

@@ -2,7 +2,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: kv.proto
+// source: lodestone/v1/kv.proto
 
 // Package lodestone.v1 is Lodestone's public gRPC API: KV and Cluster.
 // Peer-only services and the replicated command encoding live in raft.proto.
@@ -56,11 +56,11 @@ func (x Consistency) String() string {
 }
 
 func (Consistency) Descriptor() protoreflect.EnumDescriptor {
-	return file_kv_proto_enumTypes[0].Descriptor()
+	return file_lodestone_v1_kv_proto_enumTypes[0].Descriptor()
 }
 
 func (Consistency) Type() protoreflect.EnumType {
-	return &file_kv_proto_enumTypes[0]
+	return &file_lodestone_v1_kv_proto_enumTypes[0]
 }
 
 func (x Consistency) Number() protoreflect.EnumNumber {
@@ -69,7 +69,7 @@ func (x Consistency) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Consistency.Descriptor instead.
 func (Consistency) EnumDescriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{0}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{0}
 }
 
 type TxnOp_Verb int32
@@ -126,11 +126,11 @@ func (x TxnOp_Verb) String() string {
 }
 
 func (TxnOp_Verb) Descriptor() protoreflect.EnumDescriptor {
-	return file_kv_proto_enumTypes[1].Descriptor()
+	return file_lodestone_v1_kv_proto_enumTypes[1].Descriptor()
 }
 
 func (TxnOp_Verb) Type() protoreflect.EnumType {
-	return &file_kv_proto_enumTypes[1]
+	return &file_lodestone_v1_kv_proto_enumTypes[1]
 }
 
 func (x TxnOp_Verb) Number() protoreflect.EnumNumber {
@@ -139,7 +139,7 @@ func (x TxnOp_Verb) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TxnOp_Verb.Descriptor instead.
 func (TxnOp_Verb) EnumDescriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{10, 0}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{10, 0}
 }
 
 // KeyValue is one stored entry with Consul's bookkeeping fields. Every
@@ -159,7 +159,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_kv_proto_msgTypes[0]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -171,7 +171,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[0]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -184,7 +184,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{0}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -254,7 +254,7 @@ type ResponseHeader struct {
 
 func (x *ResponseHeader) Reset() {
 	*x = ResponseHeader{}
-	mi := &file_kv_proto_msgTypes[1]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +266,7 @@ func (x *ResponseHeader) String() string {
 func (*ResponseHeader) ProtoMessage() {}
 
 func (x *ResponseHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[1]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,7 +279,7 @@ func (x *ResponseHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseHeader.ProtoReflect.Descriptor instead.
 func (*ResponseHeader) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{1}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *ResponseHeader) GetIndex() uint64 {
@@ -331,7 +331,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_kv_proto_msgTypes[2]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -343,7 +343,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[2]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -356,7 +356,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{2}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GetRequest) GetKey() []byte {
@@ -398,7 +398,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_kv_proto_msgTypes[3]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +410,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[3]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +423,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{3}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetResponse) GetHeader() *ResponseHeader {
@@ -458,7 +458,7 @@ type RangeRequest struct {
 
 func (x *RangeRequest) Reset() {
 	*x = RangeRequest{}
-	mi := &file_kv_proto_msgTypes[4]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -470,7 +470,7 @@ func (x *RangeRequest) String() string {
 func (*RangeRequest) ProtoMessage() {}
 
 func (x *RangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[4]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -483,7 +483,7 @@ func (x *RangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeRequest.ProtoReflect.Descriptor instead.
 func (*RangeRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{4}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RangeRequest) GetPrefix() []byte {
@@ -547,7 +547,7 @@ type RangeResponse struct {
 
 func (x *RangeResponse) Reset() {
 	*x = RangeResponse{}
-	mi := &file_kv_proto_msgTypes[5]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -559,7 +559,7 @@ func (x *RangeResponse) String() string {
 func (*RangeResponse) ProtoMessage() {}
 
 func (x *RangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[5]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -572,7 +572,7 @@ func (x *RangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeResponse.ProtoReflect.Descriptor instead.
 func (*RangeResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{5}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RangeResponse) GetHeader() *ResponseHeader {
@@ -610,7 +610,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_kv_proto_msgTypes[6]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +622,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[6]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +635,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{6}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PutRequest) GetKey() []byte {
@@ -677,7 +677,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_kv_proto_msgTypes[7]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +689,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[7]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +702,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{7}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PutResponse) GetHeader() *ResponseHeader {
@@ -733,7 +733,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_kv_proto_msgTypes[8]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +745,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[8]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +758,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{8}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeleteRequest) GetKey() []byte {
@@ -792,7 +792,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_kv_proto_msgTypes[9]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +804,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[9]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +817,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{9}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeleteResponse) GetHeader() *ResponseHeader {
@@ -847,7 +847,7 @@ type TxnOp struct {
 
 func (x *TxnOp) Reset() {
 	*x = TxnOp{}
-	mi := &file_kv_proto_msgTypes[10]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +859,7 @@ func (x *TxnOp) String() string {
 func (*TxnOp) ProtoMessage() {}
 
 func (x *TxnOp) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[10]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +872,7 @@ func (x *TxnOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnOp.ProtoReflect.Descriptor instead.
 func (*TxnOp) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{10}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TxnOp) GetVerb() TxnOp_Verb {
@@ -919,7 +919,7 @@ type TxnRequest struct {
 
 func (x *TxnRequest) Reset() {
 	*x = TxnRequest{}
-	mi := &file_kv_proto_msgTypes[11]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +931,7 @@ func (x *TxnRequest) String() string {
 func (*TxnRequest) ProtoMessage() {}
 
 func (x *TxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[11]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +944,7 @@ func (x *TxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnRequest.ProtoReflect.Descriptor instead.
 func (*TxnRequest) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{11}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TxnRequest) GetOps() []*TxnOp {
@@ -964,7 +964,7 @@ type TxnError struct {
 
 func (x *TxnError) Reset() {
 	*x = TxnError{}
-	mi := &file_kv_proto_msgTypes[12]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +976,7 @@ func (x *TxnError) String() string {
 func (*TxnError) ProtoMessage() {}
 
 func (x *TxnError) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[12]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +989,7 @@ func (x *TxnError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnError.ProtoReflect.Descriptor instead.
 func (*TxnError) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{12}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TxnError) GetOpIndex() uint32 {
@@ -1018,7 +1018,7 @@ type TxnResult struct {
 
 func (x *TxnResult) Reset() {
 	*x = TxnResult{}
-	mi := &file_kv_proto_msgTypes[13]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1030,7 @@ func (x *TxnResult) String() string {
 func (*TxnResult) ProtoMessage() {}
 
 func (x *TxnResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[13]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1043,7 @@ func (x *TxnResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnResult.ProtoReflect.Descriptor instead.
 func (*TxnResult) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{13}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TxnResult) GetKv() *KeyValue {
@@ -1074,7 +1074,7 @@ type TxnResponse struct {
 
 func (x *TxnResponse) Reset() {
 	*x = TxnResponse{}
-	mi := &file_kv_proto_msgTypes[14]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1086,7 @@ func (x *TxnResponse) String() string {
 func (*TxnResponse) ProtoMessage() {}
 
 func (x *TxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kv_proto_msgTypes[14]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1099,7 @@ func (x *TxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnResponse.ProtoReflect.Descriptor instead.
 func (*TxnResponse) Descriptor() ([]byte, []int) {
-	return file_kv_proto_rawDescGZIP(), []int{14}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TxnResponse) GetHeader() *ResponseHeader {
@@ -1130,11 +1130,11 @@ func (x *TxnResponse) GetErrors() []*TxnError {
 	return nil
 }
 
-var File_kv_proto protoreflect.FileDescriptor
+var File_lodestone_v1_kv_proto protoreflect.FileDescriptor
 
-const file_kv_proto_rawDesc = "" +
+const file_lodestone_v1_kv_proto_rawDesc = "" +
 	"\n" +
-	"\bkv.proto\x12\flodestone.v1\"\xc7\x01\n" +
+	"\x15lodestone/v1/kv.proto\x12\flodestone.v1\"\xc7\x01\n" +
 	"\bKeyValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12!\n" +
@@ -1235,20 +1235,20 @@ const file_kv_proto_rawDesc = "" +
 	"\x03Txn\x12\x18.lodestone.v1.TxnRequest\x1a\x19.lodestone.v1.TxnResponseB3Z1github.com/lodestone-kv/lodestone/api/lodestonepbb\x06proto3"
 
 var (
-	file_kv_proto_rawDescOnce sync.Once
-	file_kv_proto_rawDescData []byte
+	file_lodestone_v1_kv_proto_rawDescOnce sync.Once
+	file_lodestone_v1_kv_proto_rawDescData []byte
 )
 
-func file_kv_proto_rawDescGZIP() []byte {
-	file_kv_proto_rawDescOnce.Do(func() {
-		file_kv_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_kv_proto_rawDesc), len(file_kv_proto_rawDesc)))
+func file_lodestone_v1_kv_proto_rawDescGZIP() []byte {
+	file_lodestone_v1_kv_proto_rawDescOnce.Do(func() {
+		file_lodestone_v1_kv_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_lodestone_v1_kv_proto_rawDesc), len(file_lodestone_v1_kv_proto_rawDesc)))
 	})
-	return file_kv_proto_rawDescData
+	return file_lodestone_v1_kv_proto_rawDescData
 }
 
-var file_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
-var file_kv_proto_goTypes = []any{
+var file_lodestone_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_lodestone_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_lodestone_v1_kv_proto_goTypes = []any{
 	(Consistency)(0),       // 0: lodestone.v1.Consistency
 	(TxnOp_Verb)(0),        // 1: lodestone.v1.TxnOp.Verb
 	(*KeyValue)(nil),       // 2: lodestone.v1.KeyValue
@@ -1267,7 +1267,7 @@ var file_kv_proto_goTypes = []any{
 	(*TxnResult)(nil),      // 15: lodestone.v1.TxnResult
 	(*TxnResponse)(nil),    // 16: lodestone.v1.TxnResponse
 }
-var file_kv_proto_depIdxs = []int32{
+var file_lodestone_v1_kv_proto_depIdxs = []int32{
 	0,  // 0: lodestone.v1.GetRequest.consistency:type_name -> lodestone.v1.Consistency
 	3,  // 1: lodestone.v1.GetResponse.header:type_name -> lodestone.v1.ResponseHeader
 	2,  // 2: lodestone.v1.GetResponse.kv:type_name -> lodestone.v1.KeyValue
@@ -1300,29 +1300,29 @@ var file_kv_proto_depIdxs = []int32{
 	0,  // [0:15] is the sub-list for field type_name
 }
 
-func init() { file_kv_proto_init() }
-func file_kv_proto_init() {
-	if File_kv_proto != nil {
+func init() { file_lodestone_v1_kv_proto_init() }
+func file_lodestone_v1_kv_proto_init() {
+	if File_lodestone_v1_kv_proto != nil {
 		return
 	}
-	file_kv_proto_msgTypes[6].OneofWrappers = []any{}
-	file_kv_proto_msgTypes[8].OneofWrappers = []any{}
+	file_lodestone_v1_kv_proto_msgTypes[6].OneofWrappers = []any{}
+	file_lodestone_v1_kv_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kv_proto_rawDesc), len(file_kv_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lodestone_v1_kv_proto_rawDesc), len(file_lodestone_v1_kv_proto_rawDesc)),
 			NumEnums:      2,
 			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_kv_proto_goTypes,
-		DependencyIndexes: file_kv_proto_depIdxs,
-		EnumInfos:         file_kv_proto_enumTypes,
-		MessageInfos:      file_kv_proto_msgTypes,
+		GoTypes:           file_lodestone_v1_kv_proto_goTypes,
+		DependencyIndexes: file_lodestone_v1_kv_proto_depIdxs,
+		EnumInfos:         file_lodestone_v1_kv_proto_enumTypes,
+		MessageInfos:      file_lodestone_v1_kv_proto_msgTypes,
 	}.Build()
-	File_kv_proto = out.File
-	file_kv_proto_goTypes = nil
-	file_kv_proto_depIdxs = nil
+	File_lodestone_v1_kv_proto = out.File
+	file_lodestone_v1_kv_proto_goTypes = nil
+	file_lodestone_v1_kv_proto_depIdxs = nil
 }

@@ -2,7 +2,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: kv.proto
+// source: lodestone/v1/kv.proto
 
 // Package lodestone.v1 is Lodestone's public gRPC API: KV and Cluster.
 // Peer-only services and the replicated command encoding live in raft.proto.
@@ -272,5 +272,5 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "kv.proto",
+	Metadata: "lodestone/v1/kv.proto",
 }

@@ -2,7 +2,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: raft.proto
+// source: lodestone/v1/peer.proto
 
 // Peer-to-peer services and the encoding of replicated commands. Nothing
 // here is for clients; it may change between releases with a version bump.
@@ -227,5 +227,5 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 			ClientStreams: true,
 		},
 	},
-	Metadata: "raft.proto",
+	Metadata: "lodestone/v1/peer.proto",
 }

@@ -2,7 +2,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: raft.proto
+// source: lodestone/v1/peer.proto
 
 // Peer-to-peer services and the encoding of replicated commands. Nothing
 // here is for clients; it may change between releases with a version bump.
@@ -40,7 +40,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_raft_proto_msgTypes[0]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -52,7 +52,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_proto_msgTypes[0]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -65,7 +65,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_raft_proto_rawDescGZIP(), []int{0}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Command) GetOp() isCommand_Op {
@@ -158,7 +158,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_raft_proto_msgTypes[1]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -170,7 +170,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_proto_msgTypes[1]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -183,7 +183,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_raft_proto_rawDescGZIP(), []int{1}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *CommandResult) GetResult() isCommandResult_Result {
@@ -262,7 +262,7 @@ type ConfChangeContext struct {
 
 func (x *ConfChangeContext) Reset() {
 	*x = ConfChangeContext{}
-	mi := &file_raft_proto_msgTypes[2]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -274,7 +274,7 @@ func (x *ConfChangeContext) String() string {
 func (*ConfChangeContext) ProtoMessage() {}
 
 func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_proto_msgTypes[2]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -287,7 +287,7 @@ func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeContext.ProtoReflect.Descriptor instead.
 func (*ConfChangeContext) Descriptor() ([]byte, []int) {
-	return file_raft_proto_rawDescGZIP(), []int{2}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ConfChangeContext) GetMember() *Member {
@@ -314,7 +314,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_raft_proto_msgTypes[3]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -326,7 +326,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_proto_msgTypes[3]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -339,7 +339,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_raft_proto_rawDescGZIP(), []int{3}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RaftBatch) GetMsgs() [][]byte {
@@ -357,7 +357,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_raft_proto_msgTypes[4]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +369,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_proto_msgTypes[4]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +382,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_raft_proto_rawDescGZIP(), []int{4}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{4}
 }
 
 // SnapshotChunk streams one MsgSnap: the first chunk carries the message
@@ -400,7 +400,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_raft_proto_msgTypes[5]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -412,7 +412,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_proto_msgTypes[5]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -425,7 +425,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_raft_proto_rawDescGZIP(), []int{5}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SnapshotChunk) GetMessage() []byte {
@@ -466,7 +466,7 @@ type ConfChangeRequest struct {
 
 func (x *ConfChangeRequest) Reset() {
 	*x = ConfChangeRequest{}
-	mi := &file_raft_proto_msgTypes[6]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +478,7 @@ func (x *ConfChangeRequest) String() string {
 func (*ConfChangeRequest) ProtoMessage() {}
 
 func (x *ConfChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_proto_msgTypes[6]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +491,7 @@ func (x *ConfChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeRequest.ProtoReflect.Descriptor instead.
 func (*ConfChangeRequest) Descriptor() ([]byte, []int) {
-	return file_raft_proto_rawDescGZIP(), []int{6}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ConfChangeRequest) GetChange() []byte {
@@ -511,7 +511,7 @@ type ConfChangeResponse struct {
 
 func (x *ConfChangeResponse) Reset() {
 	*x = ConfChangeResponse{}
-	mi := &file_raft_proto_msgTypes[7]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +523,7 @@ func (x *ConfChangeResponse) String() string {
 func (*ConfChangeResponse) ProtoMessage() {}
 
 func (x *ConfChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_proto_msgTypes[7]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +536,7 @@ func (x *ConfChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeResponse.ProtoReflect.Descriptor instead.
 func (*ConfChangeResponse) Descriptor() ([]byte, []int) {
-	return file_raft_proto_rawDescGZIP(), []int{7}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ConfChangeResponse) GetMembers() []*Member {
@@ -553,12 +553,11 @@ func (x *ConfChangeResponse) GetIndex() uint64 {
 	return 0
 }
 
-var File_raft_proto protoreflect.FileDescriptor
+var File_lodestone_v1_peer_proto protoreflect.FileDescriptor
 
-const file_raft_proto_rawDesc = "" +
+const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\n" +
-	"\n" +
-	"raft.proto\x12\flodestone.v1\x1a\bkv.proto\x1a\rcluster.proto\"\xd2\x01\n" +
+	"\x17lodestone/v1/peer.proto\x12\flodestone.v1\x1a\x15lodestone/v1/kv.proto\x1a\x1alodestone/v1/cluster.proto\"\xd2\x01\n" +
 	"\aCommand\x12,\n" +
 	"\x03put\x18\x01 \x01(\v2\x18.lodestone.v1.PutRequestH\x00R\x03put\x125\n" +
 	"\x06delete\x18\x02 \x01(\v2\x1b.lodestone.v1.DeleteRequestH\x00R\x06delete\x12,\n" +
@@ -597,19 +596,19 @@ const file_raft_proto_rawDesc = "" +
 	"\x0eTransferLeader\x12#.lodestone.v1.TransferLeaderRequest\x1a$.lodestone.v1.TransferLeaderResponseB3Z1github.com/lodestone-kv/lodestone/api/lodestonepbb\x06proto3"
 
 var (
-	file_raft_proto_rawDescOnce sync.Once
-	file_raft_proto_rawDescData []byte
+	file_lodestone_v1_peer_proto_rawDescOnce sync.Once
+	file_lodestone_v1_peer_proto_rawDescData []byte
 )
 
-func file_raft_proto_rawDescGZIP() []byte {
-	file_raft_proto_rawDescOnce.Do(func() {
-		file_raft_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_raft_proto_rawDesc), len(file_raft_proto_rawDesc)))
+func file_lodestone_v1_peer_proto_rawDescGZIP() []byte {
+	file_lodestone_v1_peer_proto_rawDescOnce.Do(func() {
+		file_lodestone_v1_peer_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_lodestone_v1_peer_proto_rawDesc), len(file_lodestone_v1_peer_proto_rawDesc)))
 	})
-	return file_raft_proto_rawDescData
+	return file_lodestone_v1_peer_proto_rawDescData
 }
 
-var file_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
-var file_raft_proto_goTypes = []any{
+var file_lodestone_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_lodestone_v1_peer_proto_goTypes = []any{
 	(*Command)(nil),                // 0: lodestone.v1.Command
 	(*CommandResult)(nil),          // 1: lodestone.v1.CommandResult
 	(*ConfChangeContext)(nil),      // 2: lodestone.v1.ConfChangeContext
@@ -628,7 +627,7 @@ var file_raft_proto_goTypes = []any{
 	(*TransferLeaderRequest)(nil),  // 15: lodestone.v1.TransferLeaderRequest
 	(*TransferLeaderResponse)(nil), // 16: lodestone.v1.TransferLeaderResponse
 }
-var file_raft_proto_depIdxs = []int32{
+var file_lodestone_v1_peer_proto_depIdxs = []int32{
 	8,  // 0: lodestone.v1.Command.put:type_name -> lodestone.v1.PutRequest
 	9,  // 1: lodestone.v1.Command.delete:type_name -> lodestone.v1.DeleteRequest
 	10, // 2: lodestone.v1.Command.txn:type_name -> lodestone.v1.TxnRequest
@@ -653,20 +652,20 @@ var file_raft_proto_depIdxs = []int32{
 	0,  // [0:9] is the sub-list for field type_name
 }
 
-func init() { file_raft_proto_init() }
-func file_raft_proto_init() {
-	if File_raft_proto != nil {
+func init() { file_lodestone_v1_peer_proto_init() }
+func file_lodestone_v1_peer_proto_init() {
+	if File_lodestone_v1_peer_proto != nil {
 		return
 	}
-	file_kv_proto_init()
-	file_cluster_proto_init()
-	file_raft_proto_msgTypes[0].OneofWrappers = []any{
+	file_lodestone_v1_kv_proto_init()
+	file_lodestone_v1_cluster_proto_init()
+	file_lodestone_v1_peer_proto_msgTypes[0].OneofWrappers = []any{
 		(*Command_Put)(nil),
 		(*Command_Delete)(nil),
 		(*Command_Txn)(nil),
 		(*Command_Member)(nil),
 	}
-	file_raft_proto_msgTypes[1].OneofWrappers = []any{
+	file_lodestone_v1_peer_proto_msgTypes[1].OneofWrappers = []any{
 		(*CommandResult_Put)(nil),
 		(*CommandResult_Delete)(nil),
 		(*CommandResult_Txn)(nil),
@@ -675,17 +674,17 @@ func file_raft_proto_init() {
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raft_proto_rawDesc), len(file_raft_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lodestone_v1_peer_proto_rawDesc), len(file_lodestone_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_raft_proto_goTypes,
-		DependencyIndexes: file_raft_proto_depIdxs,
-		MessageInfos:      file_raft_proto_msgTypes,
+		GoTypes:           file_lodestone_v1_peer_proto_goTypes,
+		DependencyIndexes: file_lodestone_v1_peer_proto_depIdxs,
+		MessageInfos:      file_lodestone_v1_peer_proto_msgTypes,
 	}.Build()
-	File_raft_proto = out.File
-	file_raft_proto_goTypes = nil
-	file_raft_proto_depIdxs = nil
+	File_lodestone_v1_peer_proto = out.File
+	file_lodestone_v1_peer_proto_goTypes = nil
+	file_lodestone_v1_peer_proto_depIdxs = nil
 }

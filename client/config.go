@@ -1,0 +1,138 @@
+package client
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+)
+
+// DefaultEndpoint is the gRPC address `lodestone dev` listens on.
+const DefaultEndpoint = "127.0.0.1:7400"
+
+// Config configures a [Client]. The zero value of every field means its
+// default, so Config{} talks to a local `lodestone dev`.
+type Config struct {
+	// Endpoints lists the servers' gRPC addresses as host:port. Any server
+	// will do; the client finds the leader by itself and learns the other
+	// members' addresses from Members and Status answers.
+	// Default (nil or empty): []string{DefaultEndpoint}.
+	Endpoints []string
+
+	// DialTimeout bounds one attempt to establish a connection to one
+	// endpoint: TCP connect plus the HTTP/2 handshake. When it expires the
+	// endpoint counts as unreachable and the call moves to the next one, so
+	// a black-holed endpoint costs at most this much per call. It never
+	// extends a call past its ctx deadline.
+	// Default (zero): 2s. Raising it tolerates slow networks; lowering it
+	// fails over faster but may give up on a loaded server.
+	DialTimeout time.Duration
+
+	// RequestTimeout bounds a call whose ctx has no deadline (all attempts
+	// and backoffs together). A ctx deadline always wins.
+	// Default (zero): 10s.
+	RequestTimeout time.Duration
+
+	// BackoffBase is the delay before the second round of attempts (a round
+	// tries every endpoint once). Each further round doubles it up to
+	// BackoffMax; each delay is jittered to between half and all of its
+	// value. It also seeds gRPC's reconnect backoff.
+	// Default (zero): 50ms.
+	BackoffBase time.Duration
+
+	// BackoffMax caps the delay between rounds and gRPC's reconnect backoff.
+	// Default (zero): 1s. A server's RetryInfo hint may exceed it.
+	BackoffMax time.Duration
+
+	// MaxAttempts caps the attempts of one call across all endpoints.
+	// Default (zero): no cap, attempts continue until the ctx deadline.
+	// Negative values are invalid.
+	MaxAttempts int
+
+	// Logger receives Debug records for retries and Info records for
+	// leader changes the client observes. Default (nil): discard.
+	Logger *slog.Logger
+
+	// DialOptions are appended to the client's own gRPC dial options
+	// (insecure transport credentials, connect params, a stats handler);
+	// later options win. Default (nil): none.
+	DialOptions []grpc.DialOption
+}
+
+// DefaultConfig returns the configuration New uses for zero fields.
+func DefaultConfig() Config {
+	return Config{
+		Endpoints:      []string{DefaultEndpoint}, // lodestone dev
+		DialTimeout:    2 * time.Second,           // per endpoint connect attempt
+		RequestTimeout: 10 * time.Second,          // only when ctx has no deadline
+		BackoffBase:    50 * time.Millisecond,     // first round-to-round delay
+		BackoffMax:     time.Second,               // longest round-to-round delay
+		MaxAttempts:    0,                         // until the deadline
+	}
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if len(c.Endpoints) == 0 {
+		c.Endpoints = d.Endpoints
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = d.DialTimeout
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = d.RequestTimeout
+	}
+	if c.BackoffBase == 0 {
+		c.BackoffBase = d.BackoffBase
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = d.BackoffMax
+	}
+	return c
+}
+
+// ConfigError reports an invalid Config field.
+type ConfigError struct {
+	Field  string // the Config field, e.g. "Endpoints[1]"
+	Reason string // what is wrong with it
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("client: invalid config: %s: %s", e.Field, e.Reason)
+}
+
+// Validate reports the first invalid field of c as a *ConfigError. Zero
+// fields are valid (they mean the default).
+func (c Config) Validate() error {
+	for i, ep := range c.Endpoints {
+		if strings.TrimSpace(ep) == "" {
+			return &ConfigError{Field: fmt.Sprintf("Endpoints[%d]", i), Reason: "empty address"}
+		}
+		if strings.Contains(ep, "://") {
+			return &ConfigError{Field: fmt.Sprintf("Endpoints[%d]", i), Reason: fmt.Sprintf("%q: want host:port, not a URL", ep)}
+		}
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"DialTimeout", c.DialTimeout},
+		{"RequestTimeout", c.RequestTimeout},
+		{"BackoffBase", c.BackoffBase},
+		{"BackoffMax", c.BackoffMax},
+	} {
+		if f.d < 0 {
+			return &ConfigError{Field: f.name, Reason: fmt.Sprintf("negative duration %v", f.d)}
+		}
+	}
+	if c.BackoffBase > 0 && c.BackoffMax > 0 && c.BackoffBase > c.BackoffMax {
+		return &ConfigError{Field: "BackoffBase", Reason: fmt.Sprintf("%v exceeds BackoffMax %v", c.BackoffBase, c.BackoffMax)}
+	}
+	if c.MaxAttempts < 0 {
+		return &ConfigError{Field: "MaxAttempts", Reason: fmt.Sprintf("negative count %d", c.MaxAttempts)}
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+// Package raftlog is Lodestone's durable Raft log: a raft.Storage
+// (go.etcd.io/raft/v3) on bbolt that also persists the hard state and the
+// current snapshot (metadata in raft.db, data in its own file).
+//
+// # What it owns and what it refuses to know
+//
+// raftlog owns the files in the directory given to Open — raft.db and snap/
+// (layout, checksums and crash recovery in FORMAT.md) — and the numbers that
+// describe them (Stats, NewCollector). It knows nothing of the state machine
+// (snapshot data is opaque bytes), of the transport, or of the Raft algorithm
+// beyond the raft.Storage contract; it starts no goroutines.
+//
+// # The caller's duties, per Ready, in order
+//
+// The server drives one raft.RawNode from one goroutine. For each Ready rd:
+//
+//  1. If !raft.IsEmptySnap(rd.Snapshot): ApplySnapshot(rd.Snapshot). It
+//     replaces the whole log and raises the stored commit index to the
+//     snapshot's, so it must come before step 2, whose entries follow it.
+//  2. Save(rd.HardState, rd.Entries): one bbolt transaction, durable when Save
+//     returns. Entries with an index already stored replace that entry and
+//     everything after it.
+//  3. Send rd.Messages. No message may leave before the Save of the same
+//     Ready has returned, except that a leader may send its appends
+//     (MsgApp) to followers while its own Save is in progress (Raft thesis
+//     §10.2.1); votes and acknowledgements must wait.
+//  4. Apply: restore the state machine from rd.Snapshot.Data if it was not
+//     empty, then apply rd.CommittedEntries. For each conf change call
+//     RawNode.ApplyConfChange and remember the ConfState it returns.
+//  5. RawNode.Advance(rd).
+//  6. From time to time, after applying index i: CreateSnapshot(i, &confState,
+//     data), then Compact(j) for some j <= i (keep a margin of entries for
+//     followers that lag slightly, so they get entries instead of a whole
+//     snapshot). Recording a snapshot also deletes superseded data files
+//     (Options.SnapshotsRetained).
+//
+// Any error from Save, ApplySnapshot, CreateSnapshot or Compact means the
+// state on disk is not what the caller asked for: stop the node. A failed
+// write transaction also makes the Log refuse further writes (ErrWriteFailed)
+// until it is closed and reopened, because after a failed fsync the kernel's
+// view of the file cannot be trusted.
+//
+// # Restart and the ConfState
+//
+// After Open, the server restores its in-memory state machine from
+// Snapshot() and builds raft with raft.Config{Storage: log, Applied:
+// snapshot index}. raft then hands back, as CommittedEntries, every committed
+// entry after the snapshot, and the server re-applies them, conf changes
+// included.
+//
+// InitialState therefore returns the ConfState of the current snapshot, not
+// the latest one applied: raft requires the ConfState to match
+// Config.Applied, because the conf changes after it are applied again.
+// Returning a later ConfState would make raft re-apply a conf change on top of
+// itself; for a joint-consensus change that is an error ("config is already
+// joint") on which RawNode.ApplyConfChange panics, at every restart. So there
+// is no SaveConfState: the ConfState is persisted with each snapshot
+// (CreateSnapshot's cs argument, rd.Snapshot.Metadata.ConfState), and that is
+// all a node with an in-memory state machine needs.
+//
+// # Concurrency
+//
+// All methods are safe for concurrent use. The raft.Storage methods and Stats
+// run concurrently with each other and with one write in progress, and see
+// the state before or after that write, never a mixture. Writes (Save,
+// ApplySnapshot, CreateSnapshot, Compact) are serialized. Term, FirstIndex,
+// LastIndex and InitialState never touch disk; Entries reads bbolt only for
+// entries older than the cache (a lagging follower), and waits for an
+// in-progress Save to finish when it does. CreateSnapshot writes its data
+// file without blocking Save, so it may run on a goroutine other than the
+// Ready loop's; Compact may make a concurrent Entries return
+// raft.ErrCompacted, which raft expects.
+//
+// # Ownership
+//
+// Entries returns a newly allocated slice the caller may append to; the
+// entries' Data is shared with the cache and must not be modified (raft never
+// does). Save keeps the Entry values it is given (and their Data) in the
+// cache; CreateSnapshot and ApplySnapshot keep the snapshot data to serve
+// Snapshot, whose returned Data is likewise shared. Callers must treat all of
+// them as immutable once handed over.
+//
+// # Errors
+//
+// The raft.Storage methods return raft.ErrCompacted, raft.ErrUnavailable,
+// raft.ErrSnapOutOfDate unwrapped where raft expects them, because raft
+// compares them with ==. Everything else is wrapped with the step that failed
+// and, where the condition has a name, one of this package's sentinels:
+// ErrCorrupt (with a *CorruptError naming the file and index), ErrClosed,
+// ErrWriteFailed, ErrOutOfOrder, ErrNotCommitted, ErrCompactBeyondSnapshot,
+// ErrUnsupportedVersion, ErrLocked. The write methods refuse what raft would
+// refuse at the next start (a commit index outside the log, a snapshot of an
+// uncommitted index, compaction past the snapshot) instead of persisting a
+// log that cannot be reopened. Nothing read from disk causes a panic;
+// only a broken internal invariant (a bug) does.
+//
+// # Costs
+//
+// Save is one bbolt commit: the dirty pages, then the meta page, each followed
+// by fdatasync (bbolt's two-phase commit; there is no cheaper durable bbolt
+// commit). Because the freelist is never written (NoFreelistSync) and
+// allocation uses the hashmap freelist, its cost does not grow with the
+// file's history. Memory: the entry cache (Options.CacheEntries,
+// Options.CacheBytes) plus one snapshot's data once Snapshot has been called
+// or a snapshot recorded. Snapshot's first call after Open reads and
+// checksums the data file; later calls are free. Open reads and checksums the
+// whole retained log and, since the freelist is not persisted, scans
+// raft.db's pages.
+package raftlog

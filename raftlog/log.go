@@ -1,0 +1,1062 @@
+package raftlog
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Defaults for the zero values of Options.
+const (
+	DefaultCacheEntries      = 8192
+	DefaultCacheBytes        = 64 << 20 // 64 MiB
+	DefaultSnapshotsRetained = 2
+	DefaultLockTimeout       = time.Second
+)
+
+// File names inside the directory passed to Open.
+const (
+	dbFileName  = "raft.db"
+	snapDirName = "snap"
+)
+
+// Options configures a Log. The zero value is a good production default.
+type Options struct {
+	// Logger receives state changes (open, snapshot created or applied,
+	// compaction) at Info, removed files at Debug, and failures at Warn and
+	// Error. Keys: index, term. Nil discards.
+	Logger *slog.Logger
+
+	// CacheEntries is how many of the most recent entries are kept in memory
+	// so Entries on the replication hot path does not read bbolt. 0 means
+	// DefaultCacheEntries (8192). Negative disables the cache: every Entries
+	// call opens a bbolt read transaction (tests use this to check the disk
+	// path). Term, FirstIndex and LastIndex never read disk either way. Cost:
+	// memory, bounded also by CacheBytes.
+	CacheEntries int
+
+	// CacheBytes caps the Entry.Data bytes the cache holds, in bytes. 0 means
+	// DefaultCacheBytes (64 MiB). The newest entry is always cached even if it
+	// alone is larger. Lowering it trades memory for bbolt reads when a
+	// follower lags.
+	CacheBytes int64
+
+	// SnapshotsRetained is how many snapshot data files are kept in dir/snap,
+	// newest first, the current one included. 0 means
+	// DefaultSnapshotsRetained (2). 1 keeps only the current snapshot. Older
+	// files are never read by the Log; they are kept for operators.
+	SnapshotsRetained int
+
+	// LockTimeout is how long Open waits for another process to release its
+	// lock on raft.db before failing with ErrLocked. 0 means
+	// DefaultLockTimeout (1s).
+	LockTimeout time.Duration
+
+	// InitialMmapSize is passed to bbolt, in bytes. 0 lets bbolt grow the
+	// mapping on demand. Setting it above the expected file size avoids
+	// remaps, each of which waits for open read transactions.
+	InitialMmapSize int
+
+	// FS is the filesystem for snapshot data files (dir/snap). Nil means the
+	// operating system (OSFS). Tests inject faults through it.
+	FS FS
+}
+
+// Validate reports the first invalid field as an *OptionsError.
+func (o Options) Validate() error {
+	switch {
+	case o.CacheBytes < 0:
+		return &OptionsError{Field: "CacheBytes", Reason: "must not be negative"}
+	case o.SnapshotsRetained < 0:
+		return &OptionsError{Field: "SnapshotsRetained", Reason: "must not be negative"}
+	case o.LockTimeout < 0:
+		return &OptionsError{Field: "LockTimeout", Reason: "must not be negative"}
+	case o.InitialMmapSize < 0:
+		return &OptionsError{Field: "InitialMmapSize", Reason: "must not be negative"}
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.CacheEntries == 0 {
+		o.CacheEntries = DefaultCacheEntries
+	}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = DefaultCacheBytes
+	}
+	if o.SnapshotsRetained == 0 {
+		o.SnapshotsRetained = DefaultSnapshotsRetained
+	}
+	if o.LockTimeout == 0 {
+		o.LockTimeout = DefaultLockTimeout
+	}
+	if o.FS == nil {
+		o.FS = OSFS{}
+	}
+	return o
+}
+
+// Log is a durable raft.Storage on bbolt. See the package documentation for
+// the caller's duties and the concurrency rules.
+//
+// Locking: snapMu serializes snapshot operations (and the lazy load of
+// snapshot data); wmu serializes write transactions and the reads that go to
+// bbolt; mu guards the in-memory view. Lock order is snapMu, wmu, mu. A field
+// marked "wmu+mu" is written only with both held, so holding either one is
+// enough to read it.
+type Log struct {
+	dir, dbPath, snapDir string
+	opts                 Options
+	fs                   FS
+	logger               *slog.Logger
+	db                   *bolt.DB
+
+	snapMu sync.Mutex
+	wmu    sync.Mutex
+	mu     sync.RWMutex
+
+	closed bool             // wmu+mu
+	failed error            // wmu+mu: first failed write transaction
+	hs     raftpb.HardState // wmu+mu
+	prev   compacted        // wmu+mu: entry before FirstIndex
+	last   uint64           // wmu+mu: LastIndex
+	terms  termIndex        // wmu+mu: terms of [prev.index, last]
+	cache  entryCache       // wmu+mu: suffix of the log
+	snap   snapRecord       // snapMu+wmu+mu: current snapshot (meta.Index 0: none)
+
+	snapData   []byte // snapMu+mu: data of snap, once loaded
+	snapLoaded bool   // snapMu+mu
+
+	commits         atomic.Uint64 // successful Save transactions
+	appended        atomic.Uint64 // entries written by Save
+	lastCommitNanos atomic.Int64
+	lastCommitBytes atomic.Int64
+	saveSeconds     prometheus.Histogram
+}
+
+var _ raft.Storage = (*Log)(nil)
+
+// Open opens (creating if needed) the log in dir: dir/raft.db and
+// dir/snap/. It verifies the checksum of every stored entry and record and the
+// presence and size of the current snapshot's data file, so a damaged log is
+// refused here, with an error wrapping ErrCorrupt that names the file and the
+// index, rather than later inside raft, which panics on storage errors. It
+// also removes leftover temporary and superseded snapshot files.
+//
+// Open takes time proportional to the retained log (snapshots keep it short)
+// plus, because the freelist is not persisted, a scan of raft.db's pages.
+func Open(dir string, opts Options) (*Log, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	start := time.Now()
+	l := &Log{
+		dir:     dir,
+		dbPath:  filepath.Join(dir, dbFileName),
+		snapDir: filepath.Join(dir, snapDirName),
+		opts:    opts,
+		fs:      opts.FS,
+		logger:  opts.Logger,
+		cache:   entryCache{maxEntries: opts.CacheEntries, maxBytes: opts.CacheBytes},
+		saveSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "lodestone",
+			Subsystem: "raftlog",
+			Name:      "save_duration_seconds",
+			Help:      "Time to commit and fsync one Save (one Ready's entries and hard state) to raft.db.",
+			Buckets:   prometheus.ExponentialBuckets(50e-6, 2, 18), // 50µs .. ~6.5s
+		}),
+	}
+	l.terms.reset(0, 0)
+	if err := l.fs.MkdirAll(l.snapDir, 0o700); err != nil {
+		return nil, fmt.Errorf("raftlog: create %s: %w", l.snapDir, err)
+	}
+	db, err := openBolt(l.dbPath, opts)
+	if err != nil {
+		return nil, err
+	}
+	l.db = db
+	if err := l.open(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	l.pruneSnapshots()
+	l.logger.Info("raftlog opened", "dir", dir,
+		"first_index", l.prev.index+1, "last_index", l.last,
+		"snapshot_index", l.snap.meta.Index, "took", time.Since(start))
+	return l, nil
+}
+
+// openBolt opens raft.db with the settings FORMAT.md relies on.
+func openBolt(path string, opts Options) (db *bolt.DB, err error) {
+	defer func() {
+		// NB: bbolt can panic on a malformed file instead of returning an
+		// error; damaged disk input must surface as ErrCorrupt, not a crash.
+		if r := recover(); r != nil {
+			db, err = nil, &CorruptError{Path: path, Record: "bbolt", Detail: fmt.Sprintf("bbolt panicked: %v", r)}
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{
+		Timeout: opts.LockTimeout,
+		// The hashmap freelist allocates in O(1), and with NoFreelistSync a
+		// commit never writes the freelist: its cost cannot grow with the
+		// number of free pages (the 7.8 MB-freelist-per-append failure).
+		FreelistType:    bolt.FreelistMapType,
+		NoFreelistSync:  true,
+		InitialMmapSize: opts.InitialMmapSize,
+	})
+	switch {
+	case err == nil:
+		return db, nil
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("%w: %s (waited %s)", ErrLocked, path, opts.LockTimeout)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
+		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
+		return nil, &CorruptError{Path: path, Record: "bbolt", Detail: "bbolt refused the file", Err: err}
+	default:
+		return nil, fmt.Errorf("raftlog: open %s: %w", path, err)
+	}
+}
+
+// open initializes or checks the buckets and loads the in-memory view.
+func (l *Log) open() error {
+	// Make raft.db's and snap/'s directory entries durable: bbolt does not
+	// sync the directory after creating the file.
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		return fmt.Errorf("raftlog: sync dir %s: %w", l.dir, err)
+	}
+	fresh := false
+	if err := l.view(func(tx *bolt.Tx) error {
+		meta, ents := tx.Bucket(bucketMeta), tx.Bucket(bucketEntries)
+		switch {
+		case meta == nil && ents == nil:
+			fresh = true
+			return nil
+		case meta == nil || ents == nil:
+			return l.corrupt("bbolt", 0, "one of the buckets \"meta\" and \"entries\" is missing", nil)
+		}
+		v := meta.Get(keyVersion)
+		if len(v) != 8 {
+			return l.corrupt("version", 0, fmt.Sprintf("version key holds %d bytes, want 8", len(v)), nil)
+		}
+		if got := decodeU64(v); got != formatVersion {
+			return fmt.Errorf("%w: %s has format version %d, this build reads %d",
+				ErrUnsupportedVersion, l.dbPath, got, formatVersion)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if fresh {
+		if err := l.db.Update(func(tx *bolt.Tx) error {
+			meta, err := tx.CreateBucket(bucketMeta)
+			if err != nil {
+				return fmt.Errorf("create meta bucket: %w", err)
+			}
+			if _, err := tx.CreateBucket(bucketEntries); err != nil {
+				return fmt.Errorf("create entries bucket: %w", err)
+			}
+			return meta.Put(keyVersion, encodeVersion(formatVersion))
+		}); err != nil {
+			return fmt.Errorf("raftlog: initialize %s: %w", l.dbPath, err)
+		}
+	}
+	if err := l.view(l.load); err != nil {
+		return err
+	}
+	return l.checkLoaded()
+}
+
+// load reads every record and entry, verifying checksums, and builds the
+// in-memory view. Only Open calls it, before the Log is shared.
+func (l *Log) load(tx *bolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	if v := meta.Get(keyHardState); v != nil {
+		hs, detail, err := decodeHardState(v)
+		if detail != "" {
+			return l.corrupt("hard state", 0, detail, err)
+		}
+		l.hs = hs
+	}
+	if v := meta.Get(keyCompacted); v != nil {
+		c, detail := decodeCompacted(v)
+		if detail != "" {
+			return l.corrupt("compacted", 0, detail, nil)
+		}
+		l.prev = c
+	}
+	if v := meta.Get(keySnapshot); v != nil {
+		r, detail, err := decodeSnapRecord(v)
+		if detail != "" {
+			return l.corrupt("snapshot", 0, detail, err)
+		}
+		l.snap = r
+	}
+	l.terms.reset(l.prev.index, l.prev.term)
+	next, lastTerm := l.prev.index+1, l.prev.term
+	c := tx.Bucket(bucketEntries).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		i, ok := keyIndex(k)
+		switch {
+		case !ok:
+			return l.corrupt("entry", 0, fmt.Sprintf("key %q of %d bytes in entries bucket, want 8", k, len(k)), nil)
+		case v == nil:
+			return l.corrupt("entry", i, "nested bucket in entries bucket", nil)
+		case i < next:
+			return l.corrupt("entry", i, fmt.Sprintf("entry at or below compacted index %d", l.prev.index), nil)
+		case i > next:
+			return l.corrupt("entry", next, fmt.Sprintf("entry missing (next stored index is %d)", i), nil)
+		}
+		e, detail, err := decodeEntry(v, i)
+		if detail != "" {
+			return l.corrupt("entry", i, detail, err)
+		}
+		if e.Term < lastTerm {
+			return l.corrupt("entry", i, fmt.Sprintf("term %d below previous term %d", e.Term, lastTerm), nil)
+		}
+		l.terms.append(i, e.Term)
+		l.cache.append([]raftpb.Entry{e})
+		next, lastTerm = i+1, e.Term
+	}
+	l.last = next - 1
+	return nil
+}
+
+// checkLoaded cross-checks the loaded records and the snapshot data file.
+func (l *Log) checkLoaded() error {
+	si := l.snap.meta.Index
+	switch {
+	case l.prev.index > si:
+		return l.corrupt("compacted", l.prev.index,
+			fmt.Sprintf("log compacted past the snapshot index %d", si), nil)
+	case si > l.last:
+		return l.corrupt("snapshot", si, fmt.Sprintf("snapshot beyond the last index %d", l.last), nil)
+	case !raft.IsEmptyHardState(l.hs) && (l.hs.Commit < l.prev.index || l.hs.Commit > l.last):
+		// raft panics on such a hard state; refuse it here with a clear message.
+		return l.corrupt("hard state", 0, fmt.Sprintf("commit index %d outside the log [%d, %d]",
+			l.hs.Commit, l.prev.index, l.last), nil)
+	}
+	if si == 0 {
+		return nil
+	}
+	path := filepath.Join(l.snapDir, snapFileName(si, l.snap.meta.Term))
+	fi, err := l.fs.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return &CorruptError{Path: path, Record: "snapshot file", Index: si, Detail: "missing", Err: err}
+	case err != nil:
+		return fmt.Errorf("raftlog: stat %s: %w", path, err)
+	case uint64(fi.Size()) != l.snap.dataLen:
+		return &CorruptError{Path: path, Record: "snapshot file", Index: si,
+			Detail: fmt.Sprintf("size %d, recorded %d", fi.Size(), l.snap.dataLen)}
+	}
+	return nil
+}
+
+// corrupt builds a CorruptError about raft.db.
+func (l *Log) corrupt(record string, index uint64, detail string, err error) error {
+	return &CorruptError{Path: l.dbPath, Record: record, Index: index, Detail: detail, Err: err}
+}
+
+// view runs a read transaction, turning a bbolt panic into ErrCorrupt.
+func (l *Log) view(fn func(*bolt.Tx) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = l.corrupt("bbolt", 0, fmt.Sprintf("bbolt panicked while reading: %v", r), nil)
+		}
+	}()
+	return l.db.View(fn)
+}
+
+// update runs a write transaction (one commit, which bbolt makes durable with
+// fdatasync before returning). Any failure is sticky: see ErrWriteFailed.
+// The caller holds wmu.
+func (l *Log) update(step string, fn func(*bolt.Tx) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = l.corrupt("bbolt", 0, fmt.Sprintf("bbolt panicked while writing: %v", r), nil)
+		}
+		if err != nil {
+			err = fmt.Errorf("raftlog: %s: %w", step, err)
+			l.mu.Lock()
+			l.failed = err
+			l.mu.Unlock()
+			l.logger.Error("raftlog write failed; refusing further writes until reopened", "step", step, "err", err)
+		}
+	}()
+	return l.db.Update(fn)
+}
+
+// writableLocked reports why the Log cannot write. The caller holds wmu or mu.
+func (l *Log) writableLocked() error {
+	if l.closed {
+		return ErrClosed
+	}
+	if l.failed != nil {
+		return fmt.Errorf("%w: %w", ErrWriteFailed, l.failed)
+	}
+	return nil
+}
+
+// InitialState implements raft.Storage. It returns the last saved hard state
+// and the ConfState of the current snapshot (see the package documentation
+// for why it is the snapshot's and not the latest applied one).
+func (l *Log) InitialState() (raftpb.HardState, raftpb.ConfState, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return raftpb.HardState{}, raftpb.ConfState{}, ErrClosed
+	}
+	return l.hs, cloneConfState(l.snap.meta.ConfState), nil
+}
+
+// Entries implements raft.Storage: the entries in [lo, hi), at least one if
+// any, and no more than fit in maxSize bytes (protobuf size, as raft counts).
+// It returns raft.ErrCompacted if lo <= FirstIndex()-1, raft.ErrUnavailable if
+// the log holds no entries, and an error wrapping raft.ErrUnavailable if
+// hi > LastIndex()+1. An entry that fails its checksum is reported with an
+// error wrapping ErrCorrupt, never returned.
+//
+// The caller owns the returned slice and may append to it; the entries'
+// Data must not be modified (they are shared with the cache).
+func (l *Log) Entries(lo, hi, maxSize uint64) ([]raftpb.Entry, error) {
+	l.mu.RLock()
+	ents, done, err := l.entriesLocked(lo, hi, maxSize, false)
+	l.mu.RUnlock()
+	if done {
+		return ents, err
+	}
+	// Part of the range is only on disk. Reading it under wmu means no write
+	// transaction can commit between our look at the in-memory view and the
+	// bbolt read, so the two agree.
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	ents, _, err = l.entriesLocked(lo, hi, maxSize, true)
+	return ents, err
+}
+
+// entriesLocked serves Entries. The caller holds mu (read) or, if disk is
+// true, wmu. done is false if the range needs a disk read and disk is false.
+func (l *Log) entriesLocked(lo, hi, maxSize uint64, disk bool) (ents []raftpb.Entry, done bool, err error) {
+	switch {
+	case l.closed:
+		return nil, true, ErrClosed
+	case lo <= l.prev.index:
+		// NB: raft compares storage errors with ==; return the sentinels
+		// unwrapped.
+		return nil, true, raft.ErrCompacted
+	case hi > l.last+1:
+		return nil, true, fmt.Errorf("raftlog: entries [%d, %d) beyond last index %d: %w",
+			lo, hi, l.last, raft.ErrUnavailable)
+	case l.last == l.prev.index:
+		return nil, true, raft.ErrUnavailable
+	case lo > hi:
+		return nil, true, fmt.Errorf("raftlog: entries [%d, %d): lo > hi", lo, hi)
+	case lo == hi:
+		return nil, true, nil
+	}
+	// [lo, split) comes from bbolt, [split, hi) from the cache.
+	split := lo
+	if !l.cache.covers(lo) {
+		split = hi
+		if l.cache.covers(hi - 1) {
+			split = l.cache.first()
+		}
+		if !disk {
+			return nil, false, nil
+		}
+	}
+	var size uint64
+	add := func(e *raftpb.Entry) bool {
+		s := uint64(e.Size())
+		if len(ents) > 0 && size+s > maxSize {
+			return false
+		}
+		size += s
+		ents = append(ents, *e)
+		return true
+	}
+	if split > lo {
+		full, err := l.readEntries(lo, split, add)
+		if err != nil || !full {
+			return ents, true, err
+		}
+	} else {
+		// Cache only: size the result first so it is allocated once.
+		n, s := 0, uint64(0)
+		for i := lo; i < hi; i++ {
+			s += uint64(l.cache.get(i).Size())
+			if n > 0 && s > maxSize {
+				break
+			}
+			n++
+		}
+		ents = make([]raftpb.Entry, 0, n)
+	}
+	for i := split; i < hi; i++ {
+		if !add(l.cache.get(i)) {
+			break
+		}
+	}
+	return ents, true, nil
+}
+
+// readEntries reads [lo, hi) from bbolt, passing each verified entry to add
+// until add returns false (full is then false). The caller holds wmu.
+func (l *Log) readEntries(lo, hi uint64, add func(*raftpb.Entry) bool) (full bool, err error) {
+	err = l.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketEntries).Cursor()
+		k, v := c.Seek(indexKey(lo))
+		for i := lo; i < hi; i++ {
+			if got, ok := keyIndex(k); k == nil || !ok || got != i || v == nil {
+				return l.corrupt("entry", i, "entry missing from entries bucket", nil)
+			}
+			// NB: decodeEntry copies out of v, which is only valid inside
+			// this transaction.
+			e, detail, err := decodeEntry(v, i)
+			if detail != "" {
+				return l.corrupt("entry", i, detail, err)
+			}
+			if !add(&e) {
+				return nil
+			}
+			k, v = c.Next()
+		}
+		full = true
+		return nil
+	})
+	return full, err
+}
+
+// Term implements raft.Storage: the term of entry i, for i in
+// [FirstIndex()-1, LastIndex()]. It returns raft.ErrCompacted below that range
+// and raft.ErrUnavailable above it. It never reads disk.
+func (l *Log) Term(i uint64) (uint64, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	switch {
+	case l.closed:
+		return 0, ErrClosed
+	case i < l.prev.index:
+		return 0, raft.ErrCompacted
+	case i > l.last:
+		return 0, raft.ErrUnavailable
+	}
+	return l.terms.term(i), nil
+}
+
+// LastIndex implements raft.Storage. It never reads disk.
+func (l *Log) LastIndex() (uint64, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return 0, ErrClosed
+	}
+	return l.last, nil
+}
+
+// FirstIndex implements raft.Storage. It never reads disk.
+func (l *Log) FirstIndex() (uint64, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return 0, ErrClosed
+	}
+	return l.prev.index + 1, nil
+}
+
+// Snapshot implements raft.Storage: the current snapshot, or an empty one if
+// none was recorded. The first call after Open reads the data file and checks
+// its CRC (an error wrapping ErrCorrupt if it does not match); the data then
+// stays in memory until the next snapshot replaces it. The returned Data is
+// shared: do not modify it.
+func (l *Log) Snapshot() (raftpb.Snapshot, error) {
+	l.mu.RLock()
+	snap, loaded, err := l.snapshotLocked()
+	l.mu.RUnlock()
+	if err != nil || loaded {
+		return snap, err
+	}
+	// Load the data without holding wmu, so Save is not blocked behind a
+	// large read. snapMu keeps the snapshot from changing meanwhile.
+	l.snapMu.Lock()
+	defer l.snapMu.Unlock()
+	l.mu.RLock()
+	snap, loaded, err = l.snapshotLocked()
+	rec := l.snap
+	l.mu.RUnlock()
+	if err != nil || loaded {
+		return snap, err
+	}
+	data, err := l.readSnapFile(rec)
+	if err != nil {
+		return raftpb.Snapshot{}, err
+	}
+	l.mu.Lock()
+	l.snapData, l.snapLoaded = data, true
+	l.mu.Unlock()
+	snap.Data = data
+	return snap, nil
+}
+
+// snapshotLocked returns the current snapshot; loaded is false if its data
+// still has to be read from disk. The caller holds mu.
+func (l *Log) snapshotLocked() (snap raftpb.Snapshot, loaded bool, err error) {
+	if l.closed {
+		return raftpb.Snapshot{}, false, ErrClosed
+	}
+	if l.snap.meta.Index == 0 {
+		return raftpb.Snapshot{}, true, nil
+	}
+	snap.Metadata = cloneSnapMeta(l.snap.meta)
+	if l.snapLoaded {
+		snap.Data = l.snapData
+	}
+	return snap, l.snapLoaded, nil
+}
+
+// Save persists one Ready: ents (replacing every stored entry with index >=
+// ents[0].Index, the conflicting suffix) and hs (unless
+// raft.IsEmptyHardState(hs)), in one bbolt write transaction made durable
+// before Save returns. Entries at or below FirstIndex()-1 are skipped, as
+// raft.MemoryStorage.Append does. ents must be consecutive and must not leave
+// a gap after LastIndex(), and hs.Commit must lie in [FirstIndex()-1, the
+// resulting last index] (raft refuses to start otherwise); if not, Save
+// returns ErrOutOfOrder and writes nothing.
+//
+// The Log keeps the entries (and their Data) in its cache: the caller must not
+// modify them afterwards (raft never does). Save may run concurrently with
+// the raft.Storage methods, which see either the old or the new state.
+func (l *Log) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
+	hasHS := !raft.IsEmptyHardState(hs)
+	if !hasHS && len(ents) == 0 {
+		return nil
+	}
+	for i := 1; i < len(ents); i++ {
+		if ents[i].Index != ents[0].Index+uint64(i) {
+			return fmt.Errorf("%w: entry %d follows entry %d", ErrOutOfOrder, ents[i].Index, ents[i-1].Index)
+		}
+	}
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if err := l.writableLocked(); err != nil {
+		return err
+	}
+	if len(ents) > 0 {
+		switch first := l.prev.index + 1; {
+		case ents[len(ents)-1].Index < first:
+			ents = nil
+		case ents[0].Index < first:
+			ents = ents[first-ents[0].Index:]
+		}
+	}
+	newLast := l.last
+	if len(ents) > 0 {
+		if ents[0].Index > l.last+1 {
+			return fmt.Errorf("%w: entry %d would leave a gap after last index %d",
+				ErrOutOfOrder, ents[0].Index, l.last)
+		}
+		newLast = ents[len(ents)-1].Index
+	}
+	if hasHS && (hs.Commit > newLast || hs.Commit < l.prev.index) {
+		// raft refuses to start from such a hard state; refuse to write it.
+		return fmt.Errorf("%w: hard state commit %d outside the log [%d, %d]",
+			ErrOutOfOrder, hs.Commit, l.prev.index, newLast)
+	}
+	if len(ents) == 0 && (!hasHS || hs == l.hs) {
+		return nil
+	}
+	// Encode (and checksum) outside the transaction.
+	vals := make([][]byte, len(ents))
+	var bytes int64
+	for i := range ents {
+		vals[i] = encodeEntry(&ents[i])
+		bytes += int64(len(vals[i]))
+	}
+	start := time.Now()
+	err := l.update("save", func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEntries)
+		// NB: keys arrive in ascending order, so fill pages completely
+		// instead of bbolt's default 50% split.
+		b.FillPercent = 1.0
+		for i := range ents {
+			if err := b.Put(indexKey(ents[i].Index), vals[i]); err != nil {
+				return fmt.Errorf("put entry %d: %w", ents[i].Index, err)
+			}
+		}
+		if len(ents) > 0 {
+			// Drop the rest of a conflicting suffix longer than ents.
+			for i := newLast + 1; i <= l.last; i++ {
+				if err := b.Delete(indexKey(i)); err != nil {
+					return fmt.Errorf("delete entry %d: %w", i, err)
+				}
+			}
+		}
+		if hasHS {
+			if err := tx.Bucket(bucketMeta).Put(keyHardState, encodeHardState(hs)); err != nil {
+				return fmt.Errorf("put hard state: %w", err)
+			}
+		}
+		return nil
+	})
+	took := time.Since(start)
+	if err != nil {
+		return err
+	}
+	l.saveSeconds.Observe(took.Seconds())
+	l.commits.Add(1)
+	l.appended.Add(uint64(len(ents)))
+	l.lastCommitNanos.Store(int64(took))
+	l.lastCommitBytes.Store(bytes)
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(ents) > 0 {
+		if ents[0].Index <= l.last {
+			l.terms.truncateFrom(ents[0].Index)
+			l.cache.truncateFrom(ents[0].Index)
+		}
+		for i := range ents {
+			l.terms.append(ents[i].Index, ents[i].Term)
+		}
+		l.cache.append(ents)
+		l.last = newLast
+	}
+	if hasHS {
+		l.hs = hs
+	}
+	return nil
+}
+
+// CreateSnapshot records a snapshot the local state machine made after
+// applying entry i, with conf state cs (nil keeps the current snapshot's) and
+// data. It returns raft.ErrSnapOutOfDate if i is not above the current
+// snapshot index, an error wrapping raft.ErrUnavailable if i > LastIndex(),
+// and ErrNotCommitted if i is above the saved commit index (only applied,
+// hence committed, state may be snapshotted). It writes the data file crash-safely, then records the
+// metadata in one bbolt transaction; it does not discard entries (call
+// Compact). The Log keeps data in memory to serve Snapshot: do not modify it.
+//
+// The data file is written without blocking Save, so CreateSnapshot may run
+// on a goroutine other than the Ready loop's.
+func (l *Log) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (raftpb.Snapshot, error) {
+	l.snapMu.Lock()
+	defer l.snapMu.Unlock()
+	term, meta, err := func() (uint64, raftpb.SnapshotMetadata, error) {
+		l.mu.RLock()
+		defer l.mu.RUnlock()
+		if err := l.writableLocked(); err != nil {
+			return 0, raftpb.SnapshotMetadata{}, err
+		}
+		if i <= l.snap.meta.Index {
+			return 0, raftpb.SnapshotMetadata{}, raft.ErrSnapOutOfDate
+		}
+		if i > l.last {
+			return 0, raftpb.SnapshotMetadata{}, fmt.Errorf("raftlog: create snapshot at %d beyond last index %d: %w",
+				i, l.last, raft.ErrUnavailable)
+		}
+		if i > l.hs.Commit {
+			return 0, raftpb.SnapshotMetadata{}, fmt.Errorf("%w: create snapshot at %d, saved commit index %d",
+				ErrNotCommitted, i, l.hs.Commit)
+		}
+		meta := raftpb.SnapshotMetadata{Index: i, Term: l.terms.term(i), ConfState: l.snap.meta.ConfState}
+		if cs != nil {
+			meta.ConfState = *cs
+		}
+		return meta.Term, cloneSnapMeta(meta), nil
+	}()
+	if err != nil {
+		return raftpb.Snapshot{}, err
+	}
+	if err := l.installSnapshot(meta, data, false); err != nil {
+		return raftpb.Snapshot{}, fmt.Errorf("raftlog: create snapshot at %d: %w", i, err)
+	}
+	l.logger.Info("raftlog snapshot created", "index", i, "term", term, "bytes", len(data))
+	return raftpb.Snapshot{Data: data, Metadata: cloneSnapMeta(meta)}, nil
+}
+
+// ApplySnapshot persists a snapshot received from the leader
+// (Ready.Snapshot). It returns raft.ErrSnapOutOfDate if its index is not
+// above the current snapshot index, or is below the saved commit index (raft
+// never emits such a snapshot). It writes the data file crash-safely,
+// then in one bbolt transaction records the metadata, discards every entry
+// (raft only emits a snapshot when its log does not contain the snapshot's
+// index and term, so any retained entry would conflict; raft.MemoryStorage
+// does the same), sets FirstIndex to the snapshot index + 1, and raises the
+// hard state's commit to the snapshot index if it is lower (the snapshot is
+// committed by definition, and raft refuses a hard state that commits less
+// than FirstIndex()-1). The Log keeps snap.Data in memory: do not modify it.
+func (l *Log) ApplySnapshot(snap raftpb.Snapshot) error {
+	l.snapMu.Lock()
+	defer l.snapMu.Unlock()
+	l.mu.RLock()
+	err := l.writableLocked()
+	switch {
+	case err != nil:
+	case snap.Metadata.Index <= l.snap.meta.Index:
+		err = raft.ErrSnapOutOfDate
+	case snap.Metadata.Index < l.hs.Commit:
+		// raft ignores a snapshot at or below its commit index; applying one
+		// would drop committed entries and leave a commit index beyond the log.
+		err = fmt.Errorf("raftlog: snapshot %d below the saved commit index %d: %w",
+			snap.Metadata.Index, l.hs.Commit, raft.ErrSnapOutOfDate)
+	}
+	l.mu.RUnlock()
+	if err != nil {
+		return err
+	}
+	meta := cloneSnapMeta(snap.Metadata)
+	if err := l.installSnapshot(meta, snap.Data, true); err != nil {
+		return fmt.Errorf("raftlog: apply snapshot at %d: %w", meta.Index, err)
+	}
+	l.logger.Info("raftlog snapshot applied", "index", meta.Index, "term", meta.Term, "bytes", len(snap.Data))
+	return nil
+}
+
+// installSnapshot writes the data file, then records meta in one
+// transaction; with replace it also discards the whole log (ApplySnapshot).
+// The caller holds snapMu and has checked that meta.Index is above the
+// current snapshot index.
+func (l *Log) installSnapshot(meta raftpb.SnapshotMetadata, data []byte, replace bool) error {
+	path, err := l.writeSnapFile(meta.Index, meta.Term, data)
+	if err != nil {
+		return err
+	}
+	rec := snapRecord{meta: meta, dataLen: uint64(len(data)), dataCRC: checksum(data)}
+	if err := l.recordSnapshot(rec, replace); err != nil {
+		// The file is not referenced by raft.db; remove it now or at the next
+		// Open.
+		if rerr := l.fs.Remove(path); rerr != nil {
+			l.logger.Warn("raftlog: remove unrecorded snapshot file", "path", path, "err", rerr)
+		}
+		return err
+	}
+	l.mu.Lock()
+	l.snapData, l.snapLoaded = data, true
+	l.mu.Unlock()
+	l.pruneSnapshots()
+	return nil
+}
+
+// recordSnapshot commits rec (and, with replace, the log reset) and updates
+// the in-memory view.
+func (l *Log) recordSnapshot(rec snapRecord, replace bool) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if err := l.writableLocked(); err != nil {
+		return err
+	}
+	i := rec.meta.Index
+	if !replace && (i > l.last || i < l.prev.index || l.terms.term(i) != rec.meta.Term) {
+		// Only a caller overwriting applied entries while snapshotting gets
+		// here.
+		return fmt.Errorf("%w: entry %d changed while its snapshot was written", ErrOutOfOrder, i)
+	}
+	hs := l.hs
+	if replace && hs.Commit < i {
+		hs.Commit = i
+	}
+	if err := l.update("record snapshot", func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if err := meta.Put(keySnapshot, encodeSnapRecord(rec)); err != nil {
+			return fmt.Errorf("put snapshot: %w", err)
+		}
+		if !replace {
+			return nil
+		}
+		// Dropping the bucket frees its pages wholesale instead of deleting
+		// key by key.
+		if err := tx.DeleteBucket(bucketEntries); err != nil {
+			return fmt.Errorf("drop entries bucket: %w", err)
+		}
+		if _, err := tx.CreateBucket(bucketEntries); err != nil {
+			return fmt.Errorf("create entries bucket: %w", err)
+		}
+		if err := meta.Put(keyCompacted, encodeCompacted(compacted{i, rec.meta.Term})); err != nil {
+			return fmt.Errorf("put compacted: %w", err)
+		}
+		if hs != l.hs {
+			if err := meta.Put(keyHardState, encodeHardState(hs)); err != nil {
+				return fmt.Errorf("put hard state: %w", err)
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.snap = rec
+	if replace {
+		l.prev = compacted{i, rec.meta.Term}
+		l.last = i
+		l.terms.reset(i, rec.meta.Term)
+		l.cache.reset()
+		l.hs = hs
+	}
+	return nil
+}
+
+// Compact discards the entries before compactIndex, with the semantics of
+// raft.MemoryStorage.Compact: compactIndex itself becomes the "dummy" entry of
+// which only the term is kept, so afterwards FirstIndex() == compactIndex+1
+// and Term(compactIndex) still answers. It returns raft.ErrCompacted if compactIndex <= FirstIndex()-1
+// (already compacted) and ErrCompactBeyondSnapshot if compactIndex is above
+// the snapshot index. One bbolt transaction; the freed pages are reused by
+// later appends (see Stats).
+func (l *Log) Compact(compactIndex uint64) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if err := l.writableLocked(); err != nil {
+		return err
+	}
+	switch {
+	case compactIndex <= l.prev.index:
+		return raft.ErrCompacted
+	case compactIndex > l.snap.meta.Index:
+		return fmt.Errorf("%w: compact %d, snapshot index %d", ErrCompactBeyondSnapshot, compactIndex, l.snap.meta.Index)
+	case compactIndex > l.last:
+		return fmt.Errorf("%w: compact %d beyond last index %d", ErrCompactBeyondSnapshot, compactIndex, l.last)
+	}
+	c := compacted{compactIndex, l.terms.term(compactIndex)}
+	if err := l.update("compact", func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEntries)
+		for i := l.prev.index + 1; i <= compactIndex; i++ {
+			if err := b.Delete(indexKey(i)); err != nil {
+				return fmt.Errorf("delete entry %d: %w", i, err)
+			}
+		}
+		if err := tx.Bucket(bucketMeta).Put(keyCompacted, encodeCompacted(c)); err != nil {
+			return fmt.Errorf("put compacted: %w", err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.prev = c
+	l.terms.compactTo(compactIndex)
+	l.cache.dropBefore(compactIndex + 1)
+	l.mu.Unlock()
+	l.logger.Info("raftlog compacted", "index", compactIndex, "term", c.term)
+	return nil
+}
+
+// Stats is a point-in-time view of the Log, for metrics and operators.
+type Stats struct {
+	FirstIndex    uint64 // FirstIndex()
+	LastIndex     uint64 // LastIndex()
+	SnapshotIndex uint64 // index of the current snapshot; 0 if none
+	SnapshotTerm  uint64 // term of the current snapshot; 0 if none
+
+	CachedEntries int   // entries served from memory
+	CachedBytes   int64 // their Data bytes
+
+	// FileBytes is the size of raft.db on disk, in bytes.
+	FileBytes int64
+	// FreePages and PendingPages are bbolt's free pages (reusable now) and
+	// pending pages (freed by a recent transaction, reusable once no reader
+	// needs them), as of the last write transaction.
+	FreePages    int
+	PendingPages int
+	// FreeBytes is the bytes in free and pending pages (bbolt FreeAlloc):
+	// space a rotation/compaction of raft.db would give back.
+	FreeBytes int
+	// FreelistBytes is what the freelist would take on disk if it were
+	// written (bbolt FreelistInuse). With NoFreelistSync it never is; the
+	// number shows what each commit is spared.
+	FreelistBytes int
+
+	Commits            uint64        // successful Save transactions since Open
+	EntriesAppended    uint64        // entries written by Save since Open
+	LastCommitDuration time.Duration // commit + fsync time of the last Save
+	LastCommitBytes    int64         // encoded entry bytes written by the last Save
+}
+
+// Stats returns current statistics. It is cheap (no transaction, one stat
+// syscall) and safe to call concurrently with everything, also after Close.
+func (l *Log) Stats() Stats {
+	l.mu.RLock()
+	s := Stats{
+		FirstIndex:    l.prev.index + 1,
+		LastIndex:     l.last,
+		SnapshotIndex: l.snap.meta.Index,
+		SnapshotTerm:  l.snap.meta.Term,
+		CachedEntries: len(l.cache.ents),
+		CachedBytes:   l.cache.bytes,
+	}
+	l.mu.RUnlock()
+	bs := l.db.Stats()
+	s.FreePages = bs.FreePageN
+	s.PendingPages = bs.PendingPageN
+	s.FreeBytes = bs.FreeAlloc
+	s.FreelistBytes = bs.FreelistInuse
+	if fi, err := os.Stat(l.dbPath); err == nil {
+		s.FileBytes = fi.Size()
+	}
+	s.Commits = l.commits.Load()
+	s.EntriesAppended = l.appended.Load()
+	s.LastCommitDuration = time.Duration(l.lastCommitNanos.Load())
+	s.LastCommitBytes = l.lastCommitBytes.Load()
+	return s
+}
+
+// Close waits for any write or snapshot in progress, then closes raft.db.
+// Every later call returns ErrClosed, except Close (nil) and Stats.
+func (l *Log) Close() error {
+	l.snapMu.Lock()
+	defer l.snapMu.Unlock()
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.cache.reset()
+	l.snapData, l.snapLoaded = nil, false
+	l.mu.Unlock()
+	if err := l.db.Close(); err != nil {
+		return fmt.Errorf("raftlog: close %s: %w", l.dbPath, err)
+	}
+	return nil
+}
+
+func decodeU64(b []byte) uint64 {
+	var v uint64
+	for _, c := range b {
+		v = v<<8 | uint64(c)
+	}
+	return v
+}
+
+func cloneConfState(cs raftpb.ConfState) raftpb.ConfState {
+	return raftpb.ConfState{
+		Voters:         slices.Clone(cs.Voters),
+		Learners:       slices.Clone(cs.Learners),
+		VotersOutgoing: slices.Clone(cs.VotersOutgoing),
+		LearnersNext:   slices.Clone(cs.LearnersNext),
+		AutoLeave:      cs.AutoLeave,
+	}
+}
+
+func cloneSnapMeta(m raftpb.SnapshotMetadata) raftpb.SnapshotMetadata {
+	m.ConfState = cloneConfState(m.ConfState)
+	return m
+}

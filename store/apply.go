@@ -1,0 +1,364 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+)
+
+// EventType says what happened to a key.
+type EventType uint8
+
+const (
+	// EventPut: the key was created or overwritten.
+	EventPut EventType = iota + 1
+	// EventDelete: the key was removed.
+	EventDelete
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventPut:
+		return "put"
+	case EventDelete:
+		return "delete"
+	}
+	return fmt.Sprintf("EventType(%d)", uint8(t))
+}
+
+// Event describes the net change of one key made by one applied command.
+// A command yields at most one event per key (a transaction that sets a key
+// twice yields one put with the final entry; one that creates and then
+// deletes a key that did not exist before yields none), ordered by the
+// first operation that touched each key. The watch hub consumes them.
+//
+// KV and PrevKV are shared with the store: consumers must not modify them.
+type Event struct {
+	Type EventType
+	// KV is the entry as stored after the command for EventPut. For
+	// EventDelete it carries only Key and ModifyIndex (= the index of the
+	// deleting command).
+	KV *lodestonepb.KeyValue
+	// PrevKV is the entry before the command, nil if the key did not exist.
+	PrevKV *lodestonepb.KeyValue
+}
+
+// change is one mutation of the tree, kept so a transaction can be undone
+// and so events can be derived: the key, the entry before the mutation and
+// the entry after it (nil: absent).
+type change struct {
+	key       []byte
+	prev, cur *lodestonepb.KeyValue
+}
+
+// applier executes one command against s.kv. s.mu is held exclusively.
+type applier struct {
+	s       *Store
+	index   uint64
+	changes []change
+}
+
+func (a *applier) get(key []byte) *lodestonepb.KeyValue {
+	it, _ := a.s.kv.Get(item{key: key})
+	return it.kv
+}
+
+// set stores a new entry for key and returns it. key and value are copied:
+// the store never retains slices of the command.
+func (a *applier) set(key, value []byte, flags uint64) *lodestonepb.KeyValue {
+	kv := &lodestonepb.KeyValue{
+		Key:         bytes.Clone(key),
+		CreateIndex: a.index,
+		ModifyIndex: a.index,
+		Flags:       flags,
+	}
+	if len(value) > 0 {
+		kv.Value = bytes.Clone(value)
+	}
+	old, replaced := a.s.kv.ReplaceOrInsert(itemOf(kv))
+	var prev *lodestonepb.KeyValue
+	if replaced {
+		// NB: kv is completed after insertion to save a second tree
+		// walk; no reader can see it yet (the write lock is held).
+		prev = old.kv
+		kv.CreateIndex = prev.CreateIndex
+		kv.LockIndex = prev.LockIndex
+		kv.Session = prev.Session
+	}
+	a.changes = append(a.changes, change{key: kv.Key, prev: prev, cur: kv})
+	return kv
+}
+
+// del removes key; it reports whether the key existed.
+func (a *applier) del(key []byte) bool {
+	prev, ok := a.s.kv.Delete(item{key: key})
+	if ok {
+		a.changes = append(a.changes, change{key: prev.key, prev: prev.kv})
+	}
+	return ok
+}
+
+// delPrefix removes every key starting with prefix and returns how many.
+func (a *applier) delPrefix(prefix []byte) uint64 {
+	var doomed []item
+	a.s.kv.AscendGreaterOrEqual(item{key: prefix}, func(it item) bool {
+		if !bytes.HasPrefix(it.key, prefix) {
+			return false
+		}
+		doomed = append(doomed, it)
+		return true
+	})
+	// NB: collect first, delete after: the B-tree must not be mutated
+	// while it is being iterated.
+	for _, it := range doomed {
+		a.s.kv.Delete(it)
+		a.changes = append(a.changes, change{key: it.key, prev: it.kv})
+	}
+	return uint64(len(doomed))
+}
+
+// undo reverts every change in reverse order.
+func (a *applier) undo() {
+	for i := len(a.changes) - 1; i >= 0; i-- {
+		c := a.changes[i]
+		if c.prev == nil {
+			a.s.kv.Delete(item{key: c.key})
+		} else {
+			a.s.kv.ReplaceOrInsert(itemOf(c.prev))
+		}
+	}
+	a.changes = nil
+}
+
+// events derives the net change per key from a.changes (see Event): the
+// state before the first change of each key against the state after its
+// last one, in order of first change.
+func (a *applier) events() []Event {
+	if len(a.changes) == 0 {
+		return nil
+	}
+	type net struct {
+		key       []byte
+		prev, cur *lodestonepb.KeyValue
+	}
+	nets := make([]net, 0, len(a.changes))
+	var pos map[string]int
+	if len(a.changes) > 1 {
+		pos = make(map[string]int, len(a.changes))
+	}
+	for _, c := range a.changes {
+		if pos != nil {
+			if i, dup := pos[string(c.key)]; dup {
+				nets[i].cur = c.cur
+				continue
+			}
+			pos[string(c.key)] = len(nets)
+		}
+		nets = append(nets, net{key: c.key, prev: c.prev, cur: c.cur})
+	}
+	evs := make([]Event, 0, len(nets))
+	for _, n := range nets {
+		switch {
+		case n.cur != nil:
+			evs = append(evs, Event{Type: EventPut, KV: n.cur, PrevKV: n.prev})
+		case n.prev != nil:
+			evs = append(evs, Event{Type: EventDelete,
+				KV:     &lodestonepb.KeyValue{Key: n.key, ModifyIndex: a.index},
+				PrevKV: n.prev})
+		}
+	}
+	return evs
+}
+
+// Apply applies one committed command at Raft log index index and returns
+// its result and the events it produced.
+//
+// Contract:
+//   - index <= Index(): a replay (e.g. after restart from an older
+//     snapshot); nothing changes, Apply returns (nil, nil).
+//   - Otherwise the applied index becomes index, whatever the command.
+//   - Deterministic: the result, the events and the new state depend only
+//     on the prior state, index and cmd. Limits are NOT enforced here
+//     (replicas may be configured differently); only CheckCommand's
+//     structural rules are.
+//   - A command CheckCommand refuses changes nothing but the index. For
+//     put and delete the result has no Result set (Result == nil): the
+//     server should answer the proposer with CheckCommand(cmd). For a
+//     transaction the result is a TxnResponse with succeeded=false and an
+//     error per malformed op.
+//   - Never panics on command content.
+//   - Apply does not retain cmd or any slice in it.
+//
+// Results: Put → PutResponse.kv is the entry as stored, without value; on a
+// cas mismatch nothing changes, CasFailed is set and kv is the current
+// entry (without value) or nil. Delete → DeleteResponse.deleted counts
+// removed keys (a missing key is not an error); cas mismatch as for put.
+// Txn → see TxnResponse; CasFailed stays false (succeeded says it). Headers
+// are left nil for the server to fill.
+//
+// Returned results and events may share entries with the store; callers
+// must not modify them.
+func (s *Store) Apply(index uint64, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, []Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if index <= s.index {
+		return nil, nil
+	}
+	s.index = index
+	a := &applier{s: s, index: index}
+	var res *lodestonepb.CommandResult
+	switch op := cmd.GetOp().(type) {
+	case *lodestonepb.Command_Put:
+		res = a.put(op.Put)
+	case *lodestonepb.Command_Delete:
+		res = a.delete(op.Delete)
+	case *lodestonepb.Command_Txn:
+		res = a.txn(op.Txn)
+	default:
+		res = &lodestonepb.CommandResult{}
+	}
+	evs := a.events()
+	if len(evs) > 0 {
+		s.kvIndex = index
+	}
+	return res, evs
+}
+
+func (a *applier) put(p *lodestonepb.PutRequest) *lodestonepb.CommandResult {
+	if p == nil || checkKey(-1, p.Key) != nil {
+		return &lodestonepb.CommandResult{}
+	}
+	if p.Cas != nil {
+		cur := a.get(p.Key)
+		if why := casMismatch(p.Key, cur, *p.Cas); why != "" {
+			return &lodestonepb.CommandResult{
+				Result:    &lodestonepb.CommandResult_Put{Put: &lodestonepb.PutResponse{Kv: withoutValue(cur)}},
+				CasFailed: true,
+			}
+		}
+	}
+	kv := a.set(p.Key, p.Value, p.Flags)
+	return &lodestonepb.CommandResult{
+		Result: &lodestonepb.CommandResult_Put{Put: &lodestonepb.PutResponse{Kv: withoutValue(kv)}},
+	}
+}
+
+func (a *applier) delete(d *lodestonepb.DeleteRequest) *lodestonepb.CommandResult {
+	if d == nil || checkKey(-1, d.Key) != nil || (d.Prefix && d.Cas != nil) {
+		return &lodestonepb.CommandResult{}
+	}
+	resp := &lodestonepb.DeleteResponse{}
+	res := &lodestonepb.CommandResult{Result: &lodestonepb.CommandResult_Delete{Delete: resp}}
+	switch {
+	case d.Prefix:
+		resp.Deleted = a.delPrefix(d.Key)
+	case d.Cas != nil && casMismatch(d.Key, a.get(d.Key), *d.Cas) != "":
+		res.CasFailed = true
+	default:
+		if a.del(d.Key) {
+			resp.Deleted = 1
+		}
+	}
+	return res
+}
+
+// casMismatch returns "" when cur matches want (want 0: key absent;
+// otherwise: ModifyIndex == want), else why not.
+func casMismatch(key []byte, cur *lodestonepb.KeyValue, want uint64) string {
+	switch {
+	case want == 0 && cur != nil:
+		return fmt.Sprintf("key %q exists with ModifyIndex %d, want absent", key, cur.ModifyIndex)
+	case want == 0:
+		return ""
+	case cur == nil:
+		return fmt.Sprintf("key %q does not exist, want ModifyIndex %d", key, want)
+	case cur.ModifyIndex != want:
+		return fmt.Sprintf("key %q ModifyIndex is %d, want %d", key, cur.ModifyIndex, want)
+	}
+	return ""
+}
+
+// txn runs the ops in order, each seeing the effects of the earlier ones,
+// directly on the tree while recording an undo log. If any op fails, every
+// change is undone (all-or-nothing); readers cannot see the intermediate
+// state because the write lock is held throughout. Every failing op is
+// reported, not just the first (as Consul does); ops after a failed one
+// still run so their checks are reported against the state they would
+// have seen.
+func (a *applier) txn(t *lodestonepb.TxnRequest) *lodestonepb.CommandResult {
+	resp := &lodestonepb.TxnResponse{}
+	res := &lodestonepb.CommandResult{Result: &lodestonepb.CommandResult_Txn{Txn: resp}}
+	if t == nil || len(t.Ops) == 0 {
+		resp.Errors = []*lodestonepb.TxnError{{What: "transaction has no operations"}}
+		return res
+	}
+	// Structural problems first: a malformed txn runs nothing.
+	for i, o := range t.Ops {
+		if err := checkTxnOp(i, o); err != nil {
+			what := err.Error()
+			var ie *InvalidError
+			if errors.As(err, &ie) {
+				what = ie.Detail // op_index already says which op
+			}
+			resp.Errors = append(resp.Errors, &lodestonepb.TxnError{OpIndex: uint32(i), What: what})
+		}
+	}
+	if len(resp.Errors) > 0 {
+		return res
+	}
+	results := make([]*lodestonepb.TxnResult, len(t.Ops))
+	fail := func(i int, why string) {
+		resp.Errors = append(resp.Errors, &lodestonepb.TxnError{OpIndex: uint32(i), What: why})
+	}
+	for i, o := range t.Ops {
+		r := &lodestonepb.TxnResult{}
+		results[i] = r
+		switch o.Verb {
+		case lodestonepb.TxnOp_SET:
+			r.Kv = withoutValue(a.set(o.Key, o.Value, o.Flags))
+		case lodestonepb.TxnOp_GET:
+			r.Kv = a.get(o.Key)
+		case lodestonepb.TxnOp_DELETE:
+			if a.del(o.Key) {
+				r.Deleted = 1
+			}
+		case lodestonepb.TxnOp_DELETE_PREFIX:
+			r.Deleted = a.delPrefix(o.Key)
+		case lodestonepb.TxnOp_CAS:
+			if why := casMismatch(o.Key, a.get(o.Key), o.Index); why != "" {
+				fail(i, why)
+				continue
+			}
+			r.Kv = withoutValue(a.set(o.Key, o.Value, o.Flags))
+		case lodestonepb.TxnOp_CHECK_INDEX:
+			cur := a.get(o.Key)
+			switch {
+			case cur == nil:
+				fail(i, fmt.Sprintf("key %q does not exist, want ModifyIndex %d", o.Key, o.Index))
+			case cur.ModifyIndex != o.Index:
+				fail(i, fmt.Sprintf("key %q ModifyIndex is %d, want %d", o.Key, cur.ModifyIndex, o.Index))
+			}
+		case lodestonepb.TxnOp_CHECK_NOT_EXISTS:
+			if cur := a.get(o.Key); cur != nil {
+				fail(i, fmt.Sprintf("key %q exists with ModifyIndex %d, want absent", o.Key, cur.ModifyIndex))
+			}
+		case lodestonepb.TxnOp_DELETE_CAS:
+			if why := casMismatch(o.Key, a.get(o.Key), o.Index); why != "" {
+				fail(i, why)
+				continue
+			}
+			if a.del(o.Key) {
+				r.Deleted = 1
+			}
+		}
+	}
+	if len(resp.Errors) > 0 {
+		a.undo()
+		return res
+	}
+	resp.Succeeded = true
+	resp.Results = results
+	return res
+}

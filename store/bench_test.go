@@ -1,0 +1,90 @@
+package store
+
+import (
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+)
+
+func benchStore(b *testing.B, n int) (*Store, [][]byte) {
+	b.Helper()
+	s := New()
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("service/web/instance-%07d", i))
+		s.Apply(uint64(i+1), &lodestonepb.Command{Op: &lodestonepb.Command_Put{Put: &lodestonepb.PutRequest{Key: keys[i], Value: make([]byte, 128)}}})
+	}
+	return s, keys
+}
+
+// BenchmarkApplyPut measures one Put on a store of 100k keys (overwrites,
+// so the tree size stays constant).
+func BenchmarkApplyPut(b *testing.B) {
+	s, keys := benchStore(b, 100000)
+	cmds := make([]*lodestonepb.Command, len(keys))
+	for i, k := range keys {
+		cmds[i] = &lodestonepb.Command{Op: &lodestonepb.Command_Put{Put: &lodestonepb.PutRequest{Key: k, Value: make([]byte, 128)}}}
+	}
+	idx := s.Index()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		idx++
+		s.Apply(idx, cmds[i%len(cmds)])
+	}
+}
+
+// BenchmarkApplyTxn measures a 4-op check-and-set transaction.
+func BenchmarkApplyTxn(b *testing.B) {
+	s, keys := benchStore(b, 100000)
+	idx := s.Index()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k := string(keys[i%len(keys)])
+		idx++
+		s.Apply(idx, txnCmd(op(GET, k), opSet(k, "v"), opSet(k+"/meta", "m"), op(CHECK_NOT_EXISTS, "nope")))
+	}
+}
+
+// BenchmarkGet measures parallel point reads on a store of 100k keys.
+func BenchmarkGet(b *testing.B) {
+	s, keys := benchStore(b, 100000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if kv, _ := s.Get(keys[i%len(keys)]); kv == nil {
+				b.Fatal("missing key")
+			}
+			i += 7919
+		}
+	})
+}
+
+// BenchmarkRange100 measures a 100-key page.
+func BenchmarkRange100(b *testing.B) {
+	s, _ := benchStore(b, 100000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if kvs, _, _ := s.Range([]byte("service/web/"), nil, 100, false); len(kvs) != 100 {
+			b.Fatal("short page")
+		}
+	}
+}
+
+// BenchmarkSnapshotWrite measures encoding 100k keys.
+func BenchmarkSnapshotWrite(b *testing.B) {
+	s, _ := benchStore(b, 100000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := s.Snapshot().WriteTo(io.Discard); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,230 @@
+package store
+
+import (
+	"bytes"
+	"sort"
+	"sync"
+
+	"github.com/google/btree"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+)
+
+// btreeDegree is the B-tree fan-out. 32 keeps nodes within a few cache lines
+// of pointers and the tree shallow (4 levels hold ~1M keys).
+const btreeDegree = 32
+
+// Store is the replicated state machine. See the package doc for the
+// concurrency contract: one goroutine calls the mutating methods (Apply,
+// Advance, SetMember, RemoveMember, Snapshot, Restore); any number of
+// goroutines call the read methods (Get, Range, Members, Index, KVIndex,
+// MembersIndex) concurrently with it.
+type Store struct {
+	// mu guards every field below. The apply goroutine holds it exclusively
+	// for the whole of one command (so a transaction is never seen half
+	// done); readers hold it shared.
+	mu sync.RWMutex
+
+	// kv holds the entries ordered by key. Stored *KeyValue values are
+	// immutable: a write replaces the pointer, never edits the message, so
+	// readers, events and snapshots may share them.
+	kv *btree.BTreeG[item]
+	// members by id. Stored *Member values are immutable like kv entries.
+	members map[uint64]*lodestonepb.Member
+
+	index        uint64 // last applied Raft index
+	kvIndex      uint64 // index of the last command that changed a key
+	membersIndex uint64 // index of the last membership change
+}
+
+// item is one B-tree slot. NB: the key is held inline (it aliases kv.Key)
+// so a comparison reads the node's own array and the key bytes, not a
+// *KeyValue first: that halves the cache misses of a lookup, which
+// dominate Get and Apply on a large store. A probe needs no allocation.
+type item struct {
+	key []byte
+	kv  *lodestonepb.KeyValue
+}
+
+func lessItem(a, b item) bool { return bytes.Compare(a.key, b.key) < 0 }
+
+func newTree() *btree.BTreeG[item] {
+	return btree.NewG(btreeDegree, lessItem)
+}
+
+func itemOf(kv *lodestonepb.KeyValue) item { return item{key: kv.Key, kv: kv} }
+
+// New returns an empty store at index 0.
+func New() *Store {
+	return &Store{kv: newTree(), members: map[uint64]*lodestonepb.Member{}}
+}
+
+// Index returns the last applied Raft index (by Apply, Advance, member
+// changes or Restore).
+func (s *Store) Index() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.index
+}
+
+// KVIndex returns the index of the last command that changed at least one
+// key (0 if none). A blocking query on a range can wait for it to pass its
+// wait index; it is coarse (any key), finer indices come with the watch hub.
+func (s *Store) KVIndex() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.kvIndex
+}
+
+// MembersIndex returns the index of the last membership change (0 if none).
+func (s *Store) MembersIndex() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.membersIndex
+}
+
+// Len returns the number of keys.
+func (s *Store) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.kv.Len()
+}
+
+// Advance moves the applied index to index for a Raft entry with no KV
+// effect (an empty entry after an election, a conf change without member
+// data). An index not above Index() is ignored.
+func (s *Store) Advance(index uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if index > s.index {
+		s.index = index
+	}
+}
+
+// Get returns the entry for key, or nil, and the applied index the read was
+// made at. The returned entry is shared with the store and with other
+// readers: callers must not modify it (clone it with proto.Clone first if
+// they need to). Key validation is the caller's (Limits.ValidateKey).
+func (s *Store) Get(key []byte) (*lodestonepb.KeyValue, uint64) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	it, _ := s.kv.Get(item{key: key})
+	return it.kv, s.index
+}
+
+// Range returns, in key order, the entries whose key starts with prefix
+// (empty prefix: every key) and sorts strictly after startAfter (empty: no
+// lower bound), at most limit of them (limit <= 0: no cap; servers pass
+// Limits.RangeLimit). more is true when further matching keys exist after
+// the last one returned: page on with startAfter = last key. index is the
+// applied index the read was made at.
+//
+// With keysOnly the entries are fresh copies without Value; otherwise they
+// are shared with the store and must not be modified (see Get). The store's
+// read lock is held while the answer is collected, which delays Apply by at
+// most the time to walk limit keys.
+func (s *Store) Range(prefix, startAfter []byte, limit int, keysOnly bool) (kvs []*lodestonepb.KeyValue, more bool, index uint64) {
+	start := prefix
+	skipEqual := false
+	if bytes.Compare(startAfter, prefix) >= 0 && len(startAfter) > 0 {
+		start, skipEqual = startAfter, true
+	}
+	if limit > 0 && limit <= 1024 {
+		kvs = make([]*lodestonepb.KeyValue, 0, limit)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	s.kv.AscendGreaterOrEqual(item{key: start}, func(it item) bool {
+		if !bytes.HasPrefix(it.key, prefix) {
+			return false
+		}
+		if skipEqual && bytes.Equal(it.key, startAfter) {
+			return true
+		}
+		kv := it.kv
+		if limit > 0 && len(kvs) == limit {
+			more = true
+			return false
+		}
+		if keysOnly {
+			kv = withoutValue(kv)
+		}
+		kvs = append(kvs, kv)
+		return true
+	})
+	return kvs, more, s.index
+}
+
+// withoutValue returns a copy of kv's metadata without the value. Key bytes
+// are shared (they are immutable).
+func withoutValue(kv *lodestonepb.KeyValue) *lodestonepb.KeyValue {
+	if kv == nil {
+		return nil
+	}
+	return &lodestonepb.KeyValue{
+		Key:         kv.Key,
+		CreateIndex: kv.CreateIndex,
+		ModifyIndex: kv.ModifyIndex,
+		LockIndex:   kv.LockIndex,
+		Flags:       kv.Flags,
+		Session:     kv.Session,
+	}
+}
+
+// SetMember records (adds or replaces, by id) member m as of the conf change
+// applied at index, and moves the applied index to index. index may EQUAL
+// Index() so that one conf-change entry can carry several member changes;
+// an index below Index() is a replay and is ignored. A nil member or id 0
+// changes nothing but the index. The store keeps its own copy of m.
+func (s *Store) SetMember(index uint64, m *lodestonepb.Member) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if index < s.index {
+		return
+	}
+	s.index = index
+	if m == nil || m.Id == 0 {
+		return
+	}
+	s.members[m.Id] = proto.CloneOf(m)
+	s.membersIndex = index
+}
+
+// RemoveMember forgets member id as of the conf change applied at index and
+// moves the applied index to index. Index rules as SetMember. Removing an
+// unknown id changes nothing but the index.
+func (s *Store) RemoveMember(index uint64, id uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if index < s.index {
+		return
+	}
+	s.index = index
+	if _, ok := s.members[id]; ok {
+		delete(s.members, id)
+		s.membersIndex = index
+	}
+}
+
+// Members returns copies of the known members sorted by id; callers own
+// them.
+func (s *Store) Members() []*lodestonepb.Member {
+	s.mu.RLock()
+	ms := sortedMembers(s.members)
+	s.mu.RUnlock()
+	for i, m := range ms {
+		ms[i] = proto.CloneOf(m)
+	}
+	return ms
+}
+
+// sortedMembers returns the (shared) member pointers sorted by id.
+func sortedMembers(m map[uint64]*lodestonepb.Member) []*lodestonepb.Member {
+	ms := make([]*lodestonepb.Member, 0, len(m))
+	for _, x := range m {
+		ms = append(ms, x)
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Id < ms[j].Id })
+	return ms
+}

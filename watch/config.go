@@ -1,0 +1,111 @@
+package watch
+
+import (
+	"log/slog"
+	"runtime"
+	"time"
+)
+
+// Config configures a Hub. Zero values take the defaults below, except
+// where a field says otherwise.
+type Config struct {
+	// Shards is the number of shards (each a lock, a goroutine and a cursor
+	// on the log). Default (0): 2×GOMAXPROCS at New. More shards spread
+	// matching over more cores and shorten each shard's critical sections;
+	// each shard costs one wake-up per Publish while it is idle.
+	Shards int
+
+	// RetainEvents bounds the events kept in the log for resuming watchers.
+	// Default (0): 100000. Larger lets clients resume after longer
+	// disconnects (fewer full reloads) at ~128 B + key + value per event.
+	// At least the newest index is always kept.
+	RetainEvents int
+
+	// RetainBytes bounds the estimated bytes of events kept in the log (key,
+	// value, session, PrevKV and ~128 B of overhead each). Default (0):
+	// 64 MiB. Whichever of RetainEvents and RetainBytes is hit first evicts.
+	RetainBytes int64
+
+	// WatcherBuffer is the number of events buffered per watcher before it
+	// is cut loose with an *OverflowError (a Request may override it).
+	// Default (0): 1024. Larger tolerates burstier consumers; a consumer
+	// that never reads pins up to this many events (8 B each plus the
+	// shared event).
+	WatcherBuffer int
+
+	// ProgressInterval is how often idle watchers get a progress
+	// notification with the current index, measured on Clock. Default (0):
+	// 10s. Negative disables the timer; Hub.Progress still works. Shorter
+	// means fresher resume points for quiet watchers at the cost of one
+	// pass over every watcher per interval.
+	ProgressInterval time.Duration
+
+	// Clock is the time source for progress timers, Wait timeouts and the
+	// delivery-lag metric. Default (nil): SystemClock().
+	Clock Clock
+
+	// Logger receives cut-loose notices (Info) and per-watcher detail
+	// (Debug). Default (nil): discard.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the configuration a production server uses.
+func DefaultConfig() Config {
+	return Config{
+		Shards:           2 * runtime.GOMAXPROCS(0), // matching runs in parallel on every core, with slack for skew
+		RetainEvents:     100_000,                   // ~minutes of heavy writes; resumes beyond this reload
+		RetainBytes:      64 << 20,                  // 64 MiB of retained events at most
+		WatcherBuffer:    1024,                      // a slow consumer may lag ~1k events before it is cut
+		ProgressInterval: 10 * time.Second,          // quiet watchers learn the index every 10s
+		Clock:            SystemClock(),
+		Logger:           nil, // discard
+	}
+}
+
+// Validate reports the first invalid field as a *ConfigError.
+func (c Config) Validate() error {
+	switch {
+	case c.Shards < 0:
+		return &ConfigError{Field: "Shards", Reason: "must be ≥ 0"}
+	case c.Shards > 1<<16:
+		return &ConfigError{Field: "Shards", Reason: "must be ≤ 65536"}
+	case c.RetainEvents < 0:
+		return &ConfigError{Field: "RetainEvents", Reason: "must be ≥ 0"}
+	case c.RetainBytes < 0:
+		return &ConfigError{Field: "RetainBytes", Reason: "must be ≥ 0"}
+	case c.WatcherBuffer < 0:
+		return &ConfigError{Field: "WatcherBuffer", Reason: "must be ≥ 0"}
+	case c.WatcherBuffer > maxBuffer:
+		return &ConfigError{Field: "WatcherBuffer", Reason: "must be ≤ 2^31-1"}
+	}
+	return nil
+}
+
+const maxBuffer = 1<<31 - 1
+
+// withDefaults fills zero fields.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Shards == 0 {
+		c.Shards = d.Shards
+	}
+	if c.RetainEvents == 0 {
+		c.RetainEvents = d.RetainEvents
+	}
+	if c.RetainBytes == 0 {
+		c.RetainBytes = d.RetainBytes
+	}
+	if c.WatcherBuffer == 0 {
+		c.WatcherBuffer = d.WatcherBuffer
+	}
+	if c.ProgressInterval == 0 {
+		c.ProgressInterval = d.ProgressInterval
+	}
+	if c.Clock == nil {
+		c.Clock = d.Clock
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}

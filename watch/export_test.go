@@ -1,0 +1,24 @@
+package watch
+
+// NewManual returns a Hub that starts no goroutines: its shards move only
+// when the test calls Sync (or Progress, which syncs first). Tests use it to
+// make interleavings deterministic.
+func NewManual(cfg Config) (*Hub, error) { return newHub(cfg, true) }
+
+// Sync steps every shard of a manual Hub until it has applied the whole log.
+func (h *Hub) Sync() {
+	for _, s := range h.shards {
+		for s.step() {
+		}
+	}
+}
+
+// Retained returns the retained log entries' count and the log's bounds.
+func (h *Hub) Retained() (entries int, events int, floor, last uint64) {
+	h.log.mu.RLock()
+	defer h.log.mu.RUnlock()
+	return int(h.log.next - h.log.head), h.log.events, h.log.floor, h.log.last
+}
+
+// ShardOf returns the shard a watcher was assigned to.
+func (w *Watcher) ShardOf() int { return w.s.id }

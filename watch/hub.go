@@ -1,0 +1,419 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Hub is the watch fan-out hub. All methods are safe for concurrent use,
+// except that Publish and Restore must be called from one goroutine (the
+// apply loop), in index order.
+type Hub struct {
+	cfg     Config
+	clock   Clock
+	logger  *slog.Logger
+	metrics *metrics
+
+	log    eventLog
+	shards []*shard
+	rr     atomic.Uint64 // round-robin shard assignment
+	ids    atomic.Uint64 // watcher ids
+
+	manual    bool // tests: no goroutines, the test steps the shards
+	stopc     chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// New validates cfg, fills its zero fields with defaults, and starts the
+// shard goroutines and the progress timer. Close stops them.
+func New(cfg Config) (*Hub, error) {
+	return newHub(cfg, false)
+}
+
+func newHub(cfg Config, manual bool) (*Hub, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	h := &Hub{
+		cfg:    cfg,
+		clock:  cfg.Clock,
+		logger: cfg.Logger,
+		manual: manual,
+		stopc:  make(chan struct{}),
+	}
+	h.log.init(cfg.RetainEvents, cfg.RetainBytes)
+	h.metrics = newMetrics(h)
+	h.shards = make([]*shard, cfg.Shards)
+	for i := range h.shards {
+		h.shards[i] = newShard(h, i, strconv.Itoa(i))
+	}
+	if !manual {
+		for _, s := range h.shards {
+			h.wg.Add(1)
+			go s.run(h.stopc)
+		}
+		if cfg.ProgressInterval > 0 {
+			h.wg.Add(1)
+			go h.progressLoop(cfg.ProgressInterval)
+		}
+	}
+	return h, nil
+}
+
+// progressLoop calls Progress every interval on the hub's Clock.
+func (h *Hub) progressLoop(every time.Duration) {
+	defer h.wg.Done()
+	for {
+		t := h.clock.NewTimer(every)
+		select {
+		case <-t.C():
+			h.Progress()
+		case <-h.stopc:
+			t.Stop()
+			return
+		}
+	}
+}
+
+// Publish appends the events of one applied Raft index to the log and
+// returns. It never waits on a watcher: the cost is the append (O(events),
+// plus the evictions it causes) and at most one non-blocking wake-up (of
+// shard 0; the shards wake each other). Shards copy the events to watchers
+// in the background.
+//
+// index must be greater than every index given to Publish or Restore
+// before; anything else is a bug in the apply loop and panics. events may
+// be nil (the index still advances, so progress notifications and new
+// watchers see it). The hub takes ownership of events and everything they
+// point to: the caller must not modify them afterwards. Publish sets each
+// event's Index. After Close, Publish does nothing.
+func (h *Hub) Publish(index uint64, events []Event) {
+	var at time.Time
+	var bytes int64
+	if len(events) > 0 {
+		at = h.clock.Now()
+		for i := range events {
+			events[i].Index = index
+			bytes += events[i].size()
+		}
+	}
+	l := &h.log
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	if index <= l.last {
+		last := l.last
+		l.mu.Unlock()
+		assert(false, "Publish(%d) after index %d: indices must strictly increase", index, last)
+	}
+	l.last = index
+	if len(events) == 0 {
+		l.mu.Unlock()
+		return
+	}
+	l.appendLocked(logEntry{index: index, at: at, events: events, bytes: bytes})
+	l.mu.Unlock()
+
+	h.metrics.published.Add(float64(len(events)))
+	h.shards[0].wake() // the shards wake each other (shard.wakeChildren)
+}
+
+// Restore tells the hub that the state machine was replaced by a snapshot
+// at index (at boot, or when a follower installs a snapshot). Watchers that
+// started before index are cut with a *CompactedError (Oldest = index), and
+// Watch refuses start indices below index from now on. index must not be
+// below the last published index (that is a bug and panics); equal is a
+// no-op.
+func (h *Hub) Restore(index uint64) {
+	l := &h.log
+	l.mu.Lock()
+	if l.closed || index == l.last {
+		l.mu.Unlock()
+		return
+	}
+	if index < l.last {
+		last := l.last
+		l.mu.Unlock()
+		assert(false, "Restore(%d) below published index %d", index, last)
+	}
+	l.last = index
+	l.floor = max(l.floor, index)
+	l.appendLocked(logEntry{index: index, reset: true})
+	l.mu.Unlock()
+	h.logger.Info("watch hub restored from snapshot", "index", index)
+	for _, s := range h.shards {
+		s.wake()
+	}
+}
+
+// Index returns the last index given to Publish or Restore.
+func (h *Hub) Index() uint64 {
+	h.log.mu.RLock()
+	defer h.log.mu.RUnlock()
+	return h.log.last
+}
+
+// Oldest returns the smallest StartIndex Watch accepts now.
+func (h *Hub) Oldest() uint64 {
+	h.log.mu.RLock()
+	defer h.log.mu.RUnlock()
+	return h.log.floor
+}
+
+// Watch subscribes to the events req selects and returns at once. The
+// watcher first receives the retained events after req.StartIndex (no gap,
+// no duplicate), then live ones. If req.StartIndex is older than the
+// retained window it fails with a *CompactedError. If the catch-up alone
+// overflows the watcher's buffer, the watcher is returned already cut: Next
+// yields what fit, then an *OverflowError to resume from (so a long
+// catch-up proceeds one buffer at a time).
+//
+// The watcher lives until Close, Hub.Close, or ctx is done. When ctx is
+// done, a Next blocked on the watcher closes it at once; a watcher nobody
+// reads is closed by the next progress round (Progress or the
+// ProgressInterval timer). Consumers should still defer Close.
+//
+// Errors: ErrBadRequest, ErrCompacted, ErrClosed (hub closed), ctx.Err().
+func (h *Hub) Watch(ctx context.Context, req Request) (*Watcher, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if ctx.Done() == nil {
+		ctx = nil // never cancelled: nothing to watch for
+	}
+	return h.watch(ctx, req)
+}
+
+func (h *Hub) watch(ctx context.Context, req Request) (*Watcher, error) {
+	if req.Key == "" && !req.Prefix {
+		return nil, fmt.Errorf("%w: empty key without prefix", ErrBadRequest)
+	}
+	if req.FromNow && req.StartIndex != 0 {
+		return nil, fmt.Errorf("%w: FromNow with StartIndex %d", ErrBadRequest, req.StartIndex)
+	}
+	if req.BufferSize < 0 || req.BufferSize > maxBuffer {
+		return nil, fmt.Errorf("%w: buffer size %d", ErrBadRequest, req.BufferSize)
+	}
+	capacity := h.cfg.WatcherBuffer
+	if req.BufferSize > 0 {
+		capacity = req.BufferSize
+	}
+	w := &Watcher{key: req.Key, capacity: uint32(capacity), ctx: ctx, id: h.ids.Add(1)}
+	if req.Prefix {
+		w.opts |= optPrefix
+	}
+	if req.NoPut {
+		w.opts |= optNoPut
+	}
+	if req.NoDelete {
+		w.opts |= optNoDelete
+	}
+	if req.PrevKV {
+		w.opts |= optPrevKV
+	}
+	s := h.shards[(h.rr.Add(1)-1)%uint64(len(h.shards))]
+	w.s = s
+
+	// Phase 1, without the shard's lock: replay the retained entries after
+	// the start index, up to the log's end now.
+	l := &h.log
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		return nil, ErrClosed
+	}
+	start := req.StartIndex
+	if req.FromNow {
+		start = l.last
+	}
+	if start < l.floor {
+		err := &CompactedError{Requested: start, Oldest: l.floor, Current: l.last}
+		l.mu.RUnlock()
+		return nil, err
+	}
+	w.after = start
+	end, last := l.next, l.last
+	ok := w.replay(l, l.search(start), end)
+	l.mu.RUnlock()
+	w.told = start
+	if !ok {
+		h.bornCut(w)
+		return w, nil
+	}
+	// Events at or below last were replayed (or never existed); the shard
+	// must not deliver them again, whatever its cursor.
+	w.after = max(start, last)
+
+	// Phase 2, under the shard's lock (the shard cannot move): if the shard
+	// already applied entries past our replay, replay those too; then link.
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if s.cursor > end {
+		l.mu.RLock()
+		if end < l.head {
+			err := &CompactedError{Requested: start, Oldest: l.floor, Current: l.last}
+			l.mu.RUnlock()
+			s.mu.Unlock()
+			return nil, err
+		}
+		ok = w.replay(l, end, s.cursor)
+		if ok {
+			w.after = max(w.after, l.at(s.cursor-1).index)
+		}
+		l.mu.RUnlock()
+		if !ok {
+			s.mu.Unlock()
+			h.bornCut(w)
+			return w, nil
+		}
+	}
+	w.told = w.after
+	s.link(w)
+	s.mu.Unlock()
+	return w, nil
+}
+
+// bornCut accounts for a watcher whose catch-up failed before it was linked.
+func (h *Hub) bornCut(w *Watcher) {
+	reason := reasonRestore
+	var idx uint64
+	var oe *OverflowError
+	if errors.As(w.err, &oe) {
+		reason, idx = oe.Reason, oe.ResumeIndex
+	}
+	h.metrics.cut.WithLabelValues(reason).Inc()
+	h.logger.Debug("watcher cut during catch-up", "shard", w.s.id, "watcher", w.id, "key", w.key,
+		"reason", reason, "index", idx)
+}
+
+// WaitResult is the outcome of Wait.
+type WaitResult struct {
+	// Index: the caller may answer with a read of the store at any index ≥
+	// Index. On a change it is the Index of the batch that carried it; on
+	// timeout it is the index up to which nothing matching happened.
+	Index uint64
+	// Changed reports whether something matching happened after the start
+	// index — or might have: a start index older than the retained window
+	// and a cut-loose waiter also count as changed, because the caller
+	// cannot prove otherwise and must re-read.
+	Changed bool
+}
+
+// Wait is the one-shot form of Watch for blocking reads (Consul's ?index=
+// and wait=, KV Get with wait_index): it blocks until an event that req
+// selects happens after req.StartIndex, until timeout elapses on the hub's
+// Clock (timeout ≤ 0: no timeout), or until ctx is done. It is a watcher
+// that closes itself, so 100k concurrent blocking queries cost what 100k
+// watchers cost, and never slow Publish. Timing out is not an error.
+//
+// Errors: ErrBadRequest, ErrClosed, ctx.Err().
+func (h *Hub) Wait(ctx context.Context, req Request, timeout time.Duration) (WaitResult, error) {
+	if err := ctx.Err(); err != nil {
+		return WaitResult{}, err
+	}
+	w, err := h.watch(nil, req)
+	var ce *CompactedError
+	if errors.As(err, &ce) {
+		return WaitResult{Index: ce.Current, Changed: true}, nil
+	}
+	if err != nil {
+		return WaitResult{}, err
+	}
+	defer w.Close()
+	var tc <-chan time.Time
+	if timeout > 0 {
+		t := h.clock.NewTimer(timeout)
+		defer t.Stop()
+		tc = t.C()
+	}
+	for {
+		b, err, timedOut := w.nextUntil(ctx, tc)
+		var oe *OverflowError
+		switch {
+		case timedOut:
+			return WaitResult{Index: b.Index}, nil
+		case errors.As(err, &oe):
+			return WaitResult{Index: oe.ResumeIndex, Changed: true}, nil
+		case errors.As(err, &ce):
+			return WaitResult{Index: ce.Oldest, Changed: true}, nil
+		case err != nil:
+			return WaitResult{}, err
+		case len(b.Events) > 0:
+			return WaitResult{Index: b.Index, Changed: true}, nil
+		}
+		// A progress notification: keep waiting.
+	}
+}
+
+// Progress asks every shard to send a progress notification (the shard's
+// current index) to each of its idle watchers whose last Index is behind.
+// The progress timer calls it every Config.ProgressInterval; servers may
+// also call it, e.g. when a client requests progress. It does not wait.
+func (h *Hub) Progress() {
+	if h.manual {
+		for _, s := range h.shards {
+			for s.step() {
+			}
+			s.tick()
+		}
+		return
+	}
+	for _, s := range h.shards {
+		s.progressReq.Store(true)
+		s.wake()
+	}
+}
+
+// ShardWatchers returns the number of watchers linked in each shard (cut
+// and closed watchers are not counted).
+func (h *Hub) ShardWatchers() []int {
+	out := make([]int, len(h.shards))
+	for i, s := range h.shards {
+		out[i] = s.watchers()
+	}
+	return out
+}
+
+// Close stops the shards and the progress timer and waits for them. Every
+// watcher then returns what it has buffered, then ErrClosed; Publish,
+// Restore and Watch stop working. Close is idempotent and returns nil.
+func (h *Hub) Close() error {
+	h.closeOnce.Do(func() {
+		h.log.mu.Lock()
+		h.log.closed = true
+		h.log.mu.Unlock()
+		close(h.stopc)
+		h.wg.Wait()
+		for _, s := range h.shards {
+			s.mu.Lock()
+			s.closed = true
+			s.each(func(w *Watcher) {
+				w.mu.Lock()
+				s.unlink(w)
+				if w.err == nil {
+					w.err = ErrClosed
+				}
+				if w.wake != nil {
+					s.wakes = append(s.wakes, w.wake)
+				}
+				w.mu.Unlock()
+			})
+			s.mu.Unlock()
+			s.flush()
+		}
+	})
+	return nil
+}

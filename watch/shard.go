@@ -1,0 +1,445 @@
+package watch
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// Reasons a watcher is cut loose (the "reason" label of
+// lodestone_watch_watchers_cut_total).
+const (
+	reasonOverflow = "overflow" // its buffer filled
+	reasonReplay   = "replay"   // its catch-up did not fit its buffer
+	reasonLag      = "lag"      // its shard fell behind the log's retention
+	reasonRestore  = "restore"  // the state machine was replaced by a snapshot
+)
+
+// chunk bounds the entries a shard copies out of the log and applies under
+// one hold of its lock, so Watch and Close never wait long for a shard.
+const chunk = 256
+
+// shard is one lock, one goroutine and one cursor on the log, and the
+// indexes of its watchers.
+//
+// The logic (step, apply, tick, link, remove) is synchronous: plain methods
+// with no channels or sleeps. run is the thin goroutine shell around it,
+// and the output that needs the outside world (wake-ups, logs, metrics) is
+// collected into scratch lists and flushed by the shell after s.mu is
+// released.
+type shard struct {
+	h     *Hub
+	id    int
+	label string
+
+	// Wake-up protocol with Publish (see run and wake).
+	_           [64]byte // NB: keep the flags Publish reads off the cache lines the shard writes
+	idle        atomic.Bool
+	progressReq atomic.Bool
+	_           [64]byte
+	notify      chan struct{} // cap 1
+
+	mu     sync.Mutex
+	cursor uint64 // next log seq to apply; written under mu by the stepping goroutine only
+	// processed: every log entry with index ≤ processed has been applied
+	// to this shard's watchers. Written under mu, read lock-free by Next.
+	processed atomic.Uint64
+	exact     map[string]*Watcher // key → first watcher of the key
+	prefix    map[string]*Watcher // prefix → first watcher of the prefix
+	plens     []int               // distinct prefix lengths present, ascending
+	plenN     map[int]int         // prefix length → watchers
+	n         int                 // linked watchers
+	closed    bool
+
+	// Scratch of the stepping goroutine.
+	entries   []logEntry
+	touched   []*Watcher
+	wakes     []chan struct{}
+	cuts      []cutRecord
+	delivered int
+	lagSum    []float64 // delivery lag samples (seconds) of this step, one per entry that delivered
+}
+
+// cutRecord is a watcher cut loose during a step, logged after s.mu.
+type cutRecord struct {
+	id     uint64
+	key    string
+	reason string
+	index  uint64
+}
+
+func newShard(h *Hub, id int, label string) *shard {
+	s := &shard{
+		h:      h,
+		id:     id,
+		label:  label,
+		notify: make(chan struct{}, 1),
+		exact:  make(map[string]*Watcher),
+		prefix: make(map[string]*Watcher),
+		plenN:  make(map[int]int),
+		cursor: 1,
+	}
+	return s
+}
+
+// run is the shard goroutine: catch up with the log, wake its children in
+// the wake-up tree, run a requested progress tick, sleep until woken.
+func (s *shard) run(stop <-chan struct{}) {
+	defer s.h.wg.Done()
+	for {
+		for s.step() {
+			s.wakeChildren()
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+		s.wakeChildren()
+		if s.progressReq.Swap(false) {
+			s.tick()
+		}
+		// NB: announce idleness, then re-check. A waker makes the new entry
+		// visible (Publish stores nextA; a parent shard has read it), then
+		// loads idle; we store idle, then load nextA. With sequentially
+		// consistent atomics one of us sees the other, so no wake-up is lost
+		// and nobody sends to a busy shard.
+		s.idle.Store(true)
+		if s.h.log.nextA.Load() > s.cursor || s.progressReq.Load() {
+			s.idle.Store(false)
+			continue
+		}
+		select {
+		case <-s.notify:
+		case <-stop:
+			return
+		}
+		s.idle.Store(false)
+	}
+}
+
+// wakeChildren wakes shards 2i+1 and 2i+2. Publish wakes only shard 0 and
+// each shard wakes its two children once it has caught up, so Publish pays
+// for one wake-up whatever the number of shards, and the last shard hears
+// of an entry after log2(shards) hops.
+func (s *shard) wakeChildren() {
+	sh := s.h.shards
+	for c := 2*s.id + 1; c <= 2*s.id+2 && c < len(sh); c++ {
+		sh[c].wake()
+	}
+}
+
+// wake wakes the shard if it sleeps. Never blocks.
+func (s *shard) wake() {
+	if s.idle.Load() && s.idle.CompareAndSwap(true, false) {
+		signal(s.notify)
+	}
+}
+
+// step applies up to chunk new log entries to the shard's watchers and
+// reports whether more are waiting. Called only by the shard's stepping
+// goroutine (run, or a test driving the hub by hand).
+func (s *shard) step() bool {
+	l := &s.h.log
+	l.mu.RLock()
+	head, next, last, floor := l.head, l.next, l.last, l.floor
+	from := max(s.cursor, head)
+	lagged := s.cursor < head
+	n := min(next-from, chunk)
+	for seq := from; seq < from+n; seq++ {
+		s.entries = append(s.entries, *l.at(seq))
+	}
+	l.mu.RUnlock()
+	more := from+n < next
+
+	s.mu.Lock()
+	if lagged {
+		s.cutLagging(floor)
+	}
+	for i := range s.entries {
+		s.apply(&s.entries[i])
+	}
+	s.cursor = from + n
+	switch {
+	case !more:
+		s.processed.Store(max(s.processed.Load(), last))
+	case n > 0:
+		s.processed.Store(s.entries[n-1].index)
+	}
+	s.mu.Unlock()
+
+	clear(s.entries)
+	s.entries = s.entries[:0]
+	s.flush()
+	return more
+}
+
+// flush hands the step's output to the outside world: wake consumers, log
+// cuts, count metrics. Runs without s.mu.
+func (s *shard) flush() {
+	for _, c := range s.wakes {
+		signal(c)
+	}
+	clear(s.wakes)
+	s.wakes = s.wakes[:0]
+	m := s.h.metrics
+	if s.delivered > 0 {
+		m.delivered.Add(float64(s.delivered))
+		s.delivered = 0
+	}
+	for _, v := range s.lagSum {
+		m.lag.Observe(v)
+	}
+	s.lagSum = s.lagSum[:0]
+	if len(s.cuts) == 0 {
+		return
+	}
+	lg := s.h.logger
+	counts := map[string]int{}
+	for _, c := range s.cuts {
+		counts[c.reason]++
+		if c.reason == reasonOverflow {
+			lg.Info("watcher cut loose", "shard", s.id, "watcher", c.id, "key", c.key,
+				"reason", c.reason, "index", c.index)
+		} else {
+			lg.Debug("watcher cut loose", "shard", s.id, "watcher", c.id, "key", c.key,
+				"reason", c.reason, "index", c.index)
+		}
+	}
+	for reason, n := range counts {
+		m.cut.WithLabelValues(reason).Add(float64(n))
+		if reason != reasonOverflow {
+			lg.Info("watchers cut loose", "shard", s.id, "reason", reason, "count", n)
+		}
+	}
+	clear(s.cuts)
+	s.cuts = s.cuts[:0]
+}
+
+// apply matches one log entry against the shard's watchers and fills their
+// buffers. Cost: per event, one exact-map probe plus one prefix-map probe
+// per distinct prefix length ≤ len(key) — independent of the number of
+// watchers, except for the watchers that do match.
+func (s *shard) apply(e *logEntry) {
+	if e.reset {
+		s.cutRestore(e.index)
+		return
+	}
+	delivered := s.delivered
+	for i := range e.events {
+		ev := &e.events[i]
+		key := ev.KV.Key
+		for w := s.exact[key]; w != nil; {
+			nx := w.next // offer may unlink w
+			s.offer(w, e, ev)
+			w = nx
+		}
+		for _, n := range s.plens {
+			if n > len(key) {
+				break
+			}
+			for w := s.prefix[key[:n]]; w != nil; {
+				nx := w.next
+				s.offer(w, e, ev)
+				w = nx
+			}
+		}
+	}
+	if len(s.touched) == 0 {
+		return
+	}
+	// NB: every watcher touched by this entry stays locked until the whole
+	// entry is in its buffer, so Next never returns half an index.
+	for _, w := range s.touched {
+		if w.wake != nil {
+			s.wakes = append(s.wakes, w.wake)
+		}
+		w.mu.Unlock()
+	}
+	clear(s.touched)
+	s.touched = s.touched[:0]
+	if s.delivered > delivered {
+		s.lagSum = append(s.lagSum, s.h.clock.Now().Sub(e.at).Seconds())
+	}
+}
+
+// offer delivers ev (of entry e) to w if w wants it.
+func (s *shard) offer(w *Watcher, e *logEntry, ev *Event) {
+	if e.index <= w.after || !typeOK(w.opts, ev) {
+		return
+	}
+	if w.mark != e.seq {
+		w.mark = e.seq
+		w.mu.Lock()
+		s.touched = append(s.touched, w)
+	}
+	if w.err != nil || w.closed {
+		return
+	}
+	// The events of one index are never split: a buffer holding an older
+	// index that cannot take this event means the consumer is behind by a
+	// full buffer. Cut it loose at the previous index instead of waiting.
+	if len(w.buf) >= int(w.capacity) && w.buf[0].Index != e.index {
+		k := len(w.buf)
+		for k > 0 && w.buf[k-1].Index == e.index {
+			k--
+		}
+		clear(w.buf[k:])
+		w.buf = w.buf[:k]
+		s.cutLocked(w, &OverflowError{ResumeIndex: e.index - 1, Reason: reasonOverflow}, reasonOverflow, e.index-1)
+		return
+	}
+	w.buf = append(w.buf, ev)
+	s.delivered++
+}
+
+// cutLocked makes err w's terminal error and unlinks it. The caller holds
+// s.mu and w.mu.
+func (s *shard) cutLocked(w *Watcher, err error, reason string, index uint64) {
+	w.err = err
+	s.unlink(w)
+	s.cuts = append(s.cuts, cutRecord{id: w.id, key: w.key, reason: reason, index: index})
+}
+
+// cut is cutLocked for a watcher the caller has not locked; it queues the
+// wake-up.
+func (s *shard) cut(w *Watcher, err error, reason string, index uint64) {
+	w.mu.Lock()
+	s.cutLocked(w, err, reason, index)
+	if w.wake != nil {
+		s.wakes = append(s.wakes, w.wake)
+	}
+	w.mu.Unlock()
+}
+
+// cutLagging cuts the watchers that needed log entries evicted before this
+// shard applied them: those that start below floor.
+func (s *shard) cutLagging(floor uint64) {
+	resume := s.processed.Load()
+	s.each(func(w *Watcher) {
+		if w.after < floor {
+			s.cut(w, &OverflowError{ResumeIndex: max(resume, w.after), Reason: reasonLag}, reasonLag, resume)
+		}
+	})
+}
+
+// cutRestore cuts the watchers a snapshot restore at index interrupts.
+func (s *shard) cutRestore(index uint64) {
+	s.each(func(w *Watcher) {
+		if w.after < index {
+			s.cut(w, &CompactedError{Requested: w.after, Oldest: index, Current: index}, reasonRestore, index)
+		}
+	})
+}
+
+// tick is a progress round: every idle watcher (empty buffer) whose last
+// reported Index is behind the shard's processed index gets a progress
+// notification. It also samples buffer occupancy and closes watchers whose
+// Watch context is done. O(watchers in shard).
+func (s *shard) tick() {
+	s.mu.Lock()
+	processed := s.processed.Load()
+	occ := s.h.metrics.occupancy
+	s.each(func(w *Watcher) {
+		if w.ctx != nil && w.ctx.Err() != nil {
+			s.unlink(w)
+			if c := w.closeBuf(); c != nil {
+				s.wakes = append(s.wakes, c)
+			}
+			return
+		}
+		w.mu.Lock()
+		occ.Observe(float64(len(w.buf)) / float64(w.capacity))
+		if len(w.buf) == 0 && w.err == nil && !w.progress && max(w.told, w.after) < processed {
+			w.progress = true
+			if w.wake != nil {
+				s.wakes = append(s.wakes, w.wake)
+			}
+		}
+		w.mu.Unlock()
+	})
+	s.mu.Unlock()
+	s.flush()
+}
+
+// each calls f for every linked watcher; f may unlink the watcher it is
+// given. The caller holds s.mu.
+func (s *shard) each(f func(*Watcher)) {
+	for _, m := range []map[string]*Watcher{s.exact, s.prefix} {
+		for _, head := range m {
+			for w := head; w != nil; {
+				nx := w.next
+				f(w)
+				w = nx
+			}
+		}
+	}
+}
+
+// link adds w to the shard's indexes. The caller holds s.mu.
+func (s *shard) link(w *Watcher) {
+	m := s.exact
+	if w.opts&optPrefix != 0 {
+		m = s.prefix
+		n := len(w.key)
+		if s.plenN[n] == 0 {
+			i, _ := slices.BinarySearch(s.plens, n)
+			// Copy on change: apply may be ranging over the old slice.
+			s.plens = slices.Insert(slices.Clip(s.plens), i, n)
+		}
+		s.plenN[n]++
+	}
+	if head := m[w.key]; head != nil {
+		w.next = head
+		head.prev = w
+	}
+	m[w.key] = w
+	w.linked = true
+	s.n++
+}
+
+// unlink removes w from the shard's indexes. The caller holds s.mu.
+func (s *shard) unlink(w *Watcher) {
+	if !w.linked {
+		return
+	}
+	m := s.exact
+	if w.opts&optPrefix != 0 {
+		m = s.prefix
+	}
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else if w.next != nil {
+		m[w.key] = w.next
+	} else {
+		delete(m, w.key)
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	}
+	w.next, w.prev = nil, nil
+	if w.opts&optPrefix != 0 {
+		n := len(w.key)
+		if s.plenN[n]--; s.plenN[n] == 0 {
+			delete(s.plenN, n)
+			i, _ := slices.BinarySearch(s.plens, n)
+			s.plens = slices.Delete(slices.Clone(s.plens), i, i+1)
+		}
+	}
+	w.linked = false
+	s.n--
+}
+
+// remove is unlink under s.mu, for Watcher.Close.
+func (s *shard) remove(w *Watcher) {
+	s.mu.Lock()
+	s.unlink(w)
+	s.mu.Unlock()
+}
+
+// watchers returns the number of linked watchers.
+func (s *shard) watchers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}

@@ -1,0 +1,224 @@
+package watch
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Watcher is one subscription. Next is called by one goroutine at a time;
+// Close may be called from any goroutine, any number of times.
+//
+// The struct is kept lean (≈160 B) because a server holds 100k of them: the
+// buffer and the wake-up channel are allocated only when first needed, and
+// the shard's indexes link watchers intrusively (next/prev) instead of
+// holding slices of them.
+type Watcher struct {
+	s *shard
+	// next, prev link the watchers of one key (or one prefix) in a shard;
+	// guarded by s.mu.
+	next, prev *Watcher
+	key        string // immutable
+	mu         sync.Mutex
+
+	opts     uint8  // opt* bits, immutable
+	linked   bool   // in s's indexes; guarded by s.mu
+	closed   bool   // Close was called; guarded by mu
+	progress bool   // a progress notification is pending; guarded by mu
+	capacity uint32 // buffer bound, immutable
+
+	after uint64 // immutable once linked: events with index ≤ after are not for us
+	told  uint64 // highest Index returned by Next; guarded by mu
+	mark  uint64 // seq of the entry the shard is filling us from; shard goroutine only
+
+	buf  []*Event      // undelivered events, shared and read-only; guarded by mu
+	wake chan struct{} // cap 1, made by the first Next that blocks; guarded by mu
+	err  error         // terminal error, delivered after buf drains; guarded by mu
+	// ctx is the context given to Watch, if it can be cancelled. NB: not a
+	// context.AfterFunc hook, which costs ~180 B per watcher; a blocked Next
+	// selects on it, and the progress tick reaps watchers whose ctx is done.
+	ctx context.Context
+	id  uint64 // immutable, for logs
+}
+
+// ID returns the watcher's hub-unique id (the "watcher" key in logs).
+func (w *Watcher) ID() uint64 { return w.id }
+
+// Next returns the next batch: buffered events, else a pending progress
+// notification, else the terminal error; if there is none of these it blocks
+// until there is or ctx is done. Data that is ready is returned even if ctx
+// is already done, so Next(doneCtx) polls.
+//
+// Errors: a *OverflowError (errors.Is ErrOverflow) or *CompactedError
+// (errors.Is ErrCompacted) once the watcher was cut loose and every event
+// before the cut was returned; ErrClosed after Close or Hub.Close; ctx.Err().
+// If the context given to Watch is done, Next closes the watcher and
+// returns that context's error (then ErrClosed). Terminal errors repeat on
+// every later call.
+func (w *Watcher) Next(ctx context.Context) (Batch, error) {
+	b, err, _ := w.nextUntil(ctx, nil)
+	return b, err
+}
+
+// nextUntil is Next with an optional timer: when timeout fires it returns
+// (Batch{Index: current}, nil, true).
+func (w *Watcher) nextUntil(ctx context.Context, timeout <-chan time.Time) (Batch, error, bool) {
+	var watchDone <-chan struct{}
+	if w.ctx != nil {
+		watchDone = w.ctx.Done()
+	}
+	for {
+		w.mu.Lock()
+		if w.closed {
+			w.mu.Unlock()
+			return Batch{}, ErrClosed, false
+		}
+		if w.ctx != nil && w.ctx.Err() != nil {
+			w.mu.Unlock()
+			w.Close()
+			return Batch{}, w.ctx.Err(), false
+		}
+		if len(w.buf) > 0 {
+			evs := w.buf
+			w.buf = nil // NB: an idle watcher holds no buffer; the shard allocates on the next match
+			idx := w.indexLocked(evs[len(evs)-1].Index)
+			w.told = idx
+			w.progress = false
+			w.mu.Unlock()
+			out := make([]Event, len(evs))
+			for i, p := range evs {
+				out[i] = *p
+				if w.opts&optPrevKV == 0 {
+					out[i].PrevKV = nil
+				}
+			}
+			return Batch{Index: idx, Events: out}, nil, false
+		}
+		if w.err != nil {
+			err := w.err
+			w.mu.Unlock()
+			return Batch{}, err, false
+		}
+		if w.progress {
+			w.progress = false
+			idx := w.indexLocked(0)
+			w.told = idx
+			w.mu.Unlock()
+			return Batch{Index: idx}, nil, false
+		}
+		if w.wake == nil {
+			w.wake = make(chan struct{}, 1)
+		}
+		wake := w.wake
+		w.mu.Unlock()
+
+		select {
+		case <-wake:
+		case <-watchDone:
+			w.Close()
+			return Batch{}, w.ctx.Err(), false
+		case <-ctx.Done():
+			// Prefer data that raced with the cancellation.
+			select {
+			case <-wake:
+				continue
+			default:
+			}
+			return Batch{}, ctx.Err(), false
+		case <-timeout:
+			w.mu.Lock()
+			if len(w.buf) > 0 || w.err != nil || w.closed {
+				w.mu.Unlock()
+				timeout = nil
+				continue
+			}
+			idx := w.indexLocked(0)
+			w.mu.Unlock()
+			return Batch{Index: idx}, nil, true
+		}
+	}
+}
+
+// indexLocked is the Index a batch whose newest event is at lastEvent may
+// claim. A live watcher has everything up to its shard's processed index
+// (the shard fills a watcher's buffer for an entry while holding w.mu, so
+// holding w.mu here means no entry at or below processed is half-copied).
+// A watcher cut loose claims only its resume index.
+func (w *Watcher) indexLocked(lastEvent uint64) uint64 {
+	if w.err != nil {
+		if oe, ok := w.err.(*OverflowError); ok {
+			return max(oe.ResumeIndex, w.told)
+		}
+		return max(lastEvent, w.told)
+	}
+	return max(lastEvent, w.told, w.after, w.s.processed.Load())
+}
+
+// Close ends the subscription: it leaves its shard, drops its buffer and
+// makes a blocked Next return ErrClosed. Safe to call more than once and
+// concurrently with Next.
+func (w *Watcher) Close() {
+	// Unlink first, so that when Next reports ErrClosed the shard has
+	// already forgotten the watcher.
+	w.s.remove(w)
+	signal(w.closeBuf())
+}
+
+// closeBuf marks w closed and drops its buffer; it returns the wake-up to
+// signal (nil if none or already closed).
+func (w *Watcher) closeBuf() chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	clear(w.buf)
+	w.buf = nil
+	return w.wake
+}
+
+// signal wakes a blocked Next without ever blocking.
+func signal(c chan struct{}) {
+	if c == nil {
+		return
+	}
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// matches reports whether ev passes w's key and type filters.
+func (w *Watcher) matches(ev *Event) bool { return matchOpts(w.key, w.opts, ev) }
+
+// replay copies the matching events of log entries [from, to) into w.buf,
+// under the log's read lock, before w is linked. It returns false if w was
+// cut: the buffer would have exceeded its capacity (w.err is then an
+// *OverflowError to resume from) or a restore marker intervened (w.err is a
+// *CompactedError).
+func (w *Watcher) replay(l *eventLog, from, to uint64) bool {
+	for seq := from; seq < to; seq++ {
+		e := l.at(seq)
+		if e.index <= w.after {
+			continue
+		}
+		if e.reset {
+			w.err = &CompactedError{Requested: w.after, Oldest: e.index, Current: l.last}
+			return false
+		}
+		mark := len(w.buf)
+		for i := range e.events {
+			if ev := &e.events[i]; w.matches(ev) {
+				w.buf = append(w.buf, ev)
+			}
+		}
+		if len(w.buf) > int(w.capacity) && mark > 0 {
+			clear(w.buf[mark:])
+			w.buf = w.buf[:mark]
+			w.err = &OverflowError{ResumeIndex: e.index - 1, Reason: reasonReplay}
+			return false
+		}
+	}
+	return true
+}
