@@ -196,6 +196,21 @@ func TestOpenRefusesDamage(t *testing.T) {
 			wantErr: raftlog.ErrCorrupt, wantFile: "raft.db", wantRecord: "bbolt",
 		},
 		{
+			name: "a foreign bbolt file",
+			damage: func(t *testing.T, dir string) {
+				inBolt(t, dir, func(tx *bolt.Tx) error {
+					for _, b := range []string{"meta", "entries"} {
+						if err := tx.DeleteBucket([]byte(b)); err != nil {
+							return err
+						}
+					}
+					_, err := tx.CreateBucket([]byte("users"))
+					return err
+				})
+			},
+			wantErr: raftlog.ErrCorrupt, wantFile: "raft.db", wantRecord: "bbolt",
+		},
+		{
 			name: "snapshot file missing",
 			damage: func(t *testing.T, dir string) {
 				if err := os.Remove(filepath.Join(dir, snapFile)); err != nil {

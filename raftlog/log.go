@@ -133,11 +133,15 @@ type Log struct {
 	closed bool             // wmu+mu
 	failed error            // wmu+mu: first failed write transaction
 	hs     raftpb.HardState // wmu+mu
-	prev   compacted        // wmu+mu: entry before FirstIndex
-	last   uint64           // wmu+mu: LastIndex
-	terms  termIndex        // wmu+mu: terms of [prev.index, last]
-	cache  entryCache       // wmu+mu: suffix of the log
-	snap   snapRecord       // snapMu+wmu+mu: current snapshot (meta.Index 0: none)
+	// hsDirty means hs holds a commit index newer than the one on disk: a
+	// commit-only change is kept in memory and written by the next
+	// transaction (wmu+mu).
+	hsDirty bool
+	prev    compacted  // wmu+mu: entry before FirstIndex
+	last    uint64     // wmu+mu: LastIndex
+	terms   termIndex  // wmu+mu: terms of [prev.index, last]
+	cache   entryCache // wmu+mu: suffix of the log
+	snap    snapRecord // snapMu+wmu+mu: current snapshot (meta.Index 0: none)
 
 	snapData   []byte // snapMu+mu: data of snap, once loaded
 	snapLoaded bool   // snapMu+mu
@@ -245,8 +249,11 @@ func (l *Log) open() error {
 		meta, ents := tx.Bucket(bucketMeta), tx.Bucket(bucketEntries)
 		switch {
 		case meta == nil && ents == nil:
+			// A new file, unless it is some other program's bbolt file.
 			fresh = true
-			return nil
+			return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+				return l.corrupt("bbolt", 0, fmt.Sprintf("not a raft log: holds bucket %q", name), nil)
+			})
 		case meta == nil || ents == nil:
 			return l.corrupt("bbolt", 0, "one of the buckets \"meta\" and \"entries\" is missing", nil)
 		}
@@ -639,6 +646,13 @@ func (l *Log) snapshotLocked() (snap raftpb.Snapshot, loaded bool, err error) {
 // resulting last index] (raft refuses to start otherwise); if not, Save
 // returns ErrOutOfOrder and writes nothing.
 //
+// A Save with no entries whose hard state differs from the saved one only in
+// Commit (raft.MustSync is false) writes nothing: the new commit index is
+// kept in memory, served by InitialState, and written by the next
+// transaction. After a crash the commit index may therefore read lower than
+// it was; Raft relearns it from the leader, and nothing committed is lost
+// because the entries themselves were synced.
+//
 // The Log keeps the entries (and their Data) in its cache: the caller must not
 // modify them afterwards (raft never does). Save may run concurrently with
 // the raft.Storage methods, which see either the old or the new state.
@@ -680,6 +694,19 @@ func (l *Log) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 	}
 	if len(ents) == 0 && (!hasHS || hs == l.hs) {
 		return nil
+	}
+	if len(ents) == 0 && !raft.MustSync(hs, l.hs, 0) {
+		// NB: only the commit index moved. Raft needs no fsync for that
+		// (a restarted node relearns its commit index from the leader), and
+		// syncing it would add a full bbolt commit to every write's path.
+		// The next transaction writes it.
+		l.mu.Lock()
+		l.hs, l.hsDirty = hs, true
+		l.mu.Unlock()
+		return nil
+	}
+	if !hasHS && l.hsDirty {
+		hs, hasHS = l.hs, true
 	}
 	// Encode (and checksum) outside the transaction.
 	vals := make([][]byte, len(ents))
@@ -738,7 +765,7 @@ func (l *Log) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 		l.last = newLast
 	}
 	if hasHS {
-		l.hs = hs
+		l.hs, l.hsDirty = hs, false
 	}
 	return nil
 }
@@ -876,6 +903,12 @@ func (l *Log) recordSnapshot(rec snapRecord, replace bool) error {
 		if err := meta.Put(keySnapshot, encodeSnapRecord(rec)); err != nil {
 			return fmt.Errorf("put snapshot: %w", err)
 		}
+		if l.hsDirty || hs != l.hs {
+			// A snapshot must never sit above the commit index on disk.
+			if err := meta.Put(keyHardState, encodeHardState(hs)); err != nil {
+				return fmt.Errorf("put hard state: %w", err)
+			}
+		}
 		if !replace {
 			return nil
 		}
@@ -890,11 +923,6 @@ func (l *Log) recordSnapshot(rec snapRecord, replace bool) error {
 		if err := meta.Put(keyCompacted, encodeCompacted(compacted{i, rec.meta.Term})); err != nil {
 			return fmt.Errorf("put compacted: %w", err)
 		}
-		if hs != l.hs {
-			if err := meta.Put(keyHardState, encodeHardState(hs)); err != nil {
-				return fmt.Errorf("put hard state: %w", err)
-			}
-		}
 		return nil
 	}); err != nil {
 		return err
@@ -902,12 +930,12 @@ func (l *Log) recordSnapshot(rec snapRecord, replace bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.snap = rec
+	l.hs, l.hsDirty = hs, false
 	if replace {
 		l.prev = compacted{i, rec.meta.Term}
 		l.last = i
 		l.terms.reset(i, rec.meta.Term)
 		l.cache.reset()
-		l.hs = hs
 	}
 	return nil
 }
@@ -1023,19 +1051,28 @@ func (l *Log) Close() error {
 	defer l.snapMu.Unlock()
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
+	var flushErr error
+	if l.hsDirty && l.writableLocked() == nil {
+		// A clean shutdown keeps the latest commit index.
+		hs := l.hs
+		flushErr = l.update("flush hard state", func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketMeta).Put(keyHardState, encodeHardState(hs))
+		})
+	}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		return nil
 	}
+	l.hsDirty = false
 	l.closed = true
 	l.cache.reset()
 	l.snapData, l.snapLoaded = nil, false
 	l.mu.Unlock()
 	if err := l.db.Close(); err != nil {
-		return fmt.Errorf("raftlog: close %s: %w", l.dbPath, err)
+		return errors.Join(flushErr, fmt.Errorf("raftlog: close %s: %w", l.dbPath, err))
 	}
-	return nil
+	return flushErr
 }
 
 func decodeU64(b []byte) uint64 {

@@ -281,7 +281,7 @@ func TestConcurrentReadsDuringWrites(t *testing.T) {
 			}
 			hs := raftpb.HardState{Term: 1}
 			last, term := uint64(0), uint64(1)
-			for i := range 400 {
+			for i := range 250 {
 				var err error
 				switch {
 				case i%50 == 49 && hs.Commit > 5:
@@ -483,4 +483,69 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.w.Write(p)
+}
+
+// A commit-only hard state change costs no bbolt commit: it rides on the
+// next transaction, and a clean Close writes it.
+func TestCommitOnlyHardStateIsDeferred(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, raftlog.Options{})
+	if err := l.Save(raftpb.HardState{Term: 1, Vote: 1, Commit: 1}, mkEnts(1, 1, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	commits := l.Stats().Commits
+	if err := l.Save(raftpb.HardState{Term: 1, Vote: 1, Commit: 3}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Stats().Commits; got != commits {
+		t.Fatalf("commit-only save ran %d bbolt commits, want 0", got-commits)
+	}
+	hs, _, err := l.InitialState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := hs.Commit, uint64(3); got != want {
+		t.Fatalf("in-memory commit: got %d, want %d", got, want)
+	}
+	// A vote change must sync.
+	if err := l.Save(raftpb.HardState{Term: 2, Vote: 2, Commit: 3}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Stats().Commits; got != commits+1 {
+		t.Fatalf("term change ran %d bbolt commits, want 1", got-commits)
+	}
+	if err := l.Save(raftpb.HardState{Term: 2, Vote: 2, Commit: 3}, nil); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, l)
+	l = mustOpen(t, dir, raftlog.Options{})
+	defer mustClose(t, l)
+	hs, _, err = l.InitialState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := hs, (raftpb.HardState{Term: 2, Vote: 2, Commit: 3}); got != want {
+		t.Fatalf("after reopen: got %+v, want %+v", got, want)
+	}
+}
+
+func TestCloseFlushesDeferredCommit(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, raftlog.Options{})
+	if err := l.Save(raftpb.HardState{Term: 1, Vote: 1, Commit: 1}, mkEnts(1, 1, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Save(raftpb.HardState{Term: 1, Vote: 1, Commit: 3}, nil); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, l)
+	l = mustOpen(t, dir, raftlog.Options{})
+	defer mustClose(t, l)
+	hs, _, err := l.InitialState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := hs.Commit, uint64(3); got != want {
+		t.Fatalf("commit after clean close: got %d, want %d", got, want)
+	}
 }

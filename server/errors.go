@@ -22,6 +22,7 @@ var (
 	errQuorum        = errors.New("refused: quorum would be lost")
 	errNotReady      = errors.New("member not ready")
 	errCASFailed     = errors.New("compare-and-swap failed")
+	errLeaderChanged = errors.New("the leader changed while the request was in flight; it may or may not have been applied (read before retrying)")
 )
 
 // toStatus maps an internal error to a gRPC status. Unavailable always
@@ -43,6 +44,8 @@ func toStatus(err error) error {
 		code = codes.NotFound
 	case errors.Is(err, errNoLeader), errors.Is(err, errNotLeader), errors.Is(err, errBusy), errors.Is(err, errStopped):
 		code = codes.Unavailable
+	case errors.Is(err, errLeaderChanged):
+		code = codes.Aborted
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):

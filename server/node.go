@@ -214,6 +214,7 @@ func (n *node) init() error {
 	n.applied.advance(n.appliedIndex)
 
 	n.transport = newTransport(n.id, n.logger, n.metrics, n.deliver, n.proposalsDropped)
+	n.transport.removedSelf = n.markRemoved
 	for name, addr := range n.cfg.InitialCluster {
 		if err := n.transport.setPeer(MemberID(name), addr); err != nil {
 			return err
@@ -359,6 +360,10 @@ func (n *node) step(first raftpb.Message) {
 	}
 }
 
+func (n *node) markRemoved() {
+	n.removedOnce.Do(func() { close(n.removedC) })
+}
+
 // proposalsDropped answers the callers of proposals that never left this
 // node: they were not applied, so the callers may retry.
 func (n *node) proposalsDropped(m raftpb.Message) {
@@ -459,6 +464,13 @@ func (n *node) softStateChanged(ss *raft.SoftState, ents []raftpb.Entry) {
 		n.confInFlight = 0
 	}
 	if prev.lead != ss.Lead {
+		if prev.lead != raft.None {
+			// NB: a proposal in flight to a leader that is gone may be
+			// lost or may still commit; nobody can tell until long
+			// after. Answering now (Aborted: outcome unknown) beats
+			// holding callers until their deadline.
+			n.waits.failAll(errLeaderChanged)
+		}
 		n.metrics.leaderChanges.Inc()
 		n.logger.Info("leader changed", "leader", fmt.Sprintf("%x", ss.Lead), "state", ss.RaftState.String())
 		n.leaderMu.Lock()
@@ -608,7 +620,7 @@ func (n *node) applyConfChange(index uint64, cc raftpb.ConfChangeV2) error {
 			n.transport.removePeer(ch.NodeID)
 			n.logger.Info("member removed", "member", fmt.Sprintf("%x", ch.NodeID), "index", index)
 			if ch.NodeID == n.id {
-				n.removedOnce.Do(func() { close(n.removedC) })
+				n.markRemoved()
 			}
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -60,6 +62,13 @@ type transport struct {
 	// follower to its leader); Raft does not resend them, so their callers
 	// can be told at once that nothing was applied. It must not block.
 	dropped func(raftpb.Message)
+	// removedSelf is called when a peer refuses our messages because this
+	// member was removed: a removed follower may never see the commit of
+	// its own removal, so this is how it learns.
+	removedSelf func()
+
+	removedMu sync.Mutex
+	removed   map[uint64]bool // members removed from the cluster
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -89,6 +98,7 @@ func newTransport(self uint64, logger *slog.Logger, m *metrics, deliver func(con
 		ctx:     ctx,
 		cancel:  cancel,
 		peers:   map[uint64]*peer{},
+		removed: map[uint64]bool{},
 	}
 }
 
@@ -135,6 +145,9 @@ func (t *transport) setPeer(id uint64, addr string) error {
 }
 
 func (t *transport) removePeer(id uint64) {
+	t.removedMu.Lock()
+	t.removed[id] = true
+	t.removedMu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p, ok := t.peers[id]; ok {
@@ -292,6 +305,14 @@ func (t *transport) streamTo(ctx context.Context, client lodestonepb.PeerClient,
 			break
 		}
 		if err := stream.Send(batch); err != nil {
+			if err == io.EOF {
+				// The server ended the stream; its status says why.
+				_, err = stream.CloseAndRecv()
+				if status.Code(err) == codes.PermissionDenied && t.removedSelf != nil {
+					t.logger.Warn("a peer says this member was removed", "peer", fmt.Sprintf("%x", p.id), "err", err)
+					t.removedSelf()
+				}
+			}
 			return fmt.Errorf("send: %w", err)
 		}
 		t.metrics.peerSent.WithLabelValues(fmt.Sprintf("%x", p.id)).Add(float64(len(batch.Msgs)))
@@ -361,6 +382,12 @@ func (t *transport) receiveStream(stream lodestonepb.Peer_SendServer) error {
 			var m raftpb.Message
 			if err := m.Unmarshal(b); err != nil {
 				return fmt.Errorf("decode raft message: %w", err)
+			}
+			t.removedMu.Lock()
+			gone := t.removed[m.From]
+			t.removedMu.Unlock()
+			if gone {
+				return status.Errorf(codes.PermissionDenied, "member %x was removed from the cluster", m.From)
 			}
 			if err := t.deliver(stream.Context(), m); err != nil {
 				return err
