@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -252,12 +253,15 @@ func TestRestartCatchesUpBySnapshot(t *testing.T) {
 
 func TestMembershipChangesOnLiveCluster(t *testing.T) {
 	c := newTestCluster(t, 3)
-	ctx := ctxT(t)
 	via := c.follower() // membership requests sent to a follower are forwarded
 
 	// A fourth voter.
 	addr := c.add("n4")
-	resp, err := c.cluster(via).AddMember(ctx, &lodestonepb.AddMemberRequest{Name: "n4", PeerAddr: addr})
+	var resp *lodestonepb.AddMemberResponse
+	err := retryUnavailable(t, func(ctx context.Context) (err error) {
+		resp, err = c.cluster(via).AddMember(ctx, &lodestonepb.AddMemberRequest{Name: "n4", PeerAddr: addr})
+		return err
+	})
 	if err != nil {
 		t.Fatalf("add n4: %v", err)
 	}
@@ -270,7 +274,10 @@ func TestMembershipChangesOnLiveCluster(t *testing.T) {
 
 	// A non-voter, then its promotion.
 	addr = c.add("n5")
-	if _, err := c.cluster(via).AddMember(ctx, &lodestonepb.AddMemberRequest{Name: "n5", PeerAddr: addr, Learner: true}); err != nil {
+	if err := retryUnavailable(t, func(ctx context.Context) error {
+		_, err := c.cluster(via).AddMember(ctx, &lodestonepb.AddMemberRequest{Name: "n5", PeerAddr: addr, Learner: true})
+		return err
+	}); err != nil {
 		t.Fatalf("add learner n5: %v", err)
 	}
 	c.start("n5", true)
@@ -284,7 +291,10 @@ func TestMembershipChangesOnLiveCluster(t *testing.T) {
 	}
 	promoteDeadline := time.Now().Add(5 * time.Second)
 	for {
-		_, err = c.cluster(via).PromoteMember(ctx, &lodestonepb.PromoteMemberRequest{Member: &lodestonepb.MemberRef{Name: "n5"}})
+		err = retryUnavailable(t, func(ctx context.Context) error {
+			_, err := c.cluster(via).PromoteMember(ctx, &lodestonepb.PromoteMemberRequest{Member: &lodestonepb.MemberRef{Name: "n5"}})
+			return err
+		})
 		if err == nil || time.Now().After(promoteDeadline) || status.Code(err) != codes.FailedPrecondition {
 			break
 		}
@@ -303,7 +313,11 @@ func TestMembershipChangesOnLiveCluster(t *testing.T) {
 		victim = "n2"
 	}
 	removed := c.servers[victim].Done()
-	rm, err := c.cluster(via).RemoveMember(ctx, &lodestonepb.RemoveMemberRequest{Member: &lodestonepb.MemberRef{Name: victim}})
+	var rm *lodestonepb.RemoveMemberResponse
+	err = retryUnavailable(t, func(ctx context.Context) (err error) {
+		rm, err = c.cluster(via).RemoveMember(ctx, &lodestonepb.RemoveMemberRequest{Member: &lodestonepb.MemberRef{Name: victim}})
+		return err
+	})
 	if err != nil {
 		t.Fatalf("remove %s: %v", victim, err)
 	}

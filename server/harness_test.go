@@ -319,3 +319,17 @@ func waitFor(t *testing.T, within time.Duration, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// retryUnavailable runs call until it returns something other than
+// Unavailable (which promises nothing was applied), as a client would.
+func retryUnavailable(t *testing.T, call func(ctx context.Context) error) error {
+	t.Helper()
+	ctx := ctxT(t)
+	for {
+		err := call(ctx)
+		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
