@@ -1,0 +1,120 @@
+// Command etcdnode runs one etcd member in-process (go.etcd.io/etcd/server/v3/embed)
+// so bench/ can start a real three-process etcd cluster without an etcd
+// binary on the machine. Its flags mirror `lodestone server` so the two
+// clusters are started the same way:
+//
+//	etcdnode --name n1 --data-dir D --listen-peer 127.0.0.1:P --listen-client 127.0.0.1:C \
+//	    --initial-cluster n1=127.0.0.1:P1,n2=127.0.0.1:P2,n3=127.0.0.1:P3
+//
+// Addresses may be host:port or URLs (http:// is assumed). fsync is on, as
+// in a default etcd; --unsafe-no-fsync exists only to make that explicit.
+// It logs errors only, and stops cleanly on SIGTERM or SIGINT.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "etcdnode: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("etcdnode", flag.ContinueOnError)
+	name := fs.String("name", "", "member name (required)")
+	dataDir := fs.String("data-dir", "", "data directory (required)")
+	peer := fs.String("listen-peer", "", "peer address, host:port or URL (required)")
+	client := fs.String("listen-client", "", "client (gRPC) address, host:port or URL (required)")
+	initial := fs.String("initial-cluster", "", "name=peeraddr,... for every member (required)")
+	token := fs.String("initial-cluster-token", "etcdnode-bench", "cluster token")
+	noFsync := fs.Bool("unsafe-no-fsync", false, "disable fsync (never used by the benchmarks)")
+	logLevel := fs.String("log-level", "error", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *name == "" || *dataDir == "" || *peer == "" || *client == "" || *initial == "" {
+		return fmt.Errorf("--name, --data-dir, --listen-peer, --listen-client and --initial-cluster are required")
+	}
+	peerURL, err := toURL(*peer)
+	if err != nil {
+		return fmt.Errorf("--listen-peer: %w", err)
+	}
+	clientURL, err := toURL(*client)
+	if err != nil {
+		return fmt.Errorf("--listen-client: %w", err)
+	}
+	var members []string
+	for m := range strings.SplitSeq(*initial, ",") {
+		n, addr, ok := strings.Cut(m, "=")
+		if !ok {
+			return fmt.Errorf("--initial-cluster: %q is not name=addr", m)
+		}
+		u, err := toURL(addr)
+		if err != nil {
+			return fmt.Errorf("--initial-cluster: %w", err)
+		}
+		members = append(members, n+"="+u.String())
+	}
+
+	cfg := embed.NewConfig()
+	cfg.Name = *name
+	cfg.Dir = *dataDir
+	cfg.ListenPeerUrls = []url.URL{*peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{*peerURL}
+	cfg.ListenClientUrls = []url.URL{*clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{*clientURL}
+	cfg.InitialCluster = strings.Join(members, ",")
+	cfg.InitialClusterToken = *token
+	cfg.ClusterState = embed.ClusterStateFlagNew
+	cfg.UnsafeNoFsync = *noFsync
+	cfg.LogLevel = *logLevel
+	cfg.LogOutputs = []string{"stderr"}
+
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return fmt.Errorf("start etcd: %w", err)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case s := <-sig:
+		done := make(chan struct{})
+		go func() { e.Close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("stop on %v: etcd did not close within 10s", s)
+		}
+		return nil
+	case err := <-e.Err():
+		e.Close()
+		return fmt.Errorf("etcd failed: %w", err)
+	}
+}
+
+// toURL accepts host:port or a URL and returns an http URL.
+func toURL(s string) (*url.URL, error) {
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("%q has no host:port", s)
+	}
+	return u, nil
+}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+)
+
+// system is one store under test: how to start a member and how to talk to
+// the cluster. Everything else (ports, data dirs, pinning, connection
+// scheme, workload, shutdown) is shared so both systems run the same way.
+type system struct {
+	name string
+	bin  string // path of the built server binary
+	// args returns the command line of member i. peers[j] and clients[j]
+	// are member j's peer and client (gRPC) addresses; http is a spare
+	// port per member for systems that listen on HTTP too.
+	args func(i int, names, peers, clients, http []string, dataDir string) []string
+	// leader asks each client address who leads and returns the leader's
+	// client address; it fails while there is none.
+	leader func(ctx context.Context, clients []string) (string, error)
+	// put returns a put function bound to one gRPC connection to the leader.
+	put func(conn *grpc.ClientConn) func(ctx context.Context, key, value []byte) error
+}
+
+// cluster is three running members of one system.
+type cluster struct {
+	sys     system
+	dir     string
+	procs   []*harness.Proc
+	clients []string // gRPC addresses, member order
+	leader  string   // the leader's gRPC address once known
+}
+
+const members = 3
+
+// startCluster starts three members of sys on fresh loopback ports with
+// data under a fresh directory in workDir, each under `taskset -c cpus`
+// when cpus is set, and waits until a leader accepts a put. On error
+// everything it started is stopped and removed.
+func startCluster(ctx context.Context, sys system, workDir, cpus string) (_ *cluster, err error) {
+	dir, err := os.MkdirTemp(workDir, sys.name+"-")
+	if err != nil {
+		return nil, fmt.Errorf("make data dir: %w", err)
+	}
+	c := &cluster{sys: sys, dir: dir}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%s: %w%s", sys.name, err, c.logTails())
+			c.stop()
+		}
+	}()
+
+	ports, err := harness.FreePorts(3 * members)
+	if err != nil {
+		return nil, err
+	}
+	var names, peers, https []string
+	for i := range members {
+		names = append(names, fmt.Sprintf("n%d", i+1))
+		peers = append(peers, fmt.Sprintf("127.0.0.1:%d", ports[i]))
+		c.clients = append(c.clients, fmt.Sprintf("127.0.0.1:%d", ports[members+i]))
+		https = append(https, fmt.Sprintf("127.0.0.1:%d", ports[2*members+i]))
+	}
+	for i := range members {
+		data := filepath.Join(dir, names[i])
+		args := sys.args(i, names, peers, c.clients, https, data)
+		p, err := harness.Start(names[i], sys.bin, args, filepath.Join(dir, names[i]+".log"), cpus)
+		if err != nil {
+			return nil, err
+		}
+		c.procs = append(c.procs, p)
+	}
+
+	if c.leader, err = c.waitLeader(ctx, 30*time.Second); err != nil {
+		return nil, err
+	}
+	if err := c.probe(ctx, 20*time.Second); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// waitLeader polls until some member says it is the leader.
+func (c *cluster) waitLeader(ctx context.Context, timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		if err := c.checkAlive(); err != nil {
+			return "", err
+		}
+		qctx, qcancel := context.WithTimeout(ctx, time.Second)
+		addr, err := c.sys.leader(qctx, c.clients)
+		qcancel()
+		if err == nil {
+			return addr, nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			if parent := context.Cause(ctx); errors.Is(parent, context.Canceled) {
+				return "", parent
+			}
+			return "", fmt.Errorf("no leader within %s: %w", timeout, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// probe retries one put on the leader until it is acknowledged, so the
+// measured run starts on a cluster that commits.
+func (c *cluster) probe(ctx context.Context, timeout time.Duration) error {
+	conn, err := dial(c.leader)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	put := c.sys.put(conn)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		err := put(pctx, []byte("kvbench/probe"), []byte("ok"))
+		pcancel()
+		if err == nil {
+			return nil
+		}
+		if err := c.checkAlive(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("probe put on leader %s: %w", c.leader, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (c *cluster) checkAlive() error {
+	for _, p := range c.procs {
+		if exited, err := p.Exited(); exited {
+			return fmt.Errorf("%w: %s (%v)", harness.ErrExited, p.Name, err)
+		}
+	}
+	return nil
+}
+
+// stop stops every member (SIGTERM, then SIGKILL after 10s) and removes
+// the data directory unless keep is set. Followers go first, then the
+// leader: a leader stopped with its followers up tries to hand leadership
+// over first (etcd does, and waits seconds for followers that are
+// themselves shutting down), which only slows the benchmark down.
+func (c *cluster) stop() error {
+	var followers, leader []*harness.Proc
+	for i, p := range c.procs {
+		if c.clients[i] == c.leader {
+			leader = append(leader, p)
+		} else {
+			followers = append(followers, p)
+		}
+	}
+	err := harness.StopAll(followers, 10*time.Second)
+	if lerr := harness.StopAll(leader, 10*time.Second); lerr != nil && err == nil {
+		err = lerr
+	}
+	if !*flagKeep {
+		if rerr := os.RemoveAll(c.dir); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+func (c *cluster) logTails() string {
+	var b strings.Builder
+	for _, p := range c.procs {
+		fmt.Fprintf(&b, "\n--- last lines of %s %s log (%s):\n%s", c.sys.name, p.Name, p.LogPath, p.LogTail(1500))
+	}
+	return b.String()
+}
+
+// dial opens one gRPC connection with the options both systems share.
+func dial(addr string) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return conn, nil
+}

@@ -1,0 +1,286 @@
+// Command kvbench runs the same put workload against a three-process
+// Lodestone cluster and a three-process etcd cluster on this machine and
+// prints one BENCH line per comparison (see bench/README.md and DESIGN.md,
+// "How benchmarks report"). Run it from bench/:
+//
+//	cd bench && go run ./cmd/kvbench [-reps 3] [-duration 8s] [-clients 1,64]
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+)
+
+var (
+	flagReps       = flag.Int("reps", 3, "repetitions per system and client count; medians are reported")
+	flagDuration   = flag.Duration("duration", 8*time.Second, "measured window of each run")
+	flagWarmup     = flag.Duration("warmup", 2*time.Second, "warm-up before each measured window (ops run, not counted)")
+	flagClients    = flag.String("clients", "1,64", "comma-separated client counts")
+	flagValueSize  = flag.Int("value-size", 256, "bytes per put value")
+	flagPerConn    = flag.Int("clients-per-conn", 8, "clients sharing one gRPC connection to the leader (same for both systems)")
+	flagServerCPUs = flag.String("server-cpus", "1", `taskset CPU list for every server process of both systems ("" = no pinning)`)
+	flagClientCPUs = flag.String("client-cpus", "0", `CPU list the load generator pins itself to ("" = no pinning)`)
+	flagSystems    = flag.String("systems", "lodestone,etcd", "systems to run; BENCH lines need both")
+	flagWorkDir    = flag.String("work-dir", "", "where binaries and data dirs go (default: the system temp dir)")
+	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
+	flagKeep       = flag.Bool("keep", false, "keep binaries, data dirs and server logs after the run")
+)
+
+const peerName = "etcd"
+
+// targets are the ratios Lodestone must reach, keyed by client count; the
+// 64-client throughput target comes from the issue, the rest say "at least
+// as good as etcd".
+func targets(clients int) (throughput, p99 float64) {
+	if clients >= 64 {
+		return 1.5, 1.0
+	}
+	return 1.0, 1.0
+}
+
+func main() {
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: cd bench && go run ./cmd/kvbench [flags]\n\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			fmt.Fprintln(os.Stderr, "kvbench: interrupted; servers stopped and temp dirs removed")
+		} else {
+			fmt.Fprintf(os.Stderr, "kvbench: %v\n", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// sample is what one run contributes to the medians.
+type sample struct {
+	throughput float64 // ops/s
+	p99        float64 // ms
+}
+
+func run(ctx context.Context) error {
+	clientCounts, err := parseInts(*flagClients)
+	if err != nil {
+		return fmt.Errorf("-clients: %w", err)
+	}
+	if *flagReps < 1 || *flagPerConn < 1 || *flagValueSize < 1 {
+		return fmt.Errorf("-reps, -clients-per-conn and -value-size must be >= 1")
+	}
+	root, err := filepath.Abs(*flagRoot)
+	if err != nil {
+		return err
+	}
+	if err := checkModule(root, "github.com/lodestone-kv/lodestone"); err != nil {
+		return fmt.Errorf("%w (run from bench/: cd bench && go run ./cmd/kvbench, or set -root)", err)
+	}
+	if err := checkModule(".", "github.com/lodestone-kv/lodestone/bench"); err != nil {
+		return fmt.Errorf("%w (run from bench/: cd bench && go run ./cmd/kvbench)", err)
+	}
+
+	tmp, err := os.MkdirTemp(*flagWorkDir, "kvbench-")
+	if err != nil {
+		return fmt.Errorf("make temp dir: %w", err)
+	}
+	if *flagKeep {
+		logf("keeping binaries, data and logs in %s", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
+
+	var systems []system
+	for _, name := range strings.Split(*flagSystems, ",") {
+		switch name = strings.TrimSpace(name); name {
+		case "lodestone":
+			bin := filepath.Join(tmp, "lodestone")
+			if err := goBuild(ctx, root, bin, "./cmd/lodestone"); err != nil {
+				return err
+			}
+			systems = append(systems, lodestoneSystem(bin))
+		case "etcd":
+			bin := filepath.Join(tmp, "etcdnode")
+			if err := goBuild(ctx, ".", bin, "./cmd/etcdnode"); err != nil {
+				return err
+			}
+			systems = append(systems, etcdSystem(bin))
+		default:
+			return fmt.Errorf("-systems: unknown system %q (want lodestone, etcd)", name)
+		}
+	}
+
+	pinning, err := pin()
+	if err != nil {
+		return err
+	}
+	logf("%s", pinning)
+
+	samples := map[string]map[int][]sample{}
+	for _, s := range systems {
+		samples[s.name] = map[int][]sample{}
+	}
+	for rep := range *flagReps {
+		for ci, n := range clientCounts {
+			order := slices.Clone(systems)
+			if (rep+ci)%2 == 1 { // alternate who goes first to spread machine noise
+				slices.Reverse(order)
+			}
+			for _, sys := range order {
+				res, note, err := runOnce(ctx, sys, tmp, n)
+				if err != nil {
+					return fmt.Errorf("rep %d, %d clients: %w", rep+1, n, err)
+				}
+				smp := sample{throughput: res.Throughput(), p99: harness.Millis(res.Percentile(99))}
+				samples[sys.name][n] = append(samples[sys.name][n], smp)
+				fmt.Printf("run rep=%d/%d clients=%d system=%s throughput=%sops/s p50=%sms p99=%sms ops=%d errors=%d%s\n",
+					rep+1, *flagReps, n, sys.name, harness.FormatValue(smp.throughput),
+					harness.FormatValue(harness.Millis(res.Percentile(50))), harness.FormatValue(smp.p99),
+					res.Ops(), res.Errors, note)
+			}
+		}
+	}
+
+	fmt.Printf("setup: 3-node clusters, 3 processes each on 127.0.0.1 loopback, fsync on, one cluster running at a time, fresh data dirs per run; "+
+		"puts of %d-byte values to distinct keys, sent to the leader, %d clients per gRPC connection; %d reps x %s (after %s warm-up), medians shown\n",
+		*flagValueSize, *flagPerConn, *flagReps, *flagDuration, *flagWarmup)
+	fmt.Printf("pinning: %s\n", pinning)
+
+	lode, peer := samples["lodestone"], samples[peerName]
+	if lode == nil || peer == nil {
+		fmt.Println("no BENCH lines: they compare lodestone with etcd, and -systems ran only", *flagSystems)
+		return nil
+	}
+	for _, n := range clientCounts {
+		tput, p99 := targets(n)
+		med := func(ss []sample, f func(sample) float64) float64 {
+			var xs []float64
+			for _, s := range ss {
+				xs = append(xs, f(s))
+			}
+			return harness.Median(xs)
+		}
+		th := func(s sample) float64 { return s.throughput }
+		lat := func(s sample) float64 { return s.p99 }
+		fmt.Println(harness.Line{Name: fmt.Sprintf("put-%dclients-throughput", n), Unit: "ops/s",
+			Lodestone: med(lode[n], th), PeerName: peerName, Peer: med(peer[n], th), Op: ">=", Target: tput})
+		fmt.Println(harness.Line{Name: fmt.Sprintf("put-%dclients-p99", n), Unit: "ms",
+			Lodestone: med(lode[n], lat), PeerName: peerName, Peer: med(peer[n], lat), Op: "<=", Target: p99})
+	}
+	return nil
+}
+
+// runOnce starts a fresh cluster of sys, drives n clients against its
+// leader and stops it. note flags anything a reader should know about the
+// run (errors, a leader change).
+func runOnce(ctx context.Context, sys system, workDir string, n int) (_ harness.Result, note string, err error) {
+	logf("starting %s cluster for %d clients", sys.name, n)
+	c, err := startCluster(ctx, sys, workDir, *flagServerCPUs)
+	if err != nil {
+		return harness.Result{}, "", err
+	}
+	defer func() {
+		if serr := c.stop(); serr != nil && err == nil {
+			err = fmt.Errorf("stop %s: %w", sys.name, serr)
+		}
+	}()
+
+	nconn := (n + *flagPerConn - 1) / *flagPerConn
+	puts := make([]func(context.Context, []byte, []byte) error, nconn)
+	for i := range nconn {
+		conn, err := dial(c.leader)
+		if err != nil {
+			return harness.Result{}, "", err
+		}
+		defer conn.Close()
+		puts[i] = sys.put(conn)
+	}
+	values := make([][]byte, n)
+	for i := range values {
+		values[i] = make([]byte, *flagValueSize)
+		rand.Read(values[i])
+	}
+
+	logf("driving %s: %d clients over %d connections to leader %s for %s + %s warm-up",
+		sys.name, n, nconn, c.leader, *flagDuration, *flagWarmup)
+	res, err := harness.Drive(ctx, harness.DriveConfig{Clients: n, Warmup: *flagWarmup, Duration: *flagDuration},
+		func(ctx context.Context, client, seq int) error {
+			key := fmt.Appendf(nil, "kvbench/%03d/%09d", client, seq)
+			return puts[client%nconn](ctx, key, values[client])
+		})
+	if err != nil {
+		return harness.Result{}, "", err
+	}
+	logf("stopping %s", sys.name)
+	if res.Ops() == 0 {
+		return res, "", fmt.Errorf("%s acknowledged no puts (first error: %v)%s", sys.name, res.FirstErr, c.logTails())
+	}
+	if res.Errors > 0 {
+		note += fmt.Sprintf(" first-error=%q", res.FirstErr.Error())
+	}
+	if now, err := c.waitLeader(ctx, 5*time.Second); err != nil || now != c.leader {
+		note += fmt.Sprintf(" leader-changed(was %s, now %s, %v)", c.leader, now, err)
+	}
+	return res, note, nil
+}
+
+// goBuild builds pkg in dir into out, showing the compiler's output.
+func goBuild(ctx context.Context, dir, out, pkg string) error {
+	logf("building %s (in %s)", pkg, dir)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd.Dir = dir
+	cmd.Stdout = os.Stderr
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go build -o %s %s in %s: %w", out, pkg, dir, err)
+	}
+	return nil
+}
+
+// checkModule fails unless dir/go.mod declares module mod.
+func checkModule(dir, mod string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return fmt.Errorf("find %s: %w", mod, err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	if strings.TrimSpace(first) != "module "+mod {
+		return fmt.Errorf("%s/go.mod is not module %s", dir, mod)
+	}
+	return nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+var started = time.Now()
+
+// logf writes a progress line to stderr, stamped with seconds since start.
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "kvbench: %5.1fs "+format+"\n", append([]any{time.Since(started).Seconds()}, args...)...)
+}

@@ -1,0 +1,15 @@
+// Package harness holds the pieces every side-by-side benchmark under bench/
+// shares: picking free loopback ports, starting and stopping server
+// processes (optionally pinned with taskset), driving N clients for a fixed
+// window, turning latencies into percentiles, taking medians over
+// repetitions, and printing the one-line BENCH verdict that DESIGN.md
+// ("How benchmarks report") defines.
+//
+// It knows nothing of Lodestone or any peer: a benchmark supplies the
+// command lines and the operation to time.
+//
+// A caller's duties, in order: pick ports, Start the processes, wait for the
+// system to be ready (system-specific), Drive the workload, Stop the
+// processes (always, also on error or Ctrl-C), aggregate repetitions with
+// Median, and print Line values last.
+package harness

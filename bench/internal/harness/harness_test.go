@@ -1,0 +1,248 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func ms(xs ...int) []time.Duration {
+	out := make([]time.Duration, len(xs))
+	for i, x := range xs {
+		out[i] = time.Duration(x) * time.Millisecond
+	}
+	return out
+}
+
+func TestPercentile(t *testing.T) {
+	hundred := make([]time.Duration, 100)
+	for i := range hundred {
+		hundred[i] = time.Duration(i+1) * time.Millisecond // 1ms..100ms
+	}
+	for _, tc := range []struct {
+		name   string
+		sorted []time.Duration
+		p      float64
+		want   time.Duration
+	}{
+		{"empty", nil, 99, 0},
+		{"single", ms(7), 99, 7 * time.Millisecond},
+		{"p99 of 1..100", hundred, 99, 99 * time.Millisecond},
+		{"p50 of 1..100", hundred, 50, 50 * time.Millisecond},
+		{"p100 is max", hundred, 100, 100 * time.Millisecond},
+		{"tiny p is min", hundred, 0.001, 1 * time.Millisecond},
+		// Nearest rank: ceil(0.99*10) = 10, so with 10 samples p99 is the max.
+		{"p99 of ten is max", ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 50), 99, 50 * time.Millisecond},
+		{"p50 of four", ms(1, 2, 3, 4), 50, 2 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, want := Percentile(tc.sorted, tc.p), tc.want; got != want {
+				t.Errorf("Percentile(p=%v) = %v, want %v", tc.p, got, want)
+			}
+		})
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		xs   []float64
+		want float64
+	}{
+		{"one", []float64{3}, 3},
+		{"odd unsorted", []float64{9, 1, 5}, 5},
+		{"even is mean of middle two", []float64{4, 1, 3, 2}, 2.5},
+		{"outlier ignored", []float64{100, 101, 1e9}, 101},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := slices.Clone(tc.xs)
+			if got, want := Median(in), tc.want; got != want {
+				t.Errorf("Median(%v) = %v, want %v", tc.xs, got, want)
+			}
+			if !slices.Equal(in, tc.xs) {
+				t.Errorf("Median modified its input: %v, was %v", in, tc.xs)
+			}
+		})
+	}
+	if got := Median(nil); !math.IsNaN(got) {
+		t.Errorf("Median(nil) = %v, want NaN", got)
+	}
+}
+
+func TestFormatValue(t *testing.T) {
+	for _, tc := range []struct {
+		v    float64
+		want string
+	}{
+		{21400.4, "21400"},
+		{13099.6, "13100"},
+		{100, "100"},
+		{12.34, "12.3"},
+		{10, "10"},
+		{4.1, "4.1"},
+		{4.10001, "4.1"},
+		{4.126, "4.13"},
+		{1, "1"},
+		{0.8534, "0.853"},
+		{0.05, "0.05"},
+		{0, "0"},
+	} {
+		if got, want := FormatValue(tc.v), tc.want; got != want {
+			t.Errorf("FormatValue(%v) = %q, want %q", tc.v, got, want)
+		}
+	}
+}
+
+func TestLine(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		line     Line
+		want     string
+		wantPass bool
+	}{
+		{
+			name: "design doc throughput example",
+			line: Line{Name: "put-64clients-throughput", Unit: "ops/s", Lodestone: 21400, PeerName: "etcd", Peer: 13100, Op: ">=", Target: 1.5},
+			want: "BENCH put-64clients-throughput lodestone=21400ops/s etcd=13100ops/s ratio=1.63 target=>=1.5", wantPass: true,
+		},
+		{
+			name: "design doc p99 example",
+			line: Line{Name: "put-64clients-p99", Unit: "ms", Lodestone: 4.1, PeerName: "etcd", Peer: 5.0, Op: "<=", Target: 1},
+			want: "BENCH put-64clients-p99 lodestone=4.1ms etcd=5ms ratio=0.82 target=<=1.0", wantPass: true,
+		},
+		{
+			name: "throughput below target fails",
+			line: Line{Name: "put-1clients-throughput", Unit: "ops/s", Lodestone: 900, PeerName: "etcd", Peer: 1000, Op: ">=", Target: 1},
+			want: "BENCH put-1clients-throughput lodestone=900ops/s etcd=1000ops/s ratio=0.90 target=>=1.0", wantPass: false,
+		},
+		{
+			// The verdict is taken on the printed ratio so a reader who
+			// compares the numbers by eye agrees with Pass.
+			name: "pass judged on printed ratio",
+			line: Line{Name: "x", Unit: "ms", Lodestone: 1.004, PeerName: "etcd", Peer: 1, Op: "<=", Target: 1},
+			want: "BENCH x lodestone=1ms etcd=1ms ratio=1.00 target=<=1.0", wantPass: true,
+		},
+		{
+			name: "zero peer",
+			line: Line{Name: "x", Unit: "ops/s", Lodestone: 5, PeerName: "etcd", Peer: 0, Op: ">=", Target: 1},
+			want: "BENCH x lodestone=5ops/s etcd=0ops/s ratio=+Inf target=>=1.0", wantPass: true,
+		},
+		{
+			name: "both zero is NaN and fails",
+			line: Line{Name: "x", Unit: "ops/s", PeerName: "etcd", Op: ">=", Target: 1},
+			want: "BENCH x lodestone=0ops/s etcd=0ops/s ratio=NaN target=>=1.0", wantPass: false,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, want := tc.line.String(), tc.want; got != want {
+				t.Errorf("String()\n got: %s\nwant: %s", got, want)
+			}
+			if got, want := tc.line.Pass(), tc.wantPass; got != want {
+				t.Errorf("Pass() = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+func TestDriveCountsOnlyTheWindow(t *testing.T) {
+	errBoom := errors.New("boom")
+	res, err := Drive(context.Background(), DriveConfig{Clients: 4, Warmup: 20 * time.Millisecond, Duration: 50 * time.Millisecond},
+		func(ctx context.Context, client, seq int) error {
+			if client == 3 {
+				return errBoom
+			}
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Ops() == 0 {
+		t.Fatal("no ops counted")
+	}
+	if res.Errors == 0 || !errors.Is(res.FirstErr, errBoom) {
+		t.Errorf("Errors = %d, FirstErr = %v; want some errors and errBoom", res.Errors, res.FirstErr)
+	}
+	if got, want := res.Window, 50*time.Millisecond; got != want {
+		t.Errorf("Window = %v, want %v", got, want)
+	}
+	if !slices.IsSorted(res.Latencies) {
+		t.Error("Latencies not sorted")
+	}
+}
+
+func TestDriveStopsOnCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{}, 1)
+	go func() { <-started; cancel() }()
+	_, err := Drive(ctx, DriveConfig{Clients: 2, Duration: time.Hour}, func(ctx context.Context, _, _ int) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Drive after cancel = %v, want context.Canceled", err)
+	}
+}
+
+func TestFreePortsDistinct(t *testing.T) {
+	ports, err := FreePorts(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if p <= 0 || seen[p] {
+			t.Fatalf("bad or repeated port %d in %v", p, ports)
+		}
+		seen[p] = true
+	}
+}
+
+func TestStopEscalatesToKill(t *testing.T) {
+	dir := t.TempDir()
+	// One process exits on SIGTERM; the other ignores it and must be killed.
+	polite, err := Start("polite", "sleep", []string{"60"}, filepath.Join(dir, "polite.log"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stubborn, err := Start("stubborn", "sh", []string{"-c", `trap "" TERM; echo ready; while :; do sleep 0.05; done`}, filepath.Join(dir, "stubborn.log"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the trap is installed (the script says so) before signalling.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if b, _ := os.ReadFile(stubborn.LogPath); len(b) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("stubborn never became ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := polite.Stop(5 * time.Second); err != nil {
+		t.Errorf("polite.Stop = %v, want nil", err)
+	}
+	if err := stubborn.Stop(100 * time.Millisecond); err == nil {
+		t.Error("stubborn.Stop = nil, want an error saying it was killed")
+	}
+	for _, p := range []*Proc{polite, stubborn} {
+		if exited, _ := p.Exited(); !exited {
+			t.Errorf("%s still running after Stop", p.Name)
+		}
+		if err := p.Stop(time.Second); err != nil {
+			t.Errorf("second Stop of %s = %v, want nil", p.Name, err)
+		}
+	}
+}

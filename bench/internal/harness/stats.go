@@ -1,0 +1,40 @@
+package harness
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// Percentile returns the p-th percentile (0 < p <= 100) of sorted by the
+// nearest-rank method: the smallest value with at least p% of the values at
+// or below it. sorted must be in ascending order; an empty slice yields 0.
+func Percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	rank = min(max(rank, 1), len(sorted))
+	return sorted[rank-1]
+}
+
+// Median returns the median of xs (the mean of the two middle values when
+// len(xs) is even), or NaN for an empty slice. xs is not modified.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// Millis converts d to fractional milliseconds, the unit BENCH lines use
+// for latency.
+func Millis(d time.Duration) float64 {
+	return float64(d) / float64(time.Millisecond)
+}
