@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lodestone-kv/lodestone/store"
 )
@@ -53,8 +56,19 @@ func toStatus(err error) error {
 	default:
 		code = codes.Internal
 	}
-	return status.Error(code, err.Error())
+	st := status.New(code, err.Error())
+	if code == codes.Unavailable {
+		// Clients back off by this much before retrying.
+		if withHint, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retryHint)}); derr == nil {
+			st = withHint
+		}
+	}
+	return st.Err()
 }
+
+// retryHint is the delay suggested to clients with Unavailable: long enough
+// for a typical election to finish.
+const retryHint = 200 * time.Millisecond
 
 func invalidf(format string, args ...any) error {
 	return status.Error(codes.InvalidArgument, fmt.Sprintf(format, args...))

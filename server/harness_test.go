@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // testCluster runs real servers in this process, each with its own bbolt
 // files and real gRPC listeners on loopback.
 type testCluster struct {
-	t       *testing.T
+	t       testing.TB
 	base    Config
 	names   []string
 	peers   map[string]string // name -> peer address
@@ -55,7 +55,7 @@ func withSnapshotEvery(entries, catchUp uint64) clusterOption {
 }
 
 // freeAddr reserves a loopback port by binding and releasing it.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -78,7 +78,7 @@ func testConfig(opts ...clusterOption) Config {
 	return cfg
 }
 
-func newTestCluster(t *testing.T, n int, opts ...clusterOption) *testCluster {
+func newTestCluster(t testing.TB, n int, opts ...clusterOption) *testCluster {
 	t.Helper()
 	c := &testCluster{
 		t: t, base: testConfig(opts...), peers: map[string]string{}, servers: map[string]*Server{},

@@ -48,16 +48,15 @@ func (k *kvService) Get(ctx context.Context, req *lodestonepb.GetRequest) (*lode
 }
 
 func (k *kvService) Range(ctx context.Context, req *lodestonepb.RangeRequest) (*lodestonepb.RangeResponse, error) {
-	max := k.s.cfg.Limits.MaxRangeLimit
-	if int(req.Limit) > max {
-		return nil, invalidf("range limit %d is above the maximum %d (limit max-range-limit); page with start_after", req.Limit, max)
+	if max := k.s.cfg.Limits.MaxRangeLimit; int(req.Limit) > max {
+		return nil, invalidf("range limit %d is above the maximum %d (limit max-range-keys); page with start_after", req.Limit, max)
 	}
-	limit := int(req.Limit)
-	if limit == 0 {
-		limit = max
+	limit := k.s.cfg.Limits.RangeLimit(req.Limit)
+	if err := k.s.cfg.Limits.ValidatePrefix(req.Prefix); err != nil {
+		return nil, toStatus(err)
 	}
-	if len(req.Prefix) > k.s.cfg.Limits.MaxKeyBytes {
-		return nil, invalidf("prefix is %d bytes; at most %d allowed (limit max-key-bytes)", len(req.Prefix), k.s.cfg.Limits.MaxKeyBytes)
+	if err := k.s.cfg.Limits.ValidatePrefix(req.StartAfter); err != nil {
+		return nil, toStatus(err)
 	}
 	if err := k.read(ctx, req.Consistency); err != nil {
 		return nil, toStatus(err)

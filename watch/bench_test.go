@@ -52,7 +52,8 @@ func benchEvents(keys int) func() []watch.Event {
 // BenchmarkPublish measures the apply loop's cost per Publish (one event)
 // with 0, 10k and 100k watchers subscribed, while the shard goroutines
 // match and copy in the background. DESIGN: write latency must stay flat
-// as watchers grow to 100k. Reports p99 and max of single Publish calls.
+// as watchers grow to 100k. Reports p50 and p99 of single Publish calls
+// (timed with two clock reads each, so ~50 ns of the figure is the timer).
 func BenchmarkPublish(b *testing.B) {
 	for _, n := range benchCounts {
 		b.Run(fmt.Sprintf("watchers=%d", n), func(b *testing.B) {
@@ -75,8 +76,8 @@ func BenchmarkPublish(b *testing.B) {
 			}
 			b.StopTimer()
 			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
 			b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
-			b.ReportMetric(float64(lat[len(lat)-1].Nanoseconds()), "max-ns")
 			runtime.KeepAlive(ws)
 		})
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -230,14 +229,4 @@ func formatBatch(b watch.Batch) string {
 		parts[i] = formatEvent(ev)
 	}
 	return fmt.Sprintf("index=%d [%s]", b.Index, strings.Join(parts, " "))
-}
-
-// sortedKeys is a helper for deterministic output.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -50,7 +50,7 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		stopc:  make(chan struct{}),
 	}
 	h.log.init(cfg.RetainEvents, cfg.RetainBytes)
-	h.metrics = newMetrics(h)
+	h.metrics = newMetrics()
 	h.shards = make([]*shard, cfg.Shards)
 	for i := range h.shards {
 		h.shards[i] = newShard(h, i, strconv.Itoa(i))
@@ -242,11 +242,13 @@ func (h *Hub) watch(ctx context.Context, req Request) (*Watcher, error) {
 		return nil, err
 	}
 	w.after = start
-	end, last := l.next, l.last
-	ok := w.replay(l, l.search(start), end)
+	from, end, last := l.search(start), l.next, l.last
 	l.mu.RUnlock()
 	w.told = start
-	if !ok {
+	if err := h.replay(w, start, from, end); err != nil {
+		return nil, err
+	}
+	if w.err != nil {
 		h.bornCut(w)
 		return w, nil
 	}
@@ -262,28 +264,46 @@ func (h *Hub) watch(ctx context.Context, req Request) (*Watcher, error) {
 		return nil, ErrClosed
 	}
 	if s.cursor > end {
-		l.mu.RLock()
-		if end < l.head {
-			err := &CompactedError{Requested: start, Oldest: l.floor, Current: l.last}
-			l.mu.RUnlock()
+		if err := h.replay(w, start, end, s.cursor); err != nil {
 			s.mu.Unlock()
 			return nil, err
 		}
-		ok = w.replay(l, end, s.cursor)
-		if ok {
-			w.after = max(w.after, l.at(s.cursor-1).index)
-		}
-		l.mu.RUnlock()
-		if !ok {
+		if w.err != nil {
 			s.mu.Unlock()
 			h.bornCut(w)
 			return w, nil
 		}
+		// Every entry before the cursor is at or below processed, every
+		// entry from it on is above.
+		w.after = max(w.after, s.processed.Load())
 	}
 	w.told = w.after
 	s.link(w)
 	s.mu.Unlock()
 	return w, nil
+}
+
+// replay feeds w the log entries [from, to) in chunks, taking the log's
+// read lock per chunk so Publish is never held off for a whole catch-up.
+// It fails with a *CompactedError if eviction overtakes it; if w is cut
+// (w.err set) it stops without error.
+func (h *Hub) replay(w *Watcher, start, from, to uint64) error {
+	l := &h.log
+	for from < to {
+		l.mu.RLock()
+		if from < l.head {
+			err := &CompactedError{Requested: start, Oldest: l.floor, Current: l.last}
+			l.mu.RUnlock()
+			return err
+		}
+		next, ok := w.replay(l, from, to)
+		l.mu.RUnlock()
+		if !ok {
+			return nil
+		}
+		from = next
+	}
+	return nil
 }
 
 // bornCut accounts for a watcher whose catch-up failed before it was linked.

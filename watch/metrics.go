@@ -25,7 +25,7 @@ type metrics struct {
 	bytesDesc    *prometheus.Desc
 }
 
-func newMetrics(h *Hub) *metrics {
+func newMetrics() *metrics {
 	const ns, sub = "lodestone", "watch"
 	m := &metrics{
 		published: prometheus.NewCounter(prometheus.CounterOpts{

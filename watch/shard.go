@@ -194,23 +194,31 @@ func (s *shard) flush() {
 	if len(s.cuts) == 0 {
 		return
 	}
+	// NB: one Info line per reason per step, not per watcher: a mass cut
+	// (a lagging shard, a restore, a burst that overflows 100k slow
+	// consumers) must not turn into a log flood.
 	lg := s.h.logger
-	counts := map[string]int{}
 	for _, c := range s.cuts {
-		counts[c.reason]++
-		if c.reason == reasonOverflow {
-			lg.Info("watcher cut loose", "shard", s.id, "watcher", c.id, "key", c.key,
-				"reason", c.reason, "index", c.index)
-		} else {
-			lg.Debug("watcher cut loose", "shard", s.id, "watcher", c.id, "key", c.key,
-				"reason", c.reason, "index", c.index)
-		}
+		lg.Debug("watcher cut loose", "shard", s.id, "watcher", c.id, "key", c.key,
+			"reason", c.reason, "index", c.index)
 	}
-	for reason, n := range counts {
-		m.cut.WithLabelValues(reason).Add(float64(n))
-		if reason != reasonOverflow {
-			lg.Info("watchers cut loose", "shard", s.id, "reason", reason, "count", n)
+	for _, reason := range []string{reasonOverflow, reasonLag, reasonRestore} {
+		n := 0
+		var first cutRecord
+		for _, c := range s.cuts {
+			if c.reason == reason {
+				if n == 0 {
+					first = c
+				}
+				n++
+			}
 		}
+		if n == 0 {
+			continue
+		}
+		m.cut.WithLabelValues(reason).Add(float64(n))
+		lg.Info("watchers cut loose", "shard", s.id, "reason", reason, "count", n,
+			"watcher", first.id, "key", first.key, "index", first.index)
 	}
 	clear(s.cuts)
 	s.cuts = s.cuts[:0]

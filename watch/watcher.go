@@ -192,21 +192,32 @@ func signal(c chan struct{}) {
 // matches reports whether ev passes w's key and type filters.
 func (w *Watcher) matches(ev *Event) bool { return matchOpts(w.key, w.opts, ev) }
 
+// replayBudget bounds the events one replay call scans under the log's
+// read lock, so a watcher catching up from far back never holds Publish
+// off for long.
+const replayBudget = 4096
+
 // replay copies the matching events of log entries [from, to) into w.buf,
-// under the log's read lock, before w is linked. It returns false if w was
-// cut: the buffer would have exceeded its capacity (w.err is then an
-// *OverflowError to resume from) or a restore marker intervened (w.err is a
-// *CompactedError).
-func (w *Watcher) replay(l *eventLog, from, to uint64) bool {
+// before w is linked; the caller holds the log's read lock. It stops after
+// the entry that takes the scanned events past replayBudget and returns the
+// seq to continue from. It returns ok=false if w was cut: its buffer would
+// have exceeded its capacity (w.err is then an *OverflowError to resume
+// from) or a restore marker intervened (w.err is a *CompactedError).
+func (w *Watcher) replay(l *eventLog, from, to uint64) (next uint64, ok bool) {
+	scanned := 0
 	for seq := from; seq < to; seq++ {
+		if scanned >= replayBudget {
+			return seq, true
+		}
 		e := l.at(seq)
 		if e.index <= w.after {
 			continue
 		}
 		if e.reset {
 			w.err = &CompactedError{Requested: w.after, Oldest: e.index, Current: l.last}
-			return false
+			return seq, false
 		}
+		scanned += len(e.events) + 1
 		mark := len(w.buf)
 		for i := range e.events {
 			if ev := &e.events[i]; w.matches(ev) {
@@ -217,8 +228,8 @@ func (w *Watcher) replay(l *eventLog, from, to uint64) bool {
 			clear(w.buf[mark:])
 			w.buf = w.buf[:mark]
 			w.err = &OverflowError{ResumeIndex: e.index - 1, Reason: reasonReplay}
-			return false
+			return seq, false
 		}
 	}
-	return true
+	return to, true
 }
