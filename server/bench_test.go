@@ -44,4 +44,3 @@ func BenchmarkPut64(b *testing.B) {
 	b.ReportMetric(float64(b.N)/float64(st.Commits), "puts/commit")
 	b.ReportMetric(float64(st.LastCommitDuration.Microseconds()), "last-commit-µs")
 }
-

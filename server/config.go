@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lodestone-kv/lodestone/store"
+	"github.com/lodestone-kv/lodestone/watch"
 )
 
 // Config configures one registry node. The zero value is not usable: start
@@ -70,6 +71,19 @@ type Config struct {
 	// Limits bounds keys, values and transactions.
 	Limits store.Limits
 
+	// Watch configures the fan-out hub behind watches and blocking reads
+	// (shards, retained history, per-watcher buffer).
+	Watch watch.Config
+	// MaxWatchesPerStream bounds the watches one Watch stream carries.
+	// Default 10000.
+	MaxWatchesPerStream int
+	// MaxWatchesPerConnection bounds the watches of one client connection
+	// over all its streams. Default 100000.
+	MaxWatchesPerConnection int
+	// MaxBlockingWait caps (and is the default for) how long a blocking
+	// read waits for a change. Default 5m, as Consul.
+	MaxBlockingWait time.Duration
+
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 
@@ -92,6 +106,10 @@ func DefaultConfig() Config {
 		MaxConnections:          10000,
 		MaxStreamsPerConnection: 1000,
 		Limits:                  store.DefaultLimits(),
+		Watch:                   watch.DefaultConfig(),
+		MaxWatchesPerStream:     10000,
+		MaxWatchesPerConnection: 100000,
+		MaxBlockingWait:         5 * time.Minute,
 		StartTimeout:            10 * time.Second,
 	}
 }
@@ -155,6 +173,15 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBatchProposals <= 0 {
 		return bad("max-batch-proposals", "must be positive")
+	}
+	if c.MaxWatchesPerStream <= 0 || c.MaxWatchesPerConnection < c.MaxWatchesPerStream {
+		return bad("max-watches-per-stream", "must be positive and at most max-watches-per-connection (%d), got %d", c.MaxWatchesPerConnection, c.MaxWatchesPerStream)
+	}
+	if c.MaxBlockingWait <= 0 {
+		return bad("max-blocking-wait", "must be positive")
+	}
+	if err := c.Watch.Validate(); err != nil {
+		return &ConfigError{Field: "watch", Err: err}
 	}
 	if err := c.Limits.Validate(); err != nil {
 		return &ConfigError{Field: "limits", Err: err}

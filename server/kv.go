@@ -40,6 +40,9 @@ func (k *kvService) Get(ctx context.Context, req *lodestonepb.GetRequest) (*lode
 	if err := k.s.cfg.Limits.ValidateKey(req.Key); err != nil {
 		return nil, toStatus(err)
 	}
+	if err := k.s.waitForChange(ctx, req.Key, false, req.WaitIndex, req.WaitMs); err != nil {
+		return nil, toStatus(err)
+	}
 	if err := k.read(ctx, req.Consistency); err != nil {
 		return nil, toStatus(err)
 	}
@@ -56,6 +59,9 @@ func (k *kvService) Range(ctx context.Context, req *lodestonepb.RangeRequest) (*
 		return nil, toStatus(err)
 	}
 	if err := k.s.cfg.Limits.ValidatePrefix(req.StartAfter); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := k.s.waitForChange(ctx, req.Prefix, true, req.WaitIndex, req.WaitMs); err != nil {
 		return nil, toStatus(err)
 	}
 	if err := k.read(ctx, req.Consistency); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/raftlog"
 	"github.com/lodestone-kv/lodestone/store"
+	"github.com/lodestone-kv/lodestone/watch"
 )
 
 // node owns one raft.RawNode and drives it from a single goroutine (run).
@@ -41,6 +42,7 @@ type node struct {
 	rn        *raft.RawNode // touched only by run
 	log       *raftlog.Log
 	store     *store.Store
+	hub       *watch.Hub
 	transport *transport
 
 	waits   waitRegistry
@@ -130,7 +132,7 @@ type snapResult struct {
 
 // newNode opens the log, restores the newest snapshot and prepares the
 // RawNode; run starts it.
-func newNode(cfg Config, logger *slog.Logger, m *metrics, st *store.Store) (*node, error) {
+func newNode(cfg Config, logger *slog.Logger, m *metrics, st *store.Store, hub *watch.Hub) (*node, error) {
 	id := MemberID(cfg.Name)
 	lg, err := raftlog.Open(filepath.Join(cfg.DataDir, "raft"), raftlog.Options{Logger: logger})
 	if err != nil {
@@ -143,6 +145,7 @@ func newNode(cfg Config, logger *slog.Logger, m *metrics, st *store.Store) (*nod
 		metrics:      m,
 		log:          lg,
 		store:        st,
+		hub:          hub,
 		proposeC:     make(chan proposal, 4096),
 		recvC:        make(chan raftpb.Message, 4096),
 		readC:        make(chan chan readResult, 4096),
@@ -176,6 +179,7 @@ func (n *node) init() error {
 		n.snapIndex = snap.Metadata.Index
 		n.appliedIndex = snap.Metadata.Index
 		n.confState = snap.Metadata.ConfState
+		n.hub.Restore(snap.Metadata.Index)
 		n.logger.Info("restored snapshot", "index", snap.Metadata.Index, "bytes", len(snap.Data))
 	}
 	hs, _, err := n.log.InitialState()
@@ -505,6 +509,7 @@ func (n *node) installSnapshot(snap raftpb.Snapshot) error {
 	n.confState = snap.Metadata.ConfState
 	n.snapIndex = snap.Metadata.Index
 	n.appliedIndex = snap.Metadata.Index
+	n.hub.Restore(snap.Metadata.Index)
 	for _, mem := range n.store.Members() {
 		if err := n.transport.setPeer(mem.Id, mem.PeerAddr); err != nil {
 			return err
@@ -526,9 +531,10 @@ func (n *node) apply(ents []raftpb.Entry) error {
 			continue
 		}
 		var err error
+		var events []store.Event
 		switch e.Type {
 		case raftpb.EntryNormal:
-			n.applyNormal(e)
+			events = n.applyNormal(e)
 		case raftpb.EntryConfChange:
 			var cc raftpb.ConfChange
 			if err = cc.Unmarshal(e.Data); err == nil {
@@ -543,6 +549,9 @@ func (n *node) apply(ents []raftpb.Entry) error {
 		if err != nil {
 			return fmt.Errorf("apply entry %d: %w", e.Index, err)
 		}
+		// Every index is published, changes or not, so watchers' progress
+		// follows the applied index. Publish never waits on a watcher.
+		n.hub.Publish(e.Index, toWatchEvents(events))
 		n.appliedIndex = e.Index
 	}
 	n.applied.advance(n.appliedIndex)
@@ -551,15 +560,15 @@ func (n *node) apply(ents []raftpb.Entry) error {
 	return nil
 }
 
-func (n *node) applyNormal(e raftpb.Entry) {
+func (n *node) applyNormal(e raftpb.Entry) []store.Event {
 	if len(e.Data) == 0 {
 		n.store.Advance(e.Index)
-		return
+		return nil
 	}
 	if len(e.Data) < 8 {
 		n.logger.Error("skipping malformed entry", "index", e.Index, "bytes", len(e.Data))
 		n.store.Advance(e.Index)
-		return
+		return nil
 	}
 	id := binary.BigEndian.Uint64(e.Data)
 	var cmd lodestonepb.Command
@@ -569,15 +578,16 @@ func (n *node) applyNormal(e raftpb.Entry) {
 		n.logger.Error("skipping undecodable entry", "index", e.Index, "err", err)
 		n.store.Advance(e.Index)
 		n.waits.trigger(id, proposalResult{index: e.Index, err: fmt.Errorf("decode command at index %d: %w", e.Index, err)})
-		return
+		return nil
 	}
 	if mem := cmd.GetMember(); mem != nil {
 		n.applyMemberAttrs(e.Index, mem)
 		n.waits.trigger(id, proposalResult{index: e.Index})
-		return
+		return nil
 	}
-	res, _ := n.store.Apply(e.Index, &cmd)
+	res, events := n.store.Apply(e.Index, &cmd)
 	n.waits.trigger(id, proposalResult{index: e.Index, result: res})
+	return events
 }
 
 // applyMemberAttrs records a member's client addresses; voting rights are

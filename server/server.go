@@ -19,6 +19,7 @@ import (
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/raftlog"
 	"github.com/lodestone-kv/lodestone/store"
+	"github.com/lodestone-kv/lodestone/watch"
 )
 
 // Version is the server's version string, set at build time.
@@ -31,6 +32,7 @@ type Server struct {
 	logger  *slog.Logger
 	metrics *metrics
 	store   *store.Store
+	hub     *watch.Hub
 	node    *node
 	kv      *kvService
 
@@ -87,10 +89,20 @@ func New(cfg Config) (*Server, error) {
 		cfg.InitialCluster[cfg.Name] = s.peerLis.Addr().String()
 	}
 	s.cfg = cfg
-	s.node, err = newNode(cfg, logger, s.metrics, s.store)
+	wcfg := cfg.Watch
+	if wcfg.Logger == nil {
+		wcfg.Logger = logger.With("component", "watch")
+	}
+	s.hub, err = watch.New(wcfg)
 	if err != nil {
 		s.closeListeners()
-		return nil, err
+		return nil, fmt.Errorf("start watch hub: %w", err)
+	}
+	s.metrics.reg.MustRegister(s.hub)
+	s.node, err = newNode(cfg, logger, s.metrics, s.store, s.hub)
+	if err != nil {
+		s.closeListeners()
+		return nil, errors.Join(err, s.hub.Close())
 	}
 	s.metrics.reg.MustRegister(raftlog.NewCollector(s.node.log))
 	return s, nil
@@ -136,6 +148,7 @@ func (s *Server) Start() {
 	)
 	lodestonepb.RegisterKVServer(s.grpcSrv, s.kv)
 	lodestonepb.RegisterClusterServer(s.grpcSrv, &clusterService{s: s})
+	lodestonepb.RegisterWatchServer(s.grpcSrv, &watchService{s: s})
 
 	s.routeHTTP()
 	s.httpSrv = &http.Server{Handler: s.Mux, ReadHeaderTimeout: 10 * time.Second}
@@ -266,6 +279,8 @@ func (s *Server) Close() error {
 		}
 		s.closeListeners()
 		errs = append(errs, s.node.stop())
+		// After the node: nothing publishes any more.
+		errs = append(errs, s.hub.Close())
 		s.wg.Wait()
 		s.closeErr = errors.Join(errs...)
 		s.logger.Info("server stopped")

@@ -96,6 +96,11 @@ type Request struct {
 	// loose (0: Config.WatcherBuffer). The events of one index are never
 	// split, so a buffer that was empty accepts one index of any size.
 	BufferSize int
+	// Ready, if set, is told each time this watcher has something for Next
+	// (events, a progress notification, a terminal error). It lets one
+	// goroutine serve many watchers (a gRPC stream) instead of blocking in
+	// Next on each.
+	Ready *Ready
 }
 
 // Batch is what Next returns: events in index order, or a progress

@@ -208,7 +208,7 @@ func (h *Hub) watch(ctx context.Context, req Request) (*Watcher, error) {
 	if req.BufferSize > 0 {
 		capacity = req.BufferSize
 	}
-	w := &Watcher{key: req.Key, capacity: uint32(capacity), ctx: ctx, id: h.ids.Add(1)}
+	w := &Watcher{key: req.Key, capacity: uint32(capacity), ctx: ctx, id: h.ids.Add(1), ready: req.Ready}
 	if req.Prefix {
 		w.opts |= optPrefix
 	}
@@ -426,9 +426,7 @@ func (h *Hub) Close() error {
 				if w.err == nil {
 					w.err = ErrClosed
 				}
-				if w.wake != nil {
-					s.wakes = append(s.wakes, w.wake)
-				}
+				s.queueWake(w)
 				w.mu.Unlock()
 			})
 			s.mu.Unlock()

@@ -55,6 +55,7 @@ type shard struct {
 	entries   []logEntry
 	touched   []*Watcher
 	wakes     []chan struct{}
+	readies   []*Watcher // watchers to put on their Ready lists at flush
 	cuts      []cutRecord
 	delivered int
 	lagSum    []float64 // delivery lag samples (seconds) of this step, one per entry that delivered
@@ -174,6 +175,17 @@ func (s *shard) step() bool {
 	return more
 }
 
+// queueWake schedules the wake-up of a watcher that has something new for
+// its reader: its own channel, or its Ready list. The caller holds w.mu.
+func (s *shard) queueWake(w *Watcher) {
+	if w.wake != nil {
+		s.wakes = append(s.wakes, w.wake)
+	}
+	if w.ready != nil {
+		s.readies = append(s.readies, w)
+	}
+}
+
 // flush hands the step's output to the outside world: wake consumers, log
 // cuts, count metrics. Runs without s.mu.
 func (s *shard) flush() {
@@ -182,6 +194,11 @@ func (s *shard) flush() {
 	}
 	clear(s.wakes)
 	s.wakes = s.wakes[:0]
+	for _, w := range s.readies {
+		w.ready.add(w)
+	}
+	clear(s.readies)
+	s.readies = s.readies[:0]
 	m := s.h.metrics
 	if s.delivered > 0 {
 		m.delivered.Add(float64(s.delivered))
@@ -259,9 +276,7 @@ func (s *shard) apply(e *logEntry) {
 	// NB: every watcher touched by this entry stays locked until the whole
 	// entry is in its buffer, so Next never returns half an index.
 	for _, w := range s.touched {
-		if w.wake != nil {
-			s.wakes = append(s.wakes, w.wake)
-		}
+		s.queueWake(w)
 		w.mu.Unlock()
 	}
 	clear(s.touched)
@@ -314,9 +329,7 @@ func (s *shard) cutLocked(w *Watcher, err error, reason string, index uint64) {
 func (s *shard) cut(w *Watcher, err error, reason string, index uint64) {
 	w.mu.Lock()
 	s.cutLocked(w, err, reason, index)
-	if w.wake != nil {
-		s.wakes = append(s.wakes, w.wake)
-	}
+	s.queueWake(w)
 	w.mu.Unlock()
 }
 
@@ -360,9 +373,7 @@ func (s *shard) tick() {
 		occ.Observe(float64(len(w.buf)) / float64(w.capacity))
 		if len(w.buf) == 0 && w.err == nil && !w.progress && max(w.told, w.after) < processed {
 			w.progress = true
-			if w.wake != nil {
-				s.wakes = append(s.wakes, w.wake)
-			}
+			s.queueWake(w)
 		}
 		w.mu.Unlock()
 	})

@@ -39,6 +39,10 @@ type Watcher struct {
 	// selects on it, and the progress tick reaps watchers whose ctx is done.
 	ctx context.Context
 	id  uint64 // immutable, for logs
+	// ready, if set, is told whenever Next has something new (see Ready).
+	ready *Ready // immutable
+	// queued: w is on ready's list; guarded by ready.mu.
+	queued bool
 }
 
 // ID returns the watcher's hub-unique id (the "watcher" key in logs).

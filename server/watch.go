@@ -1,0 +1,331 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	grpcpeer "google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/store"
+	"github.com/lodestone-kv/lodestone/watch"
+)
+
+// toWatchEvents converts the store's events of one applied entry for the
+// hub. The hub owns the result; the store's entries are immutable, so
+// values are shared, not copied.
+func toWatchEvents(evs []store.Event) []watch.Event {
+	if len(evs) == 0 {
+		return nil
+	}
+	out := make([]watch.Event, len(evs))
+	for i, ev := range evs {
+		out[i].KV = toWatchKV(ev.KV)
+		out[i].Type = watch.Put
+		if ev.Type == store.EventDelete {
+			out[i].Type = watch.Delete
+		}
+		if ev.PrevKV != nil {
+			prev := toWatchKV(ev.PrevKV)
+			out[i].PrevKV = &prev
+		}
+	}
+	return out
+}
+
+func toWatchKV(kv *lodestonepb.KeyValue) watch.KeyValue {
+	return watch.KeyValue{
+		Key: string(kv.Key), Value: kv.Value, CreateIndex: kv.CreateIndex, ModifyIndex: kv.ModifyIndex,
+		LockIndex: kv.LockIndex, Flags: kv.Flags, Session: kv.Session,
+	}
+}
+
+func fromWatchKV(kv *watch.KeyValue) *lodestonepb.KeyValue {
+	if kv == nil {
+		return nil
+	}
+	return &lodestonepb.KeyValue{
+		Key: []byte(kv.Key), Value: kv.Value, CreateIndex: kv.CreateIndex, ModifyIndex: kv.ModifyIndex,
+		LockIndex: kv.LockIndex, Flags: kv.Flags, Session: kv.Session,
+	}
+}
+
+// waitForChange blocks a read until what it selects changes after index or
+// the wait (plus up to 1/16 jitter, so synchronized clients spread out)
+// elapses. It never fails for a timeout; the caller then reads.
+func (s *Server) waitForChange(ctx context.Context, key []byte, prefix bool, index uint64, waitMS uint32) error {
+	if index == 0 {
+		return nil
+	}
+	wait := time.Duration(waitMS) * time.Millisecond
+	if wait <= 0 || wait > s.cfg.MaxBlockingWait {
+		wait = s.cfg.MaxBlockingWait
+	}
+	wait += rand.N(wait/16 + 1)
+	_, err := s.hub.Wait(ctx, watch.Request{Key: string(key), Prefix: prefix, StartIndex: index}, wait)
+	if errors.Is(err, watch.ErrBadRequest) {
+		return invalidf("blocking read: %v", err)
+	}
+	return err
+}
+
+// watchService serves the Watch API: many watches per stream, each a view
+// on the hub. One goroutine per stream sends everything; watchers never
+// block it (the hub buffers per watcher and cuts loose those that fall
+// behind), and a slow stream only backs up its own watchers.
+type watchService struct {
+	lodestonepb.UnimplementedWatchServer
+	s *Server
+
+	mu      sync.Mutex
+	perConn map[string]int // live watches by client connection
+}
+
+type watchStream struct {
+	svc     *watchService
+	stream  lodestonepb.Watch_WatchServer
+	conn    string
+	ready   *watch.Ready
+	watches map[int64]*watch.Watcher
+	ids     map[*watch.Watcher]int64
+}
+
+func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	conn := "unknown"
+	if p, ok := grpcpeer.FromContext(ctx); ok {
+		conn = p.Addr.String()
+	}
+	st := &watchStream{
+		svc: ws, stream: stream, conn: conn, ready: watch.NewReady(),
+		watches: map[int64]*watch.Watcher{}, ids: map[*watch.Watcher]int64{},
+	}
+	defer st.closeAll()
+
+	reqs := make(chan *lodestonepb.WatchRequest, 16)
+	recvErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	defer wg.Wait()
+	defer cancel()
+
+	for {
+		select {
+		case req := <-reqs:
+			if err := st.handle(ctx, req); err != nil {
+				return err
+			}
+		case err := <-recvErr:
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		case <-st.ready.C():
+			if err := st.deliver(); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (st *watchStream) handle(ctx context.Context, req *lodestonepb.WatchRequest) error {
+	switch r := req.Request.(type) {
+	case *lodestonepb.WatchRequest_Create:
+		return st.create(ctx, r.Create)
+	case *lodestonepb.WatchRequest_Cancel:
+		w, ok := st.watches[r.Cancel.WatchId]
+		if !ok {
+			return st.send(&lodestonepb.WatchResponse{WatchId: r.Cancel.WatchId, Canceled: true, CancelReason: "no such watch on this stream"})
+		}
+		st.drop(r.Cancel.WatchId, w)
+		return st.send(&lodestonepb.WatchResponse{WatchId: r.Cancel.WatchId, Canceled: true, CancelReason: "canceled by the client"})
+	case *lodestonepb.WatchRequest_Progress:
+		st.svc.s.hub.Progress()
+		return nil
+	default:
+		return status.Error(codes.InvalidArgument, "watch request has neither create, cancel nor progress")
+	}
+}
+
+func (st *watchStream) create(ctx context.Context, c *lodestonepb.WatchCreate) error {
+	s := st.svc.s
+	refuse := func(reason string) error {
+		return st.send(&lodestonepb.WatchResponse{WatchId: c.WatchId, Canceled: true, CancelReason: reason, Header: s.kv.header(s.store.Index())})
+	}
+	if _, dup := st.watches[c.WatchId]; dup {
+		return refuse(fmt.Sprintf("watch id %d is already in use on this stream", c.WatchId))
+	}
+	var err error
+	if c.Prefix {
+		err = s.cfg.Limits.ValidatePrefix(c.Key)
+	} else {
+		err = s.cfg.Limits.ValidateKey(c.Key)
+	}
+	if err != nil {
+		return refuse(err.Error())
+	}
+	if n := len(st.watches); n >= s.cfg.MaxWatchesPerStream {
+		return refuse(fmt.Sprintf("this stream has %d watches; at most %d allowed (limit max-watches-per-stream): open another stream", n, s.cfg.MaxWatchesPerStream))
+	}
+	if !st.svc.reserve(st.conn, s.cfg.MaxWatchesPerConnection) {
+		return refuse(fmt.Sprintf("this connection has %d watches (limit max-watches-per-connection): open another connection", s.cfg.MaxWatchesPerConnection))
+	}
+	req := watch.Request{
+		Key: string(c.Key), Prefix: c.Prefix, StartIndex: c.StartIndex, FromNow: c.StartIndex == 0,
+		NoPut: c.NoPut, NoDelete: c.NoDelete, PrevKV: c.PrevKv, Ready: st.ready,
+	}
+	w, err := s.hub.Watch(ctx, req)
+	if err != nil {
+		st.svc.release(st.conn)
+		var ce *watch.CompactedError
+		if errors.As(err, &ce) {
+			return st.send(&lodestonepb.WatchResponse{
+				WatchId: c.WatchId, Canceled: true, CompactedIndex: ce.Oldest, Header: s.kv.header(s.store.Index()),
+				CancelReason: fmt.Sprintf("start index %d is no longer retained; read the current state and watch from its index (at least %d)", c.StartIndex, ce.Oldest),
+			})
+		}
+		return refuse(err.Error())
+	}
+	st.watches[c.WatchId] = w
+	st.ids[w] = c.WatchId
+	if err := st.send(&lodestonepb.WatchResponse{WatchId: c.WatchId, Created: true, Header: s.kv.header(s.store.Index())}); err != nil {
+		return err
+	}
+	// A replay from start_index may already be buffered; no wake-up comes
+	// for it.
+	return st.drain(w)
+}
+
+// deliver sends what every ready watcher has.
+func (st *watchStream) deliver() error {
+	for _, w := range st.ready.Take() {
+		if err := st.drain(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var doneCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// drain sends every batch w has ready, without blocking on w.
+func (st *watchStream) drain(w *watch.Watcher) error {
+	id, ok := st.ids[w]
+	if !ok {
+		return nil // canceled meanwhile
+	}
+	for {
+		b, err := w.Next(doneCtx)
+		if errors.Is(err, context.Canceled) {
+			return nil // nothing more right now
+		}
+		if err != nil {
+			return st.ended(id, w, err)
+		}
+		resp := &lodestonepb.WatchResponse{WatchId: id, Index: b.Index, Header: st.svc.s.kv.header(b.Index)}
+		if len(b.Events) > 0 {
+			resp.Events = make([]*lodestonepb.Event, len(b.Events))
+			for i := range b.Events {
+				ev := &b.Events[i]
+				pe := &lodestonepb.Event{Kv: fromWatchKV(&ev.KV), PrevKv: fromWatchKV(ev.PrevKV)}
+				if ev.Type == watch.Delete {
+					pe.Type = lodestonepb.Event_DELETE
+				}
+				resp.Events[i] = pe
+			}
+		}
+		if err := st.send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// ended tells the client why a watch stopped and how to go on.
+func (st *watchStream) ended(id int64, w *watch.Watcher, err error) error {
+	st.drop(id, w)
+	resp := &lodestonepb.WatchResponse{WatchId: id, Canceled: true, CancelReason: err.Error(), Header: st.svc.s.kv.header(st.svc.s.store.Index())}
+	var oe *watch.OverflowError
+	var ce *watch.CompactedError
+	switch {
+	case errors.As(err, &oe):
+		resp.ResyncIndex = oe.ResumeIndex
+		st.svc.s.logger.Info("watcher cut loose", "watcher", w.ID(), "reason", oe.Reason, "index", oe.ResumeIndex)
+	case errors.As(err, &ce):
+		resp.CompactedIndex = ce.Oldest
+	case errors.Is(err, watch.ErrClosed):
+		resp.CancelReason = "the server is shutting down; resume on another member"
+	}
+	return st.send(resp)
+}
+
+func (st *watchStream) send(resp *lodestonepb.WatchResponse) error {
+	if err := st.stream.Send(resp); err != nil {
+		return fmt.Errorf("send watch response: %w", err)
+	}
+	return nil
+}
+
+func (st *watchStream) drop(id int64, w *watch.Watcher) {
+	w.Close()
+	delete(st.watches, id)
+	delete(st.ids, w)
+	st.svc.release(st.conn)
+}
+
+func (st *watchStream) closeAll() {
+	for id, w := range st.watches {
+		st.drop(id, w)
+	}
+}
+
+func (ws *watchService) reserve(conn string, limit int) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.perConn == nil {
+		ws.perConn = map[string]int{}
+	}
+	if ws.perConn[conn] >= limit {
+		return false
+	}
+	ws.perConn[conn]++
+	return true
+}
+
+func (ws *watchService) release(conn string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.perConn[conn] <= 1 {
+		delete(ws.perConn, conn)
+		return
+	}
+	ws.perConn[conn]--
+}

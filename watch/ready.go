@@ -1,0 +1,47 @@
+package watch
+
+import "sync"
+
+// Ready collects the watchers of one consumer that have something for Next,
+// so one goroutine can serve many watchers: it waits on C, then polls Next
+// (with a done context, which returns only what is ready) on each watcher
+// Take returns. A watcher is listed at most once until taken; one that
+// becomes ready again after Take is listed again.
+//
+// The zero value is not usable; use NewReady.
+type Ready struct {
+	c  chan struct{}
+	mu sync.Mutex
+	ws []*Watcher
+}
+
+// NewReady returns an empty list.
+func NewReady() *Ready { return &Ready{c: make(chan struct{}, 1)} }
+
+// C receives a value when the list became non-empty.
+func (r *Ready) C() <-chan struct{} { return r.c }
+
+// Take returns the listed watchers and empties the list. The caller owns
+// the slice.
+func (r *Ready) Take() []*Watcher {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ws := r.ws
+	r.ws = nil
+	for _, w := range ws {
+		w.queued = false
+	}
+	return ws
+}
+
+func (r *Ready) add(w *Watcher) {
+	r.mu.Lock()
+	if w.queued {
+		r.mu.Unlock()
+		return
+	}
+	w.queued = true
+	r.ws = append(r.ws, w)
+	r.mu.Unlock()
+	signal(r.c)
+}
