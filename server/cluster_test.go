@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -398,5 +399,32 @@ func TestStatusAndHealth(t *testing.T) {
 	}
 	if st.Log.GetLastIndex() < st.CommitIndex || st.Log.GetFileBytes() == 0 {
 		t.Fatalf("log stats: %+v with commit %d", st.Log, st.CommitIndex)
+	}
+}
+
+// Regression: followers numbered their read-index contexts alike, and the
+// leader drops a read whose context it is already confirming, so
+// concurrent linearizable reads from two followers timed out.
+func TestConcurrentLinearizableReadsFromEveryMember(t *testing.T) {
+	c := newTestCluster(t, 3)
+	put(t, c.kv(c.waitLeader()), "k", "v")
+	var wg sync.WaitGroup
+	errs := make(chan error, 3*20)
+	for _, n := range c.names {
+		kv := c.kv(n)
+		for i := 0; i < 20; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := kv.Get(ctxT(t), &lodestonepb.GetRequest{Key: []byte("k")}); err != nil {
+					errs <- err
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("linearizable read: %v", err)
 	}
 }

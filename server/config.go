@@ -87,6 +87,11 @@ type Config struct {
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 
+	// UnsafeStaleReads serves linearizable reads from local state without
+	// ReadIndex. It breaks linearizability on purpose, so the chaos harness
+	// can prove that it detects a violation. Never set it in production.
+	UnsafeStaleReads bool
+
 	// StartTimeout bounds how long Start waits for listeners and the first
 	// Ready. Default 10s.
 	StartTimeout time.Duration

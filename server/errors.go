@@ -25,6 +25,7 @@ var (
 	errQuorum        = errors.New("refused: quorum would be lost")
 	errNotReady      = errors.New("member not ready")
 	errCASFailed     = errors.New("compare-and-swap failed")
+	errReadTimeout   = errors.New("the leader did not confirm the read within an election timeout; nothing was read, retry")
 	errLeaderChanged = errors.New("the leader changed while the request was in flight; it may or may not have been applied (read before retrying)")
 )
 
@@ -45,7 +46,7 @@ func toStatus(err error) error {
 		code = codes.FailedPrecondition
 	case errors.Is(err, errUnknownMember):
 		code = codes.NotFound
-	case errors.Is(err, errNoLeader), errors.Is(err, errNotLeader), errors.Is(err, errBusy), errors.Is(err, errStopped):
+	case errors.Is(err, errNoLeader), errors.Is(err, errNotLeader), errors.Is(err, errReadTimeout), errors.Is(err, errBusy), errors.Is(err, errStopped):
 		code = codes.Unavailable
 	case errors.Is(err, errLeaderChanged):
 		code = codes.Aborted

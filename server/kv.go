@@ -29,7 +29,7 @@ func (k *kvService) header(index uint64) *lodestonepb.ResponseHeader {
 // read makes a read linearizable when asked: it waits for a quorum-confirmed
 // index to be applied here.
 func (k *kvService) read(ctx context.Context, c lodestonepb.Consistency) error {
-	if c == lodestonepb.Consistency_STALE {
+	if c == lodestonepb.Consistency_STALE || k.s.cfg.UnsafeStaleReads {
 		return nil
 	}
 	_, err := k.s.node.readIndex(ctx)
@@ -71,23 +71,16 @@ func (k *kvService) Range(ctx context.Context, req *lodestonepb.RangeRequest) (*
 	return &lodestonepb.RangeResponse{Header: k.header(index), Kvs: kvs, More: more}, nil
 }
 
-// write validates and replicates one command and returns its result.
+// write replicates one command; a failed CAS becomes FailedPrecondition.
 func (k *kvService) write(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
-	if err := k.s.cfg.Limits.ValidateCommand(cmd); err != nil {
-		return nil, 0, toStatus(err)
-	}
-	r, err := k.s.node.proposeCommand(ctx, cmd)
+	res, index, err := k.s.apply(ctx, cmd)
 	if err != nil {
-		return nil, 0, toStatus(err)
-	}
-	res, ok := r.result.(*lodestonepb.CommandResult)
-	if !ok || res == nil {
-		return nil, 0, toStatus(fmt.Errorf("command at index %d produced no result", r.index))
+		return nil, 0, err
 	}
 	if res.CasFailed {
-		return res, r.index, toStatus(fmt.Errorf("%w: the key's ModifyIndex did not match; nothing was written (read it again and retry with its current index)", errCASFailed))
+		return res, index, toStatus(fmt.Errorf("%w: the key's ModifyIndex did not match; nothing was written (read it again and retry with its current index)", errCASFailed))
 	}
-	return res, r.index, nil
+	return res, index, nil
 }
 
 func (k *kvService) Put(ctx context.Context, req *lodestonepb.PutRequest) (*lodestonepb.PutResponse, error) {

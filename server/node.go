@@ -724,18 +724,21 @@ func (n *node) startRead(first chan readResult) {
 		break
 	}
 	n.readSeq++
-	var key [8]byte
-	binary.BigEndian.PutUint64(key[:], n.readSeq)
+	// NB: the leader drops a read whose context equals one it is already
+	// confirming, so the context names this node as well as the batch.
+	var key [16]byte
+	binary.BigEndian.PutUint64(key[:8], n.id)
+	binary.BigEndian.PutUint64(key[8:], n.readSeq)
 	n.pendingReads[n.readSeq] = b
 	n.pendingReadOrd = append(n.pendingReadOrd, n.readSeq)
 	n.rn.ReadIndex(key[:])
 }
 
 func (n *node) finishRead(rs raft.ReadState) {
-	if len(rs.RequestCtx) != 8 {
+	if len(rs.RequestCtx) != 16 || binary.BigEndian.Uint64(rs.RequestCtx) != n.id {
 		return
 	}
-	seq := binary.BigEndian.Uint64(rs.RequestCtx)
+	seq := binary.BigEndian.Uint64(rs.RequestCtx[8:])
 	b, ok := n.pendingReads[seq]
 	if !ok {
 		return
@@ -759,7 +762,7 @@ func (n *node) expireReads() {
 		if time.Since(b.started) > limit {
 			delete(n.pendingReads, seq)
 			for _, w := range b.waiters {
-				w <- readResult{err: errNoLeader}
+				w <- readResult{err: errReadTimeout}
 			}
 			continue
 		}

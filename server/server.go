@@ -18,6 +18,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/raftlog"
+	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
 )
@@ -151,6 +152,7 @@ func (s *Server) Start() {
 	lodestonepb.RegisterWatchServer(s.grpcSrv, &watchService{s: s})
 
 	s.routeHTTP()
+	consulapi.New(consulBackend{s}, consulapi.Config{MaxWait: s.cfg.MaxBlockingWait, Logger: s.logger.With("component", "consulapi")}).Register(s.Mux)
 	s.httpSrv = &http.Server{Handler: s.Mux, ReadHeaderTimeout: 10 * time.Second}
 
 	s.node.start()

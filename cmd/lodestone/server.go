@@ -41,6 +41,10 @@ starts with --join and an --initial-cluster naming the existing members.`,
 	f.StringVar(&o.initialCluster, "initial-cluster", "", "members as name=peeraddr,... (default: this member alone)")
 	f.BoolVar(&o.cfg.Join, "join", false, "join a running cluster that already added this member")
 	addTuningFlags(cmd, &o.cfg)
+	f.BoolVar(&o.cfg.UnsafeStaleReads, "unsafe-stale-reads", false, "serve linearizable reads without ReadIndex (breaks linearizability; fault-injection tests only)")
+	if err := f.MarkHidden("unsafe-stale-reads"); err != nil {
+		panic(err) // the flag is defined just above
+	}
 	addLogFlags(cmd, &o.logLevel, &o.logFormat)
 	return cmd
 }

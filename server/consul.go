@@ -1,0 +1,89 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.etcd.io/raft/v3"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/server/consulapi"
+	"github.com/lodestone-kv/lodestone/store"
+	"github.com/lodestone-kv/lodestone/watch"
+)
+
+// consulBackend lets the Consul-compatible HTTP API reach this node.
+type consulBackend struct{ s *Server }
+
+var _ consulapi.Backend = consulBackend{}
+
+func (b consulBackend) Apply(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
+	return b.s.apply(ctx, cmd)
+}
+
+func (b consulBackend) Barrier(ctx context.Context) error {
+	if _, err := b.s.node.readIndex(ctx); err != nil {
+		return toStatus(err)
+	}
+	return nil
+}
+
+func (b consulBackend) Store() *store.Store  { return b.s.store }
+func (b consulBackend) Hub() *watch.Hub      { return b.s.hub }
+func (b consulBackend) Limits() store.Limits { return b.s.cfg.Limits }
+
+func (b consulBackend) Leader() (string, bool, time.Duration) {
+	lead := b.s.node.publishedStatus().lead
+	if lead == raft.None {
+		return "", false, 0
+	}
+	var addr string
+	for _, m := range b.s.store.Members() {
+		if m.Id == lead {
+			addr = m.PeerAddr
+		}
+	}
+	if lead == b.s.node.id {
+		return addr, true, 0
+	}
+	b.s.node.heardMu.Lock()
+	at, ok := b.s.node.heard[lead]
+	b.s.node.heardMu.Unlock()
+	var last time.Duration
+	if ok {
+		last = time.Since(at)
+	}
+	return addr, true, last
+}
+
+func (b consulBackend) Peers() []string {
+	var out []string
+	for _, m := range b.s.store.Members() {
+		if !m.Learner {
+			out = append(out, m.PeerAddr)
+		}
+	}
+	return out
+}
+
+func (b consulBackend) KVIndex(key []byte, prefix bool) uint64 {
+	return b.s.store.KVIndex()
+}
+
+// apply validates and replicates one command; a failed CAS is reported in
+// the result, not as an error.
+func (s *Server) apply(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
+	if err := s.cfg.Limits.ValidateCommand(cmd); err != nil {
+		return nil, 0, toStatus(err)
+	}
+	r, err := s.node.proposeCommand(ctx, cmd)
+	if err != nil {
+		return nil, 0, toStatus(err)
+	}
+	res, ok := r.result.(*lodestonepb.CommandResult)
+	if !ok || res == nil {
+		return nil, 0, toStatus(fmt.Errorf("command at index %d produced no result", r.index))
+	}
+	return res, r.index, nil
+}

@@ -1,0 +1,212 @@
+package server
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	consul "github.com/hashicorp/consul/api"
+)
+
+// consulClient returns the official Consul Go client pointed at a member.
+func consulClient(t *testing.T, c *testCluster, name string) *consul.Client {
+	t.Helper()
+	cfg := consul.DefaultConfig()
+	cfg.Address = c.servers[name].HTTPAddr()
+	// NB: a private transport, closed with the test, so no idle keep-alive
+	// goroutine outlives it.
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	cfg.HttpClient = &http.Client{Transport: tr}
+	cl, err := consul.NewClient(cfg)
+	if err != nil {
+		t.Fatalf("consul client: %v", err)
+	}
+	return cl
+}
+
+func TestConsulKVCRUDWithFlagsAndBinaryValues(t *testing.T) {
+	c := newTestCluster(t, 3)
+	kv := consulClient(t, c, c.follower()).KV()
+
+	binary := []byte{0, 1, 2, 0xff, 0xfe, '\n'}
+	if _, err := kv.Put(&consul.KVPair{Key: "app/bin", Value: binary, Flags: 42}, nil); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	pair, meta, err := kv.Get("app/bin", nil)
+	if err != nil || pair == nil {
+		t.Fatalf("get: %v %v", pair, err)
+	}
+	if !bytes.Equal(pair.Value, binary) || pair.Flags != 42 {
+		t.Fatalf("got value %v flags %d, want %v flags 42", pair.Value, pair.Flags, binary)
+	}
+	if meta.LastIndex == 0 || !meta.KnownLeader {
+		t.Fatalf("query meta: index %d known leader %v", meta.LastIndex, meta.KnownLeader)
+	}
+	if missing, _, err := kv.Get("app/missing", nil); err != nil || missing != nil {
+		t.Fatalf("get missing: %v %v, want nil nil", missing, err)
+	}
+
+	for _, k := range []string{"app/a", "app/dir/x", "app/dir/y", "other"} {
+		if _, err := kv.Put(&consul.KVPair{Key: k, Value: []byte(k)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, _, err := kv.List("app/", nil)
+	if err != nil || len(list) != 4 {
+		t.Fatalf("list app/: %d entries, err %v; want 4", len(list), err)
+	}
+	keys, _, err := kv.Keys("app/", "/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(keys), "[app/a app/bin app/dir/]"; got != want {
+		t.Fatalf("keys with separator: got %s, want %s", got, want)
+	}
+	if _, err := kv.DeleteTree("app/dir/", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Delete("app/a", nil); err != nil {
+		t.Fatal(err)
+	}
+	keys, _, err = kv.Keys("app/", "", nil)
+	if err != nil || fmt.Sprint(keys) != "[app/bin]" {
+		t.Fatalf("keys after deletes: %v %v", keys, err)
+	}
+}
+
+// N goroutines increment one counter by CAS; the final value equals the
+// number of successful CASes.
+func TestConsulCASCounter(t *testing.T) {
+	c := newTestCluster(t, 3)
+	var clients []*consul.KV
+	for _, n := range c.names {
+		clients = append(clients, consulClient(t, c, n).KV())
+	}
+	if _, err := clients[0].Put(&consul.KVPair{Key: "counter", Value: []byte("0")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var wins atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		kv := clients[g%len(clients)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 15; i++ {
+				pair, _, err := kv.Get("counter", nil)
+				if err != nil || pair == nil {
+					t.Errorf("get counter: %v", err)
+					return
+				}
+				var n int
+				fmt.Sscan(string(pair.Value), &n)
+				ok, _, err := kv.CAS(&consul.KVPair{Key: "counter", Value: []byte(fmt.Sprint(n + 1)), ModifyIndex: pair.ModifyIndex}, nil)
+				if err != nil {
+					t.Errorf("cas: %v", err)
+					return
+				}
+				if ok {
+					wins.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	pair, _, err := clients[0].Get("counter", &consul.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(pair.Value), fmt.Sprint(wins.Load()); got != want {
+		t.Fatalf("counter %s after %s successful CASes", got, want)
+	}
+	if wins.Load() == 0 {
+		t.Fatal("no CAS succeeded")
+	}
+}
+
+// A blocking query returns on change; without one it returns after the
+// wait with the same index.
+func TestConsulBlockingQuery(t *testing.T) {
+	c := newTestCluster(t, 3)
+	kv := consulClient(t, c, c.follower()).KV()
+	if _, err := kv.Put(&consul.KVPair{Key: "cfg", Value: []byte("v1")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, meta, err := kv.Get("cfg", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, meta2, err := kv.Get("cfg", &consul.QueryOptions{WaitIndex: meta.LastIndex, WaitTime: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Fatalf("blocking query with no change returned after %v", took)
+	}
+	if meta2.LastIndex != meta.LastIndex {
+		t.Fatalf("index after an idle wait: got %d, want %d", meta2.LastIndex, meta.LastIndex)
+	}
+
+	done := make(chan *consul.KVPair, 1)
+	go func() {
+		p, _, err := kv.Get("cfg", &consul.QueryOptions{WaitIndex: meta.LastIndex, WaitTime: 20 * time.Second})
+		if err != nil {
+			t.Errorf("blocking get: %v", err)
+		}
+		done <- p
+	}()
+	if _, err := kv.Put(&consul.KVPair{Key: "cfg", Value: []byte("v2")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-done:
+		if p == nil || string(p.Value) != "v2" {
+			t.Fatalf("blocking query woke with %v, want v2", p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("blocking query did not wake on change")
+	}
+}
+
+func TestConsulTxnAllOrNothing(t *testing.T) {
+	c := newTestCluster(t, 1)
+	cl := consulClient(t, c, c.waitLeader())
+	kv := cl.KV()
+	if _, err := kv.Put(&consul.KVPair{Key: "exists", Value: []byte("x")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ok, resp, _, err := kv.Txn(consul.KVTxnOps{
+		{Verb: consul.KVSet, Key: "t/a", Value: []byte("1")},
+		{Verb: consul.KVCheckNotExists, Key: "exists"},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok || len(resp.Errors) != 1 || resp.Errors[0].OpIndex != 1 {
+		t.Fatalf("failing txn: ok=%v errors=%+v", ok, resp.Errors)
+	}
+	if p, _, _ := kv.Get("t/a", nil); p != nil {
+		t.Fatal("a failed transaction wrote t/a")
+	}
+	ok, resp, _, err = kv.Txn(consul.KVTxnOps{
+		{Verb: consul.KVSet, Key: "t/a", Value: []byte("1")},
+		{Verb: consul.KVSet, Key: "t/b", Value: []byte("2")},
+		{Verb: consul.KVGet, Key: "exists"},
+	}, nil)
+	if err != nil || !ok {
+		t.Fatalf("txn: ok=%v err=%v errors=%+v", ok, err, resp)
+	}
+	if got := string(resp.Results[2].Value); got != "x" {
+		t.Fatalf("txn get: %q, want x", got)
+	}
+	leader, err := cl.Status().Leader()
+	if err != nil || leader == "" {
+		t.Fatalf("status leader: %q %v", leader, err)
+	}
+}

@@ -1,0 +1,325 @@
+package consulapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/watch"
+)
+
+// kvEntry is Consul's JSON for one KV pair (api.KVPair).
+type kvEntry struct {
+	LockIndex   uint64
+	Key         string
+	Flags       uint64
+	Value       []byte // base64 in JSON, null when empty, as Consul
+	CreateIndex uint64
+	ModifyIndex uint64
+	Session     string `json:",omitempty"`
+}
+
+func toEntry(kv *lodestonepb.KeyValue) kvEntry {
+	e := kvEntry{
+		LockIndex: kv.LockIndex, Key: string(kv.Key), Flags: kv.Flags,
+		CreateIndex: kv.CreateIndex, ModifyIndex: kv.ModifyIndex, Session: kv.Session,
+	}
+	if len(kv.Value) > 0 {
+		e.Value = kv.Value
+	}
+	return e
+}
+
+func (a *API) kv(w http.ResponseWriter, r *http.Request) {
+	key := strings.TrimPrefix(r.URL.Path, "/v1/kv/")
+	var err error
+	switch r.Method {
+	case http.MethodGet:
+		err = a.kvGet(w, r, key)
+	case http.MethodPut:
+		err = a.kvPut(w, r, key)
+	case http.MethodDelete:
+		err = a.kvDelete(w, r, key)
+	default:
+		w.Header().Set("Allow", "GET, PUT, DELETE")
+		err = &httpError{http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on /v1/kv/; use GET, PUT or DELETE", r.Method)}
+	}
+	if err != nil {
+		a.writeError(w, r, err)
+	}
+}
+
+func (a *API) kvGet(w http.ResponseWriter, r *http.Request, key string) error {
+	q, err := a.parseQuery(r)
+	if err != nil {
+		return err
+	}
+	v := r.URL.Query()
+	_, recurse := v["recurse"]
+	_, keys := v["keys"]
+	_, raw := v["raw"]
+	prefix := recurse || keys
+	if !prefix && key == "" {
+		return badRequest("Missing key name")
+	}
+	st := a.b.Store()
+	if err := a.block(r.Context(), q, watch.Request{Key: key, Prefix: prefix}, a.b.KVIndex([]byte(key), prefix)); err != nil {
+		return err
+	}
+	if err := a.read(r.Context(), q); err != nil {
+		return err
+	}
+	index := a.b.KVIndex([]byte(key), prefix)
+	a.setMeta(w, index)
+
+	if !prefix {
+		kv, _ := st.Get([]byte(key))
+		if kv == nil {
+			w.WriteHeader(http.StatusNotFound)
+			return nil
+		}
+		if raw {
+			w.Header().Set("Content-Type", "application/octet-stream")
+			_, err := w.Write(kv.Value)
+			return err
+		}
+		writeJSON(w, http.StatusOK, []kvEntry{toEntry(kv)})
+		return nil
+	}
+
+	kvs := a.rangeAll([]byte(key), keys)
+	if keys {
+		sep := v.Get("separator")
+		out := keyList(kvs, key, sep)
+		if len(out) == 0 {
+			w.WriteHeader(http.StatusNotFound)
+			return nil
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	}
+	if len(kvs) == 0 {
+		w.WriteHeader(http.StatusNotFound)
+		return nil
+	}
+	out := make([]kvEntry, len(kvs))
+	for i, kv := range kvs {
+		out[i] = toEntry(kv)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// rangeAll pages through every key under prefix.
+func (a *API) rangeAll(prefix []byte, keysOnly bool) []*lodestonepb.KeyValue {
+	st := a.b.Store()
+	limit := a.b.Limits().RangeLimit(0)
+	var out []*lodestonepb.KeyValue
+	var after []byte
+	for {
+		kvs, more, _ := st.Range(prefix, after, limit, keysOnly)
+		out = append(out, kvs...)
+		if !more || len(kvs) == 0 {
+			return out
+		}
+		after = kvs[len(kvs)-1].Key
+	}
+}
+
+// keyList is Consul's ?keys answer: with a separator, keys deeper than the
+// first separator after the prefix fold into one "dir/" entry.
+func keyList(kvs []*lodestonepb.KeyValue, prefix, sep string) []string {
+	seen := map[string]bool{}
+	out := []string{}
+	for _, kv := range kvs {
+		k := string(kv.Key)
+		if sep != "" {
+			if i := strings.Index(k[len(prefix):], sep); i >= 0 {
+				k = k[:len(prefix)+i+len(sep)]
+			}
+		}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func parseUintParam(v map[string][]string, name string) (val uint64, set bool, err error) {
+	vals, ok := v[name]
+	if !ok {
+		return 0, false, nil
+	}
+	s := ""
+	if len(vals) > 0 {
+		s = vals[0]
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, true, badRequest("Invalid %s %q: must be a non-negative integer", name, s)
+	}
+	return n, true, nil
+}
+
+func (a *API) kvPut(w http.ResponseWriter, r *http.Request, key string) error {
+	if key == "" {
+		return badRequest("Missing key name")
+	}
+	v := r.URL.Query()
+	flags, _, err := parseUintParam(v, "flags")
+	if err != nil {
+		return err
+	}
+	cas, hasCAS, err := parseUintParam(v, "cas")
+	if err != nil {
+		return err
+	}
+	if _, ok := v["acquire"]; ok {
+		return badRequest("?acquire needs sessions, which this server does not serve yet")
+	}
+	if _, ok := v["release"]; ok {
+		return badRequest("?release needs sessions, which this server does not serve yet")
+	}
+	limit := int64(a.b.Limits().MaxValueBytes)
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return badRequest("read request body: %v", err)
+	}
+	if int64(len(body)) > limit {
+		return &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("Value exceeds %d byte limit (limit max-value-bytes)", limit)}
+	}
+	put := &lodestonepb.PutRequest{Key: []byte(key), Value: body, Flags: flags}
+	if hasCAS {
+		put.Cas = &cas
+	}
+	res, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_Put{Put: put}})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, !res.CasFailed)
+	return nil
+}
+
+func (a *API) kvDelete(w http.ResponseWriter, r *http.Request, key string) error {
+	v := r.URL.Query()
+	_, recurse := v["recurse"]
+	if key == "" && !recurse {
+		return badRequest("Missing key name")
+	}
+	cas, hasCAS, err := parseUintParam(v, "cas")
+	if err != nil {
+		return err
+	}
+	if recurse && key == "" {
+		return badRequest("deleting every key (recurse with an empty prefix) is refused; name a prefix")
+	}
+	del := &lodestonepb.DeleteRequest{Key: []byte(key), Prefix: recurse}
+	if hasCAS {
+		del.Cas = &cas
+	}
+	res, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_Delete{Delete: del}})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, !res.CasFailed)
+	return nil
+}
+
+// txnOp is Consul's JSON for one transaction operation (api.TxnOp); only
+// KV operations are supported.
+type txnOp struct {
+	KV *struct {
+		Verb    string
+		Key     string
+		Value   []byte
+		Flags   uint64
+		Index   uint64
+		Session string
+	}
+}
+
+var txnVerbs = map[string]lodestonepb.TxnOp_Verb{
+	"set":              lodestonepb.TxnOp_SET,
+	"get":              lodestonepb.TxnOp_GET,
+	"delete":           lodestonepb.TxnOp_DELETE,
+	"delete-tree":      lodestonepb.TxnOp_DELETE_PREFIX,
+	"cas":              lodestonepb.TxnOp_CAS,
+	"check-index":      lodestonepb.TxnOp_CHECK_INDEX,
+	"check-not-exists": lodestonepb.TxnOp_CHECK_NOT_EXISTS,
+	"delete-cas":       lodestonepb.TxnOp_DELETE_CAS,
+}
+
+type txnResult struct {
+	KV *kvEntry `json:",omitempty"`
+}
+
+type txnError struct {
+	OpIndex int
+	What    string
+}
+
+func (a *API) txn(w http.ResponseWriter, r *http.Request) {
+	if err := a.doTxn(w, r); err != nil {
+		a.writeError(w, r, err)
+	}
+}
+
+func (a *API) doTxn(w http.ResponseWriter, r *http.Request) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, int64(a.b.Limits().MaxTxnOps)*int64(a.b.Limits().MaxValueBytes*2)+1<<20))
+	if err != nil {
+		return badRequest("read request body: %v", err)
+	}
+	var ops []txnOp
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&ops); err != nil {
+		return badRequest("Failed to parse body: %v", err)
+	}
+	req := &lodestonepb.TxnRequest{Ops: make([]*lodestonepb.TxnOp, len(ops))}
+	var errs []txnError
+	for i, op := range ops {
+		if op.KV == nil {
+			errs = append(errs, txnError{i, "only KV operations are supported"})
+			continue
+		}
+		verb, ok := txnVerbs[op.KV.Verb]
+		if !ok {
+			errs = append(errs, txnError{i, fmt.Sprintf("unknown or unsupported KV verb %q", op.KV.Verb)})
+			continue
+		}
+		req.Ops[i] = &lodestonepb.TxnOp{Verb: verb, Key: []byte(op.KV.Key), Value: op.KV.Value, Flags: op.KV.Flags, Index: op.KV.Index}
+	}
+	if len(errs) > 0 {
+		writeJSON(w, http.StatusConflict, map[string]any{"Results": nil, "Errors": errs})
+		return nil
+	}
+	res, index, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_Txn{Txn: req}})
+	if err != nil {
+		return err
+	}
+	a.setMeta(w, index)
+	out := res.GetTxn()
+	if !out.GetSucceeded() {
+		for _, e := range out.GetErrors() {
+			errs = append(errs, txnError{int(e.OpIndex), e.What})
+		}
+		writeJSON(w, http.StatusConflict, map[string]any{"Results": nil, "Errors": errs})
+		return nil
+	}
+	results := make([]txnResult, len(out.Results))
+	for i, tr := range out.Results {
+		if tr.Kv != nil {
+			e := toEntry(tr.Kv)
+			results[i].KV = &e
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"Results": results, "Errors": nil})
+	return nil
+}
