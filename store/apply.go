@@ -31,8 +31,10 @@ func (t EventType) String() string {
 // Event describes the net change of one key made by one applied command.
 // A command yields at most one event per key (a transaction that sets a key
 // twice yields one put with the final entry; one that creates and then
-// deletes a key that did not exist before yields none), ordered by the
-// first operation that touched each key. The watch hub consumes them.
+// deletes a key that did not exist before yields none). KV events come
+// first, ordered by the first operation that touched each key; catalog and
+// session events (keys in the reserved NUL namespace, see doc.go) follow,
+// sorted by key. The watch hub consumes them.
 //
 // KV and PrevKV are shared with the store: consumers must not modify them.
 type Event struct {
@@ -42,6 +44,7 @@ type Event struct {
 	// deleting command).
 	KV *lodestonepb.KeyValue
 	// PrevKV is the entry before the command, nil if the key did not exist.
+	// Always nil for catalog and session events.
 	PrevKV *lodestonepb.KeyValue
 }
 
@@ -53,11 +56,15 @@ type change struct {
 	prev, cur *lodestonepb.KeyValue
 }
 
-// applier executes one command against s.kv. s.mu is held exclusively.
+// applier executes one command against the store. s.mu is held
+// exclusively.
 type applier struct {
-	s       *Store
-	index   uint64
-	changes []change
+	s     *Store
+	index uint64
+	// now is the command's time_unix_nano: the only clock Apply knows.
+	now     int64
+	changes []change    // KV mutations, for undo and events
+	cat     *catChanges // catalog/session changes, nil until the first
 }
 
 func (a *applier) get(key []byte) *lodestonepb.KeyValue {
@@ -91,13 +98,48 @@ func (a *applier) set(key, value []byte, flags uint64) *lodestonepb.KeyValue {
 	return kv
 }
 
+// write stores kv, complete with its indices, lock fields and key bytes
+// owned by the store, and records the change.
+func (a *applier) write(kv *lodestonepb.KeyValue) {
+	old, replaced := a.s.kv.ReplaceOrInsert(itemOf(kv))
+	var prev *lodestonepb.KeyValue
+	if replaced {
+		prev = old.kv
+	}
+	a.s.noteLock(prev, kv)
+	a.changes = append(a.changes, change{key: kv.Key, prev: prev, cur: kv})
+}
+
 // del removes key; it reports whether the key existed.
 func (a *applier) del(key []byte) bool {
 	prev, ok := a.s.kv.Delete(item{key: key})
 	if ok {
+		a.s.noteLock(prev.kv, nil)
 		a.changes = append(a.changes, change{key: prev.key, prev: prev.kv})
 	}
 	return ok
+}
+
+// noteLock keeps der.sessionKeys exact when an entry changes from prev to
+// cur (either may be nil). set never changes Session, so only write, del,
+// delPrefix and undo call it.
+func (s *Store) noteLock(prev, cur *lodestonepb.KeyValue) {
+	var was, is string
+	if prev != nil {
+		was = prev.Session
+	}
+	if cur != nil {
+		is = cur.Session
+	}
+	if was == is {
+		return
+	}
+	if was != "" {
+		delFromSet(s.der.sessionKeys, was, string(prev.Key))
+	}
+	if is != "" {
+		addToSet(s.der.sessionKeys, is, string(cur.Key))
+	}
 }
 
 // delPrefix removes every key starting with prefix and returns how many.
@@ -114,6 +156,7 @@ func (a *applier) delPrefix(prefix []byte) uint64 {
 	// while it is being iterated.
 	for _, it := range doomed {
 		a.s.kv.Delete(it)
+		a.s.noteLock(it.kv, nil)
 		a.changes = append(a.changes, change{key: it.key, prev: it.kv})
 	}
 	return uint64(len(doomed))
@@ -128,6 +171,7 @@ func (a *applier) undo() {
 		} else {
 			a.s.kv.ReplaceOrInsert(itemOf(c.prev))
 		}
+		a.s.noteLock(c.cur, c.prev)
 	}
 	a.changes = nil
 }
@@ -184,10 +228,10 @@ func (a *applier) events() []Event {
 //     (replicas may be configured differently); only CheckCommand's
 //     structural rules are.
 //   - A command CheckCommand refuses changes nothing but the index. For
-//     put and delete the result has no Result set (Result == nil): the
-//     server should answer the proposer with CheckCommand(cmd). For a
-//     transaction the result is a TxnResponse with succeeded=false and an
-//     error per malformed op.
+//     put, delete, catalog and session commands the result has no Result
+//     set (Result == nil): the server should answer the proposer with
+//     CheckCommand(cmd). For a transaction the result is a TxnResponse
+//     with succeeded=false and an error per malformed op.
 //   - Never panics on command content.
 //   - Apply does not retain cmd or any slice in it.
 //
@@ -195,8 +239,12 @@ func (a *applier) events() []Event {
 // cas mismatch nothing changes, CasFailed is set and kv is the current
 // entry (without value) or nil. Delete → DeleteResponse.deleted counts
 // removed keys (a missing key is not an error); cas mismatch as for put.
-// Txn → see TxnResponse; CasFailed stays false (succeeded says it). Headers
-// are left nil for the server to fill.
+// Txn → see TxnResponse; CasFailed stays false (succeeded says it). A put
+// with acquire or release that does not take effect sets LockFailed (kv is
+// the current entry); one naming an unknown session sets Rejected. Catalog
+// and session commands → their response message; a precondition the state
+// does not meet (see doc.go) sets Rejected and changes nothing. Headers are
+// left nil for the server to fill.
 //
 // Returned results and events may share entries with the store; callers
 // must not modify them.
@@ -207,7 +255,7 @@ func (s *Store) Apply(index uint64, cmd *lodestonepb.Command) (*lodestonepb.Comm
 		return nil, nil
 	}
 	s.index = index
-	a := &applier{s: s, index: index}
+	a := &applier{s: s, index: index, now: cmd.GetTimeUnixNano()}
 	var res *lodestonepb.CommandResult
 	switch op := cmd.GetOp().(type) {
 	case *lodestonepb.Command_Put:
@@ -216,18 +264,35 @@ func (s *Store) Apply(index uint64, cmd *lodestonepb.Command) (*lodestonepb.Comm
 		res = a.delete(op.Delete)
 	case *lodestonepb.Command_Txn:
 		res = a.txn(op.Txn)
+	case *lodestonepb.Command_CatalogRegister:
+		res = a.catalogRegister(op.CatalogRegister)
+	case *lodestonepb.Command_CatalogDeregister:
+		res = a.catalogDeregister(op.CatalogDeregister)
+	case *lodestonepb.Command_CheckUpdate:
+		res = a.checkUpdate(op.CheckUpdate)
+	case *lodestonepb.Command_SessionCreate:
+		res = a.sessionCreate(op.SessionCreate)
+	case *lodestonepb.Command_SessionDestroy:
+		res = a.sessionDestroy(op.SessionDestroy)
+	case *lodestonepb.Command_SessionRenew:
+		res = a.sessionRenew(op.SessionRenew)
+	case *lodestonepb.Command_SessionInvalidate:
+		res = a.sessionInvalidate(op.SessionInvalidate)
 	default:
 		res = &lodestonepb.CommandResult{}
 	}
 	evs := a.events()
 	if len(evs) > 0 {
 		s.kvIndex = index
+		s.recordTombstones(index, evs)
 	}
+	evs = append(evs, a.finishCatalog()...)
+	s.pruneTombstones(index)
 	return res, evs
 }
 
 func (a *applier) put(p *lodestonepb.PutRequest) *lodestonepb.CommandResult {
-	if p == nil || checkKey(-1, p.Key) != nil {
+	if p == nil || checkPut(p) != nil {
 		return &lodestonepb.CommandResult{}
 	}
 	if p.Cas != nil {
@@ -238,6 +303,9 @@ func (a *applier) put(p *lodestonepb.PutRequest) *lodestonepb.CommandResult {
 				CasFailed: true,
 			}
 		}
+	}
+	if p.Acquire || p.Release {
+		return a.lockPut(p)
 	}
 	kv := a.set(p.Key, p.Value, p.Flags)
 	return &lodestonepb.CommandResult{
@@ -351,6 +419,27 @@ func (a *applier) txn(t *lodestonepb.TxnRequest) *lodestonepb.CommandResult {
 			}
 			if a.del(o.Key) {
 				r.Deleted = 1
+			}
+		case lodestonepb.TxnOp_LOCK:
+			kv, outcome, why := a.acquire(o.Key, o.Value, o.Flags, o.Session)
+			if outcome != lockOK {
+				fail(i, why)
+				continue
+			}
+			r.Kv = withoutValue(kv)
+		case lodestonepb.TxnOp_UNLOCK:
+			kv, outcome, why := a.release(o.Key, o.Value, o.Flags, o.Session)
+			if outcome != lockOK {
+				fail(i, why)
+				continue
+			}
+			r.Kv = withoutValue(kv)
+		case lodestonepb.TxnOp_CHECK_SESSION:
+			switch cur := a.get(o.Key); {
+			case cur == nil:
+				fail(i, fmt.Sprintf("key %q does not exist, want it held by session %q", o.Key, o.Session))
+			case cur.Session != o.Session:
+				fail(i, fmt.Sprintf("key %q is held by session %q, want %q", o.Key, cur.Session, o.Session))
 			}
 		}
 	}

@@ -88,3 +88,51 @@ func BenchmarkSnapshotWrite(b *testing.B) {
 		}
 	}
 }
+
+// benchCatalog registers nodes × perNode instances of service "web" (plus
+// one node check per node) and returns the store.
+func benchCatalog(b *testing.B, nodes, perNode int) *Store {
+	b.Helper()
+	s := New()
+	idx := uint64(0)
+	for n := range nodes {
+		for i := range perNode {
+			idx++
+			name := fmt.Sprintf("n%05d", n)
+			reg := regSvc(name, fmt.Sprintf("web-%d", i), "web", "v1")
+			reg.GetCatalogRegister().Checks = []*lodestonepb.Check{
+				{CheckId: "serfHealth", Status: PASSING},
+				{CheckId: fmt.Sprintf("web-%d-http", i), ServiceId: fmt.Sprintf("web-%d", i), Status: PASSING},
+			}
+			s.Apply(idx, at(t0, reg))
+		}
+	}
+	return s
+}
+
+// BenchmarkApplyCheckUpdate measures an agent's check transition on a
+// catalog of 5000 nodes × 4 instances (each emits the instance's health).
+func BenchmarkApplyCheckUpdate(b *testing.B) {
+	s := benchCatalog(b, 5000, 4)
+	idx := s.Index()
+	cmds := [2]*lodestonepb.Command{at(t0, checkUpd("n00042", "web-1-http", WARNING, "slow")), at(t0, checkUpd("n00042", "web-1-http", PASSING, ""))}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		idx++
+		s.Apply(idx, cmds[i%2])
+	}
+}
+
+// BenchmarkHealthService measures /v1/health/service/web?passing over
+// 1000 instances.
+func BenchmarkHealthService(b *testing.B) {
+	s := benchCatalog(b, 250, 4)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if hs, _ := s.HealthService("web", []string{"v1"}, true); len(hs) != 1000 {
+			b.Fatalf("%d instances", len(hs))
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
@@ -98,6 +99,106 @@ func TestConcurrentReadsDuringApply(t *testing.T) {
 			s.Apply(i, putCmd(fmt.Sprintf("k/%d", i%97), v))
 		}
 		if i%300 == 0 {
+			snaps <- s.Snapshot()
+		}
+	}
+	close(snaps)
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	checkInvariants(t, s)
+}
+
+// TestConcurrentCatalogReadsDuringApply runs the catalog and session reads
+// and snapshot encoding while one goroutine registers, updates checks,
+// locks and invalidates. Under -race it proves the locking; readers also
+// check that a registration is atomic: web-<n> and its check "http-<n>"
+// are registered and deregistered by one command each, so a health answer
+// never shows the instance without its check.
+func TestConcurrentCatalogReadsDuringApply(t *testing.T) {
+	s := New()
+	s.Apply(1, at(t0, regNode("n1")))
+	const writes = 1200
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errs := make(chan error, 16)
+	report := func(err error) {
+		select {
+		case errs <- err:
+		default:
+		}
+	}
+	for r := 0; r < 3; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var lastIdx uint64
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				hs, meta := s.HealthService("web", nil, false)
+				for _, h := range hs {
+					if len(h.Checks) != 1 || h.Checks[0].ServiceId != h.Service.Id {
+						report(fmt.Errorf("torn registration at %d: %v", meta.Applied, h))
+					}
+				}
+				if meta.Index < lastIdx {
+					report(fmt.Errorf("ServiceIndex went back from %d to %d", lastIdx, meta.Index))
+				}
+				lastIdx = meta.Index
+				s.Services()
+				s.Nodes()
+				s.Node("n1")
+				s.ChecksInState(ANY)
+				s.Sessions()
+				s.NodeSessions("n1")
+				s.ExpiredSessions(time.Unix(0, t0), time.Time{})
+				s.KVIndexFor([]byte("lock/"), true)
+				s.ServiceIndex("web")
+			}
+		}()
+	}
+	snaps := make(chan *Snapshot, 4)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for sn := range snaps {
+			var a bytes.Buffer
+			if _, err := sn.WriteTo(&a); err != nil {
+				report(err)
+			}
+			if err := New().Restore(&a); err != nil {
+				report(err)
+			}
+		}
+	}()
+	for i := uint64(2); i < writes; i++ {
+		n := fmt.Sprint(i % 7)
+		var cmd *lodestonepb.Command
+		switch i % 6 {
+		case 0:
+			reg := regSvc("n1", "web-"+n, "web")
+			reg.GetCatalogRegister().Checks = []*lodestonepb.Check{{CheckId: "http-" + n, ServiceId: "web-" + n, Status: PASSING}}
+			cmd = reg
+		case 1:
+			cmd = dereg("n1", "web-"+n, "")
+		case 2:
+			cmd = sessCreate(sid(int(i%5)), "n1", withTTL(10*time.Second))
+		case 3:
+			cmd = acquireCmd("lock/"+n, "v", sid(int(i%5)))
+		case 4:
+			cmd = sessDestroy(sid(int(i % 5)))
+		default:
+			cmd = checkUpd("n1", "http-"+n, []lodestonepb.HealthStatus{PASSING, WARNING}[i%2], "")
+		}
+		s.Apply(i, at(t0+int64(i)*int64(time.Second), cmd))
+		if i%200 == 0 {
 			snaps <- s.Snapshot()
 		}
 	}

@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
 
 // ErrInvalid is wrapped by every error that refuses a command or a key
@@ -36,7 +38,71 @@ const (
 	RuleKnownVerb         = "known-verb"          // txn op verb must be one of TxnOp_Verb
 	RuleUnusedField       = "unused-field"        // txn op sets a field its verb ignores
 	RuleCheckIndexNonZero = "check-index-nonzero" // CHECK_INDEX needs index > 0
+
+	RuleCommandTime      = "command-time"      // the command needs time_unix_nano (catalog, session, lock commands)
+	RuleLockSession      = "lock-session"      // acquire, release, LOCK and UNLOCK need a session
+	RuleLockExclusive    = "lock-exclusive"    // a put is acquire or release, not both
+	RuleNameNonEmpty     = "name-non-empty"    // a required name or id is empty
+	RuleNameNoNUL        = "name-no-nul"       // names and ids must not contain a 0x00 byte
+	RuleMaxNameBytes     = "max-name-bytes"    // Limits.MaxNameBytes
+	RuleUUID             = "uuid"              // session ids and node ids are UUIDs
+	RuleNodeAddress      = "node-address"      // a node registration needs an address
+	RuleCheckNode        = "check-node"        // a registration's checks belong to its node
+	RuleHealthStatus     = "health-status"     // status must be a known HealthStatus
+	RuleMeta             = "meta"              // node/service meta: Consul's pair, key and value limits
+	RulePort             = "port"              // ports are 0..65535
+	RuleWeights          = "weights"           // service weights: passing >= 1, warning >= 0
+	RuleSessionTTL       = "session-ttl"       // SessionTTLMin..SessionTTLMax, or 0
+	RuleLockDelay        = "lock-delay"        // at most MaxLockDelay
+	RuleSessionBehavior  = "session-behavior"  // behavior must be release or delete
+	RuleDuration         = "duration"          // durations must be valid and non-negative
+	RuleInvalidateTarget = "invalidate-target" // session_invalidate needs ids or a node
 )
+
+// Rejection rules, carried in lodestonepb.Rejection.Rule and RejectedError.
+// They name the state a well-formed command needed and did not find.
+// Stable, like the Rule* names.
+const (
+	RejectNodeMissing    = "node-registered"    // the node is not in the catalog
+	RejectServiceMissing = "service-registered" // a check names a service not on its node
+	RejectCheckMissing   = "check-registered"   // a session or check update names a missing check
+	RejectCheckCritical  = "check-not-critical" // a session cannot bind a critical check
+	RejectSessionMissing = "session-exists"     // acquire or renew with an unknown session
+	RejectSessionIDTaken = "session-id-unique"  // session create with an id already in use
+	RejectNodeIDTaken    = "node-id-unique"     // a node id already belongs to another node
+)
+
+// ErrRejected is wrapped by the *RejectedError that ResultError returns
+// for a command the state refused (CommandResult.rejected). Servers map it
+// to gRPC FailedPrecondition (Consul answers HTTP 500 with the message).
+var ErrRejected = errors.New("store: command rejected")
+
+// RejectedError says which state a command needed and did not find. It
+// wraps ErrRejected.
+type RejectedError struct {
+	Rule   string // one of the Reject* constants
+	Detail string
+}
+
+// Error returns the detail, without a package prefix (servers show it as
+// is).
+func (e *RejectedError) Error() string { return e.Detail }
+
+// Unwrap returns ErrRejected.
+func (e *RejectedError) Unwrap() error { return ErrRejected }
+
+// ResultError returns a *RejectedError for a result whose command was
+// rejected by the state, else nil. It does not report cas_failed or
+// lock_failed (those are answers, not errors) nor a malformed command
+// (Result unset: use CheckCommand).
+func ResultError(res *lodestonepb.CommandResult) error {
+	if r := res.GetRejected(); r != nil {
+		return &RejectedError{Rule: r.Rule, Detail: r.Detail}
+	}
+	return nil
+}
+
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
 
 // InvalidError says why a command (or key) is refused and what is allowed.
 // It wraps ErrInvalid.

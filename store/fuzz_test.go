@@ -19,6 +19,11 @@ func FuzzApply(f *testing.F) {
 		putCmd("a", "1"), putCAS("a", "2", 1), delPrefix("a"), delCAS("b", 0),
 		txnCmd(opSet("a", "x"), op(GET, "a"), op(DELETE_PREFIX, "a"), opIdx(CHECK_INDEX, "b", 2)),
 		txnCmd(op(lodestonepb.TxnOp_Verb(77), "a"), nil), {},
+		at(t0, regSvc("n1", "web-2", "web")), at(t0, regCheck("n1", "c1", "web-1", CRITICAL)), at(t0, dereg("n1", "", "")),
+		at(t0, checkUpd("n1", "c1", CRITICAL, "x")), at(t0, sessCreate(sid(2), "n1", withChecks("c1"))),
+		at(t0, sessDestroy(sid(1))), at(t0, sessRenew(sid(1))), at(t0, sessInvalidate("n1", t0, sid(1))),
+		at(t0, acquireCmd("a", "x", sid(1))), releaseCmd("b", "", sid(1)),
+		at(t0, txnCmd(opLock(LOCK, "a", "v", sid(1)), opLock(UNLOCK, "b", "", sid(1)), opLock(CHECK_SESSION, "b", "", sid(1)))),
 	} {
 		b, _ := proto.Marshal(c)
 		f.Add(b)
@@ -29,10 +34,17 @@ func FuzzApply(f *testing.F) {
 			return
 		}
 		s := New()
-		s.Apply(1, putCmd("a", "1"))
-		s.Apply(2, putCmd("a/b", "2"))
-		s.Apply(3, putCmd("b", "3"))
-		res, _ := s.Apply(4, cmd)
+		for i, c := range []*lodestonepb.Command{
+			putCmd("a", "1"), putCmd("a/b", "2"), putCmd("b", "3"),
+			regSvc("n1", "web-1", "web"), regCheck("n1", "c1", "web-1", PASSING), regCheck("n1", "c2", "", PASSING),
+			sessCreate(sid(1), "n1", withChecks("c1")), acquireCmd("b", "x", sid(1)),
+		} {
+			if res, _ := s.Apply(uint64(i+1), at(t0, c)); res.Result == nil || res.Rejected != nil {
+				t.Fatalf("setup command %d failed: %v", i, res)
+			}
+		}
+		const idx = 9
+		res, _ := s.Apply(idx, cmd)
 		checkInvariants(t, s)
 		if res == nil {
 			t.Fatalf("nil result for a new index")
@@ -40,7 +52,7 @@ func FuzzApply(f *testing.F) {
 		if CheckCommand(cmd) == nil && res.Result == nil {
 			t.Fatalf("valid command %v reported malformed", cmd)
 		}
-		if got, want := s.Index(), uint64(4); got != want {
+		if got, want := s.Index(), uint64(idx); got != want {
 			t.Fatalf("Index = %d, want %d", got, want)
 		}
 	})
@@ -55,6 +67,14 @@ func FuzzRestore(f *testing.F) {
 	s.SetMember(2, &lodestonepb.Member{Id: 1, Name: "n1"})
 	f.Add(encode(f, s))
 	f.Add(encode(f, New()))
+	cs := New()
+	for i, c := range []*lodestonepb.Command{
+		regSvc("n1", "web-1", "web"), regCheck("n1", "c1", "web-1", PASSING), sessCreate(sid(1), "n1", withChecks("c1")),
+		acquireCmd("k", "v", sid(1)), putCmd("gone", "x"), delCmd("gone"), sessCreate(sid(2), "n1"), acquireCmd("j", "v", sid(2)), sessDestroy(sid(2)),
+	} {
+		cs.Apply(uint64(i+1), at(t0, c))
+	}
+	f.Add(encode(f, cs))
 	f.Add([]byte("LDSTSNAP"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := New()

@@ -99,9 +99,11 @@ func (d *driver) applyAll(cmds ...*lodestonepb.Command) {
 
 // checkInvariants verifies what must hold after every command: keys
 // strictly ordered and valid, CreateIndex <= ModifyIndex <= KVIndex <=
-// Index, member ids non-zero.
+// Index, member ids non-zero, and checkCatalogInvariants.
 func checkInvariants(t *testing.T, s *Store) {
 	t.Helper()
+	held := map[string]map[string]struct{}{}              // session -> keys, for checkCatalogInvariants
+	defer func() { checkCatalogInvariants(t, s, held) }() // after the unlock below
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var prev []byte
@@ -120,6 +122,9 @@ func checkInvariants(t *testing.T, s *Store) {
 			t.Errorf("invariant: key %q CreateIndex %d, ModifyIndex %d", kv.Key, kv.CreateIndex, kv.ModifyIndex)
 		case kv.ModifyIndex > s.kvIndex:
 			t.Errorf("invariant: key %q ModifyIndex %d above KVIndex %d", kv.Key, kv.ModifyIndex, s.kvIndex)
+		}
+		if kv.Session != "" {
+			addToSet(held, kv.Session, string(kv.Key))
 		}
 		prev, first = kv.Key, false
 		return true

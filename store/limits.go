@@ -35,6 +35,12 @@ type Limits struct {
 	// most 1000000. A Range holds the store's read lock while it collects
 	// keys, so this bounds how long one read can delay Apply.
 	MaxRangeLimit int
+	// MaxNameBytes is the longest catalog or session name or id (node
+	// name, service name and id, check id and name, session id, node and
+	// name, tag), in bytes. Default 512. Zero means the default. At most
+	// 65536. Names are B-tree keys and part of event keys, so raising it
+	// grows comparisons and watch matching like MaxKeyBytes.
+	MaxNameBytes int
 }
 
 // Defaults and hard ceilings of Limits.
@@ -43,11 +49,13 @@ const (
 	DefaultMaxValueBytes = 512 << 10
 	DefaultMaxTxnOps     = 64
 	DefaultMaxRangeLimit = 10000
+	DefaultMaxNameBytes  = 512
 
 	ceilMaxKeyBytes   = 64 << 10
 	ceilMaxValueBytes = 32 << 20
 	ceilMaxTxnOps     = 4096
 	ceilMaxRangeLimit = 1000000
+	ceilMaxNameBytes  = 64 << 10
 )
 
 // DefaultLimits returns the limits a server uses unless configured.
@@ -57,6 +65,7 @@ func DefaultLimits() Limits {
 		MaxValueBytes: DefaultMaxValueBytes, // 512 KiB, as Consul
 		MaxTxnOps:     DefaultMaxTxnOps,     // 64, as Consul
 		MaxRangeLimit: DefaultMaxRangeLimit, // 10000 keys per Range answer
+		MaxNameBytes:  DefaultMaxNameBytes,  // 512 bytes per catalog name or id
 	}
 }
 
@@ -75,6 +84,9 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxRangeLimit == 0 {
 		l.MaxRangeLimit = d.MaxRangeLimit
 	}
+	if l.MaxNameBytes == 0 {
+		l.MaxNameBytes = d.MaxNameBytes
+	}
 	return l
 }
 
@@ -89,6 +101,7 @@ func (l Limits) Validate() error {
 		{"MaxValueBytes", l.MaxValueBytes, ceilMaxValueBytes},
 		{"MaxTxnOps", l.MaxTxnOps, ceilMaxTxnOps},
 		{"MaxRangeLimit", l.MaxRangeLimit, ceilMaxRangeLimit},
+		{"MaxNameBytes", l.MaxNameBytes, ceilMaxNameBytes},
 	} {
 		if f.v < 0 || f.v > f.ceil {
 			return &LimitsError{Field: f.name, Value: f.v,
@@ -148,21 +161,32 @@ func (l Limits) validateValue(op int, value []byte) error {
 
 // ValidateCommand checks a command BEFORE it is proposed: the structural
 // rules of CheckCommand plus the size limits, plus rules that catch client
-// mistakes (a txn op field its verb ignores, CHECK_INDEX with index 0). It
-// returns the first problem as an *InvalidError wrapping ErrInvalid, or nil.
-// It does not read the store: conditions (cas, checks) are decided by
-// Apply.
+// mistakes (a txn op field its verb ignores, CHECK_INDEX with index 0, a
+// session TTL out of range, ...). It returns the first problem as an
+// *InvalidError wrapping ErrInvalid, or nil. It does not read the store:
+// conditions (cas, locks, registrations) are decided by Apply.
+//
+// The server stamps time_unix_nano BEFORE calling it: catalog and session
+// commands, a put with acquire and a txn with LOCK need it.
 func (l Limits) ValidateCommand(cmd *lodestonepb.Command) error {
 	if err := CheckCommand(cmd); err != nil {
 		return err
 	}
 	l = l.withDefaults()
+	if needsTime(cmd) && cmd.TimeUnixNano <= 0 {
+		return invalid(-1, "time_unix_nano", RuleCommandTime,
+			"command has no time_unix_nano; the proposing server must stamp catalog, session and lock commands with its clock")
+	}
 	switch op := cmd.Op.(type) {
 	case *lodestonepb.Command_Put:
-		if err := l.ValidateKey(op.Put.Key); err != nil {
+		p := op.Put
+		if err := l.ValidateKey(p.Key); err != nil {
 			return err
 		}
-		return l.validateValue(-1, op.Put.Value)
+		if p.Session != "" && !p.Acquire && !p.Release {
+			return invalid(-1, "session", RuleUnusedField, "session is only used with acquire or release")
+		}
+		return l.validateValue(-1, p.Value)
 	case *lodestonepb.Command_Delete:
 		return l.ValidateKey(op.Delete.Key)
 	case *lodestonepb.Command_Txn:
@@ -176,39 +200,91 @@ func (l Limits) ValidateCommand(cmd *lodestonepb.Command) error {
 				return err
 			}
 		}
+	case *lodestonepb.Command_CatalogRegister:
+		return l.validateRegister(op.CatalogRegister)
+	case *lodestonepb.Command_CatalogDeregister:
+		d := op.CatalogDeregister
+		return l.names(name{"node", d.Node}, name{"service_id", d.ServiceId}, name{"check_id", d.CheckId})
+	case *lodestonepb.Command_CheckUpdate:
+		u := op.CheckUpdate
+		if err := l.names(name{"node", u.Node}, name{"check_id", u.CheckId}); err != nil {
+			return err
+		}
+		return l.validateOutput(u.Output)
+	case *lodestonepb.Command_SessionCreate:
+		return l.validateSession(op.SessionCreate.Session)
+	case *lodestonepb.Command_SessionDestroy:
+		return validateUUID("id", op.SessionDestroy.Id)
+	case *lodestonepb.Command_SessionRenew:
+		return validateUUID("id", op.SessionRenew.Id)
+	case *lodestonepb.Command_SessionInvalidate:
+		v := op.SessionInvalidate
+		for _, id := range v.Ids {
+			if err := validateUUID("ids", id); err != nil {
+				return err
+			}
+		}
+		return l.names(name{"node", v.Node})
 	}
 	return nil
 }
 
+// needsTime reports whether Apply reads cmd's time_unix_nano.
+func needsTime(cmd *lodestonepb.Command) bool {
+	switch op := cmd.Op.(type) {
+	case *lodestonepb.Command_Put:
+		return op.Put.Acquire
+	case *lodestonepb.Command_Txn:
+		for _, o := range op.Txn.Ops {
+			if o.Verb == lodestonepb.TxnOp_LOCK {
+				return true
+			}
+		}
+		return false
+	case *lodestonepb.Command_CatalogRegister, *lodestonepb.Command_CatalogDeregister, *lodestonepb.Command_CheckUpdate,
+		*lodestonepb.Command_SessionCreate, *lodestonepb.Command_SessionDestroy, *lodestonepb.Command_SessionRenew,
+		*lodestonepb.Command_SessionInvalidate:
+		return true
+	}
+	return false
+}
+
 // verbUses says which optional fields a verb reads.
-func verbUses(v lodestonepb.TxnOp_Verb) (value, index bool) {
+func verbUses(v lodestonepb.TxnOp_Verb) (value, index, session bool) {
 	switch v {
 	case lodestonepb.TxnOp_SET:
-		return true, false
+		return true, false, false
 	case lodestonepb.TxnOp_CAS:
-		return true, true
+		return true, true, false
 	case lodestonepb.TxnOp_CHECK_INDEX, lodestonepb.TxnOp_DELETE_CAS:
-		return false, true
+		return false, true, false
+	case lodestonepb.TxnOp_LOCK, lodestonepb.TxnOp_UNLOCK:
+		return true, false, true
+	case lodestonepb.TxnOp_CHECK_SESSION:
+		return false, false, true
 	}
-	return false, false
+	return false, false, false
 }
 
 func (l Limits) validateTxnOp(i int, o *lodestonepb.TxnOp) error {
 	if err := l.validatePrefix(i, "key", o.Key); err != nil {
 		return err
 	}
-	usesValue, usesIndex := verbUses(o.Verb)
+	usesValue, usesIndex, usesSession := verbUses(o.Verb)
 	if usesValue {
 		if err := l.validateValue(i, o.Value); err != nil {
 			return err
 		}
 	} else {
 		if len(o.Value) > 0 {
-			return invalid(i, "value", RuleUnusedField, "value is not used by %s; only SET and CAS write values", o.Verb)
+			return invalid(i, "value", RuleUnusedField, "value is not used by %s; only SET, CAS, LOCK and UNLOCK write values", o.Verb)
 		}
 		if o.Flags != 0 {
-			return invalid(i, "flags", RuleUnusedField, "flags are not used by %s; only SET and CAS write flags", o.Verb)
+			return invalid(i, "flags", RuleUnusedField, "flags are not used by %s; only SET, CAS, LOCK and UNLOCK write flags", o.Verb)
 		}
+	}
+	if !usesSession && o.Session != "" {
+		return invalid(i, "session", RuleUnusedField, "session is not used by %s; only LOCK, UNLOCK and CHECK_SESSION use it", o.Verb)
 	}
 	if !usesIndex && o.Index != 0 {
 		hint := ""
@@ -233,22 +309,26 @@ func (l Limits) validateTxnOp(i int, o *lodestonepb.TxnOp) error {
 // configuration, and that Apply itself enforces (so every replica agrees):
 // the command carries exactly one operation, keys are not empty and hold no
 // NUL byte, a delete is not both prefix and cas, a transaction has at least
-// one op and every op has a known verb. It returns the first problem as an
-// *InvalidError wrapping ErrInvalid, or nil.
+// one op and every op has a known verb, a lock operation names a session
+// and is either acquire or release; catalog and session commands carry
+// their request, their required names and ids are not empty, no name or id
+// holds a NUL byte (they are part of event keys), enums are known, and a
+// registration's checks belong to its node. It returns the first problem
+// as an *InvalidError wrapping ErrInvalid, or nil.
 //
 // When Apply meets a command CheckCommand refuses, it changes nothing but
 // the applied index; the server can call CheckCommand to tell the proposer
 // why (see Apply).
 func CheckCommand(cmd *lodestonepb.Command) error {
 	if cmd == nil {
-		return invalid(-1, "command", RuleCommandOp, "command has no operation; want put, delete or txn")
+		return invalid(-1, "command", RuleCommandOp, noOpMessage)
 	}
 	switch op := cmd.Op.(type) {
 	case *lodestonepb.Command_Put:
 		if op.Put == nil {
 			return invalid(-1, "command", RuleCommandOp, "put command has no request")
 		}
-		return checkKey(-1, op.Put.Key)
+		return checkPut(op.Put)
 	case *lodestonepb.Command_Delete:
 		d := op.Delete
 		if d == nil {
@@ -271,10 +351,32 @@ func CheckCommand(cmd *lodestonepb.Command) error {
 			}
 		}
 		return nil
+	case *lodestonepb.Command_CatalogRegister:
+		return checkRegister(op.CatalogRegister)
+	case *lodestonepb.Command_CatalogDeregister:
+		return checkDeregister(op.CatalogDeregister)
+	case *lodestonepb.Command_CheckUpdate:
+		return checkCheckUpdate(op.CheckUpdate)
+	case *lodestonepb.Command_SessionCreate:
+		return checkSessionCreate(op.SessionCreate)
+	case *lodestonepb.Command_SessionDestroy:
+		if op.SessionDestroy == nil {
+			return invalid(-1, "command", RuleCommandOp, "session_destroy command has no request")
+		}
+		return checkSessionID(op.SessionDestroy.Id)
+	case *lodestonepb.Command_SessionRenew:
+		if op.SessionRenew == nil {
+			return invalid(-1, "command", RuleCommandOp, "session_renew command has no request")
+		}
+		return checkSessionID(op.SessionRenew.Id)
+	case *lodestonepb.Command_SessionInvalidate:
+		return checkSessionInvalidate(op.SessionInvalidate)
 	default:
-		return invalid(-1, "command", RuleCommandOp, "command has no operation; want put, delete or txn")
+		return invalid(-1, "command", RuleCommandOp, noOpMessage)
 	}
 }
+
+const noOpMessage = "command has no operation; want put, delete, txn, or a catalog or session command"
 
 func checkKey(op int, key []byte) error {
 	if len(key) == 0 {
@@ -292,7 +394,10 @@ func checkTxnOp(i int, o *lodestonepb.TxnOp) error {
 	}
 	if _, ok := lodestonepb.TxnOp_Verb_name[int32(o.Verb)]; !ok || o.Verb == lodestonepb.TxnOp_VERB_UNSPECIFIED {
 		return invalid(i, "verb", RuleKnownVerb,
-			"unknown verb %d; want SET, GET, DELETE, DELETE_PREFIX, CAS, CHECK_INDEX, CHECK_NOT_EXISTS or DELETE_CAS", int32(o.Verb))
+			"unknown verb %d; want SET, GET, DELETE, DELETE_PREFIX, CAS, CHECK_INDEX, CHECK_NOT_EXISTS, DELETE_CAS, LOCK, UNLOCK or CHECK_SESSION", int32(o.Verb))
+	}
+	if (o.Verb == lodestonepb.TxnOp_LOCK || o.Verb == lodestonepb.TxnOp_UNLOCK) && o.Session == "" {
+		return invalid(i, "session", RuleLockSession, "%s needs a session", o.Verb)
 	}
 	return checkKey(i, o.Key)
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -43,8 +44,13 @@ func testSeed(t testing.TB) uint64 {
 
 // randomSteps builds n entries from seed: puts, cas puts, deletes, prefix
 // deletes and transactions over a small key space (so they collide),
-// membership changes, empty entries, replays and index gaps. cas indices
-// are drawn near the current index so some match and some do not.
+// membership changes, empty entries, replays and index gaps; catalog
+// registrations, deregistrations and check updates over a few nodes,
+// services and checks; sessions created, destroyed, renewed and
+// invalidated from a small id pool; acquires, releases and txn lock ops.
+// cas indices are drawn near the current index so some match and some do
+// not. Every command carries a proposer time that mostly moves forward
+// (sometimes back: clock skew between proposers).
 func randomSteps(seed uint64, n int) []step {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	key := func() string {
@@ -59,10 +65,80 @@ func randomSteps(seed uint64, n int) []step {
 		}
 		return idx - uint64(r.IntN(10))
 	}
+	now := t0
+	nodeName := func() string { return fmt.Sprintf("n%d", r.IntN(4)) }
+	svcID := func() string { return []string{"web-0", "web-1", "db-0"}[r.IntN(3)] }
+	chkID := func() string { return fmt.Sprintf("c%d", r.IntN(4)) }
+	session := func() string { return sid(1 + r.IntN(6)) }
+	status := func() lodestonepb.HealthStatus {
+		return []lodestonepb.HealthStatus{PASSING, PASSING, PASSING, WARNING, CRITICAL, ANY}[r.IntN(6)]
+	}
+	catalogCmd := func() *lodestonepb.Command {
+		switch k := r.IntN(100); {
+		case k < 35:
+			reg := &lodestonepb.CatalogRegisterRequest{Node: &lodestonepb.Node{Name: nodeName(), Address: fmt.Sprintf("10.0.0.%d", r.IntN(2))}}
+			reg.SkipNodeUpdate = r.IntN(10) == 0
+			if r.IntN(2) == 0 {
+				id := svcID()
+				reg.Service = &lodestonepb.Service{Id: id, Name: id[:len(id)-2], Tags: []string{"v1", "v2"}[:r.IntN(3)%2+r.IntN(2)], Port: uint32(r.IntN(2))}
+			}
+			for range r.IntN(3) {
+				c := &lodestonepb.Check{CheckId: chkID(), Status: status(), Output: val()}
+				if r.IntN(2) == 0 {
+					c.ServiceId = svcID()
+				}
+				reg.Checks = append(reg.Checks, c)
+			}
+			return register(reg)
+		case k < 45:
+			switch r.IntN(4) {
+			case 0:
+				return dereg(nodeName(), "", "")
+			case 1, 2:
+				return dereg(nodeName(), svcID(), "")
+			default:
+				return dereg(nodeName(), "", chkID())
+			}
+		case k < 55:
+			return checkUpd(nodeName(), chkID(), status()%4+lodestonepb.HealthStatus(r.IntN(2)), val())
+		case k < 75:
+			var opts []sessOpt
+			if r.IntN(2) == 0 {
+				opts = append(opts, withChecks(chkID()))
+			}
+			if r.IntN(3) == 0 {
+				opts = append(opts, withDelete())
+			}
+			if r.IntN(2) == 0 {
+				opts = append(opts, withTTL(10*time.Second))
+			}
+			if r.IntN(2) == 0 {
+				opts = append(opts, withLockDelay(time.Duration(r.IntN(3))*time.Second))
+			}
+			return sessCreate(session(), nodeName(), opts...)
+		case k < 80:
+			return sessDestroy(session())
+		case k < 85:
+			return sessRenew(session())
+		case k < 90:
+			if r.IntN(2) == 0 {
+				return sessInvalidate(nodeName(), 0)
+			}
+			return sessInvalidate("", now*int64(r.IntN(2)), session(), session())
+		case k < 96:
+			return acquireCmd(key(), val(), session())
+		default:
+			return releaseCmd(key(), val(), session())
+		}
+	}
 	txnOp := func() *lodestonepb.TxnOp {
-		verbs := []lodestonepb.TxnOp_Verb{SET, SET, GET, DELETE, DELETE_PREFIX, CAS, CHECK_INDEX, CHECK_NOT_EXISTS, DELETE_CAS}
+		verbs := []lodestonepb.TxnOp_Verb{SET, SET, GET, DELETE, DELETE_PREFIX, CAS, CHECK_INDEX, CHECK_NOT_EXISTS, DELETE_CAS, LOCK, UNLOCK, CHECK_SESSION}
 		o := &lodestonepb.TxnOp{Verb: verbs[r.IntN(len(verbs))], Key: []byte(key())}
 		switch o.Verb {
+		case LOCK, UNLOCK:
+			o.Value, o.Session = []byte(val()), session()
+		case CHECK_SESSION:
+			o.Session = session()
 		case SET:
 			o.Value, o.Flags = []byte(val()), uint64(r.IntN(3))
 		case CAS:
@@ -80,8 +156,9 @@ func randomSteps(seed uint64, n int) []step {
 		if r.IntN(20) == 0 {
 			idx += uint64(r.IntN(5)) // a gap (entries applied elsewhere, e.g. skipped by a snapshot)
 		}
+		now += int64(r.IntN(3000)-300) * int64(time.Millisecond)
 		var cmd *lodestonepb.Command
-		switch k := r.IntN(100); {
+		switch k := r.IntN(170); {
 		case k < 40:
 			cmd = putFlags(key(), val(), uint64(r.IntN(2)))
 		case k < 50:
@@ -115,9 +192,12 @@ func randomSteps(seed uint64, n int) []step {
 			steps = append(steps, step{index: idx - 1 - uint64(r.IntN(int(idx))), kind: 'c', cmd: b})
 			idx--
 			continue
-		default:
+		case k < 100:
 			cmd = &lodestonepb.Command{} // malformed: no op
+		default:
+			cmd = catalogCmd()
 		}
+		cmd.TimeUnixNano = now
 		b, err := proto.Marshal(cmd)
 		if err != nil {
 			panic(err)
@@ -198,6 +278,20 @@ func TestRandomStreamCoverage(t *testing.T) {
 		switch {
 		case res == nil:
 			counts["replay"]++
+		case res.GetRejected() != nil:
+			counts["rejected "+res.GetRejected().GetRule()]++
+		case res.GetLockFailed():
+			counts["lock-failed"]++
+		case res.GetPut() != nil && (cmd.GetPut().GetAcquire() || cmd.GetPut().GetRelease()):
+			counts["lock-ok"]++
+		case res.GetCatalogRegister() != nil:
+			counts["register-ok"]++
+		case res.GetCheckUpdate() != nil:
+			counts["check-update-ok"]++
+		case res.GetSessionCreate() != nil:
+			counts["session-create-ok"]++
+		case res.GetSessionRenew() != nil:
+			counts["session-renew-ok"]++
 		case res.GetCasFailed():
 			counts["cas-failed"]++
 		case res.GetTxn() != nil && res.GetTxn().Succeeded:
@@ -207,13 +301,33 @@ func TestRandomStreamCoverage(t *testing.T) {
 		case res.Result == nil:
 			counts["malformed"]++
 		}
+		if n := len(res.GetSessionInvalidate().GetInvalidated()); n > 0 || res.GetSessionDestroy().GetDestroyed() {
+			counts["session-invalidated"]++
+		}
+		if res.GetCatalogDeregister().GetInvalidatedSessions() > 0 {
+			counts["deregister-invalidated"]++
+		}
 		for _, e := range evs {
-			counts[e.Type.String()]++
+			kind := e.Type.String()
+			if IsReservedKey(e.KV.Key) {
+				kind = "catalog-" + kind
+			} else if e.KV.Session != "" {
+				kind = "locked-put"
+			}
+			counts[kind]++
 		}
 	}
-	for _, k := range []string{"replay", "cas-failed", "txn-ok", "txn-failed", "malformed", "put", "delete", "m", "r", "a"} {
-		if counts[k] < 5 {
-			t.Errorf("stream has %d %q, want at least 5 (counts %v)", counts[k], k, counts)
+	for _, k := range []string{"replay", "cas-failed", "txn-ok", "txn-failed", "malformed", "put", "delete", "m", "r", "a",
+		"rejected " + RejectNodeMissing, "rejected " + RejectServiceMissing, "rejected " + RejectCheckMissing,
+		"rejected " + RejectCheckCritical, "rejected " + RejectSessionMissing, "rejected " + RejectSessionIDTaken,
+		"lock-failed", "lock-ok", "register-ok", "check-update-ok", "session-create-ok", "session-renew-ok",
+		"session-invalidated", "deregister-invalidated", "catalog-put", "catalog-delete", "locked-put"} {
+		min := 5
+		if k == "rejected "+RejectCheckCritical {
+			min = 1 // needs a session bound to an existing check that is critical: rare
+		}
+		if counts[k] < min {
+			t.Errorf("stream has %d %q, want at least %d (counts %v)", counts[k], k, min, counts)
 		}
 	}
 }

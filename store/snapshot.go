@@ -15,43 +15,68 @@ import (
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
 
-// Snapshot stream format, version 1. SNAPSHOT.md is the long form; a
-// change here bumps snapshotVersion and edits SNAPSHOT.md in the same PR.
+// Snapshot stream format, version 2 (version 1 is still read).
+// SNAPSHOT.md is the long form; a change here bumps snapshotVersion and
+// edits SNAPSHOT.md in the same PR.
 //
 //	header   (16 bytes)
 //	  0  magic    [8]byte  "LDSTSNAP"
-//	  8  version  uint32   big-endian, 1
+//	  8  version  uint32   big-endian, 2 (1: members and keys only)
 //	 12  reserved uint32   0 (anything else is refused)
-//	records  (repeated, members first by ascending id, then keys by
-//	          ascending key bytes, then exactly one trailer record)
-//	  0  type     uint8    1 = Member, 2 = KeyValue, 255 = trailer
+//	records  (repeated, grouped by type in ascending type order, each
+//	          group strictly ascending by its key, then exactly one trailer)
+//	  0  type     uint8    see the rec* constants; 255 = trailer
 //	  1  length   uint32   big-endian, payload bytes, <= 64 MiB
 //	  5  crc      uint32   big-endian, CRC-32C (Castagnoli) of bytes
 //	                       0..4 (type, length) followed by the payload
 //	  9  payload  [length]byte
-//	                       Member/KeyValue: deterministic protobuf encoding
-//	trailer payload (44 bytes, all big-endian)
-//	  0  index         uint64  applied index the snapshot was taken at
-//	  8  kv_index      uint64  Store.KVIndex at that point
-//	 16  members_index uint64  Store.MembersIndex at that point
-//	 24  members       uint64  number of Member records
-//	 32  keys          uint64  number of KeyValue records
-//	 40  body_crc      uint32  CRC-32C of every byte from offset 0 of the
-//	                           stream up to the trailer record's type byte
+//	                       protobuf records: deterministic encoding;
+//	                       index records: [8]byte big-endian uint64, then
+//	                       the key or name bytes
+//	trailer payload, version 2 (140 bytes, all big-endian)
+//	  0  index          uint64  applied index the snapshot was taken at
+//	  8  kv_index       uint64  Store.KVIndex at that point
+//	 16  members_index  uint64  Store.MembersIndex
+//	 24  nodes_index    uint64  NodesIndex (raw, may be 0)
+//	 32  services_index uint64
+//	 40  checks_index   uint64
+//	 48  sessions_index uint64
+//	 56  counts         [10]uint64, records of type 1..10
+//	136  body_crc       uint32  CRC-32C of every byte from offset 0 of the
+//	                            stream up to the trailer record's type byte
+//	trailer payload, version 1 (44 bytes): index, kv_index, members_index,
+//	  members count, keys count (uint64 each), body_crc (uint32)
 //	after the trailer: end of stream (anything more is refused)
 const (
 	snapshotMagic   = "LDSTSNAP"
-	snapshotVersion = 1
+	snapshotVersion = 2
 
-	recMember  = 1
-	recKV      = 2
-	recTrailer = 255
+	recMember       = 1  // lodestone.v1.Member, by id
+	recKV           = 2  // lodestone.v1.KeyValue, by key
+	recNode         = 3  // lodestone.v1.Node, by name
+	recService      = 4  // lodestone.v1.Service, by (node, id)
+	recCheck        = 5  // lodestone.v1.Check, by (node, check_id)
+	recSession      = 6  // lodestone.v1.SessionEntry, by id
+	recTombstone    = 7  // index of the delete + key, by key
+	recLockDelay    = 8  // unix nano (int64 as uint64) + key, by key
+	recNodeIndex    = 9  // index + node name, by name
+	recServiceIndex = 10 // index + service name, by name
+	recTypes        = 10
+	recTrailer      = 255
 
 	headerLen        = 16
 	recHeaderLen     = 9
-	trailerLen       = 44
+	trailerLen       = 44  // version 1
+	trailerLenV2     = 140 // version 2
 	maxRecordPayload = 64 << 20
 )
+
+// recNames name record types in corruption reports (singular, plural).
+var recNames = [recTypes + 1][2]string{
+	{"?", "?"}, {"member", "members"}, {"key", "keys"}, {"node", "nodes"}, {"service", "services"},
+	{"check", "checks"}, {"session", "sessions"}, {"tombstone", "tombstones"}, {"lock delay", "lock delays"},
+	{"node index", "node indexes"}, {"service index", "service indexes"},
+}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -69,6 +94,7 @@ type Snapshot struct {
 	membersIndex uint64
 	members      []*lodestonepb.Member // sorted by id, immutable
 	kv           *btree.BTreeG[item]
+	tab          tables // copy-on-write clones
 }
 
 // Snapshot returns a copy-on-write view of the current state. Call it from
@@ -87,14 +113,16 @@ func (s *Store) Snapshot() *Snapshot {
 		membersIndex: s.membersIndex,
 		members:      sortedMembers(s.members),
 		kv:           s.kv.Clone(),
+		tab:          s.tab.clone(),
 	}
 }
 
 // Index returns the applied index the snapshot was taken at.
 func (sn *Snapshot) Index() uint64 { return sn.index }
 
-// WriteTo encodes the snapshot to w in the format above and returns the
-// bytes written. It buffers internally; it does not close or sync w.
+// WriteTo encodes the snapshot to w in the format above (always the
+// current version) and returns the bytes written. It buffers internally;
+// it does not close or sync w.
 func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	cw := &countingWriter{w: w}
 	bw := bufio.NewWriterSize(cw, 64<<10)
@@ -107,25 +135,42 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 
 	mo := proto.MarshalOptions{Deterministic: true}
 	var buf []byte
-	for _, m := range sn.members {
+	var counts [recTypes + 1]uint64
+	msg := func(typ byte, m proto.Message) bool {
 		buf, enc.err = mo.MarshalAppend(buf[:0], m)
-		enc.record(recMember, buf)
-	}
-	var keys uint64
-	sn.kv.Ascend(func(it item) bool {
-		buf, enc.err = mo.MarshalAppend(buf[:0], it.kv)
-		enc.record(recKV, buf)
-		keys++
+		enc.record(typ, buf)
+		counts[typ]++
 		return enc.err == nil
-	})
+	}
+	indexed := func(typ byte, v uint64, key string) bool {
+		buf = binary.BigEndian.AppendUint64(buf[:0], v)
+		buf = append(buf, key...)
+		enc.record(typ, buf)
+		counts[typ]++
+		return enc.err == nil
+	}
+	for _, m := range sn.members {
+		msg(recMember, m)
+	}
+	sn.kv.Ascend(func(it item) bool { return msg(recKV, it.kv) })
+	t := sn.tab
+	t.nodes.ascend(func(_ string, n *lodestonepb.Node) bool { return msg(recNode, n) })
+	t.services.ascend(func(_ string, v *lodestonepb.Service) bool { return msg(recService, v) })
+	t.checks.ascend(func(_ string, c *lodestonepb.Check) bool { return msg(recCheck, c) })
+	t.sessions.ascend(func(_ string, v *lodestonepb.SessionEntry) bool { return msg(recSession, v) })
+	t.tombstones.ascend(func(k string, i uint64) bool { return indexed(recTombstone, i, k) })
+	t.lockDelays.ascend(func(k string, u int64) bool { return indexed(recLockDelay, uint64(u), k) })
+	t.nodeIdx.ascend(func(k string, i uint64) bool { return indexed(recNodeIndex, i, k) })
+	t.serviceIdx.ascend(func(k string, i uint64) bool { return indexed(recServiceIndex, i, k) })
 
-	var tr [trailerLen]byte
-	binary.BigEndian.PutUint64(tr[0:], sn.index)
-	binary.BigEndian.PutUint64(tr[8:], sn.kvIndex)
-	binary.BigEndian.PutUint64(tr[16:], sn.membersIndex)
-	binary.BigEndian.PutUint64(tr[24:], uint64(len(sn.members)))
-	binary.BigEndian.PutUint64(tr[32:], keys)
-	binary.BigEndian.PutUint32(tr[40:], enc.crc)
+	var tr [trailerLenV2]byte
+	for i, v := range []uint64{sn.index, sn.kvIndex, sn.membersIndex, t.nodesIndex, t.servicesIndex, t.checksIndex, t.sessionsIndex} {
+		binary.BigEndian.PutUint64(tr[8*i:], v)
+	}
+	for typ := 1; typ <= recTypes; typ++ {
+		binary.BigEndian.PutUint64(tr[56+8*(typ-1):], counts[typ])
+	}
+	binary.BigEndian.PutUint32(tr[136:], enc.crc)
 	enc.record(recTrailer, tr[:])
 	if enc.err == nil {
 		enc.err = bw.Flush()
@@ -190,23 +235,26 @@ func (e *encoder) record(typ byte, payload []byte) {
 	e.write(payload)
 }
 
-// Restore replaces the whole state (keys, members, indices) with the
-// snapshot read from r, atomically: readers see the old state until the new
-// one is complete and verified, then the new one. Call it from the apply
-// goroutine. The snapshot's index replaces Index() even if lower (the
-// server decides which snapshots to install).
+// Restore replaces the whole state (keys, members, catalog, sessions,
+// indices) with the snapshot read from r, atomically: readers see the old
+// state until the new one is complete and verified, then the new one. Call
+// it from the apply goroutine. The snapshot's index replaces Index() even
+// if lower (the server decides which snapshots to install).
 //
-// Input that is not a complete, intact version-1 snapshot yields an error
-// wrapping ErrCorruptSnapshot (a *CorruptSnapshotError saying what and
-// where); a read error from r other than EOF is returned wrapped as is. On
-// any error the store is unchanged. Restore reads r to the end of the
-// snapshot and checks that nothing follows.
+// Versions 1 (members and keys only: the catalog and sessions restore
+// empty) and 2 are read. Input that is not a complete, intact snapshot of
+// a version this build reads yields an error wrapping ErrCorruptSnapshot (a
+// *CorruptSnapshotError saying what and where); a read error from r other
+// than EOF is returned wrapped as is. On any error the store is unchanged.
+// Restore reads r to the end of the snapshot and checks that nothing
+// follows.
 func (s *Store) Restore(r io.Reader) error {
 	d := &decoder{r: bufio.NewReaderSize(r, 64<<10)}
 	st, err := d.decode()
 	if err != nil {
 		return err
 	}
+	der := rebuildDerived(st.kv, st.tab)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.kv = st.kv
@@ -214,12 +262,15 @@ func (s *Store) Restore(r io.Reader) error {
 	s.index = st.index
 	s.kvIndex = st.kvIndex
 	s.membersIndex = st.membersIndex
+	s.tab = st.tab
+	s.der = der
 	return nil
 }
 
 type decoded struct {
 	kv                           *btree.BTreeG[item]
 	members                      map[uint64]*lodestonepb.Member
+	tab                          tables
 	index, kvIndex, membersIndex uint64
 }
 
@@ -266,22 +317,28 @@ func (d *decoder) decode() (*decoded, error) {
 	if string(hdr[:8]) != snapshotMagic {
 		return nil, d.corrupt(0, fmt.Sprintf("bad magic %q, want %q", hdr[:8], snapshotMagic), nil)
 	}
-	if v := binary.BigEndian.Uint32(hdr[8:]); v != snapshotVersion {
-		return nil, d.corrupt(8, fmt.Sprintf("version %d unsupported (this build reads version %d)", v, snapshotVersion), nil)
+	version := binary.BigEndian.Uint32(hdr[8:])
+	if version != 1 && version != snapshotVersion {
+		return nil, d.corrupt(8, fmt.Sprintf("version %d unsupported (this build reads versions 1 and %d)", version, snapshotVersion), nil)
 	}
 	if r := binary.BigEndian.Uint32(hdr[12:]); r != 0 {
 		return nil, d.corrupt(12, fmt.Sprintf("reserved header field is %#x, want 0", r), nil)
 	}
 	d.crc = crc32.Update(0, castagnoli, hdr[:])
+	maxType := byte(recTypes)
+	if version == 1 {
+		maxType = recKV
+	}
 
-	st := &decoded{kv: newTree(), members: map[uint64]*lodestonepb.Member{}}
+	st := &decoded{kv: newTree(), members: map[uint64]*lodestonepb.Member{}, tab: newTables()}
 	var (
-		lastID  uint64
-		lastKey []byte
-		nMem    uint64
-		nKV     uint64
-		maxMod  uint64
-		payload []byte
+		lastType byte
+		lastID   uint64
+		lastKey  string // of the current group (string-keyed types)
+		lastKV   []byte
+		counts   [recTypes + 1]uint64
+		maxMod   uint64 // highest create/modify index of any record
+		payload  []byte
 	)
 	for {
 		recOff := d.off
@@ -318,72 +375,214 @@ func (d *decoder) decode() (*decoded, error) {
 		if c != binary.BigEndian.Uint32(h[5:]) {
 			return nil, d.corrupt(recOff, fmt.Sprintf("record %d checksum mismatch", d.records), nil)
 		}
+		bad := func(format string, args ...any) error {
+			return d.corrupt(recOff, fmt.Sprintf("record %d: ", d.records)+fmt.Sprintf(format, args...), nil)
+		}
 
+		if typ == recTrailer {
+			if err := d.trailer(recOff, version, payload, st, &counts, maxMod); err != nil {
+				return nil, err
+			}
+			return st, nil
+		}
+		if typ == 0 || typ > maxType {
+			return nil, bad("unknown type %d", typ)
+		}
+		if typ < lastType {
+			return nil, bad("%s after %s", recNames[typ][0], recNames[lastType][1])
+		}
+		if typ != lastType {
+			lastType, lastKey = typ, ""
+		}
+		// key is the record's ordering key within its group; insert adds
+		// the record once the order is checked.
+		var (
+			key    string
+			insert func()
+		)
 		switch typ {
 		case recMember:
-			if nKV > 0 {
-				return nil, d.corrupt(recOff, fmt.Sprintf("record %d: member after keys", d.records), nil)
-			}
 			m := &lodestonepb.Member{}
 			if err := proto.Unmarshal(payload, m); err != nil {
 				return nil, d.corrupt(recOff, fmt.Sprintf("record %d: decode member", d.records), err)
 			}
 			if m.Id == 0 || m.Id <= lastID {
-				return nil, d.corrupt(recOff, fmt.Sprintf("record %d: member id %d not above previous %d", d.records, m.Id, lastID), nil)
+				return nil, bad("member id %d not above previous %d", m.Id, lastID)
 			}
 			lastID = m.Id
 			st.members[m.Id] = m
-			nMem++
 		case recKV:
 			kv := &lodestonepb.KeyValue{}
 			if err := proto.Unmarshal(payload, kv); err != nil {
 				return nil, d.corrupt(recOff, fmt.Sprintf("record %d: decode key", d.records), err)
 			}
 			if len(kv.Key) == 0 {
-				return nil, d.corrupt(recOff, fmt.Sprintf("record %d: empty key", d.records), nil)
+				return nil, bad("empty key")
 			}
-			if nKV > 0 && bytes.Compare(kv.Key, lastKey) <= 0 {
-				return nil, d.corrupt(recOff, fmt.Sprintf("record %d: key %q not after %q", d.records, kv.Key, lastKey), nil)
+			// NB: keys are compared as bytes here, not through the string
+			// key below, to spare an allocation per key on a large restore.
+			if counts[recKV] > 0 && bytes.Compare(kv.Key, lastKV) <= 0 {
+				return nil, bad("key %q not after %q", kv.Key, lastKV)
 			}
+			lastKV = kv.Key
 			if len(kv.Value) == 0 {
 				kv.Value = nil
 			}
-			lastKey = kv.Key
 			maxMod = max(maxMod, kv.ModifyIndex, kv.CreateIndex)
 			// Keys arrive sorted, so each insert goes to the rightmost leaf.
-			st.kv.ReplaceOrInsert(itemOf(kv))
-			nKV++
-		case recTrailer:
-			if n != trailerLen {
-				return nil, d.corrupt(recOff, fmt.Sprintf("trailer is %d bytes, want %d", n, trailerLen), nil)
+			insert = (func() { st.kv.ReplaceOrInsert(itemOf(kv)) })
+		case recNode:
+			v := &lodestonepb.Node{}
+			if err := proto.Unmarshal(payload, v); err != nil {
+				return nil, d.corrupt(recOff, fmt.Sprintf("record %d: decode node", d.records), err)
 			}
-			st.index = binary.BigEndian.Uint64(payload[0:])
-			st.kvIndex = binary.BigEndian.Uint64(payload[8:])
-			st.membersIndex = binary.BigEndian.Uint64(payload[16:])
-			wantMem := binary.BigEndian.Uint64(payload[24:])
-			wantKV := binary.BigEndian.Uint64(payload[32:])
-			if wantMem != nMem || wantKV != nKV {
-				return nil, d.corrupt(recOff, fmt.Sprintf("trailer counts %d members and %d keys, read %d and %d", wantMem, wantKV, nMem, nKV), nil)
+			if checkName("name", v.Name, true) != nil {
+				return nil, bad("node name %q is empty or holds NUL", v.Name)
 			}
-			if got, want := d.crc, binary.BigEndian.Uint32(payload[40:]); got != want {
-				return nil, d.corrupt(recOff, fmt.Sprintf("body checksum mismatch: computed %08x, trailer says %08x", got, want), nil)
+			key, maxMod = v.Name, max(maxMod, v.CreateIndex, v.ModifyIndex)
+			insert = (func() { st.tab.nodes.set(key, v) })
+		case recService:
+			v := &lodestonepb.Service{}
+			if err := proto.Unmarshal(payload, v); err != nil {
+				return nil, d.corrupt(recOff, fmt.Sprintf("record %d: decode service", d.records), err)
 			}
-			if st.kvIndex > st.index || st.membersIndex > st.index || maxMod > st.index {
-				return nil, d.corrupt(recOff, fmt.Sprintf("indices above snapshot index %d (kv %d, members %d, highest key index %d)",
-					st.index, st.kvIndex, st.membersIndex, maxMod), nil)
+			if checkName("id", v.Id, true) != nil || checkName("name", v.Name, true) != nil {
+				return nil, bad("service id %q or name %q is empty or holds NUL", v.Id, v.Name)
 			}
-			if _, err := d.r.ReadByte(); err != io.EOF {
-				if err != nil {
-					return nil, d.readErr(err, "end of stream")
+			if _, ok := st.tab.nodes.get(v.Node); !ok {
+				return nil, bad("service %q on unknown node %q", v.Id, v.Node)
+			}
+			key, maxMod = compositeKey(v.Node, v.Id), max(maxMod, v.CreateIndex, v.ModifyIndex)
+			insert = (func() { st.tab.services.set(key, v) })
+		case recCheck:
+			v := &lodestonepb.Check{}
+			if err := proto.Unmarshal(payload, v); err != nil {
+				return nil, d.corrupt(recOff, fmt.Sprintf("record %d: decode check", d.records), err)
+			}
+			if checkName("id", v.CheckId, true) != nil || checkName("service_id", v.ServiceId, false) != nil {
+				return nil, bad("check id %q or service id %q is empty or holds NUL", v.CheckId, v.ServiceId)
+			}
+			if _, ok := st.tab.nodes.get(v.Node); !ok {
+				return nil, bad("check %q on unknown node %q", v.CheckId, v.Node)
+			}
+			if _, ok := st.tab.services.get(compositeKey(v.Node, v.ServiceId)); v.ServiceId != "" && !ok {
+				return nil, bad("check %q of unknown service %q on node %q", v.CheckId, v.ServiceId, v.Node)
+			}
+			key, maxMod = compositeKey(v.Node, v.CheckId), max(maxMod, v.CreateIndex, v.ModifyIndex)
+			insert = (func() { st.tab.checks.set(key, v) })
+		case recSession:
+			v := &lodestonepb.SessionEntry{}
+			if err := proto.Unmarshal(payload, v); err != nil {
+				return nil, d.corrupt(recOff, fmt.Sprintf("record %d: decode session", d.records), err)
+			}
+			if checkName("id", v.Id, true) != nil {
+				return nil, bad("session id %q is empty or holds NUL", v.Id)
+			}
+			if _, ok := st.tab.nodes.get(v.Node); !ok {
+				return nil, bad("session %q on unknown node %q", v.Id, v.Node)
+			}
+			for _, c := range sessionCheckIDs(v) {
+				if _, ok := st.tab.checks.get(compositeKey(v.Node, c)); !ok {
+					return nil, bad("session %q bound to unknown check %q", v.Id, c)
 				}
-				return nil, d.corrupt(d.off, "unexpected data after trailer", nil)
 			}
-			return st, nil
-		default:
-			return nil, d.corrupt(recOff, fmt.Sprintf("record %d: unknown type %d", d.records, typ), nil)
+			key, maxMod = v.Id, max(maxMod, v.CreateIndex, v.ModifyIndex)
+			insert = (func() { st.tab.sessions.set(key, v) })
+		default: // the index records: [8]byte value, then the key
+			if len(payload) < 9 {
+				return nil, bad("%s record is %d bytes, want at least 9", recNames[typ][0], len(payload))
+			}
+			val := binary.BigEndian.Uint64(payload)
+			key = string(payload[8:])
+			switch typ {
+			case recTombstone:
+				maxMod = max(maxMod, val)
+				insert = func() { st.tab.tombstones.set(key, val) }
+			case recLockDelay:
+				insert = func() { st.tab.lockDelays.set(key, int64(val)) }
+			case recNodeIndex:
+				if _, ok := st.tab.nodes.get(key); !ok {
+					return nil, bad("node index of unknown node %q", key)
+				}
+				maxMod = max(maxMod, val)
+				insert = func() { st.tab.nodeIdx.set(key, val) }
+			case recServiceIndex:
+				maxMod = max(maxMod, val)
+				insert = func() { st.tab.serviceIdx.set(key, val) }
+			}
 		}
+		if typ != recMember && typ != recKV {
+			if counts[typ] > 0 && key <= lastKey {
+				return nil, bad("%s %q not after %q", recNames[typ][0], key, lastKey)
+			}
+			lastKey = key
+		}
+		if insert != nil {
+			insert()
+		}
+		counts[typ]++
 		d.crc = crc32.Update(d.crc, castagnoli, h[:])
 		d.crc = crc32.Update(d.crc, castagnoli, payload)
 		d.records++
 	}
+}
+
+// trailer checks the trailer record against what was read and fills the
+// indices of st.
+func (d *decoder) trailer(recOff int64, version uint32, p []byte, st *decoded, counts *[recTypes + 1]uint64, maxMod uint64) error {
+	want := trailerLenV2
+	if version == 1 {
+		want = trailerLen
+	}
+	if len(p) != want {
+		return d.corrupt(recOff, fmt.Sprintf("trailer is %d bytes, want %d", len(p), want), nil)
+	}
+	u := func(off int) uint64 { return binary.BigEndian.Uint64(p[off:]) }
+	st.index, st.kvIndex, st.membersIndex = u(0), u(8), u(16)
+	var bodyCRC uint32
+	if version == 1 {
+		if u(24) != counts[recMember] || u(32) != counts[recKV] {
+			return d.corrupt(recOff, fmt.Sprintf("trailer counts %d members and %d keys, read %d and %d",
+				u(24), u(32), counts[recMember], counts[recKV]), nil)
+		}
+		bodyCRC = binary.BigEndian.Uint32(p[40:])
+	} else {
+		t := &st.tab
+		t.nodesIndex, t.servicesIndex, t.checksIndex, t.sessionsIndex = u(24), u(32), u(40), u(48)
+		for typ := 1; typ <= recTypes; typ++ {
+			if got, want := counts[typ], u(56+8*(typ-1)); got != want {
+				return d.corrupt(recOff, fmt.Sprintf("trailer counts %d %s, read %d", want, recNames[typ][1], got), nil)
+			}
+		}
+		bodyCRC = binary.BigEndian.Uint32(p[136:])
+	}
+	if got, want := d.crc, bodyCRC; got != want {
+		return d.corrupt(recOff, fmt.Sprintf("body checksum mismatch: computed %08x, trailer says %08x", got, want), nil)
+	}
+	t := st.tab
+	if top := max(st.kvIndex, st.membersIndex, maxMod, t.nodesIndex, t.servicesIndex, t.checksIndex, t.sessionsIndex); top > st.index {
+		return d.corrupt(recOff, fmt.Sprintf("indices above snapshot index %d (kv %d, members %d, catalog %d/%d/%d/%d, highest record index %d)",
+			st.index, st.kvIndex, st.membersIndex, t.nodesIndex, t.servicesIndex, t.checksIndex, t.sessionsIndex, maxMod), nil)
+	}
+	// Every lock must belong to a live session.
+	var orphan error
+	st.kv.Ascend(func(it item) bool {
+		if s := it.kv.Session; s != "" {
+			if _, ok := t.sessions.get(s); !ok {
+				orphan = d.corrupt(recOff, fmt.Sprintf("key %q held by unknown session %q", it.key, s), nil)
+				return false
+			}
+		}
+		return true
+	})
+	if orphan != nil {
+		return orphan
+	}
+	if _, err := d.r.ReadByte(); err != io.EOF {
+		if err != nil {
+			return d.readErr(err, "end of stream")
+		}
+		return d.corrupt(d.off, "unexpected data after trailer", nil)
+	}
+	return nil
 }

@@ -52,7 +52,8 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 }
 
-// compareStores checks every key, member and index, field by field.
+// compareStores checks every key, member, catalog row, side table and
+// index.
 func compareStores(t *testing.T, got, want *Store) {
 	t.Helper()
 	if g, w := got.Index(), want.Index(); g != w {
@@ -73,6 +74,9 @@ func compareStores(t *testing.T, got, want *Store) {
 		if !proto.Equal(gk[i], wk[i]) {
 			t.Errorf("key %d: %s, want %s", i, fmtKV(gk[i]), fmtKV(wk[i]))
 		}
+	}
+	if g, w := dumpCatalog(got), dumpCatalog(want); g != w {
+		t.Errorf("catalog differs:\n%s\nwant\n%s", g, w)
 	}
 	gm, wm := got.Members(), want.Members()
 	if g, w := len(gm), len(wm); g != w {
@@ -201,13 +205,13 @@ func TestRestoreRefusesDamage(t *testing.T) {
 		{"empty input", nil, "truncated header: 0 of 16 bytes"},
 		{"short header", valid[:10], "truncated header: 10 of 16 bytes"},
 		{"bad magic", mutate(func(b []byte) []byte { copy(b, "NOTASNAP"); return b }), `bad magic "NOTASNAP", want "LDSTSNAP"`},
-		{"future version", mutate(func(b []byte) []byte { binary.BigEndian.PutUint32(b[8:], 2); return b }), "version 2 unsupported (this build reads version 1)"},
+		{"future version", mutate(func(b []byte) []byte { binary.BigEndian.PutUint32(b[8:], 3); return b }), "version 3 unsupported (this build reads versions 1 and 2)"},
 		{"reserved set", mutate(func(b []byte) []byte { b[15] = 1; return b }), "reserved header field is 0x1, want 0"},
 		{"truncated after header", valid[:headerLen], "truncated after 0 records (in record header)"},
 		{"truncated inside second record", valid[:headerLen+recHeaderLen+20], "truncated after 1 records (in record 1 payload)"},
-		{"no trailer", valid[:len(valid)-recHeaderLen-trailerLen], "truncated after 4 records (in record header)"},
+		{"no trailer", valid[:len(valid)-recHeaderLen-trailerLenV2], "truncated after 4 records (in record header)"},
 		{"cut in trailer", valid[:len(valid)-1], "truncated after 4 records (in record 4 payload)"},
-		{"payload bit flip", mutate(func(b []byte) []byte { b[len(b)-recHeaderLen-trailerLen-2] ^= 0x01; return b }), "record 3 checksum mismatch"},
+		{"payload bit flip", mutate(func(b []byte) []byte { b[len(b)-recHeaderLen-trailerLenV2-2] ^= 0x01; return b }), "record 3 checksum mismatch"},
 		{"crc damaged", mutate(func(b []byte) []byte { b[kvRecOff+5] ^= 0xff; return b }), "record 0 checksum mismatch"},
 		{"type damaged", mutate(func(b []byte) []byte { b[kvRecOff] = 7; return b }), "record 0 checksum mismatch"},
 		{"huge length", mutate(func(b []byte) []byte { binary.BigEndian.PutUint32(b[kvRecOff+1:], 1<<30); return b }), "record 0 length 1073741824 exceeds 67108864"},
@@ -334,7 +338,7 @@ func TestSnapshotWriteError(t *testing.T) {
 
 func TestEmptySnapshot(t *testing.T) {
 	b := encode(t, New())
-	if got, want := len(b), headerLen+recHeaderLen+trailerLen; got != want {
+	if got, want := len(b), headerLen+recHeaderLen+trailerLenV2; got != want {
 		t.Errorf("empty snapshot is %d bytes, want %d", got, want)
 	}
 	s := New()

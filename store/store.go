@@ -18,8 +18,8 @@ const btreeDegree = 32
 // Store is the replicated state machine. See the package doc for the
 // concurrency contract: one goroutine calls the mutating methods (Apply,
 // Advance, SetMember, RemoveMember, Snapshot, Restore); any number of
-// goroutines call the read methods (Get, Range, Members, Index, KVIndex,
-// MembersIndex) concurrently with it.
+// goroutines call the read methods (Get, Range, Members, the catalog and
+// session reads, the index getters) concurrently with it.
 type Store struct {
 	// mu guards every field below. The apply goroutine holds it exclusively
 	// for the whole of one command (so a transaction is never seen half
@@ -36,6 +36,13 @@ type Store struct {
 	index        uint64 // last applied Raft index
 	kvIndex      uint64 // index of the last command that changed a key
 	membersIndex uint64 // index of the last membership change
+
+	// tab holds the catalog, the sessions and the KV side tables
+	// (tombstones, lock delays): replicated state, in snapshots.
+	tab tables
+	// der holds lookup structures derived from kv and tab, rebuilt by
+	// Restore and never snapshotted.
+	der derived
 }
 
 // item is one B-tree slot. NB: the key is held inline (it aliases kv.Key)
@@ -57,7 +64,7 @@ func itemOf(kv *lodestonepb.KeyValue) item { return item{key: kv.Key, kv: kv} }
 
 // New returns an empty store at index 0.
 func New() *Store {
-	return &Store{kv: newTree(), members: map[uint64]*lodestonepb.Member{}}
+	return &Store{kv: newTree(), members: map[uint64]*lodestonepb.Member{}, tab: newTables(), der: newDerived()}
 }
 
 // Index returns the last applied Raft index (by Apply, Advance, member

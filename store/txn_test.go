@@ -166,7 +166,7 @@ func TestTxn(t *testing.T) {
 		{
 			name:       "malformed op runs nothing",
 			ops:        []*lodestonepb.TxnOp{opSet("a", "x"), op(lodestonepb.TxnOp_Verb(42), "b"), op(SET, "")},
-			wantErrors: []string{`1: unknown verb 42; want SET, GET, DELETE, DELETE_PREFIX, CAS, CHECK_INDEX, CHECK_NOT_EXISTS or DELETE_CAS`, `2: key must not be empty`},
+			wantErrors: []string{`1: unknown verb 42; want SET, GET, DELETE, DELETE_PREFIX, CAS, CHECK_INDEX, CHECK_NOT_EXISTS, DELETE_CAS, LOCK, UNLOCK or CHECK_SESSION`, `2: key must not be empty`},
 		},
 		{
 			name:       "nil op runs nothing",

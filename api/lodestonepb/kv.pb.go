@@ -87,20 +87,32 @@ const (
 	TxnOp_CHECK_NOT_EXISTS TxnOp_Verb = 7
 	// DELETE_CAS deletes if the key's ModifyIndex equals index.
 	TxnOp_DELETE_CAS TxnOp_Verb = 8
+	// LOCK acquires the key for session, setting value and flags (as a put
+	// with acquire); fails the transaction if it cannot.
+	TxnOp_LOCK TxnOp_Verb = 9
+	// UNLOCK releases the key held by session, setting value and flags.
+	TxnOp_UNLOCK TxnOp_Verb = 10
+	// CHECK_SESSION fails the transaction unless the key is held by
+	// session (an empty session checks the key is not held; a missing key
+	// fails).
+	TxnOp_CHECK_SESSION TxnOp_Verb = 11
 )
 
 // Enum value maps for TxnOp_Verb.
 var (
 	TxnOp_Verb_name = map[int32]string{
-		0: "VERB_UNSPECIFIED",
-		1: "SET",
-		2: "GET",
-		3: "DELETE",
-		4: "DELETE_PREFIX",
-		5: "CAS",
-		6: "CHECK_INDEX",
-		7: "CHECK_NOT_EXISTS",
-		8: "DELETE_CAS",
+		0:  "VERB_UNSPECIFIED",
+		1:  "SET",
+		2:  "GET",
+		3:  "DELETE",
+		4:  "DELETE_PREFIX",
+		5:  "CAS",
+		6:  "CHECK_INDEX",
+		7:  "CHECK_NOT_EXISTS",
+		8:  "DELETE_CAS",
+		9:  "LOCK",
+		10: "UNLOCK",
+		11: "CHECK_SESSION",
 	}
 	TxnOp_Verb_value = map[string]int32{
 		"VERB_UNSPECIFIED": 0,
@@ -112,6 +124,9 @@ var (
 		"CHECK_INDEX":      6,
 		"CHECK_NOT_EXISTS": 7,
 		"DELETE_CAS":       8,
+		"LOCK":             9,
+		"UNLOCK":           10,
+		"CHECK_SESSION":    11,
 	}
 )
 
@@ -603,7 +618,16 @@ type PutRequest struct {
 	Flags uint64                 `protobuf:"varint,3,opt,name=flags,proto3" json:"flags,omitempty"`
 	// cas, when set, makes the put conditional on the key's ModifyIndex:
 	// 0 means "only if the key does not exist".
-	Cas           *uint64 `protobuf:"varint,4,opt,name=cas,proto3,oneof" json:"cas,omitempty"`
+	Cas *uint64 `protobuf:"varint,4,opt,name=cas,proto3,oneof" json:"cas,omitempty"`
+	// session with acquire takes the key's lock for that session (Consul's
+	// ?acquire=): it succeeds if no other session holds the key and no lock
+	// delay is in force, writes value and flags, sets session, and
+	// increments lock_index unless the session already held it. With
+	// release (?release=) it writes value and flags and clears session if
+	// this session holds the key. Exactly one of acquire and release.
+	Session       string `protobuf:"bytes,5,opt,name=session,proto3" json:"session,omitempty"`
+	Acquire       bool   `protobuf:"varint,6,opt,name=acquire,proto3" json:"acquire,omitempty"`
+	Release       bool   `protobuf:"varint,7,opt,name=release,proto3" json:"release,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -664,6 +688,27 @@ func (x *PutRequest) GetCas() uint64 {
 		return *x.Cas
 	}
 	return 0
+}
+
+func (x *PutRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *PutRequest) GetAcquire() bool {
+	if x != nil {
+		return x.Acquire
+	}
+	return false
+}
+
+func (x *PutRequest) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
 }
 
 type PutResponse struct {
@@ -835,12 +880,14 @@ func (x *DeleteResponse) GetDeleted() uint64 {
 }
 
 type TxnOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Verb          TxnOp_Verb             `protobuf:"varint,1,opt,name=verb,proto3,enum=lodestone.v1.TxnOp_Verb" json:"verb,omitempty"`
-	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
-	Flags         uint64                 `protobuf:"varint,4,opt,name=flags,proto3" json:"flags,omitempty"`
-	Index         uint64                 `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Verb  TxnOp_Verb             `protobuf:"varint,1,opt,name=verb,proto3,enum=lodestone.v1.TxnOp_Verb" json:"verb,omitempty"`
+	Key   []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Value []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Flags uint64                 `protobuf:"varint,4,opt,name=flags,proto3" json:"flags,omitempty"`
+	Index uint64                 `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
+	// session is used by LOCK, UNLOCK and CHECK_SESSION.
+	Session       string `protobuf:"bytes,6,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -908,6 +955,13 @@ func (x *TxnOp) GetIndex() uint64 {
 		return x.Index
 	}
 	return 0
+}
+
+func (x *TxnOp) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
 }
 
 type TxnRequest struct {
@@ -1173,13 +1227,16 @@ const file_lodestone_v1_kv_proto_rawDesc = "" +
 	"\rRangeResponse\x124\n" +
 	"\x06header\x18\x01 \x01(\v2\x1c.lodestone.v1.ResponseHeaderR\x06header\x12(\n" +
 	"\x03kvs\x18\x02 \x03(\v2\x16.lodestone.v1.KeyValueR\x03kvs\x12\x12\n" +
-	"\x04more\x18\x03 \x01(\bR\x04more\"i\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\"\xb7\x01\n" +
 	"\n" +
 	"PutRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05flags\x18\x03 \x01(\x04R\x05flags\x12\x15\n" +
-	"\x03cas\x18\x04 \x01(\x04H\x00R\x03cas\x88\x01\x01B\x06\n" +
+	"\x03cas\x18\x04 \x01(\x04H\x00R\x03cas\x88\x01\x01\x12\x18\n" +
+	"\asession\x18\x05 \x01(\tR\asession\x12\x18\n" +
+	"\aacquire\x18\x06 \x01(\bR\aacquire\x12\x18\n" +
+	"\arelease\x18\a \x01(\bR\areleaseB\x06\n" +
 	"\x04_cas\"k\n" +
 	"\vPutResponse\x124\n" +
 	"\x06header\x18\x01 \x01(\v2\x1c.lodestone.v1.ResponseHeaderR\x06header\x12&\n" +
@@ -1191,13 +1248,14 @@ const file_lodestone_v1_kv_proto_rawDesc = "" +
 	"\x04_cas\"`\n" +
 	"\x0eDeleteResponse\x124\n" +
 	"\x06header\x18\x01 \x01(\v2\x1c.lodestone.v1.ResponseHeaderR\x06header\x12\x18\n" +
-	"\adeleted\x18\x02 \x01(\x04R\adeleted\"\x99\x02\n" +
+	"\adeleted\x18\x02 \x01(\x04R\adeleted\"\xdc\x02\n" +
 	"\x05TxnOp\x12,\n" +
 	"\x04verb\x18\x01 \x01(\x0e2\x18.lodestone.v1.TxnOp.VerbR\x04verb\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x14\n" +
 	"\x05flags\x18\x04 \x01(\x04R\x05flags\x12\x14\n" +
-	"\x05index\x18\x05 \x01(\x04R\x05index\"\x8d\x01\n" +
+	"\x05index\x18\x05 \x01(\x04R\x05index\x12\x18\n" +
+	"\asession\x18\x06 \x01(\tR\asession\"\xb6\x01\n" +
 	"\x04Verb\x12\x14\n" +
 	"\x10VERB_UNSPECIFIED\x10\x00\x12\a\n" +
 	"\x03SET\x10\x01\x12\a\n" +
@@ -1209,7 +1267,12 @@ const file_lodestone_v1_kv_proto_rawDesc = "" +
 	"\vCHECK_INDEX\x10\x06\x12\x14\n" +
 	"\x10CHECK_NOT_EXISTS\x10\a\x12\x0e\n" +
 	"\n" +
-	"DELETE_CAS\x10\b\"3\n" +
+	"DELETE_CAS\x10\b\x12\b\n" +
+	"\x04LOCK\x10\t\x12\n" +
+	"\n" +
+	"\x06UNLOCK\x10\n" +
+	"\x12\x11\n" +
+	"\rCHECK_SESSION\x10\v\"3\n" +
 	"\n" +
 	"TxnRequest\x12%\n" +
 	"\x03ops\x18\x01 \x03(\v2\x13.lodestone.v1.TxnOpR\x03ops\"9\n" +

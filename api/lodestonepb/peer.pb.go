@@ -33,7 +33,19 @@ type Command struct {
 	//	*Command_Delete
 	//	*Command_Txn
 	//	*Command_Member
-	Op            isCommand_Op `protobuf_oneof:"op"`
+	//	*Command_CatalogRegister
+	//	*Command_CatalogDeregister
+	//	*Command_CheckUpdate
+	//	*Command_SessionCreate
+	//	*Command_SessionDestroy
+	//	*Command_SessionRenew
+	//	*Command_SessionInvalidate
+	Op isCommand_Op `protobuf_oneof:"op"`
+	// time_unix_nano is the proposing server's clock when it proposed the
+	// command. Apply never reads a clock: lock delays, session creation and
+	// renewal times are measured in this time. Required by the catalog and
+	// session commands, by a put with acquire and by a txn with LOCK.
+	TimeUnixNano  int64 `protobuf:"varint,20,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -111,6 +123,76 @@ func (x *Command) GetMember() *Member {
 	return nil
 }
 
+func (x *Command) GetCatalogRegister() *CatalogRegisterRequest {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CatalogRegister); ok {
+			return x.CatalogRegister
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCatalogDeregister() *CatalogDeregisterRequest {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CatalogDeregister); ok {
+			return x.CatalogDeregister
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCheckUpdate() *UpdateCheckRequest {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CheckUpdate); ok {
+			return x.CheckUpdate
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSessionCreate() *CreateSessionRequest {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SessionCreate); ok {
+			return x.SessionCreate
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSessionDestroy() *DestroySessionRequest {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SessionDestroy); ok {
+			return x.SessionDestroy
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSessionRenew() *RenewSessionRequest {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SessionRenew); ok {
+			return x.SessionRenew
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSessionInvalidate() *SessionInvalidate {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SessionInvalidate); ok {
+			return x.SessionInvalidate
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -133,6 +215,44 @@ type Command_Member struct {
 	Member *Member `protobuf:"bytes,4,opt,name=member,proto3,oneof"`
 }
 
+type Command_CatalogRegister struct {
+	// catalog_register upserts a node, optionally one service, and checks.
+	CatalogRegister *CatalogRegisterRequest `protobuf:"bytes,10,opt,name=catalog_register,json=catalogRegister,proto3,oneof"`
+}
+
+type Command_CatalogDeregister struct {
+	// catalog_deregister removes a node, a service or a check (and
+	// invalidates the sessions that depended on them).
+	CatalogDeregister *CatalogDeregisterRequest `protobuf:"bytes,11,opt,name=catalog_deregister,json=catalogDeregister,proto3,oneof"`
+}
+
+type Command_CheckUpdate struct {
+	// check_update records a check's status transition (agents); a
+	// critical status invalidates the sessions bound to the check.
+	CheckUpdate *UpdateCheckRequest `protobuf:"bytes,12,opt,name=check_update,json=checkUpdate,proto3,oneof"`
+}
+
+type Command_SessionCreate struct {
+	// session_create creates a session; session.id is set by the proposer.
+	SessionCreate *CreateSessionRequest `protobuf:"bytes,13,opt,name=session_create,json=sessionCreate,proto3,oneof"`
+}
+
+type Command_SessionDestroy struct {
+	// session_destroy destroys a session at a client's request.
+	SessionDestroy *DestroySessionRequest `protobuf:"bytes,14,opt,name=session_destroy,json=sessionDestroy,proto3,oneof"`
+}
+
+type Command_SessionRenew struct {
+	// session_renew records a TTL renewal (no index moves, no event).
+	SessionRenew *RenewSessionRequest `protobuf:"bytes,15,opt,name=session_renew,json=sessionRenew,proto3,oneof"`
+}
+
+type Command_SessionInvalidate struct {
+	// session_invalidate is proposed by the leader when TTLs expire or a
+	// node fails.
+	SessionInvalidate *SessionInvalidate `protobuf:"bytes,16,opt,name=session_invalidate,json=sessionInvalidate,proto3,oneof"`
+}
+
 func (*Command_Put) isCommand_Op() {}
 
 func (*Command_Delete) isCommand_Op() {}
@@ -140,6 +260,191 @@ func (*Command_Delete) isCommand_Op() {}
 func (*Command_Txn) isCommand_Op() {}
 
 func (*Command_Member) isCommand_Op() {}
+
+func (*Command_CatalogRegister) isCommand_Op() {}
+
+func (*Command_CatalogDeregister) isCommand_Op() {}
+
+func (*Command_CheckUpdate) isCommand_Op() {}
+
+func (*Command_SessionCreate) isCommand_Op() {}
+
+func (*Command_SessionDestroy) isCommand_Op() {}
+
+func (*Command_SessionRenew) isCommand_Op() {}
+
+func (*Command_SessionInvalidate) isCommand_Op() {}
+
+// SessionInvalidate invalidates sessions as if destroyed: their behavior
+// (release or delete) is applied to the keys they hold, and their lock
+// delay starts at the command's time. Unknown ids are skipped.
+type SessionInvalidate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ids lists sessions to invalidate.
+	Ids []string `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"`
+	// node, when set, also invalidates every session on that node (gossip
+	// failure).
+	Node string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	// ttl_expired_at_unix_nano, when non-zero, limits the command to
+	// sessions with a TTL that have expired at that time by the store's own
+	// reckoning (renewed_unix_nano + ttl * SessionTTLMultiplier <= it), so a
+	// renewal committed before this command wins. The leader sets it to the
+	// time it used to find them expired.
+	TtlExpiredAtUnixNano int64 `protobuf:"varint,3,opt,name=ttl_expired_at_unix_nano,json=ttlExpiredAtUnixNano,proto3" json:"ttl_expired_at_unix_nano,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *SessionInvalidate) Reset() {
+	*x = SessionInvalidate{}
+	mi := &file_lodestone_v1_peer_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionInvalidate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionInvalidate) ProtoMessage() {}
+
+func (x *SessionInvalidate) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_peer_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionInvalidate.ProtoReflect.Descriptor instead.
+func (*SessionInvalidate) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SessionInvalidate) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *SessionInvalidate) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *SessionInvalidate) GetTtlExpiredAtUnixNano() int64 {
+	if x != nil {
+		return x.TtlExpiredAtUnixNano
+	}
+	return 0
+}
+
+// SessionInvalidateResult lists the sessions actually invalidated, sorted.
+type SessionInvalidateResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Invalidated   []string               `protobuf:"bytes,1,rep,name=invalidated,proto3" json:"invalidated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionInvalidateResult) Reset() {
+	*x = SessionInvalidateResult{}
+	mi := &file_lodestone_v1_peer_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionInvalidateResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionInvalidateResult) ProtoMessage() {}
+
+func (x *SessionInvalidateResult) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_peer_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionInvalidateResult.ProtoReflect.Descriptor instead.
+func (*SessionInvalidateResult) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SessionInvalidateResult) GetInvalidated() []string {
+	if x != nil {
+		return x.Invalidated
+	}
+	return nil
+}
+
+// Rejection says why a well-formed command was refused by the state it met
+// (an unknown session, an unregistered node, ...). Nothing changed.
+type Rejection struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rule is one of the store's Reject* names; stable.
+	Rule          string `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Detail        string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rejection) Reset() {
+	*x = Rejection{}
+	mi := &file_lodestone_v1_peer_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rejection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rejection) ProtoMessage() {}
+
+func (x *Rejection) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_peer_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rejection.ProtoReflect.Descriptor instead.
+func (*Rejection) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Rejection) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *Rejection) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
 
 // CommandResult is what applying a Command produced.
 type CommandResult struct {
@@ -149,16 +454,31 @@ type CommandResult struct {
 	//	*CommandResult_Put
 	//	*CommandResult_Delete
 	//	*CommandResult_Txn
+	//	*CommandResult_CatalogRegister
+	//	*CommandResult_CatalogDeregister
+	//	*CommandResult_CheckUpdate
+	//	*CommandResult_SessionCreate
+	//	*CommandResult_SessionDestroy
+	//	*CommandResult_SessionRenew
+	//	*CommandResult_SessionInvalidate
 	Result isCommandResult_Result `protobuf_oneof:"result"`
 	// cas_failed is set when a conditional put or delete did not match.
-	CasFailed     bool `protobuf:"varint,4,opt,name=cas_failed,json=casFailed,proto3" json:"cas_failed,omitempty"`
+	CasFailed bool `protobuf:"varint,4,opt,name=cas_failed,json=casFailed,proto3" json:"cas_failed,omitempty"`
+	// lock_failed is set when a put with acquire or release did not take
+	// effect (another session holds the key, the lock delay is in force, or
+	// the key is not held by that session): nothing was written, and the put
+	// result carries the current entry. Consul answers such a put "false".
+	LockFailed bool `protobuf:"varint,20,opt,name=lock_failed,json=lockFailed,proto3" json:"lock_failed,omitempty"`
+	// rejected is set when the command was refused by the state it met;
+	// nothing changed. The server answers with an error (store.ResultError).
+	Rejected      *Rejection `protobuf:"bytes,21,opt,name=rejected,proto3" json:"rejected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[1]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -170,7 +490,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[1]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -183,7 +503,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{1}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CommandResult) GetResult() isCommandResult_Result {
@@ -220,11 +540,88 @@ func (x *CommandResult) GetTxn() *TxnResponse {
 	return nil
 }
 
+func (x *CommandResult) GetCatalogRegister() *CatalogRegisterResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CommandResult_CatalogRegister); ok {
+			return x.CatalogRegister
+		}
+	}
+	return nil
+}
+
+func (x *CommandResult) GetCatalogDeregister() *CatalogDeregisterResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CommandResult_CatalogDeregister); ok {
+			return x.CatalogDeregister
+		}
+	}
+	return nil
+}
+
+func (x *CommandResult) GetCheckUpdate() *UpdateCheckResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CommandResult_CheckUpdate); ok {
+			return x.CheckUpdate
+		}
+	}
+	return nil
+}
+
+func (x *CommandResult) GetSessionCreate() *CreateSessionResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CommandResult_SessionCreate); ok {
+			return x.SessionCreate
+		}
+	}
+	return nil
+}
+
+func (x *CommandResult) GetSessionDestroy() *DestroySessionResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CommandResult_SessionDestroy); ok {
+			return x.SessionDestroy
+		}
+	}
+	return nil
+}
+
+func (x *CommandResult) GetSessionRenew() *RenewSessionResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CommandResult_SessionRenew); ok {
+			return x.SessionRenew
+		}
+	}
+	return nil
+}
+
+func (x *CommandResult) GetSessionInvalidate() *SessionInvalidateResult {
+	if x != nil {
+		if x, ok := x.Result.(*CommandResult_SessionInvalidate); ok {
+			return x.SessionInvalidate
+		}
+	}
+	return nil
+}
+
 func (x *CommandResult) GetCasFailed() bool {
 	if x != nil {
 		return x.CasFailed
 	}
 	return false
+}
+
+func (x *CommandResult) GetLockFailed() bool {
+	if x != nil {
+		return x.LockFailed
+	}
+	return false
+}
+
+func (x *CommandResult) GetRejected() *Rejection {
+	if x != nil {
+		return x.Rejected
+	}
+	return nil
 }
 
 type isCommandResult_Result interface {
@@ -243,11 +640,53 @@ type CommandResult_Txn struct {
 	Txn *TxnResponse `protobuf:"bytes,3,opt,name=txn,proto3,oneof"`
 }
 
+type CommandResult_CatalogRegister struct {
+	CatalogRegister *CatalogRegisterResponse `protobuf:"bytes,10,opt,name=catalog_register,json=catalogRegister,proto3,oneof"`
+}
+
+type CommandResult_CatalogDeregister struct {
+	CatalogDeregister *CatalogDeregisterResponse `protobuf:"bytes,11,opt,name=catalog_deregister,json=catalogDeregister,proto3,oneof"`
+}
+
+type CommandResult_CheckUpdate struct {
+	CheckUpdate *UpdateCheckResponse `protobuf:"bytes,12,opt,name=check_update,json=checkUpdate,proto3,oneof"`
+}
+
+type CommandResult_SessionCreate struct {
+	SessionCreate *CreateSessionResponse `protobuf:"bytes,13,opt,name=session_create,json=sessionCreate,proto3,oneof"`
+}
+
+type CommandResult_SessionDestroy struct {
+	SessionDestroy *DestroySessionResponse `protobuf:"bytes,14,opt,name=session_destroy,json=sessionDestroy,proto3,oneof"`
+}
+
+type CommandResult_SessionRenew struct {
+	SessionRenew *RenewSessionResponse `protobuf:"bytes,15,opt,name=session_renew,json=sessionRenew,proto3,oneof"`
+}
+
+type CommandResult_SessionInvalidate struct {
+	SessionInvalidate *SessionInvalidateResult `protobuf:"bytes,16,opt,name=session_invalidate,json=sessionInvalidate,proto3,oneof"`
+}
+
 func (*CommandResult_Put) isCommandResult_Result() {}
 
 func (*CommandResult_Delete) isCommandResult_Result() {}
 
 func (*CommandResult_Txn) isCommandResult_Result() {}
+
+func (*CommandResult_CatalogRegister) isCommandResult_Result() {}
+
+func (*CommandResult_CatalogDeregister) isCommandResult_Result() {}
+
+func (*CommandResult_CheckUpdate) isCommandResult_Result() {}
+
+func (*CommandResult_SessionCreate) isCommandResult_Result() {}
+
+func (*CommandResult_SessionDestroy) isCommandResult_Result() {}
+
+func (*CommandResult_SessionRenew) isCommandResult_Result() {}
+
+func (*CommandResult_SessionInvalidate) isCommandResult_Result() {}
 
 // ConfChangeContext travels in a ConfChange's context so every node learns
 // the addresses of a member when the change is applied.
@@ -262,7 +701,7 @@ type ConfChangeContext struct {
 
 func (x *ConfChangeContext) Reset() {
 	*x = ConfChangeContext{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[2]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -274,7 +713,7 @@ func (x *ConfChangeContext) String() string {
 func (*ConfChangeContext) ProtoMessage() {}
 
 func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[2]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -287,7 +726,7 @@ func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeContext.ProtoReflect.Descriptor instead.
 func (*ConfChangeContext) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{2}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ConfChangeContext) GetMember() *Member {
@@ -314,7 +753,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[3]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -326,7 +765,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[3]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -339,7 +778,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{3}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RaftBatch) GetMsgs() [][]byte {
@@ -357,7 +796,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[4]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +808,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[4]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +821,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{4}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 // SnapshotChunk streams one MsgSnap: the first chunk carries the message
@@ -400,7 +839,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[5]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -412,7 +851,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[5]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -425,7 +864,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{5}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SnapshotChunk) GetMessage() []byte {
@@ -466,7 +905,7 @@ type ConfChangeRequest struct {
 
 func (x *ConfChangeRequest) Reset() {
 	*x = ConfChangeRequest{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[6]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +917,7 @@ func (x *ConfChangeRequest) String() string {
 func (*ConfChangeRequest) ProtoMessage() {}
 
 func (x *ConfChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[6]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +930,7 @@ func (x *ConfChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeRequest.ProtoReflect.Descriptor instead.
 func (*ConfChangeRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{6}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ConfChangeRequest) GetChange() []byte {
@@ -511,7 +950,7 @@ type ConfChangeResponse struct {
 
 func (x *ConfChangeResponse) Reset() {
 	*x = ConfChangeResponse{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[7]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +962,7 @@ func (x *ConfChangeResponse) String() string {
 func (*ConfChangeResponse) ProtoMessage() {}
 
 func (x *ConfChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[7]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +975,7 @@ func (x *ConfChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeResponse.ProtoReflect.Descriptor instead.
 func (*ConfChangeResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ConfChangeResponse) GetMembers() []*Member {
@@ -557,19 +996,48 @@ var File_lodestone_v1_peer_proto protoreflect.FileDescriptor
 
 const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x17lodestone/v1/peer.proto\x12\flodestone.v1\x1a\x15lodestone/v1/kv.proto\x1a\x1alodestone/v1/cluster.proto\"\xd2\x01\n" +
+	"\x17lodestone/v1/peer.proto\x12\flodestone.v1\x1a\x15lodestone/v1/kv.proto\x1a\x1alodestone/v1/cluster.proto\x1a\x1alodestone/v1/catalog.proto\"\xa4\x06\n" +
 	"\aCommand\x12,\n" +
 	"\x03put\x18\x01 \x01(\v2\x18.lodestone.v1.PutRequestH\x00R\x03put\x125\n" +
 	"\x06delete\x18\x02 \x01(\v2\x1b.lodestone.v1.DeleteRequestH\x00R\x06delete\x12,\n" +
 	"\x03txn\x18\x03 \x01(\v2\x18.lodestone.v1.TxnRequestH\x00R\x03txn\x12.\n" +
-	"\x06member\x18\x04 \x01(\v2\x14.lodestone.v1.MemberH\x00R\x06memberB\x04\n" +
-	"\x02op\"\xce\x01\n" +
+	"\x06member\x18\x04 \x01(\v2\x14.lodestone.v1.MemberH\x00R\x06member\x12Q\n" +
+	"\x10catalog_register\x18\n" +
+	" \x01(\v2$.lodestone.v1.CatalogRegisterRequestH\x00R\x0fcatalogRegister\x12W\n" +
+	"\x12catalog_deregister\x18\v \x01(\v2&.lodestone.v1.CatalogDeregisterRequestH\x00R\x11catalogDeregister\x12E\n" +
+	"\fcheck_update\x18\f \x01(\v2 .lodestone.v1.UpdateCheckRequestH\x00R\vcheckUpdate\x12K\n" +
+	"\x0esession_create\x18\r \x01(\v2\".lodestone.v1.CreateSessionRequestH\x00R\rsessionCreate\x12N\n" +
+	"\x0fsession_destroy\x18\x0e \x01(\v2#.lodestone.v1.DestroySessionRequestH\x00R\x0esessionDestroy\x12H\n" +
+	"\rsession_renew\x18\x0f \x01(\v2!.lodestone.v1.RenewSessionRequestH\x00R\fsessionRenew\x12P\n" +
+	"\x12session_invalidate\x18\x10 \x01(\v2\x1f.lodestone.v1.SessionInvalidateH\x00R\x11sessionInvalidate\x12$\n" +
+	"\x0etime_unix_nano\x18\x14 \x01(\x03R\ftimeUnixNanoB\x04\n" +
+	"\x02op\"q\n" +
+	"\x11SessionInvalidate\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\tR\x03ids\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x126\n" +
+	"\x18ttl_expired_at_unix_nano\x18\x03 \x01(\x03R\x14ttlExpiredAtUnixNano\";\n" +
+	"\x17SessionInvalidateResult\x12 \n" +
+	"\vinvalidated\x18\x01 \x03(\tR\vinvalidated\"7\n" +
+	"\tRejection\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\"\xdc\x06\n" +
 	"\rCommandResult\x12-\n" +
 	"\x03put\x18\x01 \x01(\v2\x19.lodestone.v1.PutResponseH\x00R\x03put\x126\n" +
 	"\x06delete\x18\x02 \x01(\v2\x1c.lodestone.v1.DeleteResponseH\x00R\x06delete\x12-\n" +
-	"\x03txn\x18\x03 \x01(\v2\x19.lodestone.v1.TxnResponseH\x00R\x03txn\x12\x1d\n" +
+	"\x03txn\x18\x03 \x01(\v2\x19.lodestone.v1.TxnResponseH\x00R\x03txn\x12R\n" +
+	"\x10catalog_register\x18\n" +
+	" \x01(\v2%.lodestone.v1.CatalogRegisterResponseH\x00R\x0fcatalogRegister\x12X\n" +
+	"\x12catalog_deregister\x18\v \x01(\v2'.lodestone.v1.CatalogDeregisterResponseH\x00R\x11catalogDeregister\x12F\n" +
+	"\fcheck_update\x18\f \x01(\v2!.lodestone.v1.UpdateCheckResponseH\x00R\vcheckUpdate\x12L\n" +
+	"\x0esession_create\x18\r \x01(\v2#.lodestone.v1.CreateSessionResponseH\x00R\rsessionCreate\x12O\n" +
+	"\x0fsession_destroy\x18\x0e \x01(\v2$.lodestone.v1.DestroySessionResponseH\x00R\x0esessionDestroy\x12I\n" +
+	"\rsession_renew\x18\x0f \x01(\v2\".lodestone.v1.RenewSessionResponseH\x00R\fsessionRenew\x12V\n" +
+	"\x12session_invalidate\x18\x10 \x01(\v2%.lodestone.v1.SessionInvalidateResultH\x00R\x11sessionInvalidate\x12\x1d\n" +
 	"\n" +
-	"cas_failed\x18\x04 \x01(\bR\tcasFailedB\b\n" +
+	"cas_failed\x18\x04 \x01(\bR\tcasFailed\x12\x1f\n" +
+	"\vlock_failed\x18\x14 \x01(\bR\n" +
+	"lockFailed\x123\n" +
+	"\brejected\x18\x15 \x01(\v2\x17.lodestone.v1.RejectionR\brejectedB\b\n" +
 	"\x06result\"`\n" +
 	"\x11ConfChangeContext\x12,\n" +
 	"\x06member\x18\x01 \x01(\v2\x14.lodestone.v1.MemberR\x06member\x12\x1d\n" +
@@ -607,49 +1075,79 @@ func file_lodestone_v1_peer_proto_rawDescGZIP() []byte {
 	return file_lodestone_v1_peer_proto_rawDescData
 }
 
-var file_lodestone_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_lodestone_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_lodestone_v1_peer_proto_goTypes = []any{
-	(*Command)(nil),                // 0: lodestone.v1.Command
-	(*CommandResult)(nil),          // 1: lodestone.v1.CommandResult
-	(*ConfChangeContext)(nil),      // 2: lodestone.v1.ConfChangeContext
-	(*RaftBatch)(nil),              // 3: lodestone.v1.RaftBatch
-	(*RaftAck)(nil),                // 4: lodestone.v1.RaftAck
-	(*SnapshotChunk)(nil),          // 5: lodestone.v1.SnapshotChunk
-	(*ConfChangeRequest)(nil),      // 6: lodestone.v1.ConfChangeRequest
-	(*ConfChangeResponse)(nil),     // 7: lodestone.v1.ConfChangeResponse
-	(*PutRequest)(nil),             // 8: lodestone.v1.PutRequest
-	(*DeleteRequest)(nil),          // 9: lodestone.v1.DeleteRequest
-	(*TxnRequest)(nil),             // 10: lodestone.v1.TxnRequest
-	(*Member)(nil),                 // 11: lodestone.v1.Member
-	(*PutResponse)(nil),            // 12: lodestone.v1.PutResponse
-	(*DeleteResponse)(nil),         // 13: lodestone.v1.DeleteResponse
-	(*TxnResponse)(nil),            // 14: lodestone.v1.TxnResponse
-	(*TransferLeaderRequest)(nil),  // 15: lodestone.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 16: lodestone.v1.TransferLeaderResponse
+	(*Command)(nil),                   // 0: lodestone.v1.Command
+	(*SessionInvalidate)(nil),         // 1: lodestone.v1.SessionInvalidate
+	(*SessionInvalidateResult)(nil),   // 2: lodestone.v1.SessionInvalidateResult
+	(*Rejection)(nil),                 // 3: lodestone.v1.Rejection
+	(*CommandResult)(nil),             // 4: lodestone.v1.CommandResult
+	(*ConfChangeContext)(nil),         // 5: lodestone.v1.ConfChangeContext
+	(*RaftBatch)(nil),                 // 6: lodestone.v1.RaftBatch
+	(*RaftAck)(nil),                   // 7: lodestone.v1.RaftAck
+	(*SnapshotChunk)(nil),             // 8: lodestone.v1.SnapshotChunk
+	(*ConfChangeRequest)(nil),         // 9: lodestone.v1.ConfChangeRequest
+	(*ConfChangeResponse)(nil),        // 10: lodestone.v1.ConfChangeResponse
+	(*PutRequest)(nil),                // 11: lodestone.v1.PutRequest
+	(*DeleteRequest)(nil),             // 12: lodestone.v1.DeleteRequest
+	(*TxnRequest)(nil),                // 13: lodestone.v1.TxnRequest
+	(*Member)(nil),                    // 14: lodestone.v1.Member
+	(*CatalogRegisterRequest)(nil),    // 15: lodestone.v1.CatalogRegisterRequest
+	(*CatalogDeregisterRequest)(nil),  // 16: lodestone.v1.CatalogDeregisterRequest
+	(*UpdateCheckRequest)(nil),        // 17: lodestone.v1.UpdateCheckRequest
+	(*CreateSessionRequest)(nil),      // 18: lodestone.v1.CreateSessionRequest
+	(*DestroySessionRequest)(nil),     // 19: lodestone.v1.DestroySessionRequest
+	(*RenewSessionRequest)(nil),       // 20: lodestone.v1.RenewSessionRequest
+	(*PutResponse)(nil),               // 21: lodestone.v1.PutResponse
+	(*DeleteResponse)(nil),            // 22: lodestone.v1.DeleteResponse
+	(*TxnResponse)(nil),               // 23: lodestone.v1.TxnResponse
+	(*CatalogRegisterResponse)(nil),   // 24: lodestone.v1.CatalogRegisterResponse
+	(*CatalogDeregisterResponse)(nil), // 25: lodestone.v1.CatalogDeregisterResponse
+	(*UpdateCheckResponse)(nil),       // 26: lodestone.v1.UpdateCheckResponse
+	(*CreateSessionResponse)(nil),     // 27: lodestone.v1.CreateSessionResponse
+	(*DestroySessionResponse)(nil),    // 28: lodestone.v1.DestroySessionResponse
+	(*RenewSessionResponse)(nil),      // 29: lodestone.v1.RenewSessionResponse
+	(*TransferLeaderRequest)(nil),     // 30: lodestone.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),    // 31: lodestone.v1.TransferLeaderResponse
 }
 var file_lodestone_v1_peer_proto_depIdxs = []int32{
-	8,  // 0: lodestone.v1.Command.put:type_name -> lodestone.v1.PutRequest
-	9,  // 1: lodestone.v1.Command.delete:type_name -> lodestone.v1.DeleteRequest
-	10, // 2: lodestone.v1.Command.txn:type_name -> lodestone.v1.TxnRequest
-	11, // 3: lodestone.v1.Command.member:type_name -> lodestone.v1.Member
-	12, // 4: lodestone.v1.CommandResult.put:type_name -> lodestone.v1.PutResponse
-	13, // 5: lodestone.v1.CommandResult.delete:type_name -> lodestone.v1.DeleteResponse
-	14, // 6: lodestone.v1.CommandResult.txn:type_name -> lodestone.v1.TxnResponse
-	11, // 7: lodestone.v1.ConfChangeContext.member:type_name -> lodestone.v1.Member
-	11, // 8: lodestone.v1.ConfChangeResponse.members:type_name -> lodestone.v1.Member
-	3,  // 9: lodestone.v1.Peer.Send:input_type -> lodestone.v1.RaftBatch
-	5,  // 10: lodestone.v1.Peer.Snapshot:input_type -> lodestone.v1.SnapshotChunk
-	6,  // 11: lodestone.v1.Peer.ChangeConf:input_type -> lodestone.v1.ConfChangeRequest
-	15, // 12: lodestone.v1.Peer.TransferLeader:input_type -> lodestone.v1.TransferLeaderRequest
-	4,  // 13: lodestone.v1.Peer.Send:output_type -> lodestone.v1.RaftAck
-	4,  // 14: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
-	7,  // 15: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
-	16, // 16: lodestone.v1.Peer.TransferLeader:output_type -> lodestone.v1.TransferLeaderResponse
-	13, // [13:17] is the sub-list for method output_type
-	9,  // [9:13] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	11, // 0: lodestone.v1.Command.put:type_name -> lodestone.v1.PutRequest
+	12, // 1: lodestone.v1.Command.delete:type_name -> lodestone.v1.DeleteRequest
+	13, // 2: lodestone.v1.Command.txn:type_name -> lodestone.v1.TxnRequest
+	14, // 3: lodestone.v1.Command.member:type_name -> lodestone.v1.Member
+	15, // 4: lodestone.v1.Command.catalog_register:type_name -> lodestone.v1.CatalogRegisterRequest
+	16, // 5: lodestone.v1.Command.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterRequest
+	17, // 6: lodestone.v1.Command.check_update:type_name -> lodestone.v1.UpdateCheckRequest
+	18, // 7: lodestone.v1.Command.session_create:type_name -> lodestone.v1.CreateSessionRequest
+	19, // 8: lodestone.v1.Command.session_destroy:type_name -> lodestone.v1.DestroySessionRequest
+	20, // 9: lodestone.v1.Command.session_renew:type_name -> lodestone.v1.RenewSessionRequest
+	1,  // 10: lodestone.v1.Command.session_invalidate:type_name -> lodestone.v1.SessionInvalidate
+	21, // 11: lodestone.v1.CommandResult.put:type_name -> lodestone.v1.PutResponse
+	22, // 12: lodestone.v1.CommandResult.delete:type_name -> lodestone.v1.DeleteResponse
+	23, // 13: lodestone.v1.CommandResult.txn:type_name -> lodestone.v1.TxnResponse
+	24, // 14: lodestone.v1.CommandResult.catalog_register:type_name -> lodestone.v1.CatalogRegisterResponse
+	25, // 15: lodestone.v1.CommandResult.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterResponse
+	26, // 16: lodestone.v1.CommandResult.check_update:type_name -> lodestone.v1.UpdateCheckResponse
+	27, // 17: lodestone.v1.CommandResult.session_create:type_name -> lodestone.v1.CreateSessionResponse
+	28, // 18: lodestone.v1.CommandResult.session_destroy:type_name -> lodestone.v1.DestroySessionResponse
+	29, // 19: lodestone.v1.CommandResult.session_renew:type_name -> lodestone.v1.RenewSessionResponse
+	2,  // 20: lodestone.v1.CommandResult.session_invalidate:type_name -> lodestone.v1.SessionInvalidateResult
+	3,  // 21: lodestone.v1.CommandResult.rejected:type_name -> lodestone.v1.Rejection
+	14, // 22: lodestone.v1.ConfChangeContext.member:type_name -> lodestone.v1.Member
+	14, // 23: lodestone.v1.ConfChangeResponse.members:type_name -> lodestone.v1.Member
+	6,  // 24: lodestone.v1.Peer.Send:input_type -> lodestone.v1.RaftBatch
+	8,  // 25: lodestone.v1.Peer.Snapshot:input_type -> lodestone.v1.SnapshotChunk
+	9,  // 26: lodestone.v1.Peer.ChangeConf:input_type -> lodestone.v1.ConfChangeRequest
+	30, // 27: lodestone.v1.Peer.TransferLeader:input_type -> lodestone.v1.TransferLeaderRequest
+	7,  // 28: lodestone.v1.Peer.Send:output_type -> lodestone.v1.RaftAck
+	7,  // 29: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
+	10, // 30: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
+	31, // 31: lodestone.v1.Peer.TransferLeader:output_type -> lodestone.v1.TransferLeaderResponse
+	28, // [28:32] is the sub-list for method output_type
+	24, // [24:28] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_lodestone_v1_peer_proto_init() }
@@ -659,16 +1157,31 @@ func file_lodestone_v1_peer_proto_init() {
 	}
 	file_lodestone_v1_kv_proto_init()
 	file_lodestone_v1_cluster_proto_init()
+	file_lodestone_v1_catalog_proto_init()
 	file_lodestone_v1_peer_proto_msgTypes[0].OneofWrappers = []any{
 		(*Command_Put)(nil),
 		(*Command_Delete)(nil),
 		(*Command_Txn)(nil),
 		(*Command_Member)(nil),
+		(*Command_CatalogRegister)(nil),
+		(*Command_CatalogDeregister)(nil),
+		(*Command_CheckUpdate)(nil),
+		(*Command_SessionCreate)(nil),
+		(*Command_SessionDestroy)(nil),
+		(*Command_SessionRenew)(nil),
+		(*Command_SessionInvalidate)(nil),
 	}
-	file_lodestone_v1_peer_proto_msgTypes[1].OneofWrappers = []any{
+	file_lodestone_v1_peer_proto_msgTypes[4].OneofWrappers = []any{
 		(*CommandResult_Put)(nil),
 		(*CommandResult_Delete)(nil),
 		(*CommandResult_Txn)(nil),
+		(*CommandResult_CatalogRegister)(nil),
+		(*CommandResult_CatalogDeregister)(nil),
+		(*CommandResult_CheckUpdate)(nil),
+		(*CommandResult_SessionCreate)(nil),
+		(*CommandResult_SessionDestroy)(nil),
+		(*CommandResult_SessionRenew)(nil),
+		(*CommandResult_SessionInvalidate)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -676,7 +1189,7 @@ func file_lodestone_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lodestone_v1_peer_proto_rawDesc), len(file_lodestone_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
