@@ -2,6 +2,7 @@ package raftlog_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math"
 	"testing"
@@ -163,15 +164,20 @@ var conformanceCases = []struct {
 // reopen says whether the case also reopens the log and compares again; the
 // file is the same whatever the cache, so two variants suffice: one that
 // reloads the cache from disk and one that reads every entry from bbolt.
+//
+// rotate rotates raft.db (Rotate with Verify) after the steps, so every
+// answer is read from the rotated file: rotation must not change any.
 var logVariants = []struct {
 	name   string
 	opts   raftlog.Options
 	reopen bool
+	rotate bool
 }{
-	{"cache", raftlog.Options{}, true},
-	{"cache=off", raftlog.Options{CacheEntries: -1}, true},
-	{"cache=1", raftlog.Options{CacheEntries: 1}, false},
-	{"cache=100B", raftlog.Options{CacheEntries: 4, CacheBytes: 100}, false},
+	{"cache", raftlog.Options{}, true, false},
+	{"cache=off", raftlog.Options{CacheEntries: -1}, true, false},
+	{"cache=1", raftlog.Options{CacheEntries: 1}, false, false},
+	{"cache=100B", raftlog.Options{CacheEntries: 4, CacheBytes: 100}, false, false},
+	{"cache=off,rotated", raftlog.Options{CacheEntries: -1}, true, true},
 }
 
 // TestConformance runs every case against raft.MemoryStorage and each Log
@@ -188,6 +194,11 @@ func TestConformance(t *testing.T) {
 					for _, st := range tc.steps {
 						if got, want := errClass(st.do(l)), errClass(st.do(ref)); got != want {
 							t.Errorf("%s: got %s, want %s", st.name, got, want)
+						}
+					}
+					if v.rotate {
+						if _, err := l.Rotate(context.Background(), raftlog.RotateOptions{Verify: true}); err != nil {
+							t.Fatalf("Rotate: %v", err)
 						}
 					}
 					assertSameStorage(t, ref, l)

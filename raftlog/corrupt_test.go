@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
@@ -355,4 +356,42 @@ func TestBitRotInFile(t *testing.T) {
 			t.Fatalf("Entries(1, 4) = %s, %v; want the 3 intact entries", describe(ents), err)
 		}
 	})
+}
+
+// TestDamagedPagesDoNotCrash is the regression for a crash found by
+// tools/compact's tests: bbolt rebuilds the freelist of a NoFreelistSync
+// file on a goroutine of its own, where a page whose header was overwritten
+// made it panic and kill the process. Open and Inspect must report
+// ErrCorrupt instead (FORMAT.md step 1).
+func TestDamagedPagesDoNotCrash(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir, raftlog.Options{RotateFreeRatio: -1})
+	for i := uint64(1); i <= 2000; i += 100 {
+		terms := make([]uint64, 100)
+		for k := range terms {
+			terms[k] = 1
+		}
+		if err := l.Save(hardState(1, 1, i+99), mkEnts(i, terms...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustClose(t, l)
+	path := filepath.Join(dir, "raft.db")
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := f.Stat()
+	if _, err := f.WriteAt(bytes.Repeat([]byte{0xAB}, 64<<10), fi.Size()/4); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raftlog.Open(dir, raftlog.Options{}); !errors.Is(err, raftlog.ErrCorrupt) {
+		t.Errorf("Open = %v, want ErrCorrupt", err)
+	}
+	if _, err := raftlog.Inspect(dir, time.Second); !errors.Is(err, raftlog.ErrCorrupt) {
+		t.Errorf("Inspect = %v, want ErrCorrupt", err)
+	}
 }

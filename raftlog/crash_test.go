@@ -3,13 +3,17 @@ package raftlog_test
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,6 +40,10 @@ import (
 const (
 	crashDirEnv  = "RAFTLOG_CRASH_CHILD_DIR"
 	crashSeedEnv = "RAFTLOG_CRASH_CHILD_SEED"
+	// crashKillAtEnv names a rotation step (raftlog.RotateSteps): the child
+	// rotates raft.db over and over while the workload runs, and SIGKILLs
+	// itself when a rotation reaches that step.
+	crashKillAtEnv = "RAFTLOG_CRASH_CHILD_KILL_AT"
 )
 
 var crashConfState = raftpb.ConfState{Voters: []uint64{1, 2, 3}}
@@ -174,19 +182,52 @@ func TestCrashChild(t *testing.T) {
 		t.Skip("run by TestCrashRecovery in a child process")
 	}
 	seed, _ := strconv.ParseUint(os.Getenv(crashSeedEnv), 10, 64)
-	if err := crashWorkload(dir, seed); err != nil {
+	if err := crashWorkload(dir, seed, os.Getenv(crashKillAtEnv)); err != nil {
 		fmt.Printf("E %v\n", err)
 		os.Exit(3)
 	}
 }
 
-func crashWorkload(dir string, seed uint64) error {
+func crashWorkload(dir string, seed uint64, killAt string) error {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	l, err := raftlog.Open(dir, raftlog.Options{CacheEntries: 64})
+	opts := raftlog.Options{CacheEntries: 64, RotateFreeRatio: -1}
+	if killAt != "" {
+		opts = raftlog.WithRotateHook(opts, 8, func(step string) {
+			if step == killAt {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // the signal is on its way
+			}
+		})
+	}
+	l, err := raftlog.Open(dir, opts)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
+	startRotating := make(chan struct{})
+	rotateAfter := 10 + rng.IntN(150) // operations before the first rotation
+	if killAt != "" {
+		// Rotate over and over, concurrently with the workload, until a
+		// rotation reaches killAt. One may find an empty log and skip the
+		// "copy" step; later ones copy what the workload wrote.
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		defer func() { cancel(); <-done }()
+		go func() {
+			defer close(done)
+			select {
+			case <-startRotating:
+			case <-ctx.Done():
+				return
+			}
+			for ctx.Err() == nil {
+				if _, err := l.Rotate(ctx, raftlog.RotateOptions{}); err != nil && ctx.Err() == nil {
+					fmt.Printf("E rotate: %v\n", err)
+					os.Exit(3)
+				}
+			}
+		}()
+	}
 	hs, _, _ := l.InitialState()
 	first, _ := l.FirstIndex()
 	last, _ := l.LastIndex()
@@ -201,7 +242,10 @@ func crashWorkload(dir string, seed uint64) error {
 	// pipe before the kill or not at all (a torn last line is ignored).
 	say := func(format string, args ...any) { _, _ = fmt.Fprintf(os.Stdout, format+"\n", args...) }
 	deadline := time.Now().Add(20 * time.Second) // in case the parent is gone
-	for time.Now().Before(deadline) {
+	for ops := 0; time.Now().Before(deadline); ops++ {
+		if ops == rotateAfter {
+			close(startRotating)
+		}
 		var op crashOp
 		switch r := rng.IntN(100); {
 		case r < 4 && last > hs.Commit: // new leader overwrites an uncommitted suffix
@@ -287,6 +331,63 @@ func TestCrashRecovery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
+	rng := crashRNG(t)
+	dir := t.TempDir()
+	var c crashChecker
+	const iterations, budget = 30, 15 * time.Second
+	start := time.Now()
+	for iter := 0; iter < iterations && time.Since(start) < budget; iter++ {
+		// Let the child report a random number of operations, then kill it
+		// after a random extra delay, so the kill lands anywhere: inside a
+		// commit, between the fsyncs, in a snapshot file write.
+		want := 1 + rng.IntN(120)
+		// NB: the sleep chooses the kill moment; it waits for no state.
+		delay := time.Duration(rng.IntN(3000)) * time.Microsecond
+		lines := runCrashChild(t, dir, rng.Uint64(), "", want, delay)
+		c.check(t, iter, dir, lines)
+	}
+	t.Logf("%s, %s", c, time.Since(start).Round(time.Millisecond))
+	if c.kills < 5 {
+		t.Errorf("only %d kills within %s", c.kills, budget)
+	}
+}
+
+// TestCrashRotation kills the workload at each step of a rotation of
+// raft.db — before the copy, during it, after its fsync, before the rename
+// (catch-up committed), after the rename and after the swap — while the
+// workload keeps writing, and checks that the log reopens with every
+// operation reported durable, the in-flight one all or nothing, and no
+// rotation file left behind (FORMAT.md "Rotation").
+func TestCrashRotation(t *testing.T) {
+	if os.Getenv(crashDirEnv) != "" {
+		t.Skip("in the child")
+	}
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	rng := crashRNG(t)
+	const perStep = 3
+	start := time.Now()
+	for _, step := range raftlog.RotateSteps {
+		t.Run(step, func(t *testing.T) {
+			dir := t.TempDir()
+			var c crashChecker
+			for iter := range perStep {
+				lines := runCrashChild(t, dir, rng.Uint64(), step, 0, 0)
+				c.check(t, iter, dir, lines)
+				if _, err := os.Stat(filepath.Join(dir, "raft.db.rotating")); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("iteration %d: raft.db.rotating survived a reopen: %v", iter, err)
+				}
+			}
+			t.Logf("%s", c)
+		})
+	}
+	t.Logf("%d steps x %d kills in %s", len(raftlog.RotateSteps), perStep, time.Since(start).Round(time.Millisecond))
+}
+
+// crashRNG seeds the parent's randomness from RAFTLOG_CRASH_SEED or the
+// clock, and prints the seed if the test fails.
+func crashRNG(t *testing.T) *rand.Rand {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("RAFTLOG_CRASH_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
@@ -296,101 +397,122 @@ func TestCrashRecovery(t *testing.T) {
 			t.Logf("crash test seed: %d (rerun with RAFTLOG_CRASH_SEED=%d)", seed, seed)
 		}
 	})
-	rng := rand.New(rand.NewPCG(seed, 1))
-	dir := t.TempDir()
-	var model crashModel
-	var reported, torn, kills, inflightLanded, inflightLost int
-	const iterations, budget = 30, 15 * time.Second
-	start := time.Now()
-	for iter := 0; iter < iterations && time.Since(start) < budget; iter++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, crashSeedEnv+"="+strconv.FormatUint(rng.Uint64(), 10))
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
+	return rand.New(rand.NewPCG(seed, 1))
+}
+
+// runCrashChild runs the workload on dir in a child process and returns the
+// lines it printed before it died. With killAt set the child kills itself
+// at that rotation step (the parent only waits, up to a deadline);
+// otherwise the parent kills it delay after it reported want operations.
+func runCrashChild(t *testing.T, dir string, seed uint64, killAt string, want int, delay time.Duration) []string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, crashSeedEnv+"="+strconv.FormatUint(seed, 10),
+		crashKillAtEnv+"="+killAt)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(out)
+	var lines []string
+	readLine := func() bool {
+		s, err := r.ReadString('\n')
 		if err != nil {
-			t.Fatal(err)
+			return false // a torn last line: the op was not reported
 		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		r := bufio.NewReader(out)
-		var lines []string
-		readLine := func() bool {
-			s, err := r.ReadString('\n')
-			if err != nil {
-				if s != "" {
-					torn++ // the kill cut the line: the op was not reported
-				}
-				return false
-			}
-			lines = append(lines, strings.TrimSuffix(s, "\n"))
-			return true
-		}
-		// Let the child report a random number of operations, then kill it
-		// after a random extra delay, so the kill lands anywhere: inside a
-		// commit, between the fsyncs, in a snapshot file write.
-		want := 1 + rng.IntN(120)
+		lines = append(lines, strings.TrimSuffix(s, "\n"))
+		return true
+	}
+	if killAt == "" {
 		for s := 0; s < want && readLine(); {
 			if lines[len(lines)-1] == "S" {
 				s++
 			}
 		}
-		// NB: the sleep chooses the kill moment; it waits for no state.
-		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+		time.Sleep(delay)
 		if err := cmd.Process.Kill(); err != nil {
 			t.Fatalf("kill: %v", err)
 		}
-		for readLine() { // what the child wrote before it died
-		}
-		_, _ = io.Copy(io.Discard, out)
-		_ = cmd.Wait()
-		kills++
-
-		var pending *crashOp
-		for _, line := range lines {
-			switch {
-			case strings.HasPrefix(line, "B "):
-				op, err := parseCrashOp(line[2:])
-				if err != nil {
-					t.Fatal(err)
-				}
-				pending = &op
-			case line == "S":
-				model = model.apply(*pending)
-				pending = nil
-				reported++
-			case strings.HasPrefix(line, "E "):
-				t.Fatalf("iteration %d: workload failed: %s", iter, line)
-			}
-		}
-
-		l, err := raftlog.Open(dir, raftlog.Options{CacheEntries: -1})
-		if err != nil {
-			t.Fatalf("iteration %d: reopen after kill: %v", iter, err)
-		}
-		d := model.diff(l)
-		switch {
-		case pending == nil:
-		case d == "":
-			inflightLost++
-		default:
-			next := model.apply(*pending)
-			if d2 := next.diff(l); d2 == "" {
-				model, d = next, ""
-				inflightLanded++
-			} else {
-				d += fmt.Sprintf("; nor the state after the in-flight op %q: %s", pending.String(), d2)
-			}
-		}
-		mustClose(t, l)
-		if d != "" {
-			t.Fatalf("iteration %d: after kill the log is not the reported state: %s", iter, d)
+	} else {
+		// NB: a deadline, not a wait for state: a child that never reaches
+		// the step would otherwise run for its own 20 s limit.
+		timer := time.AfterFunc(15*time.Second, func() { _ = cmd.Process.Kill() })
+		defer timer.Stop()
+	}
+	for readLine() { // what the child wrote before it died
+	}
+	_, _ = io.Copy(io.Discard, out)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if killAt != "" {
+		if !errors.As(err, &ee) || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("child did not kill itself at step %q: %v (last lines %q)", killAt, err, lastLines(lines, 3))
 		}
 	}
-	t.Logf("%d kills, %d operations reported durable, in-flight op landed %d / lost %d, %d torn lines, "+
-		"log [%d, %d], snapshot %d, %s", kills, reported, inflightLanded, inflightLost, torn,
-		model.prevIndex+1, model.last(), model.snapIndex, time.Since(start).Round(time.Millisecond))
-	if kills < 5 {
-		t.Errorf("only %d kills within %s", kills, budget)
+	return lines
+}
+
+func lastLines(lines []string, n int) []string {
+	return lines[max(len(lines)-n, 0):]
+}
+
+// crashChecker is the independent checker: it replays the child's reported
+// operations on a model and compares the reopened log with it.
+type crashChecker struct {
+	model                                         crashModel
+	reported, kills, inflightLanded, inflightLost int
+}
+
+func (c crashChecker) String() string {
+	return fmt.Sprintf("%d kills, %d operations reported durable, in-flight op landed %d / lost %d, log [%d, %d], snapshot %d",
+		c.kills, c.reported, c.inflightLanded, c.inflightLost, c.model.prevIndex+1, c.model.last(), c.model.snapIndex)
+}
+
+// check applies the lines of one killed child to the model and compares.
+func (c *crashChecker) check(t *testing.T, iter int, dir string, lines []string) {
+	t.Helper()
+	c.kills++
+	var pending *crashOp
+	for _, line := range lines {
+		switch {
+		case strings.HasPrefix(line, "B "):
+			op, err := parseCrashOp(line[2:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			pending = &op
+		case line == "S":
+			c.model = c.model.apply(*pending)
+			pending = nil
+			c.reported++
+		case strings.HasPrefix(line, "E "):
+			t.Fatalf("iteration %d: workload failed: %s", iter, line)
+		}
+	}
+	l, err := raftlog.Open(dir, raftlog.Options{CacheEntries: -1, RotateFreeRatio: -1})
+	if err != nil {
+		t.Fatalf("iteration %d: reopen after kill: %v", iter, err)
+	}
+	d := c.model.diff(l)
+	switch {
+	case pending == nil:
+	case d == "":
+		c.inflightLost++
+	default:
+		next := c.model.apply(*pending)
+		if d2 := next.diff(l); d2 == "" {
+			c.model, d = next, ""
+			c.inflightLanded++
+		} else {
+			d += fmt.Sprintf("; nor the state after the in-flight op %q: %s", pending.String(), d2)
+		}
+	}
+	mustClose(t, l)
+	if d != "" {
+		t.Fatalf("iteration %d: after kill the log is not the reported state: %s", iter, d)
 	}
 }

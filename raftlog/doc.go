@@ -6,9 +6,26 @@
 //
 // raftlog owns the files in the directory given to Open — raft.db and snap/
 // (layout, checksums and crash recovery in FORMAT.md) — and the numbers that
-// describe them (Stats, NewCollector). It knows nothing of the state machine
-// (snapshot data is opaque bytes), of the transport, or of the Raft algorithm
-// beyond the raft.Storage contract; it starts no goroutines.
+// describe them (Stats, NewCollector, Inspect). It knows nothing of the state
+// machine (snapshot data is opaque bytes), of the transport, or of the Raft
+// algorithm beyond the raft.Storage contract. It starts one goroutine, which
+// Close stops: the one that rotates raft.db (below).
+//
+// # Freelist accounting and rotation
+//
+// Truncating the log (Compact, ApplySnapshot) frees bbolt pages. Free pages
+// cost appends nothing here — the hashmap freelist allocates in O(1) and is
+// never written (NoFreelistSync), so a commit writes the same few pages
+// however many are free (Stats.LastCommitWriteBytes) — but they hold disk.
+// Stats and the collector report them (FileBytes, LiveBytes, FreePages,
+// PendingPages, FreeBytes, FreelistBytes). When free pages pass
+// Options.RotateFreeRatio of a file of at least Options.RotateMinBytes, the
+// Log rotates raft.db online: its goroutine copies the live entries and
+// records to a new file while the Log keeps serving, then swaps the files
+// under the write lock; writes pause only for the last catch-up (Rotate,
+// FORMAT.md "Rotation"). Offline, `lodestone compact` does the same through
+// Rotate with verification and a backup. The server has nothing to do
+// beyond passing Options.
 //
 // # The caller's duties, per Ready, in order
 //
@@ -63,7 +80,10 @@
 // All methods are safe for concurrent use. The raft.Storage methods and Stats
 // run concurrently with each other and with one write in progress, and see
 // the state before or after that write, never a mixture. Writes (Save,
-// ApplySnapshot, CreateSnapshot, Compact) are serialized. Term, FirstIndex,
+// ApplySnapshot, CreateSnapshot, Compact) are serialized. A rotation runs
+// concurrently with all of them; it holds the write lock only for its final
+// catch-up and the swap, so a Save may wait that long (Stats.
+// LastRotationPause). Term, FirstIndex,
 // LastIndex and InitialState never touch disk; Entries reads bbolt only for
 // entries older than the cache (a lagging follower), and waits for an
 // in-progress Save to finish when it does. CreateSnapshot writes its data
@@ -88,10 +108,10 @@
 // and, where the condition has a name, one of this package's sentinels:
 // ErrCorrupt (with a *CorruptError naming the file and index), ErrClosed,
 // ErrWriteFailed, ErrOutOfOrder, ErrNotCommitted, ErrCompactBeyondSnapshot,
-// ErrUnsupportedVersion, ErrLocked. The write methods refuse what raft would
-// refuse at the next start (a commit index outside the log, a snapshot of an
-// uncommitted index, compaction past the snapshot) instead of persisting a
-// log that cannot be reopened. Nothing read from disk causes a panic;
+// ErrUnsupportedVersion, ErrLocked, ErrVerify. The write methods refuse what
+// raft would refuse at the next start (a commit index outside the log, a
+// snapshot of an uncommitted index, compaction past the snapshot) instead of
+// persisting a log that cannot be reopened. Nothing read from disk causes a panic;
 // only a broken internal invariant (a bug) does.
 //
 // # Costs
@@ -105,5 +125,6 @@
 // or a snapshot recorded. Snapshot's first call after Open reads and
 // checksums the data file; later calls are free. Open reads and checksums the
 // whole retained log and, since the freelist is not persisted, scans
-// raft.db's pages.
+// raft.db's pages. A rotation reads and writes the live log once (plus what
+// is appended meanwhile) and needs disk for a second copy of it.
 package raftlog

@@ -44,6 +44,11 @@ var ErrUnsupportedVersion = errors.New("raftlog: unsupported format version")
 // writing and the lock was not released within Options.LockTimeout.
 var ErrLocked = errors.New("raftlog: raft.db is locked by another process")
 
+// ErrVerify is returned by Rotate with RotateOptions.Verify when the new file
+// does not hold the same log as the old one. The old file stays in use and
+// the new one is removed.
+var ErrVerify = errors.New("raftlog: rotated file differs from the original")
+
 // CorruptError describes one damaged record. It wraps ErrCorrupt.
 type CorruptError struct {
 	// Path is the file that holds the damaged record: raft.db or a snapshot

@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -24,19 +24,26 @@ const (
 	DefaultCacheBytes        = 64 << 20 // 64 MiB
 	DefaultSnapshotsRetained = 2
 	DefaultLockTimeout       = time.Second
+
+	// Rotation (online compaction of raft.db): see Options.RotateFreeRatio
+	// and FORMAT.md "Rotation".
+	DefaultRotateFreeRatio     = 0.5
+	DefaultRotateMinBytes      = 64 << 20 // 64 MiB
+	DefaultRotateRetryInterval = time.Minute
 )
 
 // File names inside the directory passed to Open.
 const (
-	dbFileName  = "raft.db"
-	snapDirName = "snap"
+	dbFileName     = "raft.db"
+	rotateFileName = "raft.db.rotating" // a rotation's new file until it is renamed over raft.db
+	snapDirName    = "snap"
 )
 
 // Options configures a Log. The zero value is a good production default.
 type Options struct {
 	// Logger receives state changes (open, snapshot created or applied,
-	// compaction) at Info, removed files at Debug, and failures at Warn and
-	// Error. Keys: index, term. Nil discards.
+	// compaction, rotation) at Info, removed files at Debug, and failures at
+	// Warn and Error. Keys: index, term. Nil discards.
 	Logger *slog.Logger
 
 	// CacheEntries is how many of the most recent entries are kept in memory
@@ -69,9 +76,59 @@ type Options struct {
 	// remaps, each of which waits for open read transactions.
 	InitialMmapSize int
 
-	// FS is the filesystem for snapshot data files (dir/snap). Nil means the
-	// operating system (OSFS). Tests inject faults through it.
+	// FS is the filesystem for snapshot data files (dir/snap) and for the
+	// rename and directory sync of a rotation. Nil means the operating system
+	// (OSFS). Tests inject faults through it.
 	FS FS
+
+	// RotateFreeRatio is the share of raft.db, in [0, 1), held by free and
+	// pending pages (Stats.FreeBytes / Stats.FileBytes) above which the Log
+	// rotates raft.db online: it copies the live entries and records to a
+	// fresh file on a goroutine of its own while it keeps serving, then swaps
+	// the files under the write lock (FORMAT.md "Rotation"). It is checked
+	// after Open, Compact and ApplySnapshot, which are what free pages.
+	// 0 means DefaultRotateFreeRatio (0.5); negative disables automatic
+	// rotation (Rotate still works). Cost of lowering it: more rotations,
+	// each reading and writing the live log once and pausing writes for the
+	// catch-up; of raising it: more disk held by free pages (which cost
+	// appends nothing: the freelist is never written).
+	RotateFreeRatio float64
+
+	// RotateMinBytes is the size raft.db must reach, in bytes, before
+	// automatic rotation is considered, so small logs are never rotated.
+	// 0 means DefaultRotateMinBytes (64 MiB). Must not be negative.
+	RotateMinBytes int64
+
+	// RotateRetryInterval is how long, by Clock, automatic rotation waits
+	// after a failed attempt (e.g. a full disk) before it tries again.
+	// 0 means DefaultRotateRetryInterval (1 minute). Lowering it retries a
+	// persistent failure more often, each time copying the live log.
+	RotateRetryInterval time.Duration
+
+	// Clock supplies the time for the rotation policy (RotateRetryInterval).
+	// Nil means the system clock. Durations the Log reports (Stats, metrics)
+	// are measured with the monotonic clock regardless.
+	Clock Clock
+
+	// hooks are test-only fault points (export_test.go); nil in production.
+	hooks *testHooks
+}
+
+// Clock is the source of time for policy decisions, so tests can step time
+// by hand.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// testHooks lets tests stop a rotation at a named step (crash tests kill the
+// process there) and shrink its copy chunks.
+type testHooks struct {
+	rotateStep   func(step string)
+	chunkEntries int
 }
 
 // Validate reports the first invalid field as an *OptionsError.
@@ -85,6 +142,12 @@ func (o Options) Validate() error {
 		return &OptionsError{Field: "LockTimeout", Reason: "must not be negative"}
 	case o.InitialMmapSize < 0:
 		return &OptionsError{Field: "InitialMmapSize", Reason: "must not be negative"}
+	case o.RotateFreeRatio >= 1:
+		return &OptionsError{Field: "RotateFreeRatio", Reason: "must be below 1 (negative disables rotation)"}
+	case o.RotateMinBytes < 0:
+		return &OptionsError{Field: "RotateMinBytes", Reason: "must not be negative"}
+	case o.RotateRetryInterval < 0:
+		return &OptionsError{Field: "RotateRetryInterval", Reason: "must not be negative"}
 	}
 	return nil
 }
@@ -108,27 +171,55 @@ func (o Options) withDefaults() Options {
 	if o.FS == nil {
 		o.FS = OSFS{}
 	}
+	if o.RotateFreeRatio == 0 {
+		o.RotateFreeRatio = DefaultRotateFreeRatio
+	}
+	if o.RotateMinBytes == 0 {
+		o.RotateMinBytes = DefaultRotateMinBytes
+	}
+	if o.RotateRetryInterval == 0 {
+		o.RotateRetryInterval = DefaultRotateRetryInterval
+	}
+	if o.Clock == nil {
+		o.Clock = systemClock{}
+	}
 	return o
 }
 
 // Log is a durable raft.Storage on bbolt. See the package documentation for
 // the caller's duties and the concurrency rules.
 //
-// Locking: snapMu serializes snapshot operations (and the lazy load of
-// snapshot data); wmu serializes write transactions and the reads that go to
-// bbolt; mu guards the in-memory view. Lock order is snapMu, wmu, mu. A field
-// marked "wmu+mu" is written only with both held, so holding either one is
-// enough to read it.
+// Locking: rotMu serializes rotations; snapMu serializes snapshot
+// operations (and the lazy load of snapshot data); wmu serializes write
+// transactions and the reads that go to bbolt; mu guards the in-memory view.
+// Lock order is rotMu, snapMu, wmu, mu. A field marked "wmu+mu" is written
+// only with both held, so holding either one is enough to read it.
 type Log struct {
 	dir, dbPath, snapDir string
 	opts                 Options
 	fs                   FS
 	logger               *slog.Logger
-	db                   *bolt.DB
+	// db is raft.db. Only a rotation replaces it (wmu+mu); the rotation that
+	// holds rotMu may also read it without wmu, since nobody else swaps it.
+	db       *bolt.DB
+	pageSize int // wmu+mu: db's page size
 
+	rotMu  sync.Mutex
 	snapMu sync.Mutex
 	wmu    sync.Mutex
 	mu     sync.RWMutex
+
+	// Rotation: the goroutine started by Open (if automatic rotation is on)
+	// waits on rotKick; Close cancels rotCtx, closes rotStop and waits on
+	// rotWG.
+	rotKick   chan struct{}
+	rotStop   chan struct{}
+	rotCtx    context.Context
+	rotCancel context.CancelFunc
+	rotWG     sync.WaitGroup
+	stopOnce  sync.Once
+	rot       rotationTrack // wmu+mu: what Save and ApplySnapshot changed during a rotation
+	retryAt   time.Time     // rotMu: earliest next automatic attempt, after a failure
 
 	closed bool             // wmu+mu
 	failed error            // wmu+mu: first failed write transaction
@@ -146,11 +237,21 @@ type Log struct {
 	snapData   []byte // snapMu+mu: data of snap, once loaded
 	snapLoaded bool   // snapMu+mu
 
-	commits         atomic.Uint64 // successful Save transactions
-	appended        atomic.Uint64 // entries written by Save
-	lastCommitNanos atomic.Int64
-	lastCommitBytes atomic.Int64
-	saveSeconds     prometheus.Histogram
+	commits          atomic.Uint64 // successful Save transactions
+	appended         atomic.Uint64 // entries written by Save
+	lastCommitNanos  atomic.Int64
+	lastCommitBytes  atomic.Int64
+	lastCommitWrite  atomic.Int64 // bytes bbolt wrote for the last Save
+	saveSeconds      prometheus.Histogram
+	commitWriteBytes prometheus.Histogram
+
+	rotating         atomic.Bool
+	rotations        atomic.Uint64
+	rotationFailures atomic.Uint64
+	lastRotatePause  atomic.Int64 // nanoseconds
+	lastRotateTook   atomic.Int64 // nanoseconds
+	lastRotateCopied atomic.Int64 // bytes
+	rotatePause      prometheus.Histogram
 }
 
 var _ raft.Storage = (*Log)(nil)
@@ -185,7 +286,24 @@ func Open(dir string, opts Options) (*Log, error) {
 			Help:      "Time to commit and fsync one Save (one Ready's entries and hard state) to raft.db.",
 			Buckets:   prometheus.ExponentialBuckets(50e-6, 2, 18), // 50µs .. ~6.5s
 		}),
+		commitWriteBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "lodestone",
+			Subsystem: "raftlog",
+			Name:      "commit_write_bytes",
+			Help:      "Bytes one Save's bbolt commit wrote to raft.db: dirty pages plus the meta page (the freelist is never written).",
+			Buckets:   prometheus.ExponentialBuckets(4096, 2, 16), // 4 KiB .. 128 MiB
+		}),
+		rotatePause: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "lodestone",
+			Subsystem: "raftlog",
+			Name:      "rotation_pause_seconds",
+			Help:      "Time a rotation of raft.db held the write lock (final catch-up, fsync, rename, directory fsync).",
+			Buckets:   prometheus.ExponentialBuckets(100e-6, 2, 18), // 100µs .. ~13s
+		}),
+		rotKick: make(chan struct{}, 1),
+		rotStop: make(chan struct{}),
 	}
+	l.rotCtx, l.rotCancel = context.WithCancel(context.Background())
 	l.terms.reset(0, 0)
 	if err := l.fs.MkdirAll(l.snapDir, 0o700); err != nil {
 		return nil, fmt.Errorf("raftlog: create %s: %w", l.snapDir, err)
@@ -194,20 +312,30 @@ func Open(dir string, opts Options) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.db = db
+	l.db, l.pageSize = db, db.Info().PageSize
 	if err := l.open(); err != nil {
 		_ = db.Close()
+		l.rotCancel()
 		return nil, err
 	}
 	l.pruneSnapshots()
+	l.removeRotateLeftover()
 	l.logger.Info("raftlog opened", "dir", dir,
 		"first_index", l.prev.index+1, "last_index", l.last,
 		"snapshot_index", l.snap.meta.Index, "took", time.Since(start))
+	if opts.RotateFreeRatio >= 0 {
+		l.rotWG.Add(1)
+		go l.rotateLoop()
+		l.kickRotation() // a file left bloated by an earlier run
+	}
 	return l, nil
 }
 
 // openBolt opens raft.db with the settings FORMAT.md relies on.
 func openBolt(path string, opts Options) (db *bolt.DB, err error) {
+	if err := preflight(path, opts.LockTimeout); err != nil {
+		return nil, err
+	}
 	defer func() {
 		// NB: bbolt can panic on a malformed file instead of returning an
 		// error; damaged disk input must surface as ErrCorrupt, not a crash.
@@ -224,17 +352,10 @@ func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 		NoFreelistSync:  true,
 		InitialMmapSize: opts.InitialMmapSize,
 	})
-	switch {
-	case err == nil:
-		return db, nil
-	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("%w: %s (waited %s)", ErrLocked, path, opts.LockTimeout)
-	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
-		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
-		return nil, &CorruptError{Path: path, Record: "bbolt", Detail: "bbolt refused the file", Err: err}
-	default:
-		return nil, fmt.Errorf("raftlog: open %s: %w", path, err)
+	if err != nil {
+		return nil, boltOpenError(path, err, opts.LockTimeout)
 	}
+	return db, nil
 }
 
 // open initializes or checks the buckets and loads the in-memory view.
@@ -715,6 +836,13 @@ func (l *Log) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 		vals[i] = encodeEntry(&ents[i])
 		bytes += int64(len(vals[i]))
 	}
+	if l.rot.active && len(ents) > 0 {
+		// A rotation in progress copies this range again (see rotationTrack).
+		l.mu.Lock()
+		l.rot.markDirty(ents[0].Index)
+		l.mu.Unlock()
+	}
+	allocBefore := pageAlloc(l.db)
 	start := time.Now()
 	err := l.update("save", func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketEntries)
@@ -745,11 +873,16 @@ func (l *Log) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 	if err != nil {
 		return err
 	}
+	// NB: write transactions are serialized by wmu, so the growth of bbolt's
+	// page allocation counter is this commit's dirty pages; add the meta page.
+	written := pageAlloc(l.db) - allocBefore + int64(l.pageSize)
 	l.saveSeconds.Observe(took.Seconds())
+	l.commitWriteBytes.Observe(float64(written))
 	l.commits.Add(1)
 	l.appended.Add(uint64(len(ents)))
 	l.lastCommitNanos.Store(int64(took))
 	l.lastCommitBytes.Store(bytes)
+	l.lastCommitWrite.Store(written)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -852,6 +985,7 @@ func (l *Log) ApplySnapshot(snap raftpb.Snapshot) error {
 		return fmt.Errorf("raftlog: apply snapshot at %d: %w", meta.Index, err)
 	}
 	l.logger.Info("raftlog snapshot applied", "index", meta.Index, "term", meta.Term, "bytes", len(snap.Data))
+	l.kickRotation()
 	return nil
 }
 
@@ -932,6 +1066,9 @@ func (l *Log) recordSnapshot(rec snapRecord, replace bool) error {
 	l.snap = rec
 	l.hs, l.hsDirty = hs, false
 	if replace {
+		if l.rot.active {
+			l.rot.reset = true
+		}
 		l.prev = compacted{i, rec.meta.Term}
 		l.last = i
 		l.terms.reset(i, rec.meta.Term)
@@ -982,6 +1119,7 @@ func (l *Log) Compact(compactIndex uint64) error {
 	l.cache.dropBefore(compactIndex + 1)
 	l.mu.Unlock()
 	l.logger.Info("raftlog compacted", "index", compactIndex, "term", c.term)
+	l.kickRotation()
 	return nil
 }
 
@@ -997,27 +1135,48 @@ type Stats struct {
 
 	// FileBytes is the size of raft.db on disk, in bytes.
 	FileBytes int64
+	// LiveBytes is the part of raft.db that holds data, in bytes: bbolt's
+	// high-water mark minus free and pending pages. A rotation leaves a file
+	// of about this size (plus bbolt's growth step).
+	LiveBytes int64
+	// PageSize is raft.db's bbolt page size in bytes.
+	PageSize int
 	// FreePages and PendingPages are bbolt's free pages (reusable now) and
 	// pending pages (freed by a recent transaction, reusable once no reader
-	// needs them), as of the last write transaction.
+	// needs them), as of Open or the last write transaction.
 	FreePages    int
 	PendingPages int
-	// FreeBytes is the bytes in free and pending pages (bbolt FreeAlloc):
-	// space a rotation/compaction of raft.db would give back.
-	FreeBytes int
+	// FreeBytes is the bytes in free and pending pages: space a rotation of
+	// raft.db gives back. FreeBytes / FileBytes is the share that
+	// Options.RotateFreeRatio is compared with.
+	FreeBytes int64
 	// FreelistBytes is what the freelist would take on disk if it were
-	// written (bbolt FreelistInuse). With NoFreelistSync it never is; the
-	// number shows what each commit is spared.
-	FreelistBytes int
+	// written. With NoFreelistSync it never is; the number shows what each
+	// commit is spared (a BoltDB log with a synced freelist writes it on
+	// every commit).
+	FreelistBytes int64
 
 	Commits            uint64        // successful Save transactions since Open
 	EntriesAppended    uint64        // entries written by Save since Open
 	LastCommitDuration time.Duration // commit + fsync time of the last Save
 	LastCommitBytes    int64         // encoded entry bytes written by the last Save
+	// LastCommitWriteBytes is what the last Save's bbolt commit wrote to
+	// raft.db: its dirty pages plus one meta page. It stays near the entry
+	// size however many free pages the file has.
+	LastCommitWriteBytes int64
+
+	// Rotation (FORMAT.md "Rotation").
+	Rotating                bool          // a rotation is in progress
+	Rotations               uint64        // rotations completed since Open
+	RotationFailures        uint64        // rotations that failed (the old file stays in use)
+	LastRotationPause       time.Duration // how long the last rotation held the write lock
+	LastRotationDuration    time.Duration // the last rotation from start to swap
+	LastRotationCopiedBytes int64         // entry and record bytes the last rotation copied
 }
 
-// Stats returns current statistics. It is cheap (no transaction, one stat
-// syscall) and safe to call concurrently with everything, also after Close.
+// Stats returns current statistics. It is cheap (one stat syscall and one
+// short bbolt read transaction) and safe to call concurrently with
+// everything, also after Close.
 func (l *Log) Stats() Stats {
 	l.mu.RLock()
 	s := Stats{
@@ -1028,25 +1187,68 @@ func (l *Log) Stats() Stats {
 		CachedEntries: len(l.cache.ents),
 		CachedBytes:   l.cache.bytes,
 	}
+	db, closed := l.db, l.closed
+	s.PageSize = l.pageSize
 	l.mu.RUnlock()
-	bs := l.db.Stats()
+	bs := db.Stats()
 	s.FreePages = bs.FreePageN
 	s.PendingPages = bs.PendingPageN
-	s.FreeBytes = bs.FreeAlloc
-	s.FreelistBytes = bs.FreelistInuse
+	s.FreeBytes = int64(bs.FreePageN+bs.PendingPageN) * int64(s.PageSize)
+	s.FreelistBytes = freelistBytes(bs.FreePageN+bs.PendingPageN, s.PageSize)
 	if fi, err := os.Stat(l.dbPath); err == nil {
 		s.FileBytes = fi.Size()
+	}
+	s.LiveBytes = max(s.FileBytes-s.FreeBytes, 0)
+	if !closed {
+		// NB: a rotation may close db once we let go of mu; then Begin
+		// fails and the estimate above stands.
+		if tx, err := db.Begin(false); err == nil {
+			s.LiveBytes = max(tx.Size()-s.FreeBytes, 0)
+			_ = tx.Rollback()
+		}
 	}
 	s.Commits = l.commits.Load()
 	s.EntriesAppended = l.appended.Load()
 	s.LastCommitDuration = time.Duration(l.lastCommitNanos.Load())
 	s.LastCommitBytes = l.lastCommitBytes.Load()
+	s.LastCommitWriteBytes = l.lastCommitWrite.Load()
+	s.Rotating = l.rotating.Load()
+	s.Rotations = l.rotations.Load()
+	s.RotationFailures = l.rotationFailures.Load()
+	s.LastRotationPause = time.Duration(l.lastRotatePause.Load())
+	s.LastRotationDuration = time.Duration(l.lastRotateTook.Load())
+	s.LastRotationCopiedBytes = l.lastRotateCopied.Load()
 	return s
 }
 
-// Close waits for any write or snapshot in progress, then closes raft.db.
-// Every later call returns ErrClosed, except Close (nil) and Stats.
+// pageAlloc is bbolt's running count of bytes allocated to pages by write
+// transactions.
+func pageAlloc(db *bolt.DB) int64 {
+	s := db.Stats()
+	return s.TxStats.GetPageAlloc()
+}
+
+// freelistBytes is the size bbolt would give the freelist of n pages on disk
+// (a page header plus 8 bytes per page id, one more when the count overflows
+// the header's 16-bit field), as bbolt's EstimatedWritePageSize computes it.
+func freelistBytes(n, pageSize int) int64 {
+	if n == 0 || pageSize == 0 {
+		return 0
+	}
+	if n >= 0xFFFF {
+		n++
+	}
+	return int64(16 + 8*n)
+}
+
+// Close stops a rotation in progress (its temporary file is removed; the old
+// file stays in use), waits for any write or snapshot in progress, then
+// closes raft.db. Every later call returns ErrClosed, except Close (nil) and
+// Stats.
 func (l *Log) Close() error {
+	l.stopRotation()
+	l.rotMu.Lock()
+	defer l.rotMu.Unlock()
 	l.snapMu.Lock()
 	defer l.snapMu.Unlock()
 	l.wmu.Lock()

@@ -173,6 +173,10 @@ func TestOptionsValidate(t *testing.T) {
 		{"negative retention", raftlog.Options{SnapshotsRetained: -1}, "SnapshotsRetained"},
 		{"negative lock timeout", raftlog.Options{LockTimeout: -time.Second}, "LockTimeout"},
 		{"negative mmap size", raftlog.Options{InitialMmapSize: -1}, "InitialMmapSize"},
+		{"rotation disabled", raftlog.Options{RotateFreeRatio: -1}, ""},
+		{"rotation ratio of 1", raftlog.Options{RotateFreeRatio: 1}, "RotateFreeRatio"},
+		{"negative rotation minimum", raftlog.Options{RotateMinBytes: -1}, "RotateMinBytes"},
+		{"negative retry interval", raftlog.Options{RotateRetryInterval: -time.Second}, "RotateRetryInterval"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -389,6 +393,12 @@ func TestStatsAndMetrics(t *testing.T) {
 	if s.FreePages+s.PendingPages == 0 {
 		t.Errorf("Stats() = %+v: compaction and appends must have freed pages", s)
 	}
+	if s.PageSize <= 0 || s.LastCommitWriteBytes < int64(s.PageSize) || s.LiveBytes <= 0 || s.LiveBytes > s.FileBytes {
+		t.Errorf("Stats() = %+v: want a page size, a commit of at least one page, 0 < LiveBytes <= FileBytes", s)
+	}
+	if got, want := s.FreeBytes, int64(s.FreePages+s.PendingPages)*int64(s.PageSize); got != want {
+		t.Errorf("Stats().FreeBytes = %d, want (free + pending pages) x page size = %d", got, want)
+	}
 
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(prometheus.WrapCollectorWith(prometheus.Labels{"node": "n1"}, raftlog.NewCollector(l))); err != nil {
@@ -425,7 +435,15 @@ func TestStatsAndMetrics(t *testing.T) {
 		{"entries_appended_total", 20},
 		{"saves_total", 11},
 		{"save_duration_seconds", 11}, // sample count
+		{"commit_write_bytes", 11},    // sample count
 		{"cached_entries", 17},
+		{"rotations_total", 0},
+		{"rotation_failures_total", 0},
+		{"rotation_in_progress", 0},
+		{"rotation_pause_seconds", 0}, // sample count
+		{"last_rotation_duration_seconds", 0},
+		{"live_bytes", float64(s.LiveBytes)},
+		{"last_commit_write_bytes", float64(s.LastCommitWriteBytes)},
 	} {
 		if got := value(c.name); got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, got, c.want)

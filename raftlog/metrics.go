@@ -10,16 +10,24 @@ import "github.com/prometheus/client_golang/prometheus"
 //
 // Exported series (namespace lodestone, subsystem raftlog):
 //
-//	save_duration_seconds     histogram  commit + fsync time of one Save
-//	entries_appended_total    counter    entries written by Save
-//	saves_total               counter    successful Save transactions
-//	first_index, last_index   gauge      FirstIndex(), LastIndex()
-//	snapshot_index            gauge      index of the current snapshot
-//	cached_entries            gauge      entries served from memory
-//	file_bytes                gauge      size of raft.db
-//	free_pages, pending_pages gauge      bbolt free / pending pages
-//	free_bytes                gauge      bytes in free + pending pages
-//	freelist_bytes            gauge      size the freelist would have on disk
+//	save_duration_seconds          histogram  commit + fsync time of one Save
+//	commit_write_bytes             histogram  bytes one Save's commit wrote (dirty pages + meta page)
+//	last_commit_write_bytes        gauge      the same for the last Save
+//	entries_appended_total         counter    entries written by Save
+//	saves_total                    counter    successful Save transactions
+//	first_index, last_index        gauge      FirstIndex(), LastIndex()
+//	snapshot_index                 gauge      index of the current snapshot
+//	cached_entries                 gauge      entries served from memory
+//	file_bytes                     gauge      size of raft.db
+//	live_bytes                     gauge      bytes of raft.db holding data
+//	free_pages, pending_pages      gauge      bbolt free / pending pages
+//	free_bytes                     gauge      bytes in free + pending pages
+//	freelist_bytes                 gauge      size the freelist would have on disk
+//	rotations_total                counter    completed rotations of raft.db
+//	rotation_failures_total        counter    failed rotations (old file kept)
+//	rotation_in_progress           gauge      1 while a rotation runs
+//	rotation_pause_seconds         histogram  write-lock time of each rotation
+//	last_rotation_duration_seconds gauge      start to swap of the last rotation
 func NewCollector(l *Log) prometheus.Collector {
 	return &collector{l: l}
 }
@@ -31,28 +39,38 @@ func desc(name, help string) *prometheus.Desc {
 }
 
 var (
-	descEntriesAppended = desc("entries_appended_total", "Entries written to raft.db by Save.")
-	descSaves           = desc("saves_total", "Successful Save transactions (one per Ready with entries or a new hard state).")
-	descFirstIndex      = desc("first_index", "First index available from the log (FirstIndex).")
-	descLastIndex       = desc("last_index", "Last index in the log (LastIndex).")
-	descSnapshotIndex   = desc("snapshot_index", "Index of the current snapshot; 0 if none.")
-	descCachedEntries   = desc("cached_entries", "Recent entries served from memory.")
-	descFileBytes       = desc("file_bytes", "Size of raft.db on disk in bytes.")
-	descFreePages       = desc("free_pages", "bbolt free pages, reusable now.")
-	descPendingPages    = desc("pending_pages", "bbolt pages freed by recent transactions, reusable once no reader needs them.")
-	descFreeBytes       = desc("free_bytes", "Bytes in bbolt free and pending pages (what rotating raft.db would give back).")
-	descFreelistBytes   = desc("freelist_bytes", "Bytes the bbolt freelist would take on disk; never written, since NoFreelistSync is set.")
+	descEntriesAppended  = desc("entries_appended_total", "Entries written to raft.db by Save.")
+	descSaves            = desc("saves_total", "Successful Save transactions (one per Ready with entries or a new hard state).")
+	descFirstIndex       = desc("first_index", "First index available from the log (FirstIndex).")
+	descLastIndex        = desc("last_index", "Last index in the log (LastIndex).")
+	descSnapshotIndex    = desc("snapshot_index", "Index of the current snapshot; 0 if none.")
+	descCachedEntries    = desc("cached_entries", "Recent entries served from memory.")
+	descFileBytes        = desc("file_bytes", "Size of raft.db on disk in bytes.")
+	descLiveBytes        = desc("live_bytes", "Bytes of raft.db holding data: bbolt's high-water mark minus free and pending pages.")
+	descFreePages        = desc("free_pages", "bbolt free pages, reusable now.")
+	descPendingPages     = desc("pending_pages", "bbolt pages freed by recent transactions, reusable once no reader needs them.")
+	descFreeBytes        = desc("free_bytes", "Bytes in bbolt free and pending pages (what rotating raft.db would give back).")
+	descFreelistBytes    = desc("freelist_bytes", "Bytes the bbolt freelist would take on disk; never written, since NoFreelistSync is set.")
+	descLastCommitWrite  = desc("last_commit_write_bytes", "Bytes the last Save's bbolt commit wrote to raft.db (dirty pages plus the meta page).")
+	descRotations        = desc("rotations_total", "Completed online rotations (compactions) of raft.db.")
+	descRotationFailures = desc("rotation_failures_total", "Rotations of raft.db that failed; the old file stayed in use.")
+	descRotating         = desc("rotation_in_progress", "1 while a rotation of raft.db is copying or swapping, else 0.")
+	descLastRotationTook = desc("last_rotation_duration_seconds", "Duration of the last rotation from start to swap.")
 )
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descEntriesAppended, descSaves, descFirstIndex, descLastIndex, descSnapshotIndex,
-		descCachedEntries, descFileBytes, descFreePages, descPendingPages, descFreeBytes, descFreelistBytes,
+		descCachedEntries, descFileBytes, descLiveBytes, descFreePages, descPendingPages, descFreeBytes,
+		descFreelistBytes, descLastCommitWrite, descRotations, descRotationFailures, descRotating,
+		descLastRotationTook,
 	} {
 		ch <- d
 	}
 	c.l.saveSeconds.Describe(ch)
+	c.l.commitWriteBytes.Describe(ch)
+	c.l.rotatePause.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -71,9 +89,21 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descSnapshotIndex, float64(s.SnapshotIndex))
 	gauge(descCachedEntries, float64(s.CachedEntries))
 	gauge(descFileBytes, float64(s.FileBytes))
+	gauge(descLiveBytes, float64(s.LiveBytes))
 	gauge(descFreePages, float64(s.FreePages))
 	gauge(descPendingPages, float64(s.PendingPages))
 	gauge(descFreeBytes, float64(s.FreeBytes))
 	gauge(descFreelistBytes, float64(s.FreelistBytes))
+	gauge(descLastCommitWrite, float64(s.LastCommitWriteBytes))
+	counter(descRotations, float64(s.Rotations))
+	counter(descRotationFailures, float64(s.RotationFailures))
+	rotating := 0.0
+	if s.Rotating {
+		rotating = 1
+	}
+	gauge(descRotating, rotating)
+	gauge(descLastRotationTook, s.LastRotationDuration.Seconds())
 	c.l.saveSeconds.Collect(ch)
+	c.l.commitWriteBytes.Collect(ch)
+	c.l.rotatePause.Collect(ch)
 }

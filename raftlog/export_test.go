@@ -1,0 +1,17 @@
+package raftlog
+
+// Test-only access to rotation internals, for the package's external tests.
+
+// RotateSteps lists the named steps of a rotation, in order.
+var RotateSteps = rotateSteps
+
+// WithRotateHook returns o with f called at each rotation step (f may kill
+// the process: the crash tests do) and copy chunks of chunkEntries entries
+// (0 keeps the default).
+func WithRotateHook(o Options, chunkEntries int, f func(step string)) Options {
+	o.hooks = &testHooks{rotateStep: f, chunkEntries: chunkEntries}
+	return o
+}
+
+// RotationPolicy exposes the rotation policy with its time inputs.
+var RotationPolicy = rotationDue
