@@ -27,6 +27,7 @@ type Client struct {
 	closed bool
 	conns  map[string]*grpc.ClientConn // by endpoint address, dialed lazily
 	book   book
+	wmux   *watchMux // every Watch's stream; nil until the first Watch (watch.go)
 }
 
 // New returns a Client for cfg (zero fields take their defaults; see
@@ -52,6 +53,12 @@ func New(cfg Config) (*Client, error) {
 // Close closes every connection and returns the first error. Calls in
 // flight fail; later calls fail with ErrClosed. Close is idempotent.
 func (c *Client) Close() error {
+	c.mu.Lock()
+	wmux := c.wmux
+	c.mu.Unlock()
+	if wmux != nil {
+		wmux.shutdown() // before the connections: it waits for its stream
+	}
 	c.mu.Lock()
 	conns := c.conns
 	c.conns = nil

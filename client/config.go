@@ -51,6 +51,16 @@ type Config struct {
 	// Negative values are invalid.
 	MaxAttempts int
 
+	// WatchProgressInterval is how long a watch stream may stay silent
+	// before the client probes its server (a Status call on the same
+	// connection). A server that does not answer within another interval,
+	// or answers that it knows no leader (it is cut off from the cluster),
+	// loses the stream: its watches resume on the next endpoint. This
+	// catches a dead server that sent no TCP reset, and a partitioned one.
+	// Default (zero): 10s. Shorter detects both sooner at the cost of one
+	// Status call per interval on quiet streams.
+	WatchProgressInterval time.Duration
+
 	// Logger receives Debug records for retries and Info records for
 	// leader changes the client observes. Default (nil): discard.
 	Logger *slog.Logger
@@ -70,6 +80,8 @@ func DefaultConfig() Config {
 		BackoffBase:    50 * time.Millisecond,     // first round-to-round delay
 		BackoffMax:     time.Second,               // longest round-to-round delay
 		MaxAttempts:    0,                         // until the deadline
+
+		WatchProgressInterval: 10 * time.Second, // a silent watch stream is probed, then abandoned
 	}
 }
 
@@ -90,6 +102,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BackoffMax == 0 {
 		c.BackoffMax = d.BackoffMax
+	}
+	if c.WatchProgressInterval == 0 {
+		c.WatchProgressInterval = d.WatchProgressInterval
 	}
 	return c
 }
@@ -123,6 +138,7 @@ func (c Config) Validate() error {
 		{"RequestTimeout", c.RequestTimeout},
 		{"BackoffBase", c.BackoffBase},
 		{"BackoffMax", c.BackoffMax},
+		{"WatchProgressInterval", c.WatchProgressInterval},
 	} {
 		if f.d < 0 {
 			return &ConfigError{Field: f.name, Reason: fmt.Sprintf("negative duration %v", f.d)}

@@ -1,6 +1,7 @@
 // Package client is the Go client for Lodestone's native gRPC API: the KV
-// service (Get, Range, Put, Delete, Txn) and the Cluster service (Members,
-// AddMember, RemoveMember, PromoteMember, TransferLeader, Status).
+// service (Get, Range, Put, Delete, Txn), the Cluster service (Members,
+// AddMember, RemoveMember, PromoteMember, TransferLeader, Status) and the
+// Watch service (Client.Watch, see "Watches").
 //
 // # What it owns
 //
@@ -49,6 +50,61 @@
 // the sentinel for its gRPC code: [ErrCASFailed], [ErrUnavailable],
 // [ErrInvalidArgument], [ErrNotFound], [context.DeadlineExceeded],
 // [context.Canceled]; plus [ErrUnknownOutcome] for writes as above.
+//
+// # Watches
+//
+// [Client.Watch] follows a key or a prefix. Every Watch of a Client shares
+// one gRPC Watch stream to one server (any member serves watches; the
+// leader is preferred, as for calls), so a process with 10k watches holds
+// one stream, not 10k. The contract:
+//
+//  1. A watch delivers every matching event with index > its start index
+//     ([FromIndex]; without it, the index at which the server created the
+//     watch), exactly once, in index order, each index whole in one
+//     [WatchBatch]. A batch's Index says every matching event up to it
+//     has been returned; [Watch.Index] is the last one.
+//  2. When the stream breaks (the server dies, restarts, is partitioned,
+//     loses leadership, or closes it), the client opens a stream to the
+//     next endpoint and recreates every watch with start_index = the
+//     highest index it had queued (an event's, or one the server reported
+//     in a created, progress or resync answer). Any member can serve it,
+//     because indices are Raft indices, the same on every member; a member
+//     that is behind holds the watch until it catches up. Events at or
+//     below that index that a server sends again are dropped, so a resume
+//     never duplicates. Endpoints are tried as for calls, with the same
+//     backoff after a full round of failures; a watch retries until its
+//     ctx ends, unless [WatchGiveUpAfter] bounds it.
+//  3. When a stream has been silent for [Config.WatchProgressInterval],
+//     the client probes its server with a Status call on the same
+//     connection. No answer within another interval (a dead server that
+//     sent no TCP reset), or an answer naming no leader (a member cut off
+//     from the cluster, whose watches would silently stall), abandons the
+//     stream as in 2. So does a running watch that the server cancels
+//     without a resume index (a server shutting down).
+//  4. When the server cuts a watch loose (resync_index: it fell behind),
+//     the client recreates it from resync_index on the same stream: no
+//     gap, nothing for the caller to do.
+//  5. When the resume index is older than the server's retained history
+//     (compacted_index), the watch ends with [ErrCompacted] after the
+//     batches queued before it. The caller must reload: Range (or Get),
+//     then Watch with FromIndex(the read's Header.Index).
+//  6. A consumer that does not keep up never slows the other watches of
+//     the stream: once [WatchBuffer] events are queued, the client cancels
+//     the watch on the stream and recreates it from its last queued index
+//     when Next has drained half of them (5 applies if that index was
+//     compacted meanwhile).
+//  7. A watch without [FromIndex] has no position until the server's
+//     created answer (or first event or progress) arrives; a break before
+//     that resumes "from now" again, so events in between may be missed.
+//     Callers that must not miss anything read first and pass FromIndex.
+//
+// A watch ends with: the error of its ctx; an error matching [ErrClosed]
+// after [Watch.Close] or [Client.Close]; [ErrCompacted];
+// [ErrWatchCanceled] when the server canceled it for another reason;
+// [ErrInvalidArgument] for a request every server refuses (an empty key
+// without [WatchPrefix]), or an [*Error] with the stream's code when the
+// server refuses the Watch service itself (e.g. Unimplemented);
+// [ErrUnavailable] when [WatchGiveUpAfter] expired.
 //
 // # Caller's duties
 //

@@ -1,11 +1,14 @@
-// Package clienttest serves fake Lodestone KV and Cluster services over
-// real gRPC on loopback sockets, for tests of the client and of the CLI.
+// Package clienttest serves fake Lodestone KV, Cluster and Watch services
+// over real gRPC on loopback sockets, for tests of the client and of the
+// CLI.
 //
 // A Server answers each RPC with the matching function of its Funcs (nil:
 // Unimplemented), counts calls per method, and can cut every connection it
 // accepted to simulate a server dying mid-call. Memory provides Funcs
 // backed by an in-memory KV store and a static membership, for tests that
-// need plausible answers rather than scripted ones.
+// need plausible answers rather than scripted ones. WatchLog serves the
+// Watch service from an in-memory history, with faults (broken streams,
+// resyncs, replayed duplicates, silence) for testing resume logic.
 //
 // It knows nothing of Raft: the fakes answer at once, from one map.
 package clienttest
@@ -37,6 +40,9 @@ type Funcs struct {
 	PromoteMember  func(context.Context, *lodestonepb.PromoteMemberRequest) (*lodestonepb.PromoteMemberResponse, error)
 	TransferLeader func(context.Context, *lodestonepb.TransferLeaderRequest) (*lodestonepb.TransferLeaderResponse, error)
 	Status         func(context.Context, *lodestonepb.StatusRequest) (*lodestonepb.StatusResponse, error)
+
+	// Watch serves one Watch stream (see WatchLog.Serve).
+	Watch func(lodestonepb.Watch_WatchServer) error
 }
 
 // Server is a gRPC server on 127.0.0.1 serving Funcs.
@@ -74,6 +80,7 @@ func StartAt(tb testing.TB, addr string, f *Funcs) *Server {
 	s.srv = grpc.NewServer(grpc.UnaryInterceptor(s.count))
 	lodestonepb.RegisterKVServer(s.srv, &kvServer{f: f})
 	lodestonepb.RegisterClusterServer(s.srv, &clusterServer{f: f})
+	lodestonepb.RegisterWatchServer(s.srv, &watchServer{f: f})
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -231,4 +238,16 @@ func (s *clusterServer) Status(ctx context.Context, r *lodestonepb.StatusRequest
 		return nil, unimplemented("Status")
 	}
 	return s.f.Status(ctx, r)
+}
+
+type watchServer struct {
+	lodestonepb.UnimplementedWatchServer
+	f *Funcs
+}
+
+func (s *watchServer) Watch(stream lodestonepb.Watch_WatchServer) error {
+	if s.f.Watch == nil {
+		return unimplemented("Watch")
+	}
+	return s.f.Watch(stream)
 }

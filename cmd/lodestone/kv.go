@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -28,7 +30,7 @@ the key since you read it (--cas 0: only if the key does not exist).`,
 		Args: cobra.ArbitraryArgs,
 		RunE: groupRunE,
 	}
-	cmd.AddCommand(newKVPutCmd(), newKVGetCmd(), newKVDeleteCmd(), newKVListCmd())
+	cmd.AddCommand(newKVPutCmd(), newKVGetCmd(), newKVDeleteCmd(), newKVListCmd(), newKVWatchCmd())
 	return cmd
 }
 
@@ -425,4 +427,135 @@ func cell(s string) string {
 		return strconv.Quote(s)
 	}
 	return s
+}
+
+// ---- kv watch ----
+
+type kvWatchOptions struct {
+	Client    clientOptions
+	Key       string
+	Exact     bool   // watch Key only, not every key under it
+	FromIndex uint64 // 0: from now
+	KeysOnly  bool
+	Output    string
+}
+
+func newKVWatchCmd() *cobra.Command {
+	var o kvWatchOptions
+	cmd := &cobra.Command{
+		Use:   "watch PREFIX",
+		Short: "Print every change under a prefix as it happens, until Ctrl-C",
+		Long: `Print every change under a prefix as it happens, until Ctrl-C.
+
+Each change is one line: the event type (put or delete), the key, its modify
+index (the Raft index of the change) and a preview of the value. With -o json each change is
+one JSON object per line (values in base64). The watch survives a server
+restart or a leader change: it resumes where it was, with no change missed
+or printed twice. It fails when no server served it for --timeout.
+
+To follow a key from a known state, read it and pass the modify index you
+read to --from-index: every change after that index is printed, including
+those that happened before the command started (as long as the servers
+still retain them).`,
+		Example: `  lodestone kv watch svc/web/
+  lodestone kv watch config/app --exact -o json
+  lodestone kv watch svc/ --from-index 1200`,
+		Args: exactArgs("PREFIX"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if o.Client, err = clientFlags(cmd); err != nil {
+				return err
+			}
+			if err := checkOutput(cmd, o.Output); err != nil {
+				return err
+			}
+			o.Key = args[0]
+			if o.Exact && o.Key == "" {
+				return usagef(cmd, "--exact needs a non-empty key")
+			}
+			return runKVWatch(cmd.Context(), o, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().BoolVar(&o.Exact, "exact", false, "watch only the key PREFIX itself, not the keys under it")
+	cmd.Flags().BoolVar(&o.Exact, "key-only-exact", false, "same as --exact")
+	_ = cmd.Flags().MarkHidden("key-only-exact")
+	cmd.Flags().Uint64Var(&o.FromIndex, "from-index", 0, "print every change after modify index N, also past ones (0: from now)")
+	cmd.Flags().BoolVar(&o.KeysOnly, "keys-only", false, "omit values")
+	addOutputFlag(cmd, &o.Output)
+	return cmd
+}
+
+// runKVWatch prints events until ctx ends (Ctrl-C: success) or the watch
+// fails. Unlike one-shot commands it has no overall deadline: --timeout
+// bounds how long it may go without a server serving it.
+func runKVWatch(ctx context.Context, o kvWatchOptions, w io.Writer) error {
+	c, err := newClient(o.Client)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	opts := []client.WatchOption{client.FromIndex(o.FromIndex), client.WatchGiveUpAfter(o.Client.Timeout)}
+	if !o.Exact {
+		opts = append(opts, client.WatchPrefix())
+	}
+	watch := c.Watch(ctx, o.Key, opts...)
+	defer watch.Close()
+	for {
+		b, err := watch.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // interrupted: the normal way to stop
+			}
+			return explainWatch(err, o)
+		}
+		for _, ev := range b.Events {
+			if err := renderWatchEvent(w, o.Output, ev, o.KeysOnly); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// explainWatch attaches what to do to a watch's terminal error.
+func explainWatch(err error, o kvWatchOptions) error {
+	var ce *client.CompactedError
+	switch {
+	case errors.As(err, &ce):
+		return &hintError{err: err, hint: fmt.Sprintf(
+			"the servers no longer retain changes after index %d; read the current state with 'lodestone kv list %s' and watch without --from-index (or with a newer one)",
+			ce.Requested, o.Key)}
+	case errors.Is(err, client.ErrWatchCanceled):
+		return &hintError{err: err, hint: "the server refused the watch; fix the key or retry later"}
+	}
+	return explain(err, o.Client, "")
+}
+
+// jsonEvent is one event as -o json prints it: the type and the entry's
+// fields, on one line.
+type jsonEvent struct {
+	Type string `json:"type"`
+	jsonKV
+}
+
+// renderWatchEvent prints one event: "<type> <key> index=<modify index>
+// <value preview>" (type padded to the width of "delete"; no value for
+// deletes or with keysOnly), or one JSON object per line.
+func renderWatchEvent(w io.Writer, format string, ev *lodestonepb.Event, keysOnly bool) error {
+	typ := "put"
+	if ev.GetType() == lodestonepb.Event_DELETE {
+		typ = "delete"
+	}
+	kv := ev.GetKv()
+	withValue := typ == "put" && !keysOnly
+	if format == outputJSON {
+		enc := json.NewEncoder(w)
+		enc.SetEscapeHTML(false)
+		return enc.Encode(jsonEvent{Type: typ, jsonKV: toJSONKV(kv, withValue)})
+	}
+	line := fmt.Sprintf("%-6s %s index=%d", typ, cell(string(kv.GetKey())), kv.GetModifyIndex())
+	if withValue {
+		line += " " + preview(kv.GetValue())
+	}
+	_, err := io.WriteString(w, strings.TrimRight(line, " ")+"\n")
+	return err
 }
