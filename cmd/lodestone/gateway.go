@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lodestone-kv/lodestone/gateway"
+)
+
+// gatewayOptions are `lodestone gateway`'s flags.
+type gatewayOptions struct {
+	cfg       gateway.Config
+	registry  []string
+	logLevel  string
+	logFormat string
+}
+
+// newGatewayCmd builds `lodestone gateway`: the edge proxy, fed by one
+// watch stream to the registry.
+func newGatewayCmd() *cobra.Command {
+	o := &gatewayOptions{cfg: gateway.DefaultConfig()}
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Run the edge gateway: routes HTTP to healthy instances from the registry",
+		Long: `Run the edge gateway. It routes requests by host and path prefix to services
+whose healthy instances it learns from the registry over one watch stream:
+
+  instances  <prefix>instances/<service>/<id> = {"address": "10.0.0.7", "port": 8080, "healthy": true, "meta": {"protocol": "h2c"}}
+  routes     <prefix>routes/<name> = {"host": "api.example.com", "path_prefix": "/v1/", "service": "api"}
+
+plus static routes from --routes (JSON: {"routes": [{"name": ..., "service": ...}]}).
+A route or instance change needs no restart. While the registry is down the
+gateway serves its last table (persisted under --state-dir for cold starts).
+Admin endpoints on --admin: /healthz /readyz /metrics /routes.
+
+Try it against lodestone dev:
+  lodestone kv put gateway/routes/web '{"path_prefix": "/", "service": "web"}'
+  lodestone kv put gateway/instances/web/w1 '{"address": "127.0.0.1", "port": 9000, "healthy": true}'
+  lodestone gateway --listen 127.0.0.1:9080 --admin 127.0.0.1:9081`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("registry") {
+				co, err := clientFlags(cmd)
+				if err != nil {
+					return err
+				}
+				o.registry = co.Endpoints
+			}
+			return runGateway(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	c := &o.cfg
+	f := cmd.Flags()
+	f.StringSliceVar(&o.registry, "registry", nil, "registry gRPC endpoints, comma-separated (default: --endpoints, env "+envEndpoints+")")
+	f.StringVar(&c.Listen, "listen", c.Listen, "proxy address")
+	f.StringVar(&c.AdminListen, "admin", c.AdminListen, "admin address (/healthz, /readyz, /metrics, /routes)")
+	f.StringVar(&c.RoutesFile, "routes", "", "JSON file of static routes")
+	f.StringVar(&c.StateDir, "state-dir", "", "where to persist the last known good table for cold starts (default: none)")
+	f.StringVar(&c.KVPrefix, "prefix", c.KVPrefix, "registry KV prefix holding instances/ and routes/")
+	f.IntVar(&c.Shards, "shards", c.Shards, "connection-pool shards (a power of two)")
+	f.IntVar(&c.SubsetSize, "subset-size", c.SubsetSize, "smallest subset of origins per shard (subsets hold size..2×size)")
+	f.IntVar(&c.Replication, "replication", c.Replication, "minimum shards sharing each subset")
+	f.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "requests proxied at once before new ones wait")
+	f.DurationVar(&c.MaxQueueTime, "max-queue-time", c.MaxQueueTime, "longest wait for a slot before a 503")
+	f.IntVar(&c.OriginConcurrency, "origin-concurrency", c.OriginConcurrency, "in-flight requests per origin instance")
+	f.DurationVar(&c.ConnectTimeout, "connect-timeout", c.ConnectTimeout, "origin connect (and TLS handshake) timeout, per attempt")
+	f.DurationVar(&c.ResponseHeaderTimeout, "response-header-timeout", c.ResponseHeaderTimeout, "wait for an origin's response header, per attempt")
+	f.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "longest silence while streaming a response body")
+	f.IntVar(&c.MaxRetries, "max-retries", c.MaxRetries, "retries of idempotent requests without a body (under a 20% budget)")
+	addLogFlags(cmd, &o.logLevel, &o.logFormat)
+	return cmd
+}
+
+// runGateway serves until ctx ends.
+func runGateway(ctx context.Context, o *gatewayOptions, stdout, stderr io.Writer) error {
+	logger, err := newLogger(stderr, o.logLevel, o.logFormat)
+	if err != nil {
+		return err
+	}
+	cfg := o.cfg
+	cfg.Registry = o.registry
+	cfg.Logger = logger
+	g, err := gateway.New(cfg)
+	if err != nil {
+		var ce *gateway.ConfigError
+		if errors.As(err, &ce) {
+			return fmt.Errorf("%w: fix the flag and retry", err)
+		}
+		return err
+	}
+	g.Start()
+	fmt.Fprintf(stdout, "lodestone gateway is running\n  proxy:    http://%s\n  admin:    http://%s (/healthz, /readyz, /metrics, /routes)\n  registry: %v\n",
+		g.Addr(), g.AdminAddr(), cfg.Registry)
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-g.Done():
+	}
+	if err := g.Close(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("shut down: %w", err)
+	}
+	if runErr == nil && ctx.Err() != nil {
+		return nil
+	}
+	return runErr
+}

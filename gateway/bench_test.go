@@ -1,0 +1,129 @@
+package gateway_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lodestone-kv/lodestone/gateway"
+)
+
+// rawOrigin is a minimal HTTP/1.1 keep-alive responder (cheaper than
+// net/http, so a benchmark's profile is the gateway's).
+func rawOrigin(tb testing.TB, body string) (string, int) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp := []byte(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() {
+				br := bufio.NewReader(c)
+				for {
+					for {
+						line, err := br.ReadSlice('\n')
+						if err != nil {
+							return
+						}
+						if len(line) <= 2 {
+							break
+						}
+					}
+					if _, err := c.Write(resp); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	tb.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	p, _ := strconv.Atoi(port)
+	return host, p
+}
+
+// rawGet sends GETs on one keep-alive connection and reads the answers,
+// with as little client work as possible.
+type rawClient struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func (rc *rawClient) get(req []byte) error {
+	if _, err := rc.c.Write(req); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(rc.br, nil)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return err
+}
+
+// BenchmarkProxyHTTP1 measures one proxied request end to end (client and
+// origin on loopback) through the gateway. Run with -cpu 1 to see the
+// cost per request on one core; profile with -cpuprofile.
+func BenchmarkProxyHTTP1(b *testing.B) {
+	host, port := rawOrigin(b, strings.Repeat("x", 64))
+	src := fakeWithRoute("svc")
+	idx := src.PutInstance(gateway.Instance{Service: "svc", ID: "o", Address: host, Port: port, Healthy: true})
+	cfg := gateway.DefaultConfig()
+	cfg.Listen, cfg.AdminListen, cfg.Source = "127.0.0.1:0", "127.0.0.1:0", src
+	g, err := gateway.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	g.Start()
+	defer g.Close()
+	ctx, cancel := testCtxB(10 * time.Second)
+	defer cancel()
+	g.WaitIndex(ctx, idx)
+	req := []byte("GET /bench HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\n\r\n")
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c, err := net.Dial("tcp", g.Addr())
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer c.Close()
+		rc := &rawClient{c: c, br: bufio.NewReader(c)}
+		for pb.Next() {
+			if err := rc.get(req); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

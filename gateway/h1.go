@@ -1,0 +1,315 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The HTTP/1.1 fast path. Requests without a body to plain-HTTP origins
+// (nearly all proxied traffic) skip http.Transport: the request goroutine
+// takes a keep-alive connection from its pool, writes the request straight
+// from the inbound one (no header map is built), and reads the response on
+// the same goroutine. http.Transport costs two goroutines per connection
+// and two channel hand-offs per request; on one core that was a third of
+// the gateway's CPU per request. Timeouts are connection deadlines: the
+// write and the response header share ResponseHeaderTimeout, every body
+// read gets IdleTimeout. Everything else (bodies, upgrades, h2c, TLS)
+// goes through the pool's http.Transport.
+
+// h1conn is one keep-alive connection of a pool's fast path.
+type h1conn struct {
+	c      net.Conn
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	idleAt int64 // mono() when it went idle
+}
+
+// h1idle is a pool's idle fast-path connections, most recently used last.
+type h1idle struct {
+	mu    sync.Mutex
+	conns []*h1conn
+}
+
+// fastPath reports whether r to o can use the fast path.
+func fastPath(o *origin, r *http.Request) bool {
+	return o.proto == ProtocolHTTP && noBody(r) && !isUpgrade(r) &&
+		len(r.TransferEncoding) == 0 && r.ProtoMajor == 1
+}
+
+// getH1 returns an idle connection (reused true) or dials a new one.
+func (p *pool) getH1(ctx context.Context) (*h1conn, bool, error) {
+	now := mono()
+	p.h1.mu.Lock()
+	for n := len(p.h1.conns); n > 0; n = len(p.h1.conns) {
+		hc := p.h1.conns[n-1]
+		p.h1.conns[n-1] = nil
+		p.h1.conns = p.h1.conns[:n-1]
+		if now-hc.idleAt < int64(p.f.poolIdle) {
+			p.h1.mu.Unlock()
+			return hc, true, nil
+		}
+		// The newest is too old: so are all the others.
+		stale := append(p.h1.conns, hc)
+		p.h1.conns = nil
+		p.h1.mu.Unlock()
+		for _, s := range stale {
+			s.c.Close()
+		}
+		p.h1.mu.Lock()
+	}
+	p.h1.mu.Unlock()
+	c, err := p.dial(ctx, "tcp", p.origin.host)
+	if err != nil {
+		return nil, false, err
+	}
+	return &h1conn{c: c, br: bufio.NewReaderSize(c, 4<<10), bw: bufio.NewWriterSize(c, 4<<10)}, false, nil
+}
+
+// putH1 returns hc to the idle list, or closes it when the pool is closed
+// or already keeps as many idle connections as the origin's limit.
+func (p *pool) putH1(hc *h1conn) {
+	hc.idleAt = mono()
+	p.h1.mu.Lock()
+	if p.closed.Load() || len(p.h1.conns) >= p.f.maxIdle {
+		p.h1.mu.Unlock()
+		hc.c.Close()
+		return
+	}
+	p.h1.conns = append(p.h1.conns, hc)
+	p.h1.mu.Unlock()
+}
+
+// closeH1 closes the idle fast-path connections (older than minAge nanos
+// when minAge > 0, else all).
+func (p *pool) closeH1(minAge int64) {
+	now := mono()
+	p.h1.mu.Lock()
+	var drop []*h1conn
+	keep := p.h1.conns[:0]
+	for _, hc := range p.h1.conns {
+		if minAge > 0 && now-hc.idleAt < minAge {
+			keep = append(keep, hc)
+		} else {
+			drop = append(drop, hc)
+		}
+	}
+	clear(p.h1.conns[len(keep):])
+	p.h1.conns = keep
+	p.h1.mu.Unlock()
+	for _, hc := range drop {
+		hc.c.Close()
+	}
+}
+
+// errStaleConn marks a reused keep-alive connection the origin had closed
+// before our request reached it: safe to send the request again.
+var errStaleConn = errors.New("gateway: origin closed an idle connection")
+
+// h1RoundTrip sends r (no body) on a fast-path connection of p and reads
+// the response header. On success the returned body owns the connection
+// until finishH1. path is the request-target to send.
+func (g *Gateway) h1RoundTrip(p *pool, r *http.Request, path string) (*http.Response, *h1Body, error) {
+	ctx := r.Context()
+	for try := 0; ; try++ {
+		hc, reused, err := p.getH1(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		// The client going away aborts the wait for the origin, and later
+		// the body copy.
+		stop := context.AfterFunc(ctx, func() { hc.c.SetDeadline(aLongTimeAgo) })
+		resp, err := g.h1Exchange(hc, r, path)
+		if err == nil {
+			b := &h1Body{body: resp.Body, hc: hc, idle: g.cfg.IdleTimeout, ctx: ctx, stop: stop}
+			resp.Body = b
+			return resp, b, nil
+		}
+		stop()
+		hc.c.Close()
+		// NB: a keep-alive connection the origin closed while it sat idle
+		// fails at once with EOF or a reset before any byte of a response:
+		// send again on a fresh connection (Transport does the same).
+		if reused && try == 0 && errors.Is(err, errStaleConn) && idempotent(r.Method) && ctx.Err() == nil {
+			continue
+		}
+		return nil, nil, err
+	}
+}
+
+// h1Exchange writes the request and reads the response header on hc.
+func (g *Gateway) h1Exchange(hc *h1conn, r *http.Request, path string) (*http.Response, error) {
+	ctx := r.Context()
+	if err := hc.c.SetDeadline(time.Now().Add(g.cfg.ResponseHeaderTimeout)); err != nil {
+		return nil, err
+	}
+	writeH1Request(hc.bw, r, path)
+	if err := hc.bw.Flush(); err != nil {
+		return nil, classify(ctx, err, true)
+	}
+	for {
+		resp, err := http.ReadResponse(hc.br, r)
+		if err != nil {
+			return nil, classify(ctx, err, hc.br.Buffered() == 0)
+		}
+		if resp.StatusCode >= 100 && resp.StatusCode < 200 {
+			continue // informational (103 Early Hints): wait for the real one
+		}
+		return resp, nil
+	}
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+// classify maps a fast-path I/O error to the gateway's errors.
+func classify(ctx context.Context, err error, nothingRead bool) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return ErrResponseHeaderTimeout
+	}
+	if nothingRead && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || isConnReset(err)) {
+		return errStaleConn
+	}
+	return err
+}
+
+func isConnReset(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "connection reset") || strings.Contains(s, "broken pipe")
+}
+
+// h1Body reads a fast-path response body with the idle timeout on every
+// read and knows, at EOF, whether its connection can be reused.
+type h1Body struct {
+	body  io.ReadCloser
+	hc    *h1conn
+	idle  time.Duration
+	ctx   context.Context
+	stop  func() bool
+	eof   bool
+	fault error // the origin's fault, if the body was cut
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	// NB: a small body usually arrived with its header and sits in the
+	// buffer; a deadline is only worth its timer update when the read may
+	// reach the socket.
+	if b.hc.br.Buffered() == 0 {
+		b.hc.c.SetReadDeadline(time.Now().Add(b.idle))
+	}
+	n, err := b.body.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	} else if err != nil {
+		if b.ctx.Err() != nil {
+			err = b.ctx.Err()
+		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			err = ErrIdleTimeout
+		}
+		b.fault = err
+	}
+	return n, err
+}
+
+func (b *h1Body) Close() error { return nil } // finishH1 decides
+
+// finishH1 ends a fast-path exchange: the connection goes back to the pool
+// when the body was read to its end and both sides allow keep-alive.
+func (p *pool) finishH1(b *h1Body, resp *http.Response) {
+	// NB: if the client-gone hook has started it may still be about to
+	// set a past deadline on the connection; pooled, that would break the
+	// next request that takes it. Such a connection is closed instead.
+	unhooked := b.stop == nil || b.stop()
+	b.body.Close()
+	// NB: the client's own Connection: close is hop-by-hop: it ends the
+	// client's connection, never the origin's.
+	if unhooked && b.eof && !resp.Close && b.hc.br.Buffered() == 0 {
+		// The deadline left on it is replaced before its next use.
+		p.putH1(b.hc)
+		return
+	}
+	b.hc.c.Close()
+}
+
+// writeH1Request writes r's request line and headers for the origin: the
+// end-to-end headers as received, plus X-Forwarded-For/-Proto/-Host and
+// "Te: trailers" when asked; no body (fast path only). Header values were
+// validated by net/http when it parsed the request.
+func writeH1Request(bw *bufio.Writer, r *http.Request, path string) {
+	bw.WriteString(r.Method)
+	bw.WriteByte(' ')
+	bw.WriteString(path)
+	bw.WriteString(" HTTP/1.1\r\nHost: ")
+	bw.WriteString(r.Host)
+	bw.WriteString("\r\n")
+	conn := r.Header["Connection"]
+	hasXFH := false
+	for k, vv := range r.Header {
+		switch {
+		case isHop(k), k == "Host", k == "X-Forwarded-For", k == "X-Forwarded-Proto":
+			continue
+		case conn != nil && listedIn(conn, k):
+			continue
+		case k == "X-Forwarded-Host":
+			hasXFH = true
+		}
+		for _, v := range vv {
+			bw.WriteString(k)
+			bw.WriteString(": ")
+			bw.WriteString(v)
+			bw.WriteString("\r\n")
+		}
+	}
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		bw.WriteString("X-Forwarded-For: ")
+		for _, prior := range r.Header["X-Forwarded-For"] {
+			bw.WriteString(prior)
+			bw.WriteString(", ")
+		}
+		bw.WriteString(ip)
+		bw.WriteString("\r\n")
+	}
+	if r.TLS != nil {
+		bw.WriteString("X-Forwarded-Proto: https\r\n")
+	} else {
+		bw.WriteString("X-Forwarded-Proto: http\r\n")
+	}
+	if !hasXFH && r.Host != "" {
+		bw.WriteString("X-Forwarded-Host: ")
+		bw.WriteString(r.Host)
+		bw.WriteString("\r\n")
+	}
+	for _, v := range r.Header["Te"] {
+		if strings.Contains(strings.ToLower(v), "trailers") {
+			bw.WriteString("Te: trailers\r\n")
+			break
+		}
+	}
+	if r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch {
+		bw.WriteString("Content-Length: 0\r\n")
+	}
+	bw.WriteString("\r\n")
+}
+
+// requestTarget returns the request-target to send for r on route re.
+func requestTarget(r *http.Request, re *routeEntry) string {
+	if re.StripPrefix {
+		u := *r.URL
+		u.Path = stripPrefix(u.Path, re.PathPrefix)
+		u.RawPath = ""
+		return u.RequestURI()
+	}
+	if strings.HasPrefix(r.RequestURI, "/") {
+		return r.RequestURI // as the client sent it: no re-encoding
+	}
+	return r.URL.RequestURI()
+}

@@ -1,0 +1,492 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ServeHTTP proxies one request: admission (MaxInFlight, MaxQueueTime),
+// route match on the current table (one atomic load, no lock), origin
+// choice (subset of a random shard, power of two choices), attempts with
+// per-attempt timeouts, retries under the budget, and a streamed response.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.handlers.Add(1)
+	defer g.handlers.Done()
+	start := time.Now()
+	if err := g.admit.acquire(r.Context()); err != nil {
+		if errors.Is(err, ErrOverloaded) {
+			g.shed(w, shedOverload)
+		}
+		return
+	}
+	slot := &admission{l: g.admit}
+	defer slot.release()
+
+	t := g.table.Load()
+	re := t.router.match(r.Host, r.URL.Path)
+	if re == nil {
+		g.m.unrouted.Inc()
+		http.Error(w, "no route for "+hostOnly(r.Host)+r.URL.Path, http.StatusNotFound)
+		return
+	}
+	status, abort := g.proxy(w, r, t, re, slot)
+	if re.m != nil {
+		re.m.requests[classOf(status)].Inc()
+		re.m.latency.Observe(time.Since(start).Seconds())
+	}
+	if abort {
+		// The status line is out and the body is cut short: abort the
+		// client connection so the client cannot mistake it for a whole
+		// response (net/http recovers this panic silently).
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// admission is one request's slot; released at most once (a WebSocket
+// gives its slot back once upgraded).
+type admission struct {
+	l    *limiter
+	done bool
+}
+
+func (a *admission) release() {
+	if !a.done {
+		a.done = true
+		a.l.release()
+	}
+}
+
+// proxy runs the attempts and returns the status the client got (0: none)
+// and whether the response was cut short.
+func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, t *table, re *routeEntry, slot *admission) (int, bool) {
+	svc := t.services[re.Service]
+	if svc == nil {
+		g.shed(w, shedNoOrigin)
+		return http.StatusServiceUnavailable, false
+	}
+	shard := rand.IntN(len(svc.shards))
+	if isUpgrade(r) {
+		return g.proxyUpgrade(w, r, svc, re, shard, slot)
+	}
+	g.budget.deposit()
+	retriable := g.cfg.MaxRetries > 0 && idempotent(r.Method) && noBody(r)
+	var hdr http.Header  // the outbound header of the Transport path, built once if needed
+	var tried [4]*origin // origins this request failed on (MaxRetries ≤ 10; the first few matter)
+	var exclude []*origin
+	for try := 0; ; try++ {
+		if try > 0 {
+			// NB: a retry routes by the table of now, not of the first
+			// attempt: an origin deregistered meanwhile must not get it.
+			if svc = g.table.Load().services[re.Service]; svc == nil {
+				g.shed(w, shedNoOrigin)
+				return http.StatusServiceUnavailable, false
+			}
+			shard = min(shard, len(svc.shards)-1)
+		}
+		p := svc.choose(shard, g.clock.Now().UnixNano(), exclude, rand.IntN)
+		if p == nil {
+			g.shed(w, shedSaturated)
+			return http.StatusServiceUnavailable, false
+		}
+		mayRetry := retriable && try < g.cfg.MaxRetries
+		var a *attempt
+		if fastPath(p.origin, r) {
+			a = &attempt{p: p, parent: r.Context(), start: time.Now(), req: r, fast: true}
+		} else {
+			if hdr == nil {
+				hdr = outboundHeader(r)
+			}
+			a = g.startAttempt(r, re, p, hdr)
+		}
+		resp, err := g.roundTrip(a, re)
+		if err != nil {
+			clientGone := r.Context().Err() != nil
+			g.finishAttempt(svc, a, 0, !clientGone)
+			if clientGone {
+				return 0, false
+			}
+			g.log.Debug("gateway: attempt failed", "route", re.Name, "origin", p.origin.String(), "attempt", try, "err", err)
+			if mayRetry && g.retry(re) {
+				exclude = appendTried(tried[:len(exclude)], p.origin)
+				continue
+			}
+			status := http.StatusBadGateway
+			if errors.Is(err, ErrResponseHeaderTimeout) {
+				status = http.StatusGatewayTimeout
+			}
+			http.Error(w, http.StatusText(status), status)
+			return status, false
+		}
+		if retryStatus(resp.StatusCode) && mayRetry && g.retry(re) {
+			drain(resp.Body)
+			g.finishAttempt(svc, a, resp.StatusCode, true)
+			exclude = appendTried(tried[:len(exclude)], p.origin)
+			continue
+		}
+		originFault, abort := g.writeResponse(w, resp, a)
+		g.finishAttempt(svc, a, resp.StatusCode, resp.StatusCode >= 500 || originFault)
+		return resp.StatusCode, abort
+	}
+}
+
+// roundTrip sends the attempt's request and returns the response header
+// (its body streams later), or why there is none: ErrConnect,
+// ErrResponseHeaderTimeout, the client's ctx error, or another transport
+// error.
+func (g *Gateway) roundTrip(a *attempt, re *routeEntry) (*http.Response, error) {
+	if a.fast {
+		resp, b, err := g.h1RoundTrip(a.p, a.req, requestTarget(a.req, re))
+		a.resp, a.h1 = resp, b
+		return resp, err
+	}
+	var resp *http.Response
+	tr, err := a.p.transport(a.ctx)
+	if err == nil {
+		resp, err = tr.RoundTrip(a.out)
+	}
+	a.timer.headers()
+	if err != nil && context.Cause(a.ctx) == ErrResponseHeaderTimeout {
+		err = ErrResponseHeaderTimeout
+	}
+	return resp, err
+}
+
+// appendTried adds o to the tried origins, keeping at most cap(xs).
+func appendTried(xs []*origin, o *origin) []*origin {
+	if len(xs) == cap(xs) {
+		copy(xs, xs[1:])
+		xs = xs[:len(xs)-1]
+	}
+	return append(xs, o)
+}
+
+// retry reports whether the budget allows one more attempt.
+func (g *Gateway) retry(re *routeEntry) bool {
+	if !g.budget.withdraw() {
+		g.m.budgetSpent.Inc()
+		return false
+	}
+	g.stats.retries.Add(1)
+	if re.m != nil {
+		re.m.retries.Inc()
+	}
+	return true
+}
+
+// attempt is one try of a request on one pool, on the HTTP/1.1 fast path
+// (h1.go) or through the pool's http.Transport.
+type attempt struct {
+	p      *pool
+	parent context.Context // the client's request context
+	start  time.Time
+
+	// Fast path.
+	fast bool
+	req  *http.Request
+	resp *http.Response
+	h1   *h1Body
+
+	// Transport path.
+	ctx    context.Context // parent + this attempt's timeouts
+	cancel context.CancelCauseFunc
+	out    *http.Request
+	timer  *attemptTimer
+}
+
+// active records body progress for the idle timeout (the fast path sets a
+// deadline before every read instead).
+func (a *attempt) active() {
+	if a.timer != nil {
+		a.timer.active()
+	}
+}
+
+func (g *Gateway) startAttempt(r *http.Request, re *routeEntry, p *pool, hdr http.Header) *attempt {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	out := r.WithContext(ctx)
+	u := *r.URL
+	u.Scheme, u.Host = p.origin.scheme, p.origin.host
+	if re.StripPrefix {
+		u.Path = stripPrefix(u.Path, re.PathPrefix)
+		u.RawPath = ""
+	}
+	out.URL = &u
+	out.Header = hdr
+	out.RequestURI = ""
+	out.Close = false
+	if r.ContentLength == 0 {
+		out.Body = nil // NB: lets the transport reuse the connection at once
+	}
+	return &attempt{
+		p: p, parent: r.Context(), ctx: ctx, cancel: cancel, out: out, start: time.Now(),
+		timer: newAttemptTimer(cancel, g.cfg.ResponseHeaderTimeout, g.cfg.IdleTimeout),
+	}
+}
+
+// finishAttempt releases the origin's slot, records metrics and feeds the
+// outlier detector. status 0 means no response.
+func (g *Gateway) finishAttempt(svc *service, a *attempt, status int, failed bool) {
+	if a.fast {
+		if a.h1 != nil {
+			a.p.finishH1(a.h1, a.resp)
+		}
+	} else {
+		a.timer.stop()
+		a.cancel(nil)
+	}
+	o := a.p.origin
+	o.release()
+	a.p.done()
+	if o.m != nil {
+		o.m.requests[classOf(status)].Inc()
+		o.m.latency.Observe(time.Since(a.start).Seconds())
+	}
+	if !failed && !o.failing.Load() {
+		return // the common case: nothing to record, no clock read
+	}
+	res, d := recordResult(g.cfg.Outlier, svc, o, failed, g.clock.Now())
+	switch res {
+	case outcomeEjected:
+		g.stats.ejections.Add(1)
+		if m := o.state.m; m != nil {
+			m.ejections.Inc()
+		}
+		g.log.Info("gateway: origin ejected", "service", o.state.name, "origin", o.inst.ID, "addr", o.host, "for", d)
+	case outcomeCapped:
+		g.log.Debug("gateway: origin not ejected: service at its ejection cap", "service", o.state.name, "origin", o.inst.ID)
+	}
+}
+
+// writeResponse streams resp to w. originFault reports a body cut short by
+// the origin (error or idle timeout); abort that the client's response is
+// incomplete.
+func (g *Gateway) writeResponse(w http.ResponseWriter, resp *http.Response, a *attempt) (originFault, abort bool) {
+	defer resp.Body.Close()
+	h := w.Header()
+	copyHeader(h, resp.Header)
+	announced := len(resp.Trailer)
+	if announced > 0 {
+		keys := make([]string, 0, announced)
+		for k := range resp.Trailer {
+			keys = append(keys, k)
+		}
+		h.Add("Trailer", strings.Join(keys, ", "))
+	}
+	w.WriteHeader(resp.StatusCode)
+	// NB: flush as we go when the length is unknown (server-sent events,
+	// streamed downloads): the client must see bytes as the origin sends
+	// them, never a whole buffered body.
+	var flusher http.Flusher
+	if resp.ContentLength < 0 {
+		flusher, _ = w.(http.Flusher)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	bufp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bufp)
+	buf := *bufp
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			a.active()
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return false, true // the client went away
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			if a.parent.Err() != nil {
+				return false, true // the client went away
+			}
+			g.log.Debug("gateway: response body cut short", "origin", a.p.origin.String(), "err", rerr, "cause", context.Cause(a.ctx))
+			return true, true
+		}
+	}
+	if len(resp.Trailer) > 0 {
+		if len(resp.Trailer) == announced {
+			copyHeader(h, resp.Trailer)
+		} else {
+			for k, vv := range resp.Trailer {
+				h[http.TrailerPrefix+k] = vv
+			}
+		}
+	}
+	return false, false
+}
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// drain reads a little of a response being discarded (so its connection
+// may be reused) and closes it.
+func drain(b io.ReadCloser) {
+	io.CopyN(io.Discard, b, 4<<10)
+	b.Close()
+}
+
+// shed answers 503 with Retry-After without touching an origin.
+func (g *Gateway) shed(w http.ResponseWriter, reason string) {
+	g.stats.shed.Add(1)
+	g.m.shed.WithLabelValues(reason).Inc()
+	h := w.Header()
+	h["Retry-After"] = []string{g.retryAfter}
+	h["Content-Type"] = []string{"text/plain; charset=utf-8"}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	io.WriteString(w, "service unavailable: "+reason+"\n")
+}
+
+// retryStatus reports origin answers worth another origin's try.
+func retryStatus(code int) bool {
+	return code == http.StatusBadGateway || code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout
+}
+
+// idempotent reports methods RFC 9110 calls idempotent.
+func idempotent(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// noBody reports a request without a body: only those are retried, since
+// a body already streamed to the first origin cannot be sent again.
+func noBody(r *http.Request) bool {
+	return r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 && len(r.TransferEncoding) == 0
+}
+
+// isHop reports hop-by-hop headers (RFC 9110 §7.6.1), which a proxy must
+// not forward.
+func isHop(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
+
+// listedIn reports whether k is named in a Connection header.
+func listedIn(conn []string, k string) bool {
+	for _, v := range conn {
+		for f := range strings.SplitSeq(v, ",") {
+			if http.CanonicalHeaderKey(strings.TrimSpace(f)) == k {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// copyHeader copies end-to-end headers of src into dst, sharing values.
+func copyHeader(dst, src http.Header) {
+	conn := src["Connection"]
+	for k, vv := range src {
+		if isHop(k) || (conn != nil && listedIn(conn, k)) {
+			continue
+		}
+		dst[k] = vv
+	}
+}
+
+// outboundHeader builds the header sent to origins: end-to-end headers of
+// r (values shared, never modified), X-Forwarded-*, and "Te: trailers"
+// when the client asked for trailers (gRPC needs it).
+func outboundHeader(r *http.Request) http.Header {
+	h := make(http.Header, len(r.Header)+3)
+	copyHeader(h, r.Header)
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		if prior := r.Header["X-Forwarded-For"]; len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		h["X-Forwarded-For"] = []string{ip}
+	}
+	if r.TLS != nil {
+		h["X-Forwarded-Proto"] = []string{"https"}
+	} else {
+		h["X-Forwarded-Proto"] = []string{"http"}
+	}
+	if _, ok := h["X-Forwarded-Host"]; !ok && r.Host != "" {
+		h["X-Forwarded-Host"] = []string{r.Host}
+	}
+	for _, v := range r.Header["Te"] {
+		if strings.Contains(strings.ToLower(v), "trailers") {
+			h["Te"] = []string{"trailers"}
+		}
+	}
+	if _, ok := h["User-Agent"]; !ok {
+		h["User-Agent"] = []string{""} // NB: no Go default User-Agent
+	}
+	return h
+}
+
+// epoch anchors mono: durations since it use the monotonic clock.
+var epoch = time.Now()
+
+func mono() int64 { return int64(time.Since(epoch)) }
+
+// attemptTimer enforces an attempt's response-header timeout and then its
+// idle timeout with one timer: the header phase cancels the attempt with
+// ErrResponseHeaderTimeout; the body phase re-arms itself lazily (reads
+// only store a timestamp) and cancels with ErrIdleTimeout after idle
+// without a read.
+type attemptTimer struct {
+	t      *time.Timer
+	cancel context.CancelCauseFunc
+	idle   time.Duration
+	phase  atomic.Int32 // 0 header, 1 body, 2 stopped
+	last   atomic.Int64 // mono() of the last body read
+}
+
+func newAttemptTimer(cancel context.CancelCauseFunc, header, idle time.Duration) *attemptTimer {
+	a := &attemptTimer{cancel: cancel, idle: idle}
+	a.t = time.AfterFunc(header, a.fire)
+	return a
+}
+
+func (a *attemptTimer) fire() {
+	switch a.phase.Load() {
+	case 0:
+		a.cancel(ErrResponseHeaderTimeout)
+	case 1:
+		since := time.Duration(mono() - a.last.Load())
+		if since >= a.idle {
+			a.cancel(ErrIdleTimeout)
+			return
+		}
+		if a.phase.Load() == 1 {
+			a.t.Reset(a.idle - since)
+		}
+	}
+}
+
+// headers switches from the header timeout to the idle timeout.
+func (a *attemptTimer) headers() {
+	if !a.t.Stop() {
+		return // fired: the attempt is canceled already
+	}
+	a.last.Store(mono())
+	a.phase.Store(1)
+	a.t.Reset(a.idle)
+}
+
+// active records body progress.
+func (a *attemptTimer) active() { a.last.Store(mono()) }
+
+func (a *attemptTimer) stop() {
+	a.phase.Store(2)
+	a.t.Stop()
+}
