@@ -23,6 +23,20 @@ test:
 test-short:
 	$(GO) test -count=1 -short ./...
 
+# Jepsen-style campaigns against a real cluster in network namespaces
+# (chaos/README.md). Need root, iproute2 and iptables. Each writes
+# chaos/runs/<id>/ and ends with `CHAOS ops=<n> faults=<n> anomalies=<n>`;
+# the exit code is non-zero on any anomaly. chaos-smoke takes about 60 s
+# (3 nodes, two faults of each kind); chaos runs 10 minutes (each kind 22x).
+.PHONY: chaos chaos-smoke
+chaos: build
+	$(GO) build -o $(BIN)/chaos ./chaos
+	$(BIN)/chaos --binary $(CURDIR)/$(BIN)/lodestone
+
+chaos-smoke: build
+	$(GO) build -o $(BIN)/chaos ./chaos
+	$(BIN)/chaos --smoke --binary $(CURDIR)/$(BIN)/lodestone
+
 vet:
 	$(GO) vet ./...
 
@@ -38,6 +52,21 @@ bench: bench-kv
 
 bench-kv:
 	cd bench && $(GO) run ./cmd/kvbench
+
+# Gateway vs nginx, HAProxy and httputil.ReverseProxy under wrk (needs wrk,
+# nginx-light and haproxy from apt); see bench/cmd/gatewaybench.
+bench-gateway:
+	cd bench && $(GO) run ./cmd/gatewaybench
+
+# Raft log append latency on a fresh and a Roblox-shaped (bloated) file:
+# Lodestone's raftlog vs raft-boltdb v1/v2 and raft-wal, plus online rotation.
+bench-raftlog:
+	cd bench && $(GO) run ./cmd/raftlogbench
+
+# Watch fan-out: Lodestone vs etcd vs a single-channel broadcaster, 0/10k/100k watchers.
+.PHONY: bench-watch
+bench-watch:
+	cd bench && $(GO) run ./cmd/watchbench
 
 clean:
 	rm -rf $(BIN)

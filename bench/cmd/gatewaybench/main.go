@@ -1,0 +1,416 @@
+// Command gatewaybench sends the same HTTP load (wrk) to the same origin
+// directly, through the Lodestone gateway, through nginx (one worker,
+// upstream keep-alive), through HAProxy (one thread) and through a plain
+// httputil.ReverseProxy, each proxy pinned to one core with the load
+// generator and the origin on the other, and prints BENCH lines for
+// requests/s and the latency each proxy adds (see DESIGN.md, "How
+// benchmarks report"). Run it from bench/ (or `make bench-gateway`):
+//
+//	cd bench && go run ./cmd/gatewaybench [-reps 3] [-duration 10s]
+//
+// Every process is started and stopped by the program; nginx and HAProxy
+// configs are generated into a temp dir. Needs wrk, nginx and haproxy on
+// PATH (Debian: apt-get install wrk nginx-light haproxy) and taskset.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+	"github.com/lodestone-kv/lodestone/client"
+	"github.com/lodestone-kv/lodestone/gateway"
+	"github.com/lodestone-kv/lodestone/server"
+)
+
+var (
+	flagRole       = flag.String("role", "", "internal: run as origin, gateway or reverseproxy (the benchmark starts itself in these roles)")
+	flagReps       = flag.Int("reps", 3, "repetitions; medians are reported (use an odd number)")
+	flagDuration   = flag.Duration("duration", 10*time.Second, "measured window of each wrk run (whole seconds)")
+	flagWarmup     = flag.Duration("warmup", 2*time.Second, "wrk warm-up before each system's measured runs")
+	flagConns      = flag.Int("conns", 64, "wrk connections of the throughput run")
+	flagLatConns   = flag.Int("latency-conns", 16, "wrk connections of the paced latency run")
+	flagPacing     = flag.Int("pacing-ms", 4, "pause (ms) each connection of the latency run takes between requests (wrk delay()), so that run stays below every system's saturation")
+	flagBody       = flag.Int("body", 64, "origin response body bytes")
+	flagProxyCPUs  = flag.String("proxy-cpus", "1", `taskset CPU list for every proxy ("" = unpinned)`)
+	flagClientCPUs = flag.String("client-cpus", "0", `CPU list for wrk, the origin, the registry and this program ("" = unpinned)`)
+	flagSystems    = flag.String("systems", "direct,lodestone,nginx,haproxy,reverseproxy", "systems to run; BENCH lines need direct, lodestone and the peer")
+	flagWorkDir    = flag.String("work-dir", "", "where configs and logs go (default: the system temp dir)")
+	flagKeep       = flag.Bool("keep", false, "keep configs and logs after the run")
+)
+
+func main() {
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: cd bench && go run ./cmd/gatewaybench [flags]\n\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if *flagRole != "" {
+		if err := runRole(*flagRole, flag.Args()); err != nil {
+			fmt.Fprintf(os.Stderr, "gatewaybench %s: %v\n", *flagRole, err)
+			os.Exit(1)
+		}
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			fmt.Fprintln(os.Stderr, "gatewaybench: interrupted; every process stopped")
+		} else {
+			fmt.Fprintf(os.Stderr, "gatewaybench: %v\n", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "gatewaybench: "+format+"\n", args...)
+}
+
+// measurement is one system's numbers in one repetition.
+type measurement struct {
+	rps              float64 // throughput run
+	satP50, satP99   float64 // ms, throughput run (at saturation)
+	p50, p99         float64 // ms, paced latency run
+	pacedRPS         float64
+	proxyCPU         float64 // share of one core the proxy used in the throughput run; -1 if none
+	errors, non2xx   int64
+	satErrs, satNon2 int64
+}
+
+type env struct {
+	tmp, self      string
+	origin         string // host:port
+	registry       string
+	flat, paced    string
+	procs          []*harness.Proc
+	instanceMarker string
+}
+
+func run(ctx context.Context) error {
+	if *flagReps < 1 || *flagDuration < time.Second {
+		return fmt.Errorf("-reps must be >= 1 and -duration >= 1s")
+	}
+	systems := strings.Split(*flagSystems, ",")
+	for _, s := range systems {
+		switch s {
+		case "direct", "lodestone", "nginx", "haproxy", "reverseproxy":
+		default:
+			return fmt.Errorf("-systems: unknown system %q", s)
+		}
+	}
+	need := map[string]string{"wrk": "wrk", "taskset": "util-linux"}
+	if slices.Contains(systems, "nginx") {
+		need["nginx"] = "nginx-light"
+	}
+	if slices.Contains(systems, "haproxy") {
+		need["haproxy"] = "haproxy"
+	}
+	for bin, pkg := range need {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s not found on PATH: install it (Debian: apt-get install %s)", bin, pkg)
+		}
+	}
+	if *flagClientCPUs != "" {
+		if err := harness.PinSelf(*flagClientCPUs); err != nil {
+			return fmt.Errorf("-client-cpus: %w", err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(*flagWorkDir, "gatewaybench-")
+	if err != nil {
+		return err
+	}
+	if *flagKeep {
+		logf("keeping configs and logs in %s", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
+	e := &env{tmp: tmp, self: self}
+	defer func() { harness.StopAll(e.procs, 10*time.Second) }()
+	if e.flat, e.paced, err = writeWrkScripts(tmp, *flagPacing); err != nil {
+		return err
+	}
+
+	// The origin, beside wrk.
+	ports, err := harness.FreePorts(1)
+	if err != nil {
+		return err
+	}
+	e.origin = fmt.Sprintf("127.0.0.1:%d", ports[0])
+	p, err := harness.Start("origin", self, []string{"-role=origin", "--", "-listen=" + e.origin, fmt.Sprintf("-body=%d", *flagBody)},
+		filepath.Join(tmp, "origin.log"), *flagClientCPUs)
+	if err != nil {
+		return err
+	}
+	e.procs = append(e.procs, p)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = waitServing(wctx, "http://"+e.origin+"/", *flagBody)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("origin: %w\n%s", err, p.LogTail(2000))
+	}
+
+	// The registry the gateway watches: an in-process single-node server
+	// on the load generator's core, idle during the measured runs.
+	if slices.Contains(systems, "lodestone") {
+		srv, err := startRegistry(tmp)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		e.registry = srv.GRPCAddr()
+		if err := registerOrigin(ctx, e.registry, e.origin); err != nil {
+			return err
+		}
+	}
+
+	results := map[string][]measurement{}
+	for rep := range *flagReps {
+		order := slices.Clone(systems)
+		// Rotate the order each repetition to spread machine noise.
+		for range rep % len(order) {
+			order = append(order[1:], order[0])
+		}
+		for _, sys := range order {
+			logf("rep %d/%d: %s", rep+1, *flagReps, sys)
+			m, err := e.measure(ctx, sys)
+			if err != nil {
+				return fmt.Errorf("%s: %w", sys, err)
+			}
+			results[sys] = append(results[sys], m)
+			fmt.Printf("run rep=%d/%d system=%s rps=%.0f sat_p50=%.3fms sat_p99=%.3fms paced_rps=%.0f paced_p50=%.3fms paced_p99=%.3fms proxy_cpu=%s errors=%d non2xx=%d\n",
+				rep+1, *flagReps, sys, m.rps, m.satP50, m.satP99, m.pacedRPS, m.p50, m.p99, cpuString(m.proxyCPU), m.errors+m.satErrs, m.non2xx+m.satNon2)
+		}
+	}
+	report(results, systems)
+	return nil
+}
+
+func cpuString(c float64) string {
+	if c < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*c)
+}
+
+// measure starts sys (unless direct), runs the warm-up, the throughput run
+// and the paced latency run against it, and stops it.
+func (e *env) measure(ctx context.Context, sys string) (measurement, error) {
+	target, proc, err := e.startSystem(ctx, sys)
+	if err != nil {
+		return measurement{}, err
+	}
+	if proc != nil {
+		defer proc.Stop(10 * time.Second)
+	}
+	if _, err := runWrk(ctx, *flagClientCPUs, target, e.flat, *flagConns, max(*flagWarmup, time.Second)); err != nil {
+		return measurement{}, err
+	}
+	m := measurement{proxyCPU: -1}
+	var cpu0 time.Duration
+	if proc != nil {
+		cpu0, _ = harness.CPUTime(proc.Pid())
+	}
+	start := time.Now()
+	sat, err := runWrk(ctx, *flagClientCPUs, target, e.flat, *flagConns, *flagDuration)
+	if err != nil {
+		return m, err
+	}
+	if proc != nil {
+		if cpu1, err := harness.CPUTime(proc.Pid()); err == nil {
+			m.proxyCPU = float64(cpu1-cpu0) / float64(time.Since(start))
+		}
+	}
+	paced, err := runWrk(ctx, *flagClientCPUs, target, e.paced, *flagLatConns, *flagDuration)
+	if err != nil {
+		return m, err
+	}
+	if exited, werr := procExited(proc); exited {
+		return m, fmt.Errorf("exited during the run: %v\n%s", werr, proc.LogTail(2000))
+	}
+	m.rps, m.satP50, m.satP99 = sat.rps, harness.Millis(sat.p50), harness.Millis(sat.p99)
+	m.satErrs, m.satNon2 = sat.errors, sat.non2xx
+	m.pacedRPS, m.p50, m.p99 = paced.rps, harness.Millis(paced.p50), harness.Millis(paced.p99)
+	m.errors, m.non2xx = paced.errors, paced.non2xx
+	return m, nil
+}
+
+func procExited(p *harness.Proc) (bool, error) {
+	if p == nil {
+		return false, nil
+	}
+	return p.Exited()
+}
+
+// startSystem starts sys pinned to the proxy CPUs and returns the URL to
+// load and its process (nil for direct).
+func (e *env) startSystem(ctx context.Context, sys string) (string, *harness.Proc, error) {
+	if sys == "direct" {
+		return "http://" + e.origin + "/", nil, nil
+	}
+	ports, err := harness.FreePorts(2)
+	if err != nil {
+		return "", nil, err
+	}
+	listen := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	dir := filepath.Join(e.tmp, sys)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, err
+	}
+	var bin string
+	var args []string
+	switch sys {
+	case "lodestone":
+		bin, args = e.self, []string{"-role=gateway", "--", "-registry=" + e.registry, "-listen=" + listen, fmt.Sprintf("-admin=127.0.0.1:%d", ports[1])}
+	case "reverseproxy":
+		bin, args = e.self, []string{"-role=reverseproxy", "--", "-listen=" + listen, "-origin=" + e.origin}
+	case "nginx":
+		conf, err := nginxConfig(dir, listen, e.origin)
+		if err != nil {
+			return "", nil, err
+		}
+		bin, args = "nginx", []string{"-p", dir, "-c", conf}
+	case "haproxy":
+		conf, err := haproxyConfig(dir, listen, e.origin)
+		if err != nil {
+			return "", nil, err
+		}
+		bin, args = "haproxy", []string{"-db", "-f", conf}
+	}
+	p, err := harness.Start(sys, bin, args, filepath.Join(dir, sys+".log"), *flagProxyCPUs)
+	if err != nil {
+		return "", nil, err
+	}
+	target := "http://" + listen + "/"
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	err = waitServing(wctx, target, *flagBody)
+	cancel()
+	if err != nil {
+		p.Stop(5 * time.Second)
+		return "", nil, fmt.Errorf("%w\n%s", err, p.LogTail(2000))
+	}
+	return target, p, nil
+}
+
+// startRegistry runs a single-node Lodestone registry in this process.
+func startRegistry(tmp string) (*server.Server, error) {
+	ports, err := harness.FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	peer := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	cfg := server.DefaultConfig()
+	cfg.Name = "bench"
+	cfg.DataDir = filepath.Join(tmp, "registry")
+	cfg.ListenPeer, cfg.ListenGRPC, cfg.ListenHTTP = peer, "127.0.0.1:0", "127.0.0.1:0"
+	cfg.InitialCluster = map[string]string{"bench": peer}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := server.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	srv.Start()
+	return srv, nil
+}
+
+// registerOrigin registers the origin as the one instance of service
+// "bench" and routes every path to it, as an operator would with
+// `lodestone kv put`.
+func registerOrigin(ctx context.Context, registry, origin string) error {
+	c, err := client.New(client.Config{Endpoints: []string{registry}})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	src, err := gateway.NewKVSource(c, gateway.DefaultKVSourceConfig())
+	if err != nil {
+		return err
+	}
+	host, port, err := net.SplitHostPort(origin)
+	if err != nil {
+		return err
+	}
+	var p int
+	fmt.Sscan(port, &p)
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if _, err := src.PutRoute(ctx, gateway.Route{Name: "bench", PathPrefix: "/", Service: "bench"}); err != nil {
+		return fmt.Errorf("register route: %w", err)
+	}
+	if _, err := src.PutInstance(ctx, gateway.Instance{Service: "bench", ID: "origin", Address: host, Port: p, Healthy: true}); err != nil {
+		return fmt.Errorf("register origin: %w", err)
+	}
+	return nil
+}
+
+// report prints the setup, the pinning and the BENCH lines.
+func report(results map[string][]measurement, systems []string) {
+	med := func(sys string, f func(measurement) float64) float64 {
+		var xs []float64
+		for _, m := range results[sys] {
+			xs = append(xs, f(m))
+		}
+		return harness.Median(xs)
+	}
+	// Added latency: per repetition, the system's minus direct's in the
+	// same repetition; then the median.
+	added := func(sys string, f func(measurement) float64) float64 {
+		var xs []float64
+		for i, m := range results[sys] {
+			if i < len(results["direct"]) {
+				xs = append(xs, f(m)-f(results["direct"][i]))
+			}
+		}
+		return harness.Median(xs)
+	}
+	fmt.Printf("setup: one origin (a minimal HTTP/1.1 keep-alive responder, %d-byte body) on 127.0.0.1; wrk -t1: throughput run -c%d for %v, latency run -c%d paced with delay()=%dms for %v, after a %v warm-up; %d repetitions, system order rotated; medians reported\n",
+		*flagBody, *flagConns, *flagDuration, *flagLatConns, *flagPacing, *flagDuration, *flagWarmup, *flagReps)
+	fmt.Printf("pinning: every proxy under `taskset -c %s`; wrk, the origin, the registry and gatewaybench under CPU list %s; machine has %d CPUs; lodestone = gateway.Run with DefaultConfig (what `lodestone gateway` runs), nginx 1 worker + upstream keepalive, haproxy nbthread 1 + http-reuse always, reverseproxy = httputil.ReverseProxy\n",
+		*flagProxyCPUs, *flagClientCPUs, runtime.NumCPU())
+	fmt.Printf("added latency = system's paced-run percentile minus direct's, per repetition, median over repetitions\n")
+	for _, sys := range systems {
+		fmt.Printf("median system=%s rps=%.0f paced_p50=%.3fms paced_p99=%.3fms\n", sys,
+			med(sys, func(m measurement) float64 { return m.rps }),
+			med(sys, func(m measurement) float64 { return m.p50 }),
+			med(sys, func(m measurement) float64 { return m.p99 }))
+	}
+	if len(results["lodestone"]) == 0 || len(results["direct"]) == 0 {
+		logf("no BENCH lines: they need the direct and lodestone systems")
+		return
+	}
+	for _, peer := range []string{"nginx", "haproxy", "reverseproxy"} {
+		if len(results[peer]) == 0 {
+			continue
+		}
+		rps := func(m measurement) float64 { return m.rps }
+		p50 := func(m measurement) float64 { return m.p50 }
+		p99 := func(m measurement) float64 { return m.p99 }
+		for _, l := range []harness.Line{
+			{Name: "gateway-rps-vs-" + peer, Unit: "req/s", Lodestone: med("lodestone", rps), PeerName: peer, Peer: med(peer, rps), Op: ">=", Target: 1.0},
+			{Name: "gateway-added-p50-vs-" + peer, Unit: "ms", Lodestone: added("lodestone", p50), PeerName: peer, Peer: added(peer, p50), Op: "<=", Target: 1.0},
+			{Name: "gateway-added-p99-vs-" + peer, Unit: "ms", Lodestone: added("lodestone", p99), PeerName: peer, Peer: added(peer, p99), Op: "<=", Target: 1.0},
+		} {
+			fmt.Println(l.String())
+		}
+	}
+}

@@ -1,0 +1,412 @@
+// Command watchbench measures watch fan-out on the service-discovery shape
+// (DESIGN.md "Watch fan-out"): a steady stream of writes over many keys
+// under one prefix, with 0, 10k and 100k exact-key watchers plus 100
+// prefix watchers on one server, for a three-process Lodestone cluster, a
+// three-process etcd cluster and a single-channel broadcaster (the Consul
+// streaming anti-pattern, bench/internal/broadcast), and prints BENCH lines
+// (DESIGN.md "How benchmarks report"; cmd/watchbench/README.md explains
+// the phases, the checks and every line). Run it from bench/:
+//
+//	cd bench && go run ./cmd/watchbench [-reps 3] [-duration 5s]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/bench/internal/broadcast"
+	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+)
+
+var (
+	flagReps       = flag.Int("reps", 3, "repetitions per system; medians are reported (use an odd number)")
+	flagDuration   = flag.Duration("duration", 5*time.Second, "measured write window of each phase")
+	flagWarmup     = flag.Duration("warmup", time.Second, "writes before each window (delivered and checked, not timed)")
+	flagRate       = flag.Int("rate", 1000, "writes per second (open loop: each write has its intended start time)")
+	flagKeys       = flag.Int("keys", 10000, "keys under the prefix disc/")
+	flagWatchers   = flag.String("watchers", "10000,100000", "exact-key watcher counts, ascending (a run with none always comes first)")
+	flagPrefixes   = flag.Int("prefix-watchers", 100, "watchers of the whole prefix, attached with the streams")
+	flagStreams    = flag.Int("streams", 1000, "watch streams the watchers are spread over")
+	flagConns      = flag.Int("conns", 10, "gRPC connections the streams are spread over")
+	flagWriteConns = flag.Int("write-conns", 8, "gRPC connections the writes are spread over")
+	flagDrain      = flag.Duration("drain", 15*time.Second, "how long after the last write every event must have arrived")
+	flagServerCPUs = flag.String("server-cpus", "1", `taskset CPU list for every server process ("" = no pinning)`)
+	flagClientCPUs = flag.String("client-cpus", "0", `CPU list the load generator pins itself to ("" = no pinning)`)
+	flagSystems    = flag.String("systems", "lodestone,etcd,broadcaster", "systems to run; peer comparisons need lodestone and the peer")
+	flagWorkDir    = flag.String("work-dir", "", "where binaries and data dirs go (default: the system temp dir)")
+	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
+	flagKeep       = flag.Bool("keep", false, "keep binaries, data dirs and server logs")
+
+	// The broadcaster's own process runs this binary with these.
+	flagServeBroadcaster = flag.Bool("serve-broadcaster", false, "internal: serve the single-channel broadcaster and nothing else")
+	flagGRPC             = flag.String("grpc", "", "internal: -serve-broadcaster's gRPC address")
+	flagHTTP             = flag.String("http", "", "internal: -serve-broadcaster's metrics address")
+)
+
+// Targets (the issue "Sharded watch fan-out").
+const (
+	targetWriteGrowth = 1.10 // write p99 with the most watchers / with none
+	budgetLagMS       = 50.0 // delivery lag p99 at the most watchers
+	budgetBytes       = 350.0
+)
+
+func main() {
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: cd bench && go run ./cmd/watchbench [flags]\n\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	var err error
+	if *flagServeBroadcaster {
+		err = serveBroadcaster(ctx, *flagGRPC, *flagHTTP)
+	} else {
+		err = run(ctx)
+	}
+	stop()
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			fmt.Fprintln(os.Stderr, "watchbench: interrupted; servers stopped and temp dirs removed")
+		} else {
+			fmt.Fprintf(os.Stderr, "watchbench: %v\n", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// serveBroadcaster runs the broadcaster until ctx ends.
+func serveBroadcaster(ctx context.Context, grpcAddr, httpAddr string) error {
+	lis, err := net.Listen("tcp", grpcAddr)
+	if err != nil {
+		return err
+	}
+	b := broadcast.New(broadcast.Config{})
+	gs := grpc.NewServer()
+	lodestonepb.RegisterKVServer(gs, b)
+	lodestonepb.RegisterWatchServer(gs, b)
+	hs := &http.Server{Addr: httpAddr, Handler: broadcast.MetricsHandler()}
+	errc := make(chan error, 2)
+	go func() { errc <- gs.Serve(lis) }()
+	go func() { errc <- hs.ListenAndServe() }()
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	hs.Close()
+	gs.Stop()
+	b.Close()
+	return err
+}
+
+// sample is what one repetition of one system measured.
+type sample struct {
+	writeP99 []float64 // ms, per phase: none, then each watcher count
+	lagP99   []float64 // ms, per watcher count (index 0: streams with prefix watchers only)
+	perWatch float64   // bytes per exact watcher at the largest count
+	expected int64     // deliveries due at the largest count
+	exact    int64     // delivered once, as due
+	extra    int64
+	dups     int64
+}
+
+func run(ctx context.Context) error {
+	counts, err := parseInts(*flagWatchers)
+	if err != nil || !slices.IsSorted(counts) {
+		return fmt.Errorf("-watchers: want ascending positive counts, got %q", *flagWatchers)
+	}
+	if *flagReps < 1 || *flagRate < 1 || *flagKeys < 1 || *flagStreams < 1 || *flagConns < 1 || *flagPrefixes > maxPrefixes {
+		return fmt.Errorf("-reps, -rate, -keys, -streams and -conns must be >= 1, -prefix-watchers <= %d", maxPrefixes)
+	}
+	raiseNoFile()
+	root, err := filepath.Abs(*flagRoot)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(*flagWorkDir, "watchbench-")
+	if err != nil {
+		return err
+	}
+	if *flagKeep {
+		logf("keeping binaries, data and logs in %s", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
+
+	var systems []system
+	for _, name := range strings.Split(*flagSystems, ",") {
+		switch name = strings.TrimSpace(name); name {
+		case "lodestone":
+			bin := filepath.Join(tmp, "lodestone")
+			if err := goBuild(ctx, root, bin, "./cmd/lodestone"); err != nil {
+				return err
+			}
+			systems = append(systems, lodestoneSystem(bin))
+		case "etcd":
+			bin := filepath.Join(tmp, "etcdnode")
+			if err := goBuild(ctx, ".", bin, "./cmd/etcdnode"); err != nil {
+				return err
+			}
+			systems = append(systems, etcdSystem(bin))
+		case "broadcaster":
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			systems = append(systems, broadcasterSystem(self))
+		default:
+			return fmt.Errorf("-systems: unknown system %q (want lodestone, etcd, broadcaster)", name)
+		}
+	}
+	pinning, err := pin()
+	if err != nil {
+		return err
+	}
+	logf("%s", pinning)
+
+	samples := map[string][]sample{}
+	for rep := range *flagReps {
+		order := slices.Clone(systems)
+		for range rep % len(order) { // rotate who goes first to spread machine noise
+			order = append(order[1:], order[0])
+		}
+		for _, sys := range order {
+			s, err := runSystem(ctx, sys, tmp, counts, rep)
+			if err != nil {
+				return fmt.Errorf("rep %d, %s: %w", rep+1, sys.name, err)
+			}
+			samples[sys.name] = append(samples[sys.name], s)
+		}
+	}
+
+	top := counts[len(counts)-1]
+	fmt.Printf("setup: per system a fresh deployment per rep (lodestone, etcd: 3 processes, fsync on; broadcaster: 1 process, no replication, no fsync) on 127.0.0.1; "+
+		"%d writes/s open loop of %d-byte values over %d keys under disc/ (each key written about once per %ds), sent to the leader over %d connections; "+
+		"watchers on the leader: N exact-key watchers (watcher j on key j mod %d, so a write wakes N/%d of them) plus %d prefix watchers that see every write, "+
+		"on %d streams over %d connections; phases with N = none (no streams), 0, %s; %d reps x (%s warm-up + %s window), medians shown; "+
+		"write latency from each write's intended start; delivery lag from the write's intended start to the watcher's receipt; "+
+		"memory = the leader process's live heap (smallest go_memstats_heap_alloc_bytes right after GC cycles, forced by scraping /metrics back to back) with N=%d minus with N=0 on the same streams, over N\n",
+		*flagRate, valueSize, *flagKeys, *flagKeys / *flagRate, *flagWriteConns, *flagKeys, *flagKeys, *flagPrefixes,
+		*flagStreams, *flagConns, strings.Trim(fmt.Sprint(counts), "[]"), *flagReps, *flagWarmup, *flagDuration, top)
+	fmt.Printf("pinning: %s\n", pinning)
+
+	lode := samples["lodestone"]
+	if lode == nil {
+		fmt.Println("no BENCH lines: they need -systems to include lodestone")
+		return nil
+	}
+	med := func(ss []sample, f func(sample) float64) float64 {
+		var xs []float64
+		for _, s := range ss {
+			xs = append(xs, f(s))
+		}
+		return harness.Median(xs)
+	}
+	last := len(counts) // index of the top count in writeP99 (0 is "none")
+	wTop := func(s sample) float64 { return s.writeP99[last] }
+	wNone := func(s sample) float64 { return s.writeP99[0] }
+	lagTop := func(s sample) float64 { return s.lagP99[len(s.lagP99)-1] }
+	growth := func(s sample) float64 { return s.writeP99[last] / s.writeP99[0] }
+	mem := func(s sample) float64 { return s.perWatch }
+	k := fmt.Sprintf("%dk", top/1000)
+	var exp, got, extra, dups int64
+	for _, s := range lode {
+		exp, got, extra, dups = exp+s.expected, got+s.exact, extra+s.extra, dups+s.dups
+	}
+	fmt.Printf("verify: lodestone at %s watchers over %d reps: %d deliveries due, %d delivered exactly once, %d missing, %d duplicates dropped by the checker, %d extra\n",
+		k, len(lode), exp, got, exp-got, dups, extra)
+
+	fmt.Println(harness.Line{Name: "watch-write-p99-" + k + "-vs-none", Unit: "ms", Lodestone: med(lode, wTop),
+		PeerName: "lodestone-no-watchers", Peer: med(lode, wNone), Op: "<=", Target: targetWriteGrowth})
+	fmt.Println(harness.Line{Name: "watch-lag-p99-" + k, Unit: "ms", Lodestone: med(lode, lagTop),
+		PeerName: "budget", Peer: budgetLagMS, Op: "<=", Target: 1})
+	fmt.Println(harness.Line{Name: "watch-delivered-" + k, Unit: "events", Lodestone: float64(got - dups),
+		PeerName: "due", Peer: float64(exp), Op: ">=", Target: 1})
+	fmt.Println(harness.Line{Name: "watch-memory-per-watcher", Unit: "B", Lodestone: med(lode, mem),
+		PeerName: "budget", Peer: budgetBytes, Op: "<=", Target: 1})
+	for _, peer := range []string{"broadcaster", "etcd"} {
+		ps := samples[peer]
+		if ps == nil {
+			continue
+		}
+		fmt.Println(harness.Line{Name: "watch-write-p99-" + k + "-vs-" + peer, Unit: "ms", Lodestone: med(lode, wTop),
+			PeerName: peer, Peer: med(ps, wTop), Op: "<=", Target: 1})
+		fmt.Println(harness.Line{Name: "watch-write-p99-growth-" + k + "-vs-" + peer, Unit: "x", Lodestone: med(lode, growth),
+			PeerName: peer, Peer: med(ps, growth), Op: "<=", Target: 1})
+		fmt.Println(harness.Line{Name: "watch-lag-p99-" + k + "-vs-" + peer, Unit: "ms", Lodestone: med(lode, lagTop),
+			PeerName: peer, Peer: med(ps, lagTop), Op: "<=", Target: 1})
+		fmt.Println(harness.Line{Name: "watch-memory-per-watcher-vs-" + peer, Unit: "B", Lodestone: med(lode, mem),
+			PeerName: peer, Peer: med(ps, mem), Op: "<=", Target: 1})
+	}
+	return nil
+}
+
+// runSystem runs every phase on a fresh deployment of sys.
+func runSystem(ctx context.Context, sys system, workDir string, counts []int, rep int) (_ sample, err error) {
+	logf("rep %d: starting %s", rep+1, sys.name)
+	d, err := sys.start(ctx, workDir)
+	if err != nil {
+		return sample{}, err
+	}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w%s", err, d.logTails())
+		}
+		if serr := d.stop(); serr != nil && err == nil {
+			err = fmt.Errorf("stop: %w", serr)
+		}
+	}()
+	var puts []func(context.Context, []byte, []byte) error
+	for range *flagWriteConns {
+		c, err := dial(d.target)
+		if err != nil {
+			return sample{}, err
+		}
+		defer c.Close()
+		puts = append(puts, sys.put(c))
+	}
+	var s sample
+	report := func(label string, r phaseResult) {
+		note := ""
+		if r.errors > 0 {
+			note += fmt.Sprintf(" first-error=%q", r.firstErr.Error())
+		}
+		if !r.drained {
+			note += " NOT-DRAINED"
+		}
+		fmt.Printf("run rep=%d/%d system=%s watchers=%s writes=%d errors=%d write-p50=%sms write-p99=%sms lag-p50=%sms lag-p99=%sms due=%d delivered=%d extra=%d dups=%d%s\n",
+			rep+1, *flagReps, sys.name, label, r.writes, r.errors,
+			harness.FormatValue(harness.Millis(harness.Percentile(r.writeLat, 50))), harness.FormatValue(harness.Millis(harness.Percentile(r.writeLat, 99))),
+			harness.FormatValue(harness.Millis(harness.Percentile(r.lag, 50))), harness.FormatValue(harness.Millis(harness.Percentile(r.lag, 99))),
+			r.expected, r.exact, r.extra, r.dups, note)
+	}
+	phaseID := byte(1)
+	phase := func(w *watchers) (phaseResult, error) {
+		r, err := runPhase(ctx, phaseID, puts, w, *flagKeys, *flagRate, *flagWarmup, *flagDuration, *flagDrain)
+		phaseID++
+		if err == nil && r.writes == 0 {
+			err = fmt.Errorf("no write was acknowledged (first error: %v)", r.firstErr)
+		}
+		if err == nil {
+			err = d.checkAlive()
+		}
+		return r, err
+	}
+
+	logf("%s: writes, no watchers", sys.name)
+	r, err := phase(nil)
+	if err != nil {
+		return s, err
+	}
+	report("none", r)
+	s.writeP99 = append(s.writeP99, harness.Millis(harness.Percentile(r.writeLat, 99)))
+
+	logf("%s: opening %d streams, %d prefix watchers", sys.name, *flagStreams, *flagPrefixes)
+	w, err := openWatchers(ctx, sys, d.target, *flagConns, *flagStreams, *flagKeys, counts[len(counts)-1])
+	if err != nil {
+		return s, err
+	}
+	defer w.close() // idempotent
+	if err := w.attach(ctx, 0, *flagPrefixes); err != nil {
+		return s, err
+	}
+	base, _, err := liveHeap(ctx, d.metrics)
+	if err != nil {
+		return s, err
+	}
+	r, err = phase(w)
+	if err != nil {
+		return s, err
+	}
+	report("0", r)
+	s.lagP99 = append(s.lagP99, harness.Millis(harness.Percentile(r.lag, 99)))
+
+	for _, n := range counts {
+		logf("%s: attaching watchers up to %d", sys.name, n)
+		t0 := time.Now()
+		if err := w.attach(ctx, n, *flagPrefixes); err != nil {
+			return s, err
+		}
+		logf("%s: %d watchers attached in %v", sys.name, n, time.Since(t0).Round(time.Millisecond))
+		heap, _, err := liveHeap(ctx, d.metrics)
+		if err != nil {
+			return s, err
+		}
+		per := (heap - base) / float64(n)
+		fmt.Printf("memory rep=%d/%d system=%s watchers=%d live-heap=%.1fMiB streams-only=%.1fMiB per-watcher=%sB\n",
+			rep+1, *flagReps, sys.name, n, heap/(1<<20), base/(1<<20), harness.FormatValue(per))
+		r, err := phase(w)
+		if err != nil {
+			return s, err
+		}
+		report(strconv.Itoa(n), r)
+		s.writeP99 = append(s.writeP99, harness.Millis(harness.Percentile(r.writeLat, 99)))
+		s.lagP99 = append(s.lagP99, harness.Millis(harness.Percentile(r.lag, 99)))
+		s.perWatch = per
+		s.expected, s.exact, s.extra, s.dups = r.expected, r.exact, r.extra, r.dups
+	}
+
+	// Control: the same writes once every stream is closed again. A
+	// baseline that drifted (a bigger log, a snapshot, a noisy neighbour)
+	// shows here; it is printed, not used in the ratios.
+	w.close()
+	logf("%s: writes, streams closed again (control)", sys.name)
+	if r, err = phase(nil); err != nil {
+		return s, err
+	}
+	report("none-after", r)
+	return s, nil
+}
+
+// raiseNoFile lifts the open-file limit to its hard maximum.
+func raiseNoFile() {
+	var rl syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) == nil && rl.Cur < rl.Max {
+		rl.Cur = rl.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
+	}
+}
+
+func goBuild(ctx context.Context, dir, out, pkg string) error {
+	logf("building %s (in %s)", pkg, dir)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go build -o %s %s in %s: %w", out, pkg, dir, err)
+	}
+	return nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+var started = time.Now()
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "watchbench: %5.1fs "+format+"\n", append([]any{time.Since(started).Seconds()}, args...)...)
+}

@@ -1,0 +1,486 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+)
+
+// system is one store under test. Everything else (ports, pinning,
+// connections, workload, verification) is shared, so all run the same way.
+type system struct {
+	name string
+	// start launches the system and returns it ready to take writes.
+	start func(ctx context.Context, workDir string) (*deployment, error)
+	// put returns a put bound to one connection.
+	put func(conn *grpc.ClientConn) func(ctx context.Context, key, value []byte) error
+	// open opens one watch stream on conn.
+	open func(ctx context.Context, conn *grpc.ClientConn) (watchStream, error)
+}
+
+// deployment is a running system: where to send writes and watches (the
+// leader), where its metrics are, and how to stop it.
+type deployment struct {
+	procs   []*harness.Proc
+	dir     string
+	target  string // gRPC address writes and watches go to
+	metrics string // URL of the target process's Prometheus metrics
+	clients []string
+}
+
+// watchStream is one bidirectional watch stream, whatever the system.
+type watchStream interface {
+	// Create asks for watch id on key (prefix: every key under it), from
+	// now, or after index start when start > 0 (a resync). Not safe for
+	// concurrent use with itself.
+	Create(id int64, key []byte, prefix bool, start uint64) error
+	// Recv returns the next response. Only one goroutine may call it.
+	Recv() (watchResp, error)
+}
+
+// watchResp is the part of a watch response the benchmark uses.
+type watchResp struct {
+	id       int64
+	created  bool
+	canceled bool
+	reason   string
+	resync   uint64 // with canceled: resume after this index
+	events   []watchEvent
+}
+
+type watchEvent struct {
+	index uint64
+	value []byte
+}
+
+func dial(addr string) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return conn, nil
+}
+
+func (d *deployment) stop() error {
+	err := harness.StopAll(d.procs, 10*time.Second)
+	if !*flagKeep {
+		if rerr := os.RemoveAll(d.dir); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+func (d *deployment) checkAlive() error {
+	for _, p := range d.procs {
+		if exited, err := p.Exited(); exited {
+			return fmt.Errorf("%w: %s (%v)\n%s", harness.ErrExited, p.Name, err, p.LogTail(1500))
+		}
+	}
+	return nil
+}
+
+func (d *deployment) logTails() string {
+	var b strings.Builder
+	for _, p := range d.procs {
+		fmt.Fprintf(&b, "\n--- last lines of %s log (%s):\n%s", p.Name, p.LogPath, p.LogTail(1500))
+	}
+	return b.String()
+}
+
+const members = 3
+
+// startThree starts three members with args(i, names, peers, clients,
+// https, dataDir), pinned to cpus, then waits for leader() to name one and
+// for a put on it to succeed.
+func startThree(ctx context.Context, name, bin, workDir, cpus string,
+	args func(i int, names, peers, clients, https []string, dataDir string) []string,
+	leader func(ctx context.Context, clients []string) (int, error),
+	put func(conn *grpc.ClientConn) func(ctx context.Context, key, value []byte) error,
+	metrics func(i int, clients, https []string) string,
+) (_ *deployment, err error) {
+	dir, err := os.MkdirTemp(workDir, name+"-")
+	if err != nil {
+		return nil, err
+	}
+	d := &deployment{dir: dir}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%s: %w%s", name, err, d.logTails())
+			d.stop()
+		}
+	}()
+	ports, err := harness.FreePorts(3 * members)
+	if err != nil {
+		return nil, err
+	}
+	var names, peers, https []string
+	for i := range members {
+		names = append(names, fmt.Sprintf("n%d", i+1))
+		peers = append(peers, fmt.Sprintf("127.0.0.1:%d", ports[i]))
+		d.clients = append(d.clients, fmt.Sprintf("127.0.0.1:%d", ports[members+i]))
+		https = append(https, fmt.Sprintf("127.0.0.1:%d", ports[2*members+i]))
+	}
+	for i := range members {
+		p, err := harness.Start(name+"-"+names[i], bin, args(i, names, peers, d.clients, https, filepath.Join(dir, names[i])),
+			filepath.Join(dir, names[i]+".log"), cpus)
+		if err != nil {
+			return nil, err
+		}
+		d.procs = append(d.procs, p)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := d.checkAlive(); err != nil {
+			return nil, err
+		}
+		qctx, cancel := context.WithTimeout(ctx, time.Second)
+		i, lerr := leader(qctx, d.clients)
+		cancel()
+		if lerr == nil {
+			d.target, d.metrics = d.clients[i], metrics(i, d.clients, https)
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no leader within 30s: %w", lerr)
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	return d, probePut(ctx, d, put)
+}
+
+// probePut retries a put on the target until one is acknowledged.
+func probePut(ctx context.Context, d *deployment, put func(conn *grpc.ClientConn) func(ctx context.Context, key, value []byte) error) error {
+	conn, err := dial(d.target)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	p := put(conn)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := p(pctx, []byte("watchbench/probe"), []byte("ok"))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if aerr := d.checkAlive(); aerr != nil {
+			return aerr
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("probe put on %s: %w", d.target, err)
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func initialCluster(names, peers []string) string {
+	var parts []string
+	for i := range names {
+		parts = append(parts, names[i]+"="+peers[i])
+	}
+	return strings.Join(parts, ",")
+}
+
+var errNoLeader = errors.New("no member reports itself leader")
+
+// ---- Lodestone ----
+
+func lodestonePut(conn *grpc.ClientConn) func(ctx context.Context, key, value []byte) error {
+	kv := lodestonepb.NewKVClient(conn)
+	return func(ctx context.Context, key, value []byte) error {
+		_, err := kv.Put(ctx, &lodestonepb.PutRequest{Key: key, Value: value})
+		return err
+	}
+}
+
+func lodestoneOpen(ctx context.Context, conn *grpc.ClientConn) (watchStream, error) {
+	st, err := lodestonepb.NewWatchClient(conn).Watch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return lodestoneStream{st}, nil
+}
+
+type lodestoneStream struct {
+	st lodestonepb.Watch_WatchClient
+}
+
+func (s lodestoneStream) Create(id int64, key []byte, prefix bool, start uint64) error {
+	return s.st.Send(&lodestonepb.WatchRequest{Request: &lodestonepb.WatchRequest_Create{Create: &lodestonepb.WatchCreate{
+		WatchId: id, Key: key, Prefix: prefix, StartIndex: start}}})
+}
+
+func (s lodestoneStream) Recv() (watchResp, error) {
+	r, err := s.st.Recv()
+	if err != nil {
+		return watchResp{}, err
+	}
+	out := watchResp{id: r.GetWatchId(), created: r.GetCreated(), canceled: r.GetCanceled(), reason: r.GetCancelReason(), resync: r.GetResyncIndex()}
+	for _, ev := range r.GetEvents() {
+		out.events = append(out.events, watchEvent{index: ev.GetKv().GetModifyIndex(), value: ev.GetKv().GetValue()})
+	}
+	return out, nil
+}
+
+func lodestoneSystem(bin string) system {
+	return system{
+		name: "lodestone",
+		put:  lodestonePut,
+		open: lodestoneOpen,
+		start: func(ctx context.Context, workDir string) (*deployment, error) {
+			return startThree(ctx, "lodestone", bin, workDir, *flagServerCPUs,
+				func(i int, names, peers, clients, https []string, dataDir string) []string {
+					return []string{"server", "--name", names[i], "--data-dir", dataDir,
+						"--listen-peer", peers[i], "--listen-grpc", clients[i], "--listen-http", https[i],
+						"--initial-cluster", initialCluster(names, peers), "--log-level", "warn"}
+				},
+				func(ctx context.Context, clients []string) (int, error) {
+					var errs []error
+					for i, addr := range clients {
+						conn, err := dial(addr)
+						if err != nil {
+							return 0, err
+						}
+						st, err := lodestonepb.NewClusterClient(conn).Status(ctx, &lodestonepb.StatusRequest{})
+						conn.Close()
+						if err != nil {
+							errs = append(errs, err)
+							continue
+						}
+						if st.GetLeaderId() != 0 && st.GetLeaderId() == st.GetSelf().GetId() {
+							return i, nil
+						}
+					}
+					return 0, errors.Join(append(errs, errNoLeader)...)
+				},
+				lodestonePut,
+				func(i int, _, https []string) string { return "http://" + https[i] + "/metrics" })
+		},
+	}
+}
+
+// ---- etcd ----
+
+func etcdPut(conn *grpc.ClientConn) func(ctx context.Context, key, value []byte) error {
+	kv := etcdserverpb.NewKVClient(conn)
+	return func(ctx context.Context, key, value []byte) error {
+		_, err := kv.Put(ctx, &etcdserverpb.PutRequest{Key: key, Value: value})
+		return err
+	}
+}
+
+type etcdStream struct {
+	st etcdserverpb.Watch_WatchClient
+}
+
+func (s etcdStream) Create(id int64, key []byte, prefix bool, start uint64) error {
+	cr := &etcdserverpb.WatchCreateRequest{Key: key, WatchId: id}
+	if start > 0 {
+		cr.StartRevision = int64(start) + 1 // etcd's start is inclusive
+	}
+	if prefix {
+		cr.RangeEnd = []byte(clientv3.GetPrefixRangeEnd(string(key)))
+	}
+	return s.st.Send(&etcdserverpb.WatchRequest{RequestUnion: &etcdserverpb.WatchRequest_CreateRequest{CreateRequest: cr}})
+}
+
+func (s etcdStream) Recv() (watchResp, error) {
+	r, err := s.st.Recv()
+	if err != nil {
+		return watchResp{}, err
+	}
+	out := watchResp{id: r.GetWatchId(), created: r.GetCreated(), canceled: r.GetCanceled(), reason: r.GetCancelReason()}
+	for _, ev := range r.GetEvents() {
+		if ev.Type != mvccpb.PUT {
+			continue
+		}
+		out.events = append(out.events, watchEvent{index: uint64(ev.Kv.ModRevision), value: ev.Kv.Value})
+	}
+	return out, nil
+}
+
+func etcdSystem(bin string) system {
+	return system{
+		name: "etcd",
+		put:  etcdPut,
+		open: func(ctx context.Context, conn *grpc.ClientConn) (watchStream, error) {
+			st, err := etcdserverpb.NewWatchClient(conn).Watch(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return etcdStream{st}, nil
+		},
+		start: func(ctx context.Context, workDir string) (*deployment, error) {
+			return startThree(ctx, "etcd", bin, workDir, *flagServerCPUs,
+				func(i int, names, peers, clients, _ []string, dataDir string) []string {
+					return []string{"--name", names[i], "--data-dir", dataDir, "--listen-peer", peers[i],
+						"--listen-client", clients[i], "--initial-cluster", initialCluster(names, peers), "--log-level", "warn"}
+				},
+				func(ctx context.Context, clients []string) (int, error) {
+					cli, err := clientv3.New(clientv3.Config{Endpoints: clients, Logger: zap.NewNop()})
+					if err != nil {
+						return 0, err
+					}
+					defer cli.Close()
+					var errs []error
+					for i, ep := range clients {
+						st, err := cli.Status(ctx, ep)
+						if err != nil {
+							errs = append(errs, err)
+							continue
+						}
+						if st.Leader != 0 && st.Leader == st.Header.GetMemberId() {
+							return i, nil
+						}
+					}
+					return 0, errors.Join(append(errs, errNoLeader)...)
+				},
+				etcdPut,
+				// etcd serves /metrics on its client URL.
+				func(i int, clients, _ []string) string { return "http://" + clients[i] + "/metrics" })
+		},
+	}
+}
+
+// ---- the single-channel broadcaster ----
+
+// broadcasterSystem runs bench/internal/broadcast in a child process (this
+// binary with -serve-broadcaster), one process: it has no replication.
+func broadcasterSystem(self string) system {
+	return system{
+		name: "broadcaster",
+		put:  lodestonePut,
+		open: lodestoneOpen,
+		start: func(ctx context.Context, workDir string) (_ *deployment, err error) {
+			dir, err := os.MkdirTemp(workDir, "broadcaster-")
+			if err != nil {
+				return nil, err
+			}
+			ports, err := harness.FreePorts(2)
+			if err != nil {
+				return nil, err
+			}
+			grpcAddr, httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+			p, err := harness.Start("broadcaster", self, []string{"-serve-broadcaster", "-grpc", grpcAddr, "-http", httpAddr},
+				filepath.Join(dir, "broadcaster.log"), *flagServerCPUs)
+			if err != nil {
+				return nil, err
+			}
+			d := &deployment{procs: []*harness.Proc{p}, dir: dir, target: grpcAddr, metrics: "http://" + httpAddr + "/metrics", clients: []string{grpcAddr}}
+			if err := probePut(ctx, d, lodestonePut); err != nil {
+				d.stop()
+				return nil, fmt.Errorf("broadcaster: %w%s", err, d.logTails())
+			}
+			return d, nil
+		},
+	}
+}
+
+// scrape reads the named metrics (first sample of each) from a metrics URL.
+func scrape(ctx context.Context, url string, names ...string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, n := range names {
+			if v, ok := strings.CutPrefix(line, n+" "); ok {
+				if _, dup := out[n]; !dup {
+					f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+					if err != nil {
+						return nil, fmt.Errorf("%s: %s: %w", url, line, err)
+					}
+					out[n] = f
+				}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if _, ok := out[n]; !ok {
+			return nil, fmt.Errorf("%s has no %s", url, n)
+		}
+	}
+	return out, nil
+}
+
+// liveHeap estimates a server's live heap from outside: it scrapes the
+// metrics URL back to back (each scrape allocates on the server, so its
+// GC runs) and returns the smallest go_memstats_heap_alloc_bytes seen
+// after a GC cycle completed: right after a GC, allocated heap is the live
+// heap plus what was allocated since. It stops after 3 cycles or 6s.
+// NB: an idle Go process never collects (GC is paced by allocation), so
+// sampling heap_inuse at rest would count the garbage of the previous
+// phase; this is why the benchmark makes the server allocate.
+func liveHeap(ctx context.Context, url string) (bytes float64, gcs int, err error) {
+	const alloc, count = "go_memstats_heap_alloc_bytes", "go_gc_duration_seconds_count"
+	first, err := scrape(ctx, url, alloc, count)
+	if err != nil {
+		return 0, 0, err
+	}
+	best := -1.0
+	deadline := time.Now().Add(6 * time.Second)
+	for time.Now().Before(deadline) {
+		m, err := scrape(ctx, url, alloc, count)
+		if err != nil {
+			return 0, 0, err
+		}
+		gcs = int(m[count] - first[count])
+		if gcs >= 1 && (best < 0 || m[alloc] < best) {
+			best = m[alloc]
+		}
+		if gcs >= 3 {
+			break
+		}
+	}
+	if best < 0 {
+		return 0, 0, fmt.Errorf("%s: no GC cycle in 6s of scraping; cannot tell live heap from garbage", url)
+	}
+	return best, gcs, nil
+}

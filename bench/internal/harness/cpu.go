@@ -1,0 +1,89 @@
+package harness
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ParseCPUs parses a taskset-style CPU list such as "0", "0,1" or "0-3".
+func ParseCPUs(s string) (unix.CPUSet, error) {
+	var set unix.CPUSet
+	for part := range strings.SplitSeq(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return set, fmt.Errorf("bad CPU list %q", s)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return set, fmt.Errorf("bad CPU list %q", s)
+			}
+		}
+		for cpu := a; cpu <= b; cpu++ {
+			set.Set(cpu)
+		}
+	}
+	return set, nil
+}
+
+// PinSelf pins every thread of this process to the CPU list cpus and sets
+// GOMAXPROCS to its size. NB: Linux affinity is per thread; threads the
+// runtime starts later are cloned from one of these and inherit the mask,
+// so pinning them all once is enough.
+func PinSelf(cpus string) error {
+	set, err := ParseCPUs(cpus)
+	if err != nil {
+		return err
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetaffinity(tid, &set); err != nil {
+			return fmt.Errorf("pin thread %d to CPUs %s: %w", tid, cpus, err)
+		}
+	}
+	runtime.GOMAXPROCS(set.Count())
+	return nil
+}
+
+// Pid returns the process id (the server itself: taskset execs it).
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// CPUTime returns the user+system CPU time the process pid has used, from
+// /proc/<pid>/stat (clock ticks of 1/100 s, the Linux default USER_HZ).
+func CPUTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses and may
+	// contain spaces: state is field 3, utime 14, stime 15.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(f))
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("parse /proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
