@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -170,9 +171,35 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 func TestDevNodeServesCLI(t *testing.T) {
 	dir := t.TempDir()
 	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	gwAddr, gwAdmin := freeAddr(t), freeAddr(t)
 	p := start(t, "dev", dir, "dev", "--data-dir", filepath.Join(dir, "data"),
-		"--grpc", grpcAddr, "--http", httpAddr, "--peer", freeAddr(t))
+		"--grpc", grpcAddr, "--http", httpAddr, "--peer", freeAddr(t),
+		"--gateway", gwAddr, "--gateway-admin", gwAdmin)
 	waitReady(t, httpAddr, 20*time.Second)
+	waitReady(t, gwAdmin, 20*time.Second)
+
+	// The gateway in front of the demo service spreads requests over both
+	// demo instances.
+	seen := map[string]int{}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	for range 20 {
+		resp, err := hc.Get("http://" + gwAddr + "/")
+		if err != nil {
+			t.Fatalf("GET through the dev gateway: %v", err)
+		}
+		var body struct {
+			Instance string `json:"instance"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET through the dev gateway: status %d, decode %v", resp.StatusCode, err)
+		}
+		seen[body.Instance]++
+	}
+	if len(seen) != 2 || seen["demo-1"] == 0 || seen["demo-2"] == 0 {
+		t.Fatalf("20 requests through the dev gateway reached %v, want both demo-1 and demo-2", seen)
+	}
 
 	if _, err := runCLI(t, "--endpoints", grpcAddr, "kv", "put", "greeting", "hello"); err != nil {
 		t.Fatal(err)

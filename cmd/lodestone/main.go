@@ -94,7 +94,7 @@ Start a local node with "lodestone dev", then try:
 	pf.Duration("timeout", 10*time.Second,
 		"how long a client command may take in all, retries included")
 
-	root.AddCommand(newServerCmd(), newDevCmd(), newKVCmd(), newMembersCmd(), newStatusCmd(), newCompactCmd())
+	root.AddCommand(newServerCmd(), newDevCmd(), newKVCmd(), newMembersCmd(), newStatusCmd(), newCompactCmd(), newGatewayCmd())
 	return root
 }
 

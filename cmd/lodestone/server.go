@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -104,20 +105,34 @@ func runServer(ctx context.Context, o *serverOptions, stderr io.Writer) error {
 }
 
 // serveUntilDone runs a server until ctx ends or the server stops by
-// itself; ready, if set, runs once it serves.
-func serveUntilDone(ctx context.Context, cfg server.Config, ready func(*server.Server)) error {
+// itself. alongside, if set, runs once the server serves, with a context
+// that ends before the server closes; its error (other than the context's)
+// stops the server too.
+func serveUntilDone(ctx context.Context, cfg server.Config, alongside func(context.Context, *server.Server) error) error {
 	srv, err := server.New(cfg)
 	if err != nil {
 		return err
 	}
 	srv.Start()
-	if ready != nil {
-		ready(srv)
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var alongC chan error // nil (never ready) without alongside
+	if alongside != nil {
+		alongC = make(chan error, 1)
+		go func() { alongC <- alongside(actx, srv) }()
 	}
 	var runErr error
 	select {
 	case <-ctx.Done():
 	case runErr = <-srv.Done():
+	case runErr = <-alongC:
+		alongC = nil
+	}
+	cancel()
+	if alongC != nil {
+		if err := <-alongC; err != nil && runErr == nil && !errors.Is(err, context.Canceled) {
+			runErr = err
+		}
 	}
 	if err := srv.Close(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("shut down: %w", err)
