@@ -9,4 +9,4 @@ protoc -I . \
   --go_out=. --go_opt=module=github.com/lodestone-kv/lodestone/api \
   --go-grpc_out=. --go-grpc_opt=module=github.com/lodestone-kv/lodestone/api \
   lodestone/v1/kv.proto lodestone/v1/cluster.proto lodestone/v1/peer.proto lodestone/v1/watch.proto \
-  lodestone/v1/catalog.proto
+  lodestone/v1/catalog.proto lodestone/v1/admin.proto

@@ -40,6 +40,7 @@ type Command struct {
 	//	*Command_SessionDestroy
 	//	*Command_SessionRenew
 	//	*Command_SessionInvalidate
+	//	*Command_Admission
 	Op isCommand_Op `protobuf_oneof:"op"`
 	// time_unix_nano is the proposing server's clock when it proposed the
 	// command. Apply never reads a clock: lock delays, session creation and
@@ -186,6 +187,15 @@ func (x *Command) GetSessionInvalidate() *SessionInvalidate {
 	return nil
 }
 
+func (x *Command) GetAdmission() *AdmissionPolicy {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Admission); ok {
+			return x.Admission
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetTimeUnixNano() int64 {
 	if x != nil {
 		return x.TimeUnixNano
@@ -253,6 +263,13 @@ type Command_SessionInvalidate struct {
 	SessionInvalidate *SessionInvalidate `protobuf:"bytes,16,opt,name=session_invalidate,json=sessionInvalidate,proto3,oneof"`
 }
 
+type Command_Admission struct {
+	// admission replaces the admission policy every server enforces
+	// (server/admission.go); it is kept in the state machine under a
+	// reserved key so snapshots carry it.
+	Admission *AdmissionPolicy `protobuf:"bytes,30,opt,name=admission,proto3,oneof"`
+}
+
 func (*Command_Put) isCommand_Op() {}
 
 func (*Command_Delete) isCommand_Op() {}
@@ -274,6 +291,8 @@ func (*Command_SessionDestroy) isCommand_Op() {}
 func (*Command_SessionRenew) isCommand_Op() {}
 
 func (*Command_SessionInvalidate) isCommand_Op() {}
+
+func (*Command_Admission) isCommand_Op() {}
 
 // SessionInvalidate invalidates sessions as if destroyed: their behavior
 // (release or delete) is applied to the keys they hold, and their lock
@@ -996,7 +1015,7 @@ var File_lodestone_v1_peer_proto protoreflect.FileDescriptor
 
 const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x17lodestone/v1/peer.proto\x12\flodestone.v1\x1a\x15lodestone/v1/kv.proto\x1a\x1alodestone/v1/cluster.proto\x1a\x1alodestone/v1/catalog.proto\"\xa4\x06\n" +
+	"\x17lodestone/v1/peer.proto\x12\flodestone.v1\x1a\x15lodestone/v1/kv.proto\x1a\x1alodestone/v1/cluster.proto\x1a\x1alodestone/v1/catalog.proto\x1a\x18lodestone/v1/admin.proto\"\xe3\x06\n" +
 	"\aCommand\x12,\n" +
 	"\x03put\x18\x01 \x01(\v2\x18.lodestone.v1.PutRequestH\x00R\x03put\x125\n" +
 	"\x06delete\x18\x02 \x01(\v2\x1b.lodestone.v1.DeleteRequestH\x00R\x06delete\x12,\n" +
@@ -1009,7 +1028,8 @@ const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\x0esession_create\x18\r \x01(\v2\".lodestone.v1.CreateSessionRequestH\x00R\rsessionCreate\x12N\n" +
 	"\x0fsession_destroy\x18\x0e \x01(\v2#.lodestone.v1.DestroySessionRequestH\x00R\x0esessionDestroy\x12H\n" +
 	"\rsession_renew\x18\x0f \x01(\v2!.lodestone.v1.RenewSessionRequestH\x00R\fsessionRenew\x12P\n" +
-	"\x12session_invalidate\x18\x10 \x01(\v2\x1f.lodestone.v1.SessionInvalidateH\x00R\x11sessionInvalidate\x12$\n" +
+	"\x12session_invalidate\x18\x10 \x01(\v2\x1f.lodestone.v1.SessionInvalidateH\x00R\x11sessionInvalidate\x12=\n" +
+	"\tadmission\x18\x1e \x01(\v2\x1d.lodestone.v1.AdmissionPolicyH\x00R\tadmission\x12$\n" +
 	"\x0etime_unix_nano\x18\x14 \x01(\x03R\ftimeUnixNanoB\x04\n" +
 	"\x02op\"q\n" +
 	"\x11SessionInvalidate\x12\x10\n" +
@@ -1098,17 +1118,18 @@ var file_lodestone_v1_peer_proto_goTypes = []any{
 	(*CreateSessionRequest)(nil),      // 18: lodestone.v1.CreateSessionRequest
 	(*DestroySessionRequest)(nil),     // 19: lodestone.v1.DestroySessionRequest
 	(*RenewSessionRequest)(nil),       // 20: lodestone.v1.RenewSessionRequest
-	(*PutResponse)(nil),               // 21: lodestone.v1.PutResponse
-	(*DeleteResponse)(nil),            // 22: lodestone.v1.DeleteResponse
-	(*TxnResponse)(nil),               // 23: lodestone.v1.TxnResponse
-	(*CatalogRegisterResponse)(nil),   // 24: lodestone.v1.CatalogRegisterResponse
-	(*CatalogDeregisterResponse)(nil), // 25: lodestone.v1.CatalogDeregisterResponse
-	(*UpdateCheckResponse)(nil),       // 26: lodestone.v1.UpdateCheckResponse
-	(*CreateSessionResponse)(nil),     // 27: lodestone.v1.CreateSessionResponse
-	(*DestroySessionResponse)(nil),    // 28: lodestone.v1.DestroySessionResponse
-	(*RenewSessionResponse)(nil),      // 29: lodestone.v1.RenewSessionResponse
-	(*TransferLeaderRequest)(nil),     // 30: lodestone.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),    // 31: lodestone.v1.TransferLeaderResponse
+	(*AdmissionPolicy)(nil),           // 21: lodestone.v1.AdmissionPolicy
+	(*PutResponse)(nil),               // 22: lodestone.v1.PutResponse
+	(*DeleteResponse)(nil),            // 23: lodestone.v1.DeleteResponse
+	(*TxnResponse)(nil),               // 24: lodestone.v1.TxnResponse
+	(*CatalogRegisterResponse)(nil),   // 25: lodestone.v1.CatalogRegisterResponse
+	(*CatalogDeregisterResponse)(nil), // 26: lodestone.v1.CatalogDeregisterResponse
+	(*UpdateCheckResponse)(nil),       // 27: lodestone.v1.UpdateCheckResponse
+	(*CreateSessionResponse)(nil),     // 28: lodestone.v1.CreateSessionResponse
+	(*DestroySessionResponse)(nil),    // 29: lodestone.v1.DestroySessionResponse
+	(*RenewSessionResponse)(nil),      // 30: lodestone.v1.RenewSessionResponse
+	(*TransferLeaderRequest)(nil),     // 31: lodestone.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),    // 32: lodestone.v1.TransferLeaderResponse
 }
 var file_lodestone_v1_peer_proto_depIdxs = []int32{
 	11, // 0: lodestone.v1.Command.put:type_name -> lodestone.v1.PutRequest
@@ -1122,32 +1143,33 @@ var file_lodestone_v1_peer_proto_depIdxs = []int32{
 	19, // 8: lodestone.v1.Command.session_destroy:type_name -> lodestone.v1.DestroySessionRequest
 	20, // 9: lodestone.v1.Command.session_renew:type_name -> lodestone.v1.RenewSessionRequest
 	1,  // 10: lodestone.v1.Command.session_invalidate:type_name -> lodestone.v1.SessionInvalidate
-	21, // 11: lodestone.v1.CommandResult.put:type_name -> lodestone.v1.PutResponse
-	22, // 12: lodestone.v1.CommandResult.delete:type_name -> lodestone.v1.DeleteResponse
-	23, // 13: lodestone.v1.CommandResult.txn:type_name -> lodestone.v1.TxnResponse
-	24, // 14: lodestone.v1.CommandResult.catalog_register:type_name -> lodestone.v1.CatalogRegisterResponse
-	25, // 15: lodestone.v1.CommandResult.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterResponse
-	26, // 16: lodestone.v1.CommandResult.check_update:type_name -> lodestone.v1.UpdateCheckResponse
-	27, // 17: lodestone.v1.CommandResult.session_create:type_name -> lodestone.v1.CreateSessionResponse
-	28, // 18: lodestone.v1.CommandResult.session_destroy:type_name -> lodestone.v1.DestroySessionResponse
-	29, // 19: lodestone.v1.CommandResult.session_renew:type_name -> lodestone.v1.RenewSessionResponse
-	2,  // 20: lodestone.v1.CommandResult.session_invalidate:type_name -> lodestone.v1.SessionInvalidateResult
-	3,  // 21: lodestone.v1.CommandResult.rejected:type_name -> lodestone.v1.Rejection
-	14, // 22: lodestone.v1.ConfChangeContext.member:type_name -> lodestone.v1.Member
-	14, // 23: lodestone.v1.ConfChangeResponse.members:type_name -> lodestone.v1.Member
-	6,  // 24: lodestone.v1.Peer.Send:input_type -> lodestone.v1.RaftBatch
-	8,  // 25: lodestone.v1.Peer.Snapshot:input_type -> lodestone.v1.SnapshotChunk
-	9,  // 26: lodestone.v1.Peer.ChangeConf:input_type -> lodestone.v1.ConfChangeRequest
-	30, // 27: lodestone.v1.Peer.TransferLeader:input_type -> lodestone.v1.TransferLeaderRequest
-	7,  // 28: lodestone.v1.Peer.Send:output_type -> lodestone.v1.RaftAck
-	7,  // 29: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
-	10, // 30: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
-	31, // 31: lodestone.v1.Peer.TransferLeader:output_type -> lodestone.v1.TransferLeaderResponse
-	28, // [28:32] is the sub-list for method output_type
-	24, // [24:28] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	21, // 11: lodestone.v1.Command.admission:type_name -> lodestone.v1.AdmissionPolicy
+	22, // 12: lodestone.v1.CommandResult.put:type_name -> lodestone.v1.PutResponse
+	23, // 13: lodestone.v1.CommandResult.delete:type_name -> lodestone.v1.DeleteResponse
+	24, // 14: lodestone.v1.CommandResult.txn:type_name -> lodestone.v1.TxnResponse
+	25, // 15: lodestone.v1.CommandResult.catalog_register:type_name -> lodestone.v1.CatalogRegisterResponse
+	26, // 16: lodestone.v1.CommandResult.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterResponse
+	27, // 17: lodestone.v1.CommandResult.check_update:type_name -> lodestone.v1.UpdateCheckResponse
+	28, // 18: lodestone.v1.CommandResult.session_create:type_name -> lodestone.v1.CreateSessionResponse
+	29, // 19: lodestone.v1.CommandResult.session_destroy:type_name -> lodestone.v1.DestroySessionResponse
+	30, // 20: lodestone.v1.CommandResult.session_renew:type_name -> lodestone.v1.RenewSessionResponse
+	2,  // 21: lodestone.v1.CommandResult.session_invalidate:type_name -> lodestone.v1.SessionInvalidateResult
+	3,  // 22: lodestone.v1.CommandResult.rejected:type_name -> lodestone.v1.Rejection
+	14, // 23: lodestone.v1.ConfChangeContext.member:type_name -> lodestone.v1.Member
+	14, // 24: lodestone.v1.ConfChangeResponse.members:type_name -> lodestone.v1.Member
+	6,  // 25: lodestone.v1.Peer.Send:input_type -> lodestone.v1.RaftBatch
+	8,  // 26: lodestone.v1.Peer.Snapshot:input_type -> lodestone.v1.SnapshotChunk
+	9,  // 27: lodestone.v1.Peer.ChangeConf:input_type -> lodestone.v1.ConfChangeRequest
+	31, // 28: lodestone.v1.Peer.TransferLeader:input_type -> lodestone.v1.TransferLeaderRequest
+	7,  // 29: lodestone.v1.Peer.Send:output_type -> lodestone.v1.RaftAck
+	7,  // 30: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
+	10, // 31: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
+	32, // 32: lodestone.v1.Peer.TransferLeader:output_type -> lodestone.v1.TransferLeaderResponse
+	29, // [29:33] is the sub-list for method output_type
+	25, // [25:29] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_lodestone_v1_peer_proto_init() }
@@ -1158,6 +1180,7 @@ func file_lodestone_v1_peer_proto_init() {
 	file_lodestone_v1_kv_proto_init()
 	file_lodestone_v1_cluster_proto_init()
 	file_lodestone_v1_catalog_proto_init()
+	file_lodestone_v1_admin_proto_init()
 	file_lodestone_v1_peer_proto_msgTypes[0].OneofWrappers = []any{
 		(*Command_Put)(nil),
 		(*Command_Delete)(nil),
@@ -1170,6 +1193,7 @@ func file_lodestone_v1_peer_proto_init() {
 		(*Command_SessionDestroy)(nil),
 		(*Command_SessionRenew)(nil),
 		(*Command_SessionInvalidate)(nil),
+		(*Command_Admission)(nil),
 	}
 	file_lodestone_v1_peer_proto_msgTypes[4].OneofWrappers = []any{
 		(*CommandResult_Put)(nil),
