@@ -84,6 +84,10 @@ type Config struct {
 	// read waits for a change. Default 5m, as Consul.
 	MaxBlockingWait time.Duration
 
+	// Catalog tunes the catalog, sessions and the agent role of this
+	// server (CatalogConfig).
+	Catalog CatalogConfig
+
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 
@@ -91,6 +95,11 @@ type Config struct {
 	// ReadIndex. It breaks linearizability on purpose, so the chaos harness
 	// can prove that it detects a violation. Never set it in production.
 	UnsafeStaleReads bool
+
+	// EnablePprof serves Go's profiler under /debug/pprof/ on the HTTP
+	// listener. Default off: a profile costs CPU on a live node and the
+	// endpoints reveal internals, so turn it on while investigating.
+	EnablePprof bool
 
 	// StartTimeout bounds how long Start waits for listeners and the first
 	// Ready. Default 10s.
@@ -115,6 +124,7 @@ func DefaultConfig() Config {
 		MaxWatchesPerStream:     10000,
 		MaxWatchesPerConnection: 100000,
 		MaxBlockingWait:         5 * time.Minute,
+		Catalog:                 DefaultCatalogConfig(),
 		StartTimeout:            10 * time.Second,
 	}
 }
@@ -184,6 +194,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBlockingWait <= 0 {
 		return bad("max-blocking-wait", "must be positive")
+	}
+	if err := c.Catalog.validate(); err != nil {
+		return err
 	}
 	if err := c.Watch.Validate(); err != nil {
 		return &ConfigError{Field: "watch", Err: err}

@@ -3,11 +3,19 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 func (s *Server) routeHTTP() {
+	if s.cfg.EnablePprof {
+		s.Mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		s.Mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		s.Mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		s.Mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		s.Mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	s.Mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	s.Mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.node.fatal.Load(); err != nil {

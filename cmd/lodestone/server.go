@@ -64,6 +64,7 @@ func addTuningFlags(cmd *cobra.Command, cfg *server.Config) {
 	f.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", cfg.MaxRequestBytes, "largest gRPC request accepted")
 	f.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "most concurrent client connections")
 	f.Uint32Var(&cfg.MaxStreamsPerConnection, "max-streams-per-connection", cfg.MaxStreamsPerConnection, "most concurrent requests per client connection")
+	f.BoolVar(&cfg.EnablePprof, "enable-pprof", cfg.EnablePprof, "serve Go's profiler under /debug/pprof/ on the HTTP listener")
 }
 
 func addLogFlags(cmd *cobra.Command, level, format *string) {
