@@ -19,7 +19,7 @@ type consulBackend struct{ s *Server }
 var _ consulapi.Backend = consulBackend{}
 
 func (b consulBackend) Apply(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
-	return b.s.apply(ctx, cmd)
+	return b.s.applyChecked(ctx, cmd)
 }
 
 func (b consulBackend) Barrier(ctx context.Context) error {
@@ -67,9 +67,7 @@ func (b consulBackend) Peers() []string {
 	return out
 }
 
-func (b consulBackend) KVIndex(key []byte, prefix bool) uint64 {
-	return b.s.store.KVIndex()
-}
+func (b consulBackend) Agent() (string, string) { return b.s.agentNode() }
 
 // apply validates and replicates one command; a failed CAS is reported in
 // the result, not as an error.

@@ -36,6 +36,8 @@ type Server struct {
 	hub     *watch.Hub
 	node    *node
 	kv      *kvService
+	// sessionMetrics count sessions and their TTL invalidations.
+	sessionMetrics *sessionMetrics
 
 	peerLis, grpcLis, httpLis net.Listener
 	peerSrv, grpcSrv          *grpc.Server
@@ -106,6 +108,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.Join(err, s.hub.Close())
 	}
 	s.metrics.reg.MustRegister(raftlog.NewCollector(s.node.log))
+	s.sessionMetrics = newSessionMetrics(s.metrics.reg, s.store)
 	return s, nil
 }
 
@@ -150,10 +153,18 @@ func (s *Server) Start() {
 	lodestonepb.RegisterKVServer(s.grpcSrv, s.kv)
 	lodestonepb.RegisterClusterServer(s.grpcSrv, &clusterService{s: s})
 	lodestonepb.RegisterWatchServer(s.grpcSrv, &watchService{s: s})
+	lodestonepb.RegisterCatalogServer(s.grpcSrv, &catalogService{s: s})
+	lodestonepb.RegisterSessionServer(s.grpcSrv, &sessionService{s: s})
 
 	s.routeHTTP()
-	consulapi.New(consulBackend{s}, consulapi.Config{MaxWait: s.cfg.MaxBlockingWait, Logger: s.logger.With("component", "consulapi")}).Register(s.Mux)
-	s.httpSrv = &http.Server{Handler: s.Mux, ReadHeaderTimeout: 10 * time.Second}
+	consulapi.New(consulBackend{s}, consulapi.Config{
+		MaxWait: s.cfg.MaxBlockingWait, Logger: s.logger.With("component", "consulapi"),
+		InFlight: s.sessionMetrics.blocking.WithLabelValues("http"),
+	}).Register(s.Mux)
+	// NB: requests run under the server's context, so Close ends blocking
+	// queries at once instead of Shutdown waiting out their wait.
+	s.httpSrv = &http.Server{Handler: s.Mux, ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return s.ctx }}
 
 	s.node.start()
 	maxConns := s.cfg.MaxConnections
@@ -172,6 +183,11 @@ func (s *Server) Start() {
 	go func() {
 		defer s.wg.Done()
 		s.publishSelf()
+	}()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.runSessionTTL()
 	}()
 	s.logger.Info("server started", "peer", s.PeerAddr(), "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "id", fmt.Sprintf("%x", s.node.id))
 }

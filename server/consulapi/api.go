@@ -19,10 +19,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -34,10 +36,12 @@ import (
 
 // Backend is what the API needs from the node it runs on.
 type Backend interface {
-	// Apply validates and replicates cmd and returns its result once
+	// Apply stamps cmd with the node's clock (and a new session with a
+	// fresh id), validates and replicates it, and returns its result once
 	// applied on this node, with the entry's index. Errors are gRPC status
-	// errors (InvalidArgument, Unavailable, ...); a failed CAS is a result,
-	// not an error.
+	// errors (InvalidArgument, Unavailable, ...) or, for a command the
+	// state refused, a *store.RejectedError; a failed CAS or lock is a
+	// result, not an error.
 	Apply(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error)
 	// Barrier makes the reads that follow linearizable.
 	Barrier(ctx context.Context) error
@@ -52,9 +56,9 @@ type Backend interface {
 	Peers() []string
 	// Limits are the node's request limits.
 	Limits() store.Limits
-	// KVIndex is the index a blocking KV query on key (or on every key under
-	// it, with prefix) reports: the last index that changed what it reads.
-	KVIndex(key []byte, prefix bool) uint64
+	// Agent names the catalog node this server is the agent of (for
+	// /v1/agent/* and sessions created without a node) and its address.
+	Agent() (node, address string)
 }
 
 // Config tunes the API.
@@ -63,6 +67,8 @@ type Config struct {
 	MaxWait time.Duration
 	// Logger receives request errors; nil discards.
 	Logger *slog.Logger
+	// InFlight, if set, counts blocking queries waiting right now.
+	InFlight prometheus.Gauge
 }
 
 // API is the HTTP handler set.
@@ -90,6 +96,42 @@ func (a *API) Register(mux *http.ServeMux) {
 	mux.HandleFunc("PUT /v1/txn", a.txn)
 	mux.HandleFunc("GET /v1/status/leader", a.statusLeader)
 	mux.HandleFunc("GET /v1/status/peers", a.statusPeers)
+
+	handle := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			if err := h(w, r); err != nil {
+				a.writeError(w, r, err)
+			}
+		})
+	}
+	handle("PUT /v1/catalog/register", a.catalogRegister)
+	handle("PUT /v1/catalog/deregister", a.catalogDeregister)
+	handle("GET /v1/catalog/services", a.catalogServices)
+	handle("GET /v1/catalog/service/{service}", a.catalogService)
+	handle("GET /v1/catalog/nodes", a.catalogNodes)
+	handle("GET /v1/catalog/node/{node}", a.catalogNode)
+	handle("GET /v1/health/service/{service}", a.healthService)
+	handle("GET /v1/health/checks/{service}", a.healthChecks)
+	handle("GET /v1/health/node/{node}", a.healthNode)
+	handle("GET /v1/health/state/{state}", a.healthState)
+	handle("GET /v1/agent/self", a.agentSelf)
+	handle("PUT /v1/agent/service/register", a.agentServiceRegister)
+	handle("PUT /v1/agent/service/deregister/{id}", a.agentServiceDeregister)
+	handle("PUT /v1/agent/check/pass/{id}", a.agentCheckUpdate(lodestonepb.HealthStatus_HEALTH_PASSING))
+	handle("PUT /v1/agent/check/warn/{id}", a.agentCheckUpdate(lodestonepb.HealthStatus_HEALTH_WARNING))
+	handle("PUT /v1/agent/check/fail/{id}", a.agentCheckUpdate(lodestonepb.HealthStatus_HEALTH_CRITICAL))
+	handle("PUT /v1/session/create", a.sessionCreate)
+	handle("PUT /v1/session/destroy/{id}", a.sessionDestroy)
+	handle("PUT /v1/session/renew/{id}", a.sessionRenew)
+	handle("GET /v1/session/info/{id}", a.sessionInfo)
+	handle("GET /v1/session/list", a.sessionList)
+	handle("GET /v1/session/node/{node}", a.sessionNode)
+}
+
+// rejected reports whether err is a store rejection under one of rules.
+func rejected(err error, rules ...string) bool {
+	var re *store.RejectedError
+	return errors.As(err, &re) && slices.Contains(rules, re.Rule)
 }
 
 // httpError carries a status code to the one place that writes errors.
@@ -109,12 +151,17 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code, msg := http.StatusInternalServerError, err.Error()
 	var he *httpError
 	var ie *store.InvalidError
+	var re *store.RejectedError
 	switch {
 	case errors.As(err, &he):
 		code = he.code
+	case errors.As(err, &re):
+		// Consul answers a write its state refuses (missing node, unknown
+		// session, ...) with 500 and the reason.
+		code, msg = http.StatusInternalServerError, re.Detail
 	case errors.As(err, &ie) && ie.Rule == store.RuleMaxValueBytes:
 		code = http.StatusRequestEntityTooLarge
-	case errors.Is(err, store.ErrInvalid):
+	case errors.Is(err, store.ErrInvalid), errors.Is(err, ErrBadWait):
 		code = http.StatusBadRequest
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		code = http.StatusServiceUnavailable
@@ -194,19 +241,17 @@ func parseWait(s string) (time.Duration, error) {
 	return time.ParseDuration(s)
 }
 
-// block waits, for a blocking query, until the keys selected by req change
-// after q.index or the wait elapses. Then the caller reads.
-func (a *API) block(ctx context.Context, q query, req watch.Request, current uint64) error {
-	if q.index == 0 || current > q.index {
+// blockOn waits, for a blocking query, until what d selects changes after
+// q.index or the wait elapses. Then the caller reads.
+func (a *API) blockOn(r *http.Request, q query, d Dep) error {
+	if q.index == 0 {
 		return nil
 	}
-	wait := q.wait + rand.N(q.wait/16+1)
-	req.StartIndex = q.index
-	_, err := a.b.Hub().Wait(ctx, req, wait)
-	if errors.Is(err, watch.ErrBadRequest) {
-		return badRequest("%v", err)
+	if a.cfg.InFlight != nil {
+		a.cfg.InFlight.Inc()
+		defer a.cfg.InFlight.Dec()
 	}
-	return err
+	return Block(r.Context(), a.b.Hub(), a.b.Store(), d, q.index, q.wait)
 }
 
 // read makes the read that follows consistent unless ?stale.

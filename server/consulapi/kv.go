@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
-	"github.com/lodestone-kv/lodestone/watch"
+	"github.com/lodestone-kv/lodestone/store"
 )
 
 // kvEntry is Consul's JSON for one KV pair (api.KVPair).
@@ -69,13 +69,15 @@ func (a *API) kvGet(w http.ResponseWriter, r *http.Request, key string) error {
 		return badRequest("Missing key name")
 	}
 	st := a.b.Store()
-	if err := a.block(r.Context(), q, watch.Request{Key: key, Prefix: prefix}, a.b.KVIndex([]byte(key), prefix)); err != nil {
+	d := Dep{Key: key, Prefix: prefix, Index: func(s *store.Store) uint64 { return s.KVIndexFor([]byte(key), prefix) }}
+	if err := a.blockOn(r, q, d); err != nil {
 		return err
 	}
 	if err := a.read(r.Context(), q); err != nil {
 		return err
 	}
-	index := a.b.KVIndex([]byte(key), prefix)
+	// NB: the index before the data (store.KVIndexFor).
+	index := d.Index(st)
 	a.setMeta(w, index)
 
 	if !prefix {
@@ -182,11 +184,15 @@ func (a *API) kvPut(w http.ResponseWriter, r *http.Request, key string) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := v["acquire"]; ok {
-		return badRequest("?acquire needs sessions, which this server does not serve yet")
+	acquire, release := v.Get("acquire"), v.Get("release")
+	if _, ok := v["acquire"]; ok && acquire == "" {
+		return badRequest("?acquire needs a session id")
 	}
-	if _, ok := v["release"]; ok {
-		return badRequest("?release needs sessions, which this server does not serve yet")
+	if _, ok := v["release"]; ok && release == "" {
+		return badRequest("?release needs a session id")
+	}
+	if acquire != "" && release != "" {
+		return badRequest("Conflicting flags: ?acquire and ?release; use one")
 	}
 	limit := int64(a.b.Limits().MaxValueBytes)
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
@@ -200,11 +206,21 @@ func (a *API) kvPut(w http.ResponseWriter, r *http.Request, key string) error {
 	if hasCAS {
 		put.Cas = &cas
 	}
+	switch {
+	case acquire != "":
+		put.Session, put.Acquire = acquire, true
+	case release != "":
+		put.Session, put.Release = release, true
+	}
 	res, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_Put{Put: put}})
+	if rejected(err, store.RejectSessionMissing) {
+		// Consul: acquiring with an unknown session is an error, not false.
+		return &httpError{http.StatusInternalServerError, fmt.Sprintf("invalid session %q", put.Session)}
+	}
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, !res.CasFailed)
+	writeJSON(w, http.StatusOK, !res.CasFailed && !res.LockFailed)
 	return nil
 }
 
@@ -255,6 +271,9 @@ var txnVerbs = map[string]lodestonepb.TxnOp_Verb{
 	"check-index":      lodestonepb.TxnOp_CHECK_INDEX,
 	"check-not-exists": lodestonepb.TxnOp_CHECK_NOT_EXISTS,
 	"delete-cas":       lodestonepb.TxnOp_DELETE_CAS,
+	"lock":             lodestonepb.TxnOp_LOCK,
+	"unlock":           lodestonepb.TxnOp_UNLOCK,
+	"check-session":    lodestonepb.TxnOp_CHECK_SESSION,
 }
 
 type txnResult struct {
@@ -295,6 +314,10 @@ func (a *API) doTxn(w http.ResponseWriter, r *http.Request) error {
 			continue
 		}
 		req.Ops[i] = &lodestonepb.TxnOp{Verb: verb, Key: []byte(op.KV.Key), Value: op.KV.Value, Flags: op.KV.Flags, Index: op.KV.Index}
+		switch verb {
+		case lodestonepb.TxnOp_LOCK, lodestonepb.TxnOp_UNLOCK, lodestonepb.TxnOp_CHECK_SESSION:
+			req.Ops[i].Session = op.KV.Session
+		}
 	}
 	if len(errs) > 0 {
 		writeJSON(w, http.StatusConflict, map[string]any{"Results": nil, "Errors": errs})

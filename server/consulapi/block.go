@@ -1,0 +1,76 @@
+package consulapi
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/lodestone-kv/lodestone/store"
+	"github.com/lodestone-kv/lodestone/watch"
+)
+
+// Dep is what a catalog or session read depends on: the hub events that
+// can change it (Key, with Prefix the keys under it) and the store index
+// that says whether it did (store/doc.go, "Indices for blocking queries").
+// The events are a superset (an instance event also fires when only a
+// check changed), so a blocking read re-checks Index on every wake-up and
+// goes back to sleep when it has not passed the client's index.
+type Dep struct {
+	Key    string
+	Prefix bool
+	Index  func(*store.Store) uint64
+}
+
+// ServicesDep is the service-name list (/v1/catalog/services).
+func ServicesDep() Dep {
+	return Dep{Key: store.ServiceEventPrefix, Prefix: true, Index: (*store.Store).ServicesIndex}
+}
+
+// ServiceDep is one service's instances, their checks and nodes.
+func ServiceDep(name string) Dep {
+	return Dep{Key: string(store.ServiceEventKeyPrefix(name)), Prefix: true,
+		Index: func(s *store.Store) uint64 { return s.ServiceIndex(name) }}
+}
+
+// NodesDep is the node list.
+func NodesDep() Dep {
+	return Dep{Key: store.NodeEventPrefix, Prefix: true, Index: (*store.Store).NodesIndex}
+}
+
+// NodeDep is one node with its services and checks.
+func NodeDep(name string) Dep {
+	return Dep{Key: string(store.NodeEventKey(name)), Index: func(s *store.Store) uint64 { return s.NodeIndex(name) }}
+}
+
+// ChecksDep is every check (/v1/health/state/:state).
+func ChecksDep() Dep {
+	return Dep{Key: store.CheckEventPrefix, Prefix: true, Index: (*store.Store).ChecksIndex}
+}
+
+// SessionsDep is the session table (every session read reports its index).
+func SessionsDep() Dep {
+	return Dep{Key: store.SessionEventPrefix, Prefix: true, Index: (*store.Store).SessionsIndex}
+}
+
+// ErrBadWait is wrapped by Block's error for a request the hub refuses.
+var ErrBadWait = errors.New("consulapi: bad blocking request")
+
+// Block is the blocking-query wait of every catalog and session read, for
+// this API and the native gRPC one: with after == 0 it returns at once;
+// otherwise it waits until d's index passes after, or wait (plus up to
+// 1/16 jitter, so synchronized clients spread out) elapses, or ctx ends.
+// It does not fail for a timeout: the caller then reads and answers with
+// the unchanged index, as Consul does.
+func Block(ctx context.Context, hub *watch.Hub, st *store.Store, d Dep, after uint64, wait time.Duration) error {
+	if after == 0 {
+		return nil
+	}
+	wait += rand.N(wait/16 + 1)
+	req := watch.Request{Key: d.Key, Prefix: d.Prefix, StartIndex: after}
+	_, err := hub.WaitFor(ctx, req, wait, func() bool { return d.Index(st) > after })
+	if errors.Is(err, watch.ErrBadRequest) {
+		return errors.Join(ErrBadWait, err)
+	}
+	return err
+}

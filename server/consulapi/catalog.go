@@ -1,0 +1,576 @@
+package consulapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/store"
+)
+
+// maxBodyBytes bounds a catalog, agent or session request body: these
+// carry names, tags, meta and check definitions, never values, so a body
+// past a few names' worth is refused before it is decoded.
+const maxBodyBytes = 1 << 20
+
+// decodeBody reads a JSON body into v; an empty body leaves v unchanged.
+func decodeBody(r *http.Request, v any) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	if err != nil {
+		return badRequest("read request body: %v", err)
+	}
+	if len(body) > maxBodyBytes {
+		return &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", maxBodyBytes)}
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return badRequest("Request decode failed: %v", err)
+	}
+	return nil
+}
+
+// serviceIn is api.AgentService / api.AgentServiceRegistration as a
+// registration carries it (Service or Name is the name).
+type serviceIn struct {
+	Kind              string
+	ID                string
+	Service           string
+	Name              string
+	Tags              []string
+	Meta              map[string]string
+	Port              int
+	Address           string
+	TaggedAddresses   map[string]serviceAddrJSON
+	Weights           *weightsJSON
+	EnableTagOverride bool
+}
+
+func (s *serviceIn) pb() (*lodestonepb.Service, error) {
+	if s.Kind != "" {
+		return nil, badRequest("service kind %q is not supported; register plain services", s.Kind)
+	}
+	name := s.Service
+	if name == "" {
+		name = s.Name
+	}
+	if name == "" {
+		return nil, badRequest("Missing service name")
+	}
+	if s.Port < 0 || s.Port > 65535 {
+		return nil, badRequest("Invalid service port %d: must be 0..65535", s.Port)
+	}
+	out := &lodestonepb.Service{Id: s.ID, Name: name, Tags: s.Tags, Meta: s.Meta, Port: uint32(s.Port),
+		Address: s.Address, EnableTagOverride: s.EnableTagOverride}
+	// NB: Consul's client always sends Weights (a struct, not a pointer),
+	// as zeros when unset; zeros mean the default, as in Consul.
+	if s.Weights != nil && (s.Weights.Passing != 0 || s.Weights.Warning != 0) {
+		out.Weights = &lodestonepb.Weights{Passing: int32(s.Weights.Passing), Warning: int32(s.Weights.Warning)}
+	}
+	if len(s.TaggedAddresses) > 0 {
+		out.TaggedAddresses = map[string]*lodestonepb.ServiceAddress{}
+		for k, v := range s.TaggedAddresses {
+			if v.Port < 0 || v.Port > 65535 {
+				return nil, badRequest("Invalid tagged address %q port %d: must be 0..65535", k, v.Port)
+			}
+			out.TaggedAddresses[k] = &lodestonepb.ServiceAddress{Address: v.Address, Port: uint32(v.Port)}
+		}
+	}
+	return out, nil
+}
+
+// checkIn is api.HealthCheck / api.AgentCheck as a catalog registration
+// carries it.
+type checkIn struct {
+	Node       string
+	CheckID    string
+	Name       string
+	Status     string
+	Notes      string
+	Output     string
+	ServiceID  string
+	Type       string
+	Definition checkDefJSON
+}
+
+func (c *checkIn) pb() (*lodestonepb.Check, error) {
+	st, err := parseStatus("check status", c.Status)
+	if err != nil {
+		return nil, err
+	}
+	d := c.Definition
+	def := &lodestonepb.CheckDefinition{Http: d.HTTP, Method: d.Method, Body: d.Body, TlsServerName: d.TLSServerName,
+		TlsSkipVerify: d.TLSSkipVerify, Tcp: d.TCP, Udp: d.UDP, Grpc: d.GRPC, GrpcUseTls: d.GRPCUseTLS,
+		Interval: d.Interval.pb(), Timeout: d.Timeout.pb(), DeregisterCriticalServiceAfter: d.DeregisterCriticalServiceAfter.pb()}
+	for k, v := range d.Header {
+		if def.Header == nil {
+			def.Header = map[string]*lodestonepb.HeaderValues{}
+		}
+		def.Header[k] = &lodestonepb.HeaderValues{Values: v}
+	}
+	return &lodestonepb.Check{Node: c.Node, CheckId: c.CheckID, Name: c.Name, Status: st, Notes: c.Notes,
+		Output: c.Output, ServiceId: c.ServiceID, Type: c.Type, Definition: def}, nil
+}
+
+// registerIn is api.CatalogRegistration.
+type registerIn struct {
+	ID              string
+	Node            string
+	Address         string
+	Datacenter      string
+	TaggedAddresses map[string]string
+	NodeMeta        map[string]string
+	Service         *serviceIn
+	Check           *checkIn
+	Checks          []*checkIn
+	SkipNodeUpdate  bool
+}
+
+func (a *API) catalogRegister(w http.ResponseWriter, r *http.Request) error {
+	var in registerIn
+	if err := decodeBody(r, &in); err != nil {
+		return err
+	}
+	if in.Node == "" {
+		return badRequest("Missing node name")
+	}
+	if in.Address == "" && !in.SkipNodeUpdate {
+		return badRequest("Missing node address")
+	}
+	req := &lodestonepb.CatalogRegisterRequest{SkipNodeUpdate: in.SkipNodeUpdate, Node: &lodestonepb.Node{
+		Id: in.ID, Name: in.Node, Address: in.Address, Datacenter: in.Datacenter, TaggedAddresses: in.TaggedAddresses, Meta: in.NodeMeta,
+	}}
+	if in.Service != nil {
+		svc, err := in.Service.pb()
+		if err != nil {
+			return err
+		}
+		req.Service = svc
+	}
+	checks := in.Checks
+	if in.Check != nil {
+		checks = append([]*checkIn{in.Check}, checks...)
+	}
+	for _, c := range checks {
+		pc, err := c.pb()
+		if err != nil {
+			return err
+		}
+		if pc.Node == "" {
+			pc.Node = in.Node
+		}
+		req.Checks = append(req.Checks, pc)
+	}
+	if _, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CatalogRegister{CatalogRegister: req}}); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, true)
+	return nil
+}
+
+// deregisterIn is api.CatalogDeregistration.
+type deregisterIn struct {
+	Node      string
+	ServiceID string
+	CheckID   string
+}
+
+func (a *API) catalogDeregister(w http.ResponseWriter, r *http.Request) error {
+	var in deregisterIn
+	if err := decodeBody(r, &in); err != nil {
+		return err
+	}
+	if in.Node == "" {
+		return badRequest("Missing node name")
+	}
+	req := &lodestonepb.CatalogDeregisterRequest{Node: in.Node, ServiceId: in.ServiceID, CheckId: in.CheckID}
+	if _, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CatalogDeregister{CatalogDeregister: req}}); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, true)
+	return nil
+}
+
+// readDep is the common head of every catalog, health and session read:
+// parse the query options, block on d, make the read consistent unless
+// ?stale. The caller then reads the store and calls setMeta with the
+// read's QueryMeta.Index.
+func (a *API) readDep(r *http.Request, d Dep) error {
+	q, err := a.parseQuery(r)
+	if err != nil {
+		return err
+	}
+	if err := a.blockOn(r, q, d); err != nil {
+		return err
+	}
+	return a.read(r.Context(), q)
+}
+
+func (a *API) catalogServices(w http.ResponseWriter, r *http.Request) error {
+	if err := a.readDep(r, ServicesDep()); err != nil {
+		return err
+	}
+	svcs, m := a.b.Store().Services()
+	out := make(map[string][]string, len(svcs))
+	for _, s := range svcs {
+		out[s.Name] = nonNil(s.Tags)
+	}
+	a.setMeta(w, m.Index)
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (a *API) catalogService(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("service")
+	if err := a.readDep(r, ServiceDep(name)); err != nil {
+		return err
+	}
+	insts, m := a.b.Store().ServiceInstances(name, r.URL.Query()["tag"], false)
+	out := make([]catalogServiceJSON, len(insts))
+	for i, in := range insts {
+		out[i] = catalogServiceOut(in.Node, in.Service)
+	}
+	a.setMeta(w, m.Index)
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (a *API) catalogNodes(w http.ResponseWriter, r *http.Request) error {
+	if err := a.readDep(r, NodesDep()); err != nil {
+		return err
+	}
+	nodes, m := a.b.Store().Nodes()
+	out := make([]*nodeJSON, len(nodes))
+	for i, n := range nodes {
+		out[i] = nodeOut(n)
+	}
+	a.setMeta(w, m.Index)
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (a *API) catalogNode(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("node")
+	if err := a.readDep(r, NodeDep(name)); err != nil {
+		return err
+	}
+	ns, m := a.b.Store().Node(name)
+	a.setMeta(w, m.Index)
+	if ns == nil {
+		// Consul answers an unknown node with 200 and null.
+		writeJSON(w, http.StatusOK, nil)
+		return nil
+	}
+	out := struct {
+		Node     *nodeJSON
+		Services map[string]*agentServiceJSON
+	}{Node: nodeOut(ns.Node), Services: map[string]*agentServiceJSON{}}
+	for _, s := range ns.Services {
+		out.Services[s.Id] = serviceOut(s)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// serviceEntryJSON is api.ServiceEntry.
+type serviceEntryJSON struct {
+	Node    *nodeJSON
+	Service *agentServiceJSON
+	Checks  []healthCheckJSON
+}
+
+func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("service")
+	v := r.URL.Query()
+	passing, err := boolParam(v, "passing")
+	if err != nil {
+		return err
+	}
+	if err := a.readDep(r, ServiceDep(name)); err != nil {
+		return err
+	}
+	hs, m := a.b.Store().HealthService(name, v["tag"], passing)
+	out := make([]serviceEntryJSON, len(hs))
+	for i, h := range hs {
+		out[i] = serviceEntryJSON{Node: nodeOut(h.Node), Service: serviceOut(h.Service), Checks: checksOut(h.Checks)}
+	}
+	a.setMeta(w, m.Index)
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// boolParam reads a Consul flag parameter: present with no value, or a
+// boolean value ("passing", "passing=1", "passing=false").
+func boolParam(v map[string][]string, name string) (bool, error) {
+	vals, ok := v[name]
+	if !ok {
+		return false, nil
+	}
+	if len(vals) == 0 || vals[0] == "" {
+		return true, nil
+	}
+	switch strings.ToLower(vals[0]) {
+	case "1", "t", "true":
+		return true, nil
+	case "0", "f", "false":
+		return false, nil
+	}
+	return false, badRequest("Invalid %s %q: use true or false", name, vals[0])
+}
+
+func (a *API) healthChecks(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("service")
+	if err := a.readDep(r, ServiceDep(name)); err != nil {
+		return err
+	}
+	cs, m := a.b.Store().ServiceChecks(name)
+	a.setMeta(w, m.Index)
+	writeJSON(w, http.StatusOK, checksOut(cs))
+	return nil
+}
+
+func (a *API) healthNode(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("node")
+	if err := a.readDep(r, NodeDep(name)); err != nil {
+		return err
+	}
+	cs, m := a.b.Store().NodeChecks(name)
+	a.setMeta(w, m.Index)
+	writeJSON(w, http.StatusOK, checksOut(cs))
+	return nil
+}
+
+func (a *API) healthState(w http.ResponseWriter, r *http.Request) error {
+	state := r.PathValue("state")
+	st := lodestonepb.HealthStatus_HEALTH_STATUS_UNSPECIFIED
+	if state != "any" {
+		var err error
+		if st, err = parseStatus("state", state); err != nil || st == lodestonepb.HealthStatus_HEALTH_STATUS_UNSPECIFIED {
+			return badRequest("Invalid check state %q: use any, passing, warning or critical", state)
+		}
+	}
+	if err := a.readDep(r, ChecksDep()); err != nil {
+		return err
+	}
+	cs, m := a.b.Store().ChecksInState(st)
+	a.setMeta(w, m.Index)
+	writeJSON(w, http.StatusOK, checksOut(cs))
+	return nil
+}
+
+// --- agent -----------------------------------------------------------------
+
+// agentCheckIn is api.AgentServiceCheck / api.AgentCheckRegistration.
+type agentCheckIn struct {
+	CheckID                        string
+	Name                           string
+	ScriptArgs                     []string
+	DockerContainerID              string
+	Shell                          string
+	Interval                       duration
+	Timeout                        duration
+	TTL                            duration
+	HTTP                           string
+	Header                         map[string][]string
+	Method                         string
+	Body                           string
+	TCP                            string
+	UDP                            string
+	Status                         string
+	Notes                          string
+	TLSServerName                  string
+	TLSSkipVerify                  bool
+	GRPC                           string
+	GRPCUseTLS                     bool
+	H2PING                         string
+	H2PingUseTLS                   bool
+	AliasNode                      string
+	AliasService                   string
+	SuccessBeforePassing           int
+	FailuresBeforeWarning          int
+	FailuresBeforeCritical         int
+	DeregisterCriticalServiceAfter duration
+}
+
+// checkType names the kind of check as Consul reports it.
+func (c *agentCheckIn) checkType() string {
+	switch {
+	case c.TTL != 0:
+		return "ttl"
+	case c.HTTP != "":
+		return "http"
+	case c.TCP != "":
+		return "tcp"
+	case c.UDP != "":
+		return "udp"
+	case c.GRPC != "":
+		return "grpc"
+	case c.H2PING != "":
+		return "h2ping"
+	case c.DockerContainerID != "":
+		return "docker"
+	case c.AliasNode != "" || c.AliasService != "":
+		return "alias"
+	case len(c.ScriptArgs) > 0:
+		return "script"
+	}
+	return ""
+}
+
+// pb builds the check of service svc (nil: a node check) on node; i and n
+// number it among the service's checks for Consul's default ids
+// ("service:<id>", "service:<id>:<i>" when there are several).
+func (c *agentCheckIn) pb(node string, svc *lodestonepb.Service, i, n int) (*lodestonepb.Check, error) {
+	st, err := parseStatus("check status", c.Status)
+	if err != nil {
+		return nil, err
+	}
+	id, name := c.CheckID, c.Name
+	if svc != nil {
+		sid := svc.Id
+		if sid == "" {
+			sid = svc.Name
+		}
+		if id == "" {
+			id = "service:" + sid
+			if n > 1 {
+				id = fmt.Sprintf("service:%s:%d", sid, i+1)
+			}
+		}
+		if name == "" {
+			name = fmt.Sprintf("Service '%s' check", svc.Name)
+		}
+	}
+	if id == "" {
+		id = name
+	}
+	if id == "" {
+		return nil, badRequest("Missing check name")
+	}
+	def := &lodestonepb.CheckDefinition{Http: c.HTTP, Method: c.Method, Body: c.Body, TlsServerName: c.TLSServerName,
+		TlsSkipVerify: c.TLSSkipVerify, Tcp: c.TCP, Udp: c.UDP, Grpc: c.GRPC, GrpcUseTls: c.GRPCUseTLS, H2Ping: c.H2PING,
+		H2PingUseTls: c.H2PingUseTLS, Args: c.ScriptArgs, Shell: c.Shell, DockerContainerId: c.DockerContainerID,
+		AliasNode: c.AliasNode, AliasService: c.AliasService, Interval: c.Interval.pb(), Timeout: c.Timeout.pb(),
+		Ttl: c.TTL.pb(), DeregisterCriticalServiceAfter: c.DeregisterCriticalServiceAfter.pb(),
+		SuccessBeforePassing: int32(c.SuccessBeforePassing), FailuresBeforeWarning: int32(c.FailuresBeforeWarning),
+		FailuresBeforeCritical: int32(c.FailuresBeforeCritical)}
+	for k, v := range c.Header {
+		if def.Header == nil {
+			def.Header = map[string]*lodestonepb.HeaderValues{}
+		}
+		def.Header[k] = &lodestonepb.HeaderValues{Values: v}
+	}
+	out := &lodestonepb.Check{Node: node, CheckId: id, Name: name, Status: st, Notes: c.Notes, Type: c.checkType(), Definition: def}
+	if svc != nil {
+		out.ServiceId = svc.Id
+		if out.ServiceId == "" {
+			out.ServiceId = svc.Name
+		}
+	}
+	return out, nil
+}
+
+// agentServiceIn is api.AgentServiceRegistration.
+type agentServiceIn struct {
+	serviceIn
+	Check  *agentCheckIn
+	Checks []*agentCheckIn
+}
+
+// ensureAgentNode registers this server's agent node when it is missing,
+// so agent registrations and sessions have a node to live on. An existing
+// node is left alone (whoever registered it owns its record).
+func (a *API) ensureAgentNode(r *http.Request) (string, error) {
+	node, addr := a.b.Agent()
+	if ns, _ := a.b.Store().Node(node); ns != nil {
+		return node, nil
+	}
+	_, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CatalogRegister{CatalogRegister: &lodestonepb.CatalogRegisterRequest{
+		Node: &lodestonepb.Node{Name: node, Address: addr},
+	}}})
+	if err != nil {
+		return "", fmt.Errorf("register this agent's node %q: %w", node, err)
+	}
+	return node, nil
+}
+
+func (a *API) agentServiceRegister(w http.ResponseWriter, r *http.Request) error {
+	var in agentServiceIn
+	if err := decodeBody(r, &in); err != nil {
+		return err
+	}
+	svc, err := in.serviceIn.pb()
+	if err != nil {
+		return err
+	}
+	node, err := a.ensureAgentNode(r)
+	if err != nil {
+		return err
+	}
+	checks := in.Checks
+	if in.Check != nil {
+		checks = append([]*agentCheckIn{in.Check}, checks...)
+	}
+	req := &lodestonepb.CatalogRegisterRequest{Node: &lodestonepb.Node{Name: node}, SkipNodeUpdate: true, Service: svc}
+	for i, c := range checks {
+		pc, err := c.pb(node, svc, i, len(checks))
+		if err != nil {
+			return err
+		}
+		req.Checks = append(req.Checks, pc)
+	}
+	if _, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CatalogRegister{CatalogRegister: req}}); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+func (a *API) agentServiceDeregister(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	node, _ := a.b.Agent()
+	res, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CatalogDeregister{CatalogDeregister: &lodestonepb.CatalogDeregisterRequest{
+		Node: node, ServiceId: id,
+	}}})
+	if err != nil {
+		return err
+	}
+	if res.GetCatalogDeregister().GetRemovedServices() == 0 {
+		return &httpError{http.StatusNotFound, fmt.Sprintf("Unknown service ID %q. Ensure that the service ID is passed, not the service name.", id)}
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// agentCheckUpdate serves /v1/agent/check/{pass,warn,fail}/:id: a TTL
+// check's transition, with ?note as the output.
+func (a *API) agentCheckUpdate(st lodestonepb.HealthStatus) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		id := r.PathValue("id")
+		node, _ := a.b.Agent()
+		_, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CheckUpdate{CheckUpdate: &lodestonepb.UpdateCheckRequest{
+			Node: node, CheckId: id, Status: st, Output: r.URL.Query().Get("note"),
+		}}})
+		if rejected(err, store.RejectCheckMissing, store.RejectNodeMissing) {
+			return &httpError{http.StatusNotFound, fmt.Sprintf("Unknown check ID %q. Ensure that the check ID is passed, not the check name.", id)}
+		}
+		if err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusOK)
+		return nil
+	}
+}
+
+func (a *API) agentSelf(w http.ResponseWriter, r *http.Request) error {
+	node, addr := a.b.Agent()
+	writeJSON(w, http.StatusOK, map[string]any{
+		"Config": map[string]any{"NodeName": node, "Datacenter": defaultDatacenter, "Server": true},
+		"Member": map[string]any{"Name": node, "Addr": addr},
+	})
+	return nil
+}
