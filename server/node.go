@@ -55,6 +55,7 @@ type node struct {
 	confC     chan confRequest
 	transferC chan transferRequest
 	snapDoneC chan snapResult
+	liveSnapC chan chan liveSnapshot // operator snapshots (admin.go)
 	stopC     chan struct{}
 	doneC     chan struct{}
 	stopOnce  sync.Once
@@ -152,6 +153,7 @@ func newNode(cfg Config, logger *slog.Logger, m *metrics, st *store.Store, hub *
 		confC:        make(chan confRequest),
 		transferC:    make(chan transferRequest),
 		snapDoneC:    make(chan snapResult, 1),
+		liveSnapC:    make(chan chan liveSnapshot),
 		stopC:        make(chan struct{}),
 		doneC:        make(chan struct{}),
 		removedC:     make(chan struct{}),
@@ -307,6 +309,8 @@ func (n *node) run() {
 			n.transfer(t)
 		case s := <-n.snapDoneC:
 			n.saveSnapshot(s)
+		case r := <-n.liveSnapC:
+			r <- n.liveSnapshot()
 		case <-n.stopC:
 			n.failReads(errStopped)
 			return

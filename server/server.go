@@ -153,6 +153,7 @@ func (s *Server) Start() {
 	lodestonepb.RegisterKVServer(s.grpcSrv, s.kv)
 	lodestonepb.RegisterClusterServer(s.grpcSrv, &clusterService{s: s})
 	lodestonepb.RegisterWatchServer(s.grpcSrv, &watchService{s: s})
+	lodestonepb.RegisterAdminServer(s.grpcSrv, &adminService{s: s})
 	lodestonepb.RegisterCatalogServer(s.grpcSrv, &catalogService{s: s})
 	lodestonepb.RegisterSessionServer(s.grpcSrv, &sessionService{s: s})
 

@@ -94,7 +94,8 @@ Start a local node with "lodestone dev", then try:
 	pf.Duration("timeout", 10*time.Second,
 		"how long a client command may take in all, retries included")
 
-	root.AddCommand(newServerCmd(), newDevCmd(), newKVCmd(), newMembersCmd(), newStatusCmd(), newCompactCmd(), newGatewayCmd())
+	root.AddCommand(newServerCmd(), newDevCmd(), newKVCmd(), newMembersCmd(), newStatusCmd(), newCompactCmd(), newGatewayCmd(),
+		newSnapshotCmd(), newRecoverCmd())
 	return root
 }
 
