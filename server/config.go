@@ -88,6 +88,11 @@ type Config struct {
 	// server (CatalogConfig).
 	Catalog CatalogConfig
 
+	// Gossip joins the server to the gossip pool when Gossip.Pool.BindAddr
+	// is set; its leader then reconciles pool membership into the catalog
+	// (gossip.go). Default: off.
+	Gossip GossipConfig
+
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 
@@ -126,6 +131,7 @@ func DefaultConfig() Config {
 		MaxBlockingWait:         5 * time.Minute,
 		Catalog:                 DefaultCatalogConfig(),
 		StartTimeout:            10 * time.Second,
+		Gossip:                  DefaultGossipConfig(),
 	}
 }
 
@@ -203,6 +209,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Limits.Validate(); err != nil {
 		return &ConfigError{Field: "limits", Err: err}
+	}
+	if err := c.Gossip.validate(c.Name); err != nil {
+		return err
 	}
 	if c.MaxRequestBytes < c.Limits.MaxValueBytes+c.Limits.MaxKeyBytes+1024 {
 		return bad("max-request-bytes", "%d is too small for values of %d bytes and keys of %d bytes", c.MaxRequestBytes, c.Limits.MaxValueBytes, c.Limits.MaxKeyBytes)

@@ -36,6 +36,9 @@ type Server struct {
 	hub     *watch.Hub
 	node    *node
 	kv      *kvService
+	// gossip is the pool member and leader reconciler; nil without
+	// Config.Gossip (gossip.go).
+	gossip *serverGossip
 	// sessionMetrics count sessions and their TTL invalidations.
 	sessionMetrics *sessionMetrics
 
@@ -168,6 +171,7 @@ func (s *Server) Start() {
 		BaseContext: func(net.Listener) context.Context { return s.ctx }}
 
 	s.node.start()
+	s.startGossip()
 	maxConns := s.cfg.MaxConnections
 	if maxConns <= 0 {
 		maxConns = DefaultConfig().MaxConnections
@@ -297,6 +301,7 @@ func (s *Server) Close() error {
 			s.peerSrv.Stop()
 		}
 		s.closeListeners()
+		errs = append(errs, s.closeGossip())
 		errs = append(errs, s.node.stop())
 		// After the node: nothing publishes any more.
 		errs = append(errs, s.hub.Close())
