@@ -93,6 +93,13 @@ type Config struct {
 	// (gossip.go). Default: off.
 	Gossip GossipConfig
 
+	// SlowLeader moves leadership off a leader whose disk is slow
+	// (SlowLeaderConfig).
+	SlowLeader SlowLeaderConfig
+	// Faults are fault-injection hooks for tests and the chaos harness;
+	// nil (always, in production) means none.
+	Faults *Faults
+
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 
@@ -129,6 +136,7 @@ func DefaultConfig() Config {
 		MaxWatchesPerStream:     10000,
 		MaxWatchesPerConnection: 100000,
 		MaxBlockingWait:         5 * time.Minute,
+		SlowLeader:              DefaultSlowLeaderConfig(),
 		Catalog:                 DefaultCatalogConfig(),
 		StartTimeout:            10 * time.Second,
 		Gossip:                  DefaultGossipConfig(),
@@ -202,6 +210,9 @@ func (c *Config) Validate() error {
 		return bad("max-blocking-wait", "must be positive")
 	}
 	if err := c.Catalog.validate(); err != nil {
+		return err
+	}
+	if err := c.SlowLeader.validate(); err != nil {
 		return err
 	}
 	if err := c.Watch.Validate(); err != nil {

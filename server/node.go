@@ -85,6 +85,7 @@ type node struct {
 	readSeq        uint64
 	pendingReads   map[uint64]*readBatch
 	pendingReadOrd []uint64
+	slow           *slowLeader // slowleader.go
 }
 
 type nodeStatus struct {
@@ -163,6 +164,7 @@ func newNode(cfg Config, logger *slog.Logger, m *metrics, st *store.Store, hub *
 	}
 	n.nextID.Store(uint64(time.Now().UnixNano()))
 	n.status.Store(&nodeStatus{})
+	n.slow = newSlowLeader(cfg.SlowLeader, m.reg)
 	if err := n.init(); err != nil {
 		return nil, errors.Join(err, lg.Close())
 	}
@@ -295,6 +297,7 @@ func (n *node) run() {
 		case <-ticker.C:
 			n.rn.Tick()
 			n.expireReads()
+			n.checkSlowLeader()
 		case p := <-n.proposeC:
 			n.propose(p)
 		case m := <-n.recvC:
@@ -385,6 +388,10 @@ func (n *node) stepOne(m raftpb.Message) {
 	n.heardMu.Lock()
 	n.heard[m.From] = time.Now()
 	n.heardMu.Unlock()
+	if m.Type == raftpb.MsgTimeoutNow && n.coolingDown() {
+		n.logger.Info("not taking over leadership: cooling down after a slow-disk step-down")
+		return
+	}
 	if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 		n.logger.Debug("step", "type", m.Type.String(), "from", fmt.Sprintf("%x", m.From), "err", err)
 	}
@@ -402,6 +409,7 @@ func (n *node) handleTransportEvent(ev transportEvent) {
 func (n *node) handleReady() error {
 	start := time.Now()
 	rd := n.rn.Ready()
+	rd.Messages = n.holdCampaign(rd.Messages)
 	if rd.SoftState != nil {
 		n.softStateChanged(rd.SoftState, rd.Entries)
 	}
@@ -429,7 +437,7 @@ func (n *node) handleReady() error {
 	if err := n.apply(rd.CommittedEntries); err != nil {
 		return err
 	}
-	if err := n.log.Save(rd.HardState, rd.Entries); err != nil {
+	if err := n.saveTimed(rd.HardState, rd.Entries, isLeader); err != nil {
 		return fmt.Errorf("persist ready: %w", err)
 	}
 	if !isLeader {

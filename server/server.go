@@ -157,6 +157,7 @@ func (s *Server) Start() {
 	lodestonepb.RegisterClusterServer(s.grpcSrv, &clusterService{s: s})
 	lodestonepb.RegisterWatchServer(s.grpcSrv, &watchService{s: s})
 	lodestonepb.RegisterAdminServer(s.grpcSrv, &adminService{s: s})
+	s.routeFaults()
 	lodestonepb.RegisterCatalogServer(s.grpcSrv, &catalogService{s: s})
 	lodestonepb.RegisterSessionServer(s.grpcSrv, &sessionService{s: s})
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,6 +19,8 @@ type serverOptions struct {
 	initialCluster string
 	logLevel       string
 	logFormat      string
+	faultHooks     bool
+	faultDiskDelay time.Duration
 }
 
 func newServerCmd() *cobra.Command {
@@ -45,6 +48,16 @@ starts with --join and an --initial-cluster naming the existing members.`,
 	f.BoolVar(&o.cfg.UnsafeStaleReads, "unsafe-stale-reads", false, "serve linearizable reads without ReadIndex (breaks linearizability; fault-injection tests only)")
 	if err := f.MarkHidden("unsafe-stale-reads"); err != nil {
 		panic(err) // the flag is defined just above
+	}
+	f.DurationVar(&o.cfg.SlowLeader.Threshold, "slow-leader-threshold", o.cfg.SlowLeader.Threshold, "a leader whose log writes stay slower than this steps down (0: never)")
+	f.DurationVar(&o.cfg.SlowLeader.Window, "slow-leader-window", o.cfg.SlowLeader.Window, "how long log writes must stay slow before the leader steps down")
+	f.DurationVar(&o.cfg.SlowLeader.Cooldown, "slow-leader-cooldown", o.cfg.SlowLeader.Cooldown, "how long a node that stepped down for slowness does not campaign")
+	f.BoolVar(&o.faultHooks, "fault-hooks", false, "serve fault-injection hooks under /debug/faults/ (tests and chaos only)")
+	f.DurationVar(&o.faultDiskDelay, "fault-disk-delay", 0, "with --fault-hooks: delay every log write by this much from the start")
+	for _, name := range []string{"fault-hooks", "fault-disk-delay"} {
+		if err := f.MarkHidden(name); err != nil {
+			panic(err) // defined just above
+		}
 	}
 	addLogFlags(cmd, &o.logLevel, &o.logFormat)
 	return cmd
@@ -95,6 +108,12 @@ func runServer(ctx context.Context, o *serverOptions, stderr io.Writer) error {
 	}
 	cfg := o.cfg
 	cfg.Logger = logger
+	if o.faultHooks {
+		cfg.Faults = &server.Faults{}
+		cfg.Faults.SetDiskDelay(o.faultDiskDelay)
+	} else if o.faultDiskDelay != 0 {
+		return errors.New("--fault-disk-delay needs --fault-hooks")
+	}
 	cfg.InitialCluster, err = server.ParseInitialCluster(o.initialCluster)
 	if err != nil {
 		return fmt.Errorf("--initial-cluster: %w", err)

@@ -1,0 +1,245 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// SlowLeaderConfig moves leadership off a leader whose own disk is slow.
+//
+// A leader's log write (one bbolt commit: its fsync) is on the path of
+// every write in the cluster. When it stays slower than Threshold for
+// Window, the leader transfers leadership to the healthiest up-to-date
+// follower and then does not campaign for Cooldown, so the cluster is not
+// led by the slow disk again until the operator looked at it (DESIGN:
+// "Leader transfer is supported so operators can move leadership off a
+// slow node"; the Roblox outage in shared/seeds/ had leaders whose 2 s
+// writes kept them elected).
+type SlowLeaderConfig struct {
+	// Threshold is the log-write latency above which a write counts as
+	// slow. Default 500ms (a healthy fsync takes milliseconds). Zero turns
+	// the step-down off.
+	Threshold time.Duration
+	// Window is how long every write must stay slow before the leader
+	// steps down. Default 10s: long enough to ride out one stall, short
+	// against an outage.
+	Window time.Duration
+	// Cooldown is how long a node that stepped down for slowness does not
+	// campaign (it still votes). Default 5m.
+	Cooldown time.Duration
+}
+
+// DefaultSlowLeaderConfig returns the production defaults.
+func DefaultSlowLeaderConfig() SlowLeaderConfig {
+	return SlowLeaderConfig{
+		Threshold: 500 * time.Millisecond, // a write slower than this is slow
+		Window:    10 * time.Second,       // slow this long → step down
+		Cooldown:  5 * time.Minute,        // then no campaigning this long
+	}
+}
+
+func (c SlowLeaderConfig) validate() error {
+	if c.Threshold < 0 || (c.Threshold > 0 && (c.Window <= 0 || c.Cooldown < 0)) {
+		return &ConfigError{Field: "slow-leader", Err: fmt.Errorf("threshold %v, window %v, cooldown %v: want threshold >= 0 and, with a threshold, a positive window and cooldown >= 0", c.Threshold, c.Window, c.Cooldown)}
+	}
+	return nil
+}
+
+// Faults are fault-injection hooks for tests and the chaos harness. They
+// are off unless a Faults is set in Config (the hidden server flag
+// --fault-hooks); production servers never have one.
+type Faults struct {
+	diskDelay atomic.Int64
+}
+
+// SetDiskDelay makes every log write of the node sleep d first (0: none).
+func (f *Faults) SetDiskDelay(d time.Duration) { f.diskDelay.Store(int64(d)) }
+
+// DiskDelay is the injected delay per log write.
+func (f *Faults) DiskDelay() time.Duration {
+	if f == nil {
+		return 0
+	}
+	return time.Duration(f.diskDelay.Load())
+}
+
+// slowLeader is the step-down state; it belongs to the Raft loop.
+type slowLeader struct {
+	cfg           SlowLeaderConfig
+	slowSince     time.Time // first of an unbroken run of slow writes
+	lastSlow      time.Time
+	cooldownUntil time.Time
+
+	stepDowns *prometheus.CounterVec
+	saveTime  prometheus.Histogram
+	cooling   prometheus.Gauge
+}
+
+func newSlowLeader(cfg SlowLeaderConfig, reg prometheus.Registerer) *slowLeader {
+	sl := &slowLeader{
+		cfg: cfg,
+		stepDowns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "leader_step_downs_total",
+			Help: "Leaderships this node gave up by itself, by reason (slow_disk).",
+		}, []string{"reason"}),
+		saveTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "lodestone", Name: "log_write_latency_seconds",
+			Help:    "One log write with entries (bbolt commit and fsync), as the slow-leader check sees it.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
+		}),
+		cooling: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "lodestone", Name: "campaign_cooldown_seconds",
+			Help: "Seconds left during which this node does not campaign after stepping down for a slow disk.",
+		}),
+	}
+	sl.stepDowns.WithLabelValues("slow_disk")
+	reg.MustRegister(sl.stepDowns, sl.saveTime, sl.cooling)
+	return sl
+}
+
+// saveTimed persists one Ready (after the injected disk delay, if any) and
+// feeds its latency to the slow-leader check.
+func (n *node) saveTimed(hs raftpb.HardState, ents []raftpb.Entry, isLeader bool) error {
+	start := time.Now()
+	if d := n.cfg.Faults.DiskDelay(); d > 0 && len(ents) > 0 {
+		time.Sleep(d) // NB: the fault hook: a disk that takes d per write
+	}
+	if err := n.log.Save(hs, ents); err != nil {
+		return err
+	}
+	if len(ents) > 0 {
+		took := time.Since(start)
+		n.slow.saveTime.Observe(took.Seconds())
+		if isLeader {
+			n.slow.observe(start.Add(took), took)
+		}
+	}
+	return nil
+}
+
+func (sl *slowLeader) observe(now time.Time, took time.Duration) {
+	if sl.cfg.Threshold <= 0 {
+		return
+	}
+	if took < sl.cfg.Threshold {
+		sl.slowSince = time.Time{}
+		return
+	}
+	if sl.slowSince.IsZero() {
+		sl.slowSince = now
+	}
+	sl.lastSlow = now
+}
+
+// checkSlowLeader runs on every tick: a leader whose writes stayed slow
+// for the window hands leadership to the healthiest up-to-date follower.
+func (n *node) checkSlowLeader() {
+	sl := n.slow
+	now := time.Now()
+	if left := sl.cooldownUntil.Sub(now); left > 0 {
+		sl.cooling.Set(left.Seconds())
+	} else {
+		sl.cooling.Set(0)
+	}
+	if sl.slowSince.IsZero() || n.status.Load().state != raft.StateLeader {
+		if n.status.Load().state != raft.StateLeader {
+			sl.slowSince = time.Time{}
+		}
+		return
+	}
+	// NB: an idle leader writes nothing; evidence older than the window
+	// says nothing about the disk now.
+	if now.Sub(sl.lastSlow) > sl.cfg.Window {
+		sl.slowSince = time.Time{}
+		return
+	}
+	if sl.lastSlow.Sub(sl.slowSince) < sl.cfg.Window {
+		return
+	}
+	to := n.healthiestFollower()
+	if to == 0 {
+		n.logger.Warn("leader writes are slow but no follower is up to date and reachable; staying leader",
+			"slow_for", now.Sub(sl.slowSince), "threshold", sl.cfg.Threshold)
+		return
+	}
+	n.logger.Warn("stepping down: log writes slow", "slow_for", now.Sub(sl.slowSince).Round(time.Millisecond),
+		"threshold", sl.cfg.Threshold, "to", fmt.Sprintf("%x", to), "cooldown", sl.cfg.Cooldown)
+	sl.stepDowns.WithLabelValues("slow_disk").Inc()
+	sl.slowSince = time.Time{}
+	sl.cooldownUntil = now.Add(sl.cfg.Cooldown)
+	n.rn.TransferLeader(to)
+}
+
+// healthiestFollower picks the voter to hand leadership to: reachable
+// (heard from within a few heartbeats), with the most of the log, then the
+// one heard from most recently. 0 if none is reachable.
+func (n *node) healthiestFollower() uint64 {
+	st := n.rn.Status()
+	var best uint64
+	var bestMatch uint64
+	var bestHeard time.Time
+	for id := range st.Config.Voters[0] {
+		if id == n.id || !n.peerActive(id) {
+			continue
+		}
+		pr, ok := st.Progress[id]
+		if !ok {
+			continue
+		}
+		n.heardMu.Lock()
+		heard := n.heard[id]
+		n.heardMu.Unlock()
+		if best == 0 || pr.Match > bestMatch || (pr.Match == bestMatch && heard.After(bestHeard)) {
+			best, bestMatch, bestHeard = id, pr.Match, heard
+		}
+	}
+	return best
+}
+
+// coolingDown reports whether this node must not campaign now.
+func (n *node) coolingDown() bool {
+	return time.Now().Before(n.slow.cooldownUntil)
+}
+
+// holdCampaign drops, during a cool-down, the messages by which this node
+// would campaign: its pre-vote requests (every election starts with one,
+// PreVote is on) and an incoming MsgTimeoutNow (a transfer to it, which
+// skips the pre-vote). It still answers others' votes.
+func (n *node) holdCampaign(msgs []raftpb.Message) []raftpb.Message {
+	if !n.coolingDown() {
+		return msgs
+	}
+	out := msgs[:0]
+	for _, m := range msgs {
+		if m.Type == raftpb.MsgPreVote || m.Type == raftpb.MsgVote {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// routeFaults serves the fault hooks when Config.Faults is set:
+// PUT /debug/faults/disk-delay?d=200ms.
+func (s *Server) routeFaults() {
+	f := s.cfg.Faults
+	if f == nil {
+		return
+	}
+	s.Mux.HandleFunc("PUT /debug/faults/disk-delay", func(w http.ResponseWriter, r *http.Request) {
+		d, err := time.ParseDuration(r.URL.Query().Get("d"))
+		if err != nil || d < 0 {
+			http.Error(w, "d must be a non-negative duration such as 200ms", http.StatusBadRequest)
+			return
+		}
+		f.SetDiskDelay(d)
+		s.logger.Warn("fault injected: disk delay", "delay", d)
+		fmt.Fprintf(w, "disk delay %v\n", d)
+	})
+}

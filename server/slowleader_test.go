@@ -1,0 +1,116 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"go.etcd.io/raft/v3"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+)
+
+// startFaulty restarts member name with its own fault hooks.
+func (c *testCluster) startFaulty(name string, f *Faults) {
+	c.t.Helper()
+	c.stop(name)
+	cfg := c.base
+	cfg.Name, cfg.DataDir, cfg.ListenPeer = name, c.dirs[name], c.peers[name]
+	cfg.ListenGRPC, cfg.ListenHTTP = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.InitialCluster = map[string]string{}
+	for n, a := range c.peers {
+		cfg.InitialCluster[n] = a
+	}
+	cfg.Faults = f
+	cfg.Logger = slog.New(slog.NewTextHandler(&c.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s, err := New(cfg)
+	if err != nil {
+		c.t.Fatalf("start %s: %v", name, err)
+	}
+	s.Start()
+	c.servers[name] = s
+}
+
+// TestSlowLeaderStepsDown injects a disk delay on the leader of a real
+// three-node cluster under a steady write load and checks that leadership
+// leaves it once its writes stayed slow for the window, and that it does
+// not come back during the cool-down even when the new leader dies and
+// the slow node is one of the two left.
+func TestSlowLeaderStepsDown(t *testing.T) {
+	slow := SlowLeaderConfig{Threshold: 50 * time.Millisecond, Window: time.Second, Cooldown: 5 * time.Second}
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.SlowLeader = slow; cfg.ElectionTicks = 25 })
+	faults := map[string]*Faults{}
+	for _, n := range c.names {
+		faults[n] = &Faults{}
+		c.startFaulty(n, faults[n])
+	}
+	lead := c.waitLeader()
+	var writeTo string
+	for _, n := range c.names {
+		if n != lead {
+			writeTo = n
+		}
+	}
+	kv := c.kv(writeTo)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ctx.Err() == nil; i++ {
+			rctx, rcancel := context.WithTimeout(ctx, time.Second)
+			_, _ = kv.Put(rctx, &lodestonepb.PutRequest{Key: []byte("load"), Value: []byte{byte(i)}})
+			rcancel()
+		}
+	}()
+	defer func() { cancel(); wg.Wait() }()
+
+	faults[lead].SetDiskDelay(120 * time.Millisecond)
+	start := time.Now()
+	waitFor(t, slow.Window+5*time.Second, func() bool {
+		l := c.agreedLeader()
+		return l != "" && l != lead
+	})
+	took := time.Since(start)
+	newLead := c.agreedLeader()
+	t.Logf("leadership left the slow node %s for %s after %v (window %v)", lead, newLead, took.Round(time.Millisecond), slow.Window)
+	if took < slow.Window {
+		t.Errorf("stepped down after %v, before the %v window", took, slow.Window)
+	}
+	var m dto.Metric
+	if err := c.servers[lead].node.slow.stepDowns.WithLabelValues("slow_disk").Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.GetCounter().GetValue(), 1.0; got != want {
+		t.Errorf("lodestone_leader_step_downs_total{reason=slow_disk} = %v, want %v", got, want)
+	}
+	cooldownEnd := start.Add(took).Add(slow.Cooldown)
+
+	// The new leader dies: of the two left, only the healthy one may lead.
+	cancel()
+	wg.Wait()
+	c.stop(newLead)
+	var third string
+	for _, n := range c.names {
+		if n != lead && n != newLead {
+			third = n
+		}
+	}
+	sawThird := false
+	for time.Until(cooldownEnd) > 300*time.Millisecond {
+		if st := c.servers[lead].node.publishedStatus(); st.state == raft.StateLeader {
+			t.Fatalf("the slow node %s led again %v before its cool-down ended", lead, time.Until(cooldownEnd))
+		}
+		if c.servers[third].node.publishedStatus().state == raft.StateLeader {
+			sawThird = true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !sawThird {
+		t.Errorf("%s never became leader after %s died", third, newLead)
+	}
+	t.Logf("the slow node stayed a follower for the whole cool-down; %s led", third)
+}
