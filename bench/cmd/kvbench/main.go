@@ -126,7 +126,7 @@ func run(ctx context.Context) error {
 		}
 	}
 
-	pinning, err := pin()
+	pinning, err := harness.Pinning("kvbench", *flagServerCPUs, *flagClientCPUs)
 	if err != nil {
 		return err
 	}

@@ -173,7 +173,7 @@ func run(ctx context.Context) error {
 			return fmt.Errorf("-systems: unknown system %q (want lodestone, etcd, broadcaster)", name)
 		}
 	}
-	pinning, err := pin()
+	pinning, err := harness.Pinning("watchbench", *flagServerCPUs, *flagClientCPUs)
 	if err != nil {
 		return err
 	}

@@ -87,3 +87,25 @@ func CPUTime(pid int) (time.Duration, error) {
 	}
 	return time.Duration(ut+st) * 10 * time.Millisecond, nil
 }
+
+// Pinning applies the load generator's CPU list (clientCPUs, "" = none) to
+// this process and returns the sentence a benchmark prints to state how
+// its servers (serverCPUs, applied by Start through taskset) and its load
+// generator (named program) were pinned.
+func Pinning(program, serverCPUs, clientCPUs string) (string, error) {
+	servers := "every server process ran unpinned"
+	if serverCPUs != "" {
+		if _, err := ParseCPUs(serverCPUs); err != nil {
+			return "", fmt.Errorf("-server-cpus: %w", err)
+		}
+		servers = fmt.Sprintf("every server process of every system ran under the same `taskset -c %s`", serverCPUs)
+	}
+	client := "the load generator ran unpinned"
+	if clientCPUs != "" {
+		if err := PinSelf(clientCPUs); err != nil {
+			return "", fmt.Errorf("-client-cpus: %w", err)
+		}
+		client = fmt.Sprintf("the load generator (%s) was pinned to CPU list %s (GOMAXPROCS=%d)", program, clientCPUs, runtime.GOMAXPROCS(0))
+	}
+	return fmt.Sprintf("%s; %s; machine has %d CPUs", servers, client, runtime.NumCPU()), nil
+}
