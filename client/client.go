@@ -160,7 +160,7 @@ func invoke[R any](ctx context.Context, c *Client, spec callSpec,
 		if len(plan) == 0 {
 			if round > 0 {
 				delay := backoff(round, c.cfg.BackoffBase, c.cfg.BackoffMax, rand.Int64N)
-				if hint := retryHint(last.err); hint > delay {
+				if hint := hintDelay(retryHint(last.err), rand.Int64N); hint > delay {
 					delay = hint
 				}
 				if dl, _ := ctx.Deadline(); time.Until(dl) < delay {

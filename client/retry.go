@@ -56,6 +56,10 @@ func judge(write bool, a attempt) verdict {
 		switch code {
 		case codes.Unavailable:
 			return verdict{retry: true}
+		case codes.ResourceExhausted:
+			// Admission control refuses before doing anything and says
+			// when to come back (RetryInfo); other exhaustion is final.
+			return verdict{retry: retryHint(a.err) > 0}
 		case codes.DeadlineExceeded:
 			if write {
 				return verdict{unknown: true}
@@ -100,6 +104,15 @@ func backoff(round int, base, max time.Duration, rnd func(n int64) int64) time.D
 		return d
 	}
 	return half + time.Duration(rnd(int64(d-half)+1))
+}
+
+// hintDelay stretches a server's retry hint by a random [0, hint/2], so
+// clients refused together do not all come back together.
+func hintDelay(hint time.Duration, rnd func(n int64) int64) time.Duration {
+	if hint <= 0 {
+		return 0
+	}
+	return hint + time.Duration(rnd(int64(hint/2)+1))
 }
 
 // retryHint returns the delay a server asked for in a RetryInfo detail of

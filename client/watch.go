@@ -478,6 +478,9 @@ func (m *watchMux) run() {
 		if len(plan) == 0 {
 			if round > 0 {
 				d := backoff(round, m.c.cfg.BackoffBase, m.c.cfg.BackoffMax, rand.Int64N)
+				if hint := hintDelay(retryHint(lastErr), rand.Int64N); hint > d {
+					d = hint // admission control asked for it
+				}
 				if err := sleep(m.ctx, d); err != nil {
 					return
 				}

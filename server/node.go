@@ -80,13 +80,13 @@ type node struct {
 	appliedIndex   uint64
 	snapIndex      uint64
 	snapshotting   bool
-	snapWantedAt   uint64 // a snapshot at or after this index is due now (a member was added)
 	leaderGuard    uint64 // conf changes wait until this index is applied
 	confInFlight   uint64 // request id of our pending conf change, 0 if none
 	readSeq        uint64
 	pendingReads   map[uint64]*readBatch
 	pendingReadOrd []uint64
 	slow           *slowLeader // slowleader.go
+	adm            *admission  // admission.go
 }
 
 type nodeStatus struct {
@@ -166,6 +166,7 @@ func newNode(cfg Config, logger *slog.Logger, m *metrics, st *store.Store, hub *
 	n.nextID.Store(uint64(time.Now().UnixNano()))
 	n.status.Store(&nodeStatus{})
 	n.slow = newSlowLeader(cfg.SlowLeader, m.reg)
+	n.adm = newAdmission(st, m.reg)
 	if err := n.init(); err != nil {
 		return nil, errors.Join(err, lg.Close())
 	}
@@ -598,6 +599,9 @@ func (n *node) applyNormal(e raftpb.Entry) []store.Event {
 		n.waits.trigger(id, proposalResult{index: e.Index})
 		return nil
 	}
+	if pol := cmd.GetAdmission(); pol != nil {
+		return n.applyAdmission(e.Index, id, pol, cmd.GetTimeUnixNano())
+	}
 	res, events := n.store.Apply(e.Index, &cmd)
 	n.waits.trigger(id, proposalResult{index: e.Index, result: res})
 	return events
@@ -646,13 +650,6 @@ func (n *node) applyConfChange(index uint64, cc raftpb.ConfChangeV2) error {
 				n.logger.Warn("connect to new member", "member", m.Name, "err", err)
 			}
 			n.logger.Info("member added", "member", m.Name, "learner", m.Learner, "index", index)
-			if n.snapIndex > 0 {
-				// NB: once the log is truncated a new member can only be
-				// caught up by snapshot, and its Raft refuses one whose
-				// conf state predates it. Without a snapshot taken after
-				// this entry it would wait for the next periodic one.
-				n.snapWantedAt = max(n.snapWantedAt, index)
-			}
 		case raftpb.ConfChangeRemoveNode:
 			n.store.RemoveMember(index, ch.NodeID)
 			n.transport.removePeer(ch.NodeID)
@@ -677,8 +674,7 @@ func (n *node) applyConfChange(index uint64, cc raftpb.ConfChangeV2) error {
 // writing the file and truncating the log happen on another goroutine so
 // writes go on meanwhile.
 func (n *node) maybeSnapshot() {
-	due := n.appliedIndex-n.snapIndex >= n.cfg.SnapshotEntries || n.snapWantedAt > n.snapIndex
-	if n.snapshotting || !due {
+	if n.snapshotting || n.appliedIndex-n.snapIndex < n.cfg.SnapshotEntries {
 		return
 	}
 	n.snapshotting = true

@@ -151,7 +151,8 @@ func (s *Server) Start() {
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
 		grpc.MaxConcurrentStreams(s.cfg.MaxStreamsPerConnection),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.ChainUnaryInterceptor(s.countRequests),
+		grpc.ChainUnaryInterceptor(s.countRequests, s.admitUnary),
+		grpc.ChainStreamInterceptor(s.admitStream),
 	)
 	lodestonepb.RegisterKVServer(s.grpcSrv, s.kv)
 	lodestonepb.RegisterClusterServer(s.grpcSrv, &clusterService{s: s})
@@ -168,7 +169,7 @@ func (s *Server) Start() {
 	}).Register(s.Mux)
 	// NB: requests run under the server's context, so Close ends blocking
 	// queries at once instead of Shutdown waiting out their wait.
-	s.httpSrv = &http.Server{Handler: s.Mux, ReadHeaderTimeout: 10 * time.Second,
+	s.httpSrv = &http.Server{Handler: s.admitHTTP(s.Mux), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return s.ctx }}
 
 	s.node.start()

@@ -1,0 +1,323 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/store"
+)
+
+// Admission control lets thousands of reconnecting clients back in
+// gradually (the Roblox return to service in shared/seeds/ did this by hand
+// with iptables and DNS steering). An operator sets a policy — requests per
+// second per server for reads, writes and new watch streams, optionally
+// ramping up by a percentage each minute — with `lodestone admission set`.
+// The policy is a Raft command, so every server enforces the same one; it
+// is kept in the state machine under a reserved key (admissionKey), so
+// snapshots and restarts keep it.
+//
+// Over the limit a request is refused at once, before any work: gRPC
+// RESOURCE_EXHAUSTED with a RetryInfo, HTTP 429 with Retry-After. The
+// Admin, Cluster and Peer services, /metrics, /healthz, /readyz and
+// /debug/ are never gated, so operators can always see and steer.
+
+// admissionKey holds the replicated policy (a marshaled AdmissionPolicy).
+// It is an ordinary KV key (keys cannot hold NUL, so no hidden namespace
+// is available to a command stored as a key): a full listing shows it,
+// and a client that overwrites it with something undecodable turns
+// admission control off.
+const admissionKey = "_lodestone/admission"
+
+// Request classes.
+const (
+	classRead = iota
+	classWrite
+	classWatch
+	numClasses
+)
+
+var classNames = [numClasses]string{"read", "write", "watch"}
+
+// admissionRefresh bounds how stale a server's view of the policy is
+// (it re-reads the store at most this often).
+const admissionRefresh = 100 * time.Millisecond
+
+type admission struct {
+	store *store.Store
+	now   func() time.Time
+
+	cached atomic.Pointer[cachedPolicy]
+
+	mu      sync.Mutex
+	buckets [numClasses]bucket
+
+	rejected *prometheus.CounterVec
+	limit    *prometheus.GaugeVec
+}
+
+type cachedPolicy struct {
+	p  *lodestonepb.AdmissionPolicy // nil: none
+	at time.Time
+}
+
+// bucket is a token bucket refilled at the class's current rate, holding
+// at most one second of it.
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+func newAdmission(st *store.Store, reg prometheus.Registerer) *admission {
+	a := &admission{
+		store: st, now: time.Now,
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "admission_rejected_total",
+			Help: "Client requests refused by admission control, by class (read, write, watch).",
+		}, []string{"class"}),
+		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "lodestone", Name: "admission_limit_per_second",
+			Help: "Requests per second this server admits now, by class, ramp applied; 0 when the class is not gated.",
+		}, []string{"class"}),
+	}
+	for _, c := range classNames {
+		a.rejected.WithLabelValues(c)
+		a.limit.WithLabelValues(c)
+	}
+	reg.MustRegister(a.rejected, a.limit)
+	return a
+}
+
+// policy returns the policy in force (nil: none), re-reading the store at
+// most every admissionRefresh.
+func (a *admission) policy(now time.Time) *lodestonepb.AdmissionPolicy {
+	if c := a.cached.Load(); c != nil && now.Sub(c.at) < admissionRefresh {
+		return c.p
+	}
+	var p *lodestonepb.AdmissionPolicy
+	if kv, _ := a.store.Get([]byte(admissionKey)); kv != nil {
+		p = &lodestonepb.AdmissionPolicy{}
+		if err := proto.Unmarshal(kv.GetValue(), p); err != nil || !p.GetEnabled() {
+			p = nil
+		}
+	}
+	a.cached.Store(&cachedPolicy{p: p, at: now})
+	for c := range numClasses {
+		a.limit.WithLabelValues(classNames[c]).Set(classRate(p, c, now))
+	}
+	return p
+}
+
+// invalidate makes the next request re-read the policy.
+func (a *admission) invalidate() { a.cached.Store(nil) }
+
+// rampFraction is the share of the limits in force at now: ramp percent
+// at the start, plus ramp percent per minute since, up to 1.
+func rampFraction(p *lodestonepb.AdmissionPolicy, now time.Time) float64 {
+	if p.GetRampPercentPerMin() <= 0 {
+		return 1
+	}
+	mins := max(now.Sub(time.Unix(0, p.GetSetUnixNano())).Minutes(), 0)
+	return math.Min(p.GetRampPercentPerMin()*(1+mins)/100, 1)
+}
+
+// classRate is the admitted rate of class c now; 0 means not gated.
+func classRate(p *lodestonepb.AdmissionPolicy, c int, now time.Time) float64 {
+	if p == nil {
+		return 0
+	}
+	limit := [numClasses]uint64{p.GetReads(), p.GetWrites(), p.GetWatches()}[c]
+	if limit == 0 {
+		return 0
+	}
+	return math.Max(float64(limit)*rampFraction(p, now), 1)
+}
+
+// admit takes a token for class c, or says how long until one is due.
+func (a *admission) admit(c int) (bool, time.Duration) {
+	now := a.now()
+	rate := classRate(a.policy(now), c, now)
+	if rate == 0 {
+		return true, 0
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b := &a.buckets[c]
+	if b.last.IsZero() {
+		b.tokens = rate
+	} else {
+		b.tokens = math.Min(rate, b.tokens+now.Sub(b.last).Seconds()*rate)
+	}
+	b.last = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return true, 0
+	}
+	wait := time.Duration((1 - b.tokens) / rate * float64(time.Second))
+	a.rejected.WithLabelValues(classNames[c]).Inc()
+	return false, max(wait, 50*time.Millisecond)
+}
+
+// check refuses a request of class c over the limit with
+// RESOURCE_EXHAUSTED and a RetryInfo.
+func (a *admission) check(c int) error {
+	ok, wait := a.admit(c)
+	if ok {
+		return nil
+	}
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf("admission control: this server admits no more %ss right now; retry after %v", classNames[c], wait.Round(time.Millisecond)))
+	if withHint, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}); err == nil {
+		st = withHint
+	}
+	return st.Err()
+}
+
+// grpcClass maps a full gRPC method name to its class; -1: never gated.
+func grpcClass(method string) int {
+	svc, name, _ := strings.Cut(strings.TrimPrefix(method, "/lodestone.v1."), "/")
+	switch svc {
+	case "KV":
+		switch name {
+		case "Get", "Range":
+			return classRead
+		}
+		return classWrite
+	case "Watch":
+		return classWatch
+	case "Catalog":
+		switch name {
+		case "Register", "Deregister", "UpdateCheck":
+			return classWrite
+		}
+		return classRead
+	case "Session":
+		switch name {
+		case "Create", "Destroy", "Renew":
+			return classWrite
+		}
+		return classRead
+	}
+	return -1 // Cluster, Admin, Peer, health: never gated
+}
+
+func (s *Server) admitUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if c := grpcClass(info.FullMethod); c >= 0 {
+		if err := s.node.adm.check(c); err != nil {
+			return nil, err
+		}
+	}
+	return handler(ctx, req)
+}
+
+func (s *Server) admitStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if c := grpcClass(info.FullMethod); c >= 0 {
+		if err := s.node.adm.check(c); err != nil {
+			return err
+		}
+	}
+	return handler(srv, ss)
+}
+
+// httpClass maps a Consul-API request to its class; -1: never gated.
+func httpClass(r *http.Request) int {
+	p := r.URL.Path
+	switch {
+	case strings.HasPrefix(p, "/v1/kv/"), strings.HasPrefix(p, "/v1/catalog/"), strings.HasPrefix(p, "/v1/health/"),
+		strings.HasPrefix(p, "/v1/session/"), p == "/v1/txn":
+	default:
+		return -1 // /metrics, /healthz, /readyz, /debug/, /ui, /v1/status, /v1/agent
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return classWrite
+	}
+	if r.URL.Query().Has("index") {
+		return classWatch // a blocking query
+	}
+	return classRead
+}
+
+// admitHTTP gates the Consul-compatible API: 429 with Retry-After.
+func (s *Server) admitHTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c := httpClass(r); c >= 0 {
+			if ok, wait := s.node.adm.admit(c); !ok {
+				secs := int(math.Ceil(wait.Seconds()))
+				w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+				w.Header().Set("X-Lodestone-Retry-After-Ms", strconv.FormatInt(wait.Milliseconds(), 10))
+				http.Error(w, "admission control: too many "+classNames[c]+"s; retry after "+wait.Round(time.Millisecond).String(), http.StatusTooManyRequests)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// applyAdmission applies a replicated policy: it is stored as the
+// reserved key, so every replica and every snapshot holds it.
+func (n *node) applyAdmission(index, id uint64, pol *lodestonepb.AdmissionPolicy, at int64) []store.Event {
+	val, err := proto.MarshalOptions{Deterministic: true}.Marshal(pol)
+	if err != nil {
+		n.store.Advance(index)
+		n.waits.trigger(id, proposalResult{index: index, err: fmt.Errorf("encode admission policy: %w", err)})
+		return nil
+	}
+	res, events := n.store.Apply(index, &lodestonepb.Command{
+		Op:           &lodestonepb.Command_Put{Put: &lodestonepb.PutRequest{Key: []byte(admissionKey), Value: val}},
+		TimeUnixNano: at,
+	})
+	n.adm.invalidate()
+	n.logger.Info("admission policy changed", "index", index, "enabled", pol.GetEnabled(),
+		"reads", pol.GetReads(), "writes", pol.GetWrites(), "watches", pol.GetWatches(), "ramp_percent_per_min", pol.GetRampPercentPerMin())
+	n.waits.trigger(id, proposalResult{index: index, result: res})
+	return events
+}
+
+// SetAdmission replicates a new policy; enabled=false turns it off.
+func (a *adminService) SetAdmission(ctx context.Context, req *lodestonepb.SetAdmissionRequest) (*lodestonepb.SetAdmissionResponse, error) {
+	p := proto.CloneOf(req.GetPolicy())
+	if p == nil {
+		p = &lodestonepb.AdmissionPolicy{}
+	}
+	if r := p.GetRampPercentPerMin(); r < 0 || r > 100 || math.IsNaN(r) {
+		return nil, status.Errorf(codes.InvalidArgument, "ramp %v%%/min: want 0 (no ramp) to 100", r)
+	}
+	if p.GetEnabled() && p.GetReads() == 0 && p.GetWrites() == 0 && p.GetWatches() == 0 {
+		return nil, status.Error(codes.InvalidArgument, "an enabled policy needs a limit for reads, writes or watches")
+	}
+	now := time.Now().UnixNano()
+	p.SetUnixNano = now
+	res, err := a.s.node.proposeCommand(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_Admission{Admission: p}, TimeUnixNano: now})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lodestonepb.SetAdmissionResponse{Policy: p, Index: res.index}, nil
+}
+
+// GetAdmission returns the policy this server enforces.
+func (a *adminService) GetAdmission(ctx context.Context, _ *lodestonepb.GetAdmissionRequest) (*lodestonepb.GetAdmissionResponse, error) {
+	if _, err := a.s.node.readIndex(ctx); err != nil {
+		return nil, toStatus(err)
+	}
+	now := time.Now()
+	a.s.node.adm.invalidate()
+	p := a.s.node.adm.policy(now)
+	if p == nil {
+		return &lodestonepb.GetAdmissionResponse{Policy: &lodestonepb.AdmissionPolicy{}}, nil
+	}
+	return &lodestonepb.GetAdmissionResponse{Policy: p, CurrentPercent: 100 * rampFraction(p, now)}, nil
+}

@@ -1,0 +1,228 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/client"
+	"github.com/lodestone-kv/lodestone/store"
+)
+
+func storePolicy(t *testing.T, st *store.Store, index uint64, p *lodestonepb.AdmissionPolicy) {
+	t.Helper()
+	val, err := proto.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Apply(index, &lodestonepb.Command{Op: &lodestonepb.Command_Put{Put: &lodestonepb.PutRequest{Key: []byte(admissionKey), Value: val}}})
+}
+
+// TestAdmissionBucketAndRamp steps a fake clock through a ramp: the
+// admitted rate starts at the ramp percent and grows each minute.
+func TestAdmissionBucketAndRamp(t *testing.T) {
+	st := store.New()
+	a := newAdmission(st, prometheus.NewRegistry())
+	clock := time.Unix(1000, 0)
+	a.now = func() time.Time { return clock }
+	admitted := func(c, n int) int {
+		ok := 0
+		for range n {
+			if yes, _ := a.admit(c); yes {
+				ok++
+			}
+		}
+		return ok
+	}
+	if got, want := admitted(classWrite, 100), 100; got != want {
+		t.Fatalf("no policy: admitted %d of 100, want %d", got, want)
+	}
+	storePolicy(t, st, 1, &lodestonepb.AdmissionPolicy{Enabled: true, Writes: 100, RampPercentPerMin: 10, SetUnixNano: clock.UnixNano()})
+	a.invalidate()
+	if got, want := admitted(classWrite, 50), 10; got != want {
+		t.Errorf("ramp at 10%% of 100/s: admitted %d in one instant, want %d", got, want)
+	}
+	if ok, wait := a.admit(classWrite); ok || wait < 50*time.Millisecond || wait > 200*time.Millisecond {
+		t.Errorf("over the limit: admitted %v, retry after %v; want refused with about 100ms", ok, wait)
+	}
+	if got, want := admitted(classRead, 100), 100; got != want {
+		t.Errorf("reads have no limit: admitted %d, want %d", got, want)
+	}
+	clock = clock.Add(time.Minute)
+	a.invalidate()
+	if got := rampFraction(a.policy(clock), clock); got < 0.199 || got > 0.201 {
+		t.Errorf("one minute into a 10%%/min ramp: fraction %v, want 0.2", got)
+	}
+	if got, want := admitted(classWrite, 100), 20; got != want {
+		t.Errorf("after a minute: admitted %d, want %d", got, want)
+	}
+	clock = clock.Add(time.Hour)
+	a.invalidate()
+	if got, want := admitted(classWrite, 200), 100; got != want {
+		t.Errorf("ramp complete: admitted %d, want %d (the full limit)", got, want)
+	}
+	storePolicy(t, st, 2, &lodestonepb.AdmissionPolicy{})
+	a.invalidate()
+	if got, want := admitted(classWrite, 500), 500; got != want {
+		t.Errorf("policy off: admitted %d, want %d", got, want)
+	}
+}
+
+func TestGRPCAndHTTPClasses(t *testing.T) {
+	for method, want := range map[string]int{
+		"/lodestone.v1.KV/Put": classWrite, "/lodestone.v1.KV/Range": classRead, "/lodestone.v1.Watch/Watch": classWatch,
+		"/lodestone.v1.Catalog/Register": classWrite, "/lodestone.v1.Catalog/Nodes": classRead,
+		"/lodestone.v1.Session/Renew": classWrite, "/lodestone.v1.Cluster/Status": -1,
+		"/lodestone.v1.Admin/SetAdmission": -1, "/lodestone.v1.Peer/Stream": -1, "/grpc.health.v1.Health/Check": -1,
+	} {
+		if got := grpcClass(method); got != want {
+			t.Errorf("grpcClass(%s) = %d, want %d", method, got, want)
+		}
+	}
+	for _, tc := range []struct {
+		method, url string
+		want        int
+	}{
+		{"GET", "/v1/kv/a", classRead}, {"PUT", "/v1/kv/a", classWrite}, {"GET", "/v1/health/service/web?index=7", classWatch},
+		{"PUT", "/v1/txn", classWrite}, {"GET", "/metrics", -1}, {"GET", "/healthz", -1}, {"GET", "/v1/status/leader", -1},
+	} {
+		r, _ := http.NewRequest(tc.method, tc.url, nil)
+		if got := httpClass(r); got != tc.want {
+			t.Errorf("httpClass(%s %s) = %d, want %d", tc.method, tc.url, got, tc.want)
+		}
+	}
+}
+
+// TestAdmissionReplicated sets a policy on one member of a real
+// three-node cluster and checks that every member enforces it over gRPC
+// and HTTP, that admin and health endpoints are never refused, that the Go
+// client gets its writes through by backing off, that the policy survives a
+// restart from a snapshot, and that "off" lifts it.
+func TestAdmissionReplicated(t *testing.T) {
+	c := newTestCluster(t, 3, withSnapshotEvery(5, 2))
+	c.waitLeader()
+	admin := lodestonepb.NewAdminClient(c.conn("n1"))
+	pol := &lodestonepb.AdmissionPolicy{Enabled: true, Reads: 5, Writes: 5}
+	if err := retryUnavailable(t, func(ctx context.Context) error {
+		_, err := admin.SetAdmission(ctx, &lodestonepb.SetAdmissionRequest{Policy: pol})
+		return err
+	}); err != nil {
+		t.Fatalf("set admission: %v", err)
+	}
+	if _, err := admin.SetAdmission(ctxT(t), &lodestonepb.SetAdmissionRequest{Policy: &lodestonepb.AdmissionPolicy{Enabled: true, RampPercentPerMin: 500}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("bad policy: err = %v, want InvalidArgument", err)
+	}
+
+	for _, name := range c.names {
+		kv := c.kv(name)
+		refused := 0
+		for i := range 30 {
+			_, err := kv.Put(ctxT(t), &lodestonepb.PutRequest{Key: []byte(fmt.Sprintf("%s/%d", name, i)), Value: []byte("v")})
+			if status.Code(err) == codes.ResourceExhausted {
+				refused++
+				if hint := retryHintOf(err); hint <= 0 {
+					t.Errorf("%s: RESOURCE_EXHAUSTED without a RetryInfo: %v", name, err)
+				}
+				continue
+			}
+			if err != nil && status.Code(err) != codes.Unavailable {
+				t.Fatalf("%s: put: %v", name, err)
+			}
+		}
+		if refused == 0 {
+			t.Errorf("%s admitted 30 writes at once under a limit of 5/s", name)
+		}
+		for range 30 {
+			if _, err := c.cluster(name).Status(ctxT(t), &lodestonepb.StatusRequest{}); err != nil {
+				t.Fatalf("%s: status is never gated: %v", name, err)
+			}
+		}
+	}
+
+	httpAddr := c.servers["n3"].HTTPAddr()
+	saw429 := false
+	for range 30 {
+		resp, err := http.Get("http://" + httpAddr + "/v1/kv/n3/0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusTooManyRequests {
+			saw429 = true
+			if resp.Header.Get("Retry-After") == "" {
+				t.Error("429 without Retry-After")
+			}
+		}
+	}
+	if !saw429 {
+		t.Error("30 HTTP reads at once under a limit of 5/s: no 429")
+	}
+	for _, path := range []string{"/metrics", "/healthz"} {
+		for range 20 {
+			resp, err := http.Get("http://" + httpAddr + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusTooManyRequests {
+				t.Fatalf("%s was refused by admission control", path)
+			}
+		}
+	}
+
+	// The Go client backs off as told and gets every write through.
+	cl, err := client.New(client.Config{Endpoints: []string{c.servers["n2"].GRPCAddr()}, RequestTimeout: 10 * time.Second, BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	start := time.Now()
+	for i := range 15 {
+		if _, err := cl.Put(ctxT(t), fmt.Sprintf("client/%d", i), []byte("v")); err != nil {
+			t.Fatalf("client put %d under admission control: %v", i, err)
+		}
+	}
+	t.Logf("15 client writes at 5/s took %v", time.Since(start).Round(time.Millisecond))
+
+	// A restarted member reads the policy from its snapshot.
+	c.stop("n3")
+	c.start("n3", false)
+	waitFor(t, 10*time.Second, func() bool {
+		p := c.servers["n3"].node.adm.policy(time.Now().Add(time.Hour))
+		return p != nil && p.GetWrites() == 5
+	})
+
+	if err := retryUnavailable(t, func(ctx context.Context) error {
+		_, err := admin.SetAdmission(ctx, &lodestonepb.SetAdmissionRequest{Policy: &lodestonepb.AdmissionPolicy{}})
+		return err
+	}); err != nil {
+		t.Fatalf("admission off: %v", err)
+	}
+	kv := c.kv("n1")
+	waitFor(t, 5*time.Second, func() bool {
+		for i := range 30 {
+			if _, err := kv.Put(ctxT(t), &lodestonepb.PutRequest{Key: []byte(fmt.Sprintf("off/%d", i)), Value: []byte("v")}); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func retryHintOf(err error) time.Duration {
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration()
+		}
+	}
+	return 0
+}
