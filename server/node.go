@@ -80,6 +80,7 @@ type node struct {
 	appliedIndex   uint64
 	snapIndex      uint64
 	snapshotting   bool
+	snapWantedAt   uint64 // a snapshot at or after this index is due now (a member was added)
 	leaderGuard    uint64 // conf changes wait until this index is applied
 	confInFlight   uint64 // request id of our pending conf change, 0 if none
 	readSeq        uint64
@@ -650,6 +651,13 @@ func (n *node) applyConfChange(index uint64, cc raftpb.ConfChangeV2) error {
 				n.logger.Warn("connect to new member", "member", m.Name, "err", err)
 			}
 			n.logger.Info("member added", "member", m.Name, "learner", m.Learner, "index", index)
+			if n.snapIndex > 0 {
+				// NB: once the log is truncated a new member can only be
+				// caught up by snapshot, and its Raft refuses one whose
+				// conf state predates it. Without a snapshot taken after
+				// this entry it would wait for the next periodic one.
+				n.snapWantedAt = max(n.snapWantedAt, index)
+			}
 		case raftpb.ConfChangeRemoveNode:
 			n.store.RemoveMember(index, ch.NodeID)
 			n.transport.removePeer(ch.NodeID)
@@ -674,7 +682,8 @@ func (n *node) applyConfChange(index uint64, cc raftpb.ConfChangeV2) error {
 // writing the file and truncating the log happen on another goroutine so
 // writes go on meanwhile.
 func (n *node) maybeSnapshot() {
-	if n.snapshotting || n.appliedIndex-n.snapIndex < n.cfg.SnapshotEntries {
+	due := n.appliedIndex-n.snapIndex >= n.cfg.SnapshotEntries || n.snapWantedAt > n.snapIndex
+	if n.snapshotting || !due {
 		return
 	}
 	n.snapshotting = true
