@@ -71,11 +71,14 @@ func (k *kvService) Range(ctx context.Context, req *lodestonepb.RangeRequest) (*
 	return &lodestonepb.RangeResponse{Header: k.header(index), Kvs: kvs, More: more}, nil
 }
 
-// write replicates one command; a failed CAS becomes FailedPrecondition.
+// write replicates one command; a failed CAS, and a lock verb naming an
+// unknown session, become FailedPrecondition. A put with acquire that did
+// not take the lock is an answer, not an error: its kv is the current
+// entry, whose session says who holds it.
 func (k *kvService) write(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
-	res, index, err := k.s.apply(ctx, cmd)
+	res, index, err := k.s.applyChecked(ctx, cmd)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, rejectedStatus(err)
 	}
 	if res.CasFailed {
 		return res, index, toStatus(fmt.Errorf("%w: the key's ModifyIndex did not match; nothing was written (read it again and retry with its current index)", errCASFailed))

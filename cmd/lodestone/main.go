@@ -7,6 +7,7 @@
 //	0    success
 //	1    the command failed (one line on stderr says what and what to do)
 //	2    the command line was wrong (unknown command, flag or argument)
+//	N    lodestone lock: the locked command's own exit status
 //	130  interrupted
 package main
 
@@ -53,9 +54,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	fmt.Fprintln(stderr, "lodestone: "+oneLine(err.Error()))
 	var ue *usageError
+	var ce *exitCodeError
 	switch {
 	case errors.As(err, &ue):
 		return 2
+	case errors.As(err, &ce):
+		return ce.code
 	case ctx.Err() != nil:
 		return 130
 	}
@@ -95,7 +99,8 @@ Start a local node with "lodestone dev", then try:
 		"how long a client command may take in all, retries included")
 
 	root.AddCommand(newServerCmd(), newDevCmd(), newKVCmd(), newMembersCmd(), newStatusCmd(), newCompactCmd(), newGatewayCmd(),
-		newSnapshotCmd(), newRecoverCmd(), newAdmissionCmd())
+		newSnapshotCmd(), newRecoverCmd())
+	root.AddCommand(newCatalogCmd(), newHealthCmd(), newSessionCmd(), newLockCmd())
 	return root
 }
 
