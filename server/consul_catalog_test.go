@@ -88,9 +88,14 @@ func TestConsulHealthServicePassingWakesOnCheckFailure(t *testing.T) {
 		t.Fatalf("without ?passing: %v %+v", err, all)
 	}
 
-	svcs, _, err := cl.Catalog().Services(nil)
-	if err != nil || len(svcs) != 2 || strings.Join(svcs["web"], ",") != "v1" {
-		t.Fatalf("catalog/services: %v %v", svcs, err)
+	for _, q := range []*consul.QueryOptions{nil, {AllowStale: true}, {RequireConsistent: true}} {
+		svcs, m, err := cl.Catalog().Services(q)
+		if err != nil || len(svcs) != 2 || strings.Join(svcs["web"], ",") != "v1" {
+			t.Fatalf("catalog/services (%+v): %v %v", q, svcs, err)
+		}
+		if !m.KnownLeader || m.LastIndex == 0 {
+			t.Fatalf("catalog/services (%+v) meta: %+v", q, m)
+		}
 	}
 	nodes, _, err := cl.Catalog().Nodes(nil)
 	if err != nil || len(nodes) != 2 {
