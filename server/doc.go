@@ -37,4 +37,22 @@
 //
 // Unavailable always means the request was not applied and may be retried;
 // DeadlineExceeded after a write leaves its outcome unknown.
+//
+// # Catalog and sessions
+//
+// The Catalog and Session gRPC services and the Consul-compatible HTTP API
+// (server/consulapi) write through applyChecked, which does the store's
+// proposer duties (store/doc.go): stamp the command with this node's
+// clock, give a new session a fresh UUID, validate, propose, and turn a
+// rejection into FailedPrecondition (HTTP: Consul's codes). Blocking reads
+// wait on the watch hub for the events of exactly what they read and
+// re-check the store's index for it on every wake-up (consulapi.Block).
+//
+// Session TTLs are the leader's job: while this node leads, one goroutine
+// (runSessionTTL) sleeps until the earliest TTL deadline the store
+// reports, wakes early for session events, and proposes SessionInvalidate
+// with the time it judged expiry at; the store re-checks that time against
+// renewals committed first. A new leader re-arms from the moment it saw
+// its own election, so every session gets a full TTL × 2 after a leader
+// change (erring long). The goroutine stops on Close.
 package server
