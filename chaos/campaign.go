@@ -48,8 +48,9 @@ type Config struct {
 	// StaleReads makes the workloads read with STALE consistency (a
 	// self-test: the checkers must report anomalies).
 	StaleReads bool
-	// Workers per workload; Watchers is the number of watch consumers.
-	RegisterWorkers, CounterWorkers, SetWorkers, Watchers int
+	// Workers per workload; Watchers is the number of watch consumers;
+	// LockWorkers is the number of lock clients, each with its session.
+	RegisterWorkers, CounterWorkers, SetWorkers, Watchers, LockWorkers int
 	// Think is each worker's pause between operations.
 	Think time.Duration
 	// OpTimeout bounds one client operation.
@@ -73,7 +74,7 @@ func Full() Config {
 	return Config{
 		Nodes: 3, Duration: 10 * time.Minute, Kinds: nemesis.AllKinds, PerKind: 22,
 		TickInterval: 50 * time.Millisecond, ElectionTicks: 10,
-		RegisterWorkers: 6, CounterWorkers: 2, SetWorkers: 1, Watchers: 2,
+		RegisterWorkers: 6, CounterWorkers: 2, SetWorkers: 1, Watchers: 2, LockWorkers: 3,
 		Think: 10 * time.Millisecond, OpTimeout: 2 * time.Second, CheckTimeout: 60 * time.Second,
 	}
 }
@@ -160,12 +161,18 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Outcome, error) {
 
 	env := &workload.Env{H: h, Nodes: c.Nodes, Logger: logger, OpTimeout: cfg.OpTimeout, Think: cfg.Think,
 		StaleReads: cfg.StaleReads, Seed: cfg.Seed}
-	// The extension point for more workloads (a lock workload once
-	// sessions exist): add it here and its checker in check.All.
+	// The extension point for more workloads: add it here and its checker
+	// in Check.
 	workloads := []workload.Workload{
 		&workload.Register{Workers: cfg.RegisterWorkers, ActiveKeys: 2 * cfg.RegisterWorkers, MaxOpsPerKey: 200, MaxInfoPerKey: 4},
 		&workload.Counter{Workers: cfg.CounterWorkers},
 		&workload.Set{Workers: cfg.SetWorkers},
+	}
+	if cfg.LockWorkers > 0 {
+		// Fewer keys than clients, so they contend; TTL at the server's
+		// minimum, so an abandoned session expires within the smoke run.
+		workloads = append(workloads, &workload.Lock{Workers: cfg.LockWorkers, ActiveKeys: 2, MaxOpsPerKey: 200, MaxInfoPerKey: 4,
+			TTL: 10 * time.Second, LockDelay: time.Second, MaxHold: 500 * time.Millisecond})
 	}
 	watch := &workload.Watch{Watchers: cfg.Watchers}
 
@@ -283,7 +290,7 @@ func Check(h *history.History, dir string, timeout time.Duration) []check.Result
 	for _, ch := range check.All(check.LinearOptions{Timeout: timeout, VisualizeDir: dir}) {
 		out = append(out, ch.Check(h))
 	}
-	return out
+	return append(out, check.Lock(h, timeout))
 }
 
 // monitorLeaders asks every running node for its status every 100ms.
