@@ -207,6 +207,8 @@ func TestConsulBadInputIsRefused(t *testing.T) {
 	if code, body := do("PUT", "/v1/agent/service/register", `{"Name":"ok"}`); code != 200 {
 		t.Fatalf("setup: %d %s", code, body)
 	}
+	// The member's own address record is its last write of its own.
+	waitFor(t, 10*time.Second, c.servers[lead].selfPublished)
 	before := c.servers[lead].store.Index()
 	cases := []struct{ method, path, body, want string }{
 		{"PUT", "/v1/catalog/register", `{"Address":"1.2.3.4"}`, "Missing node name"},

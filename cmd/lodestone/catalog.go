@@ -217,7 +217,7 @@ func newCatalogRegisterCmd() *cobra.Command {
 			if o.Service == "" && (o.ServiceID != "" || o.Port != 0 || len(o.Tags) > 0) {
 				return usagef(cmd, "--id, --port and --tag describe a service: add --service NAME")
 			}
-			if _, err := parseHealth(o.Status); err != nil {
+			if _, err := lodestonepb.ParseHealthStatus(o.Status); err != nil {
 				return usagef(cmd, "%v", err)
 			}
 			return runCatalogRegister(cmd.Context(), o, cmd.OutOrStdout())
@@ -234,32 +234,8 @@ func newCatalogRegisterCmd() *cobra.Command {
 	return cmd
 }
 
-// parseHealth maps a status name; "" is unspecified.
-func parseHealth(s string) (lodestonepb.HealthStatus, error) {
-	switch strings.ToLower(s) {
-	case "":
-		return lodestonepb.HealthStatus_HEALTH_STATUS_UNSPECIFIED, nil
-	case "passing":
-		return lodestonepb.HealthStatus_HEALTH_PASSING, nil
-	case "warning":
-		return lodestonepb.HealthStatus_HEALTH_WARNING, nil
-	case "critical":
-		return lodestonepb.HealthStatus_HEALTH_CRITICAL, nil
-	}
-	return 0, fmt.Errorf("status %q: use passing, warning or critical", s)
-}
-
-func healthName(s lodestonepb.HealthStatus) string {
-	switch s {
-	case lodestonepb.HealthStatus_HEALTH_PASSING:
-		return "passing"
-	case lodestonepb.HealthStatus_HEALTH_WARNING:
-		return "warning"
-	case lodestonepb.HealthStatus_HEALTH_CRITICAL:
-		return "critical"
-	}
-	return "-"
-}
+// healthName is a status as tables print it.
+func healthName(s lodestonepb.HealthStatus) string { return dash(lodestonepb.HealthStatusWord(s)) }
 
 func runCatalogRegister(ctx context.Context, o catalogRegisterOptions, w io.Writer) error {
 	req := &lodestonepb.CatalogRegisterRequest{Node: &lodestonepb.Node{Name: o.Node, Address: o.Address}}
@@ -267,7 +243,7 @@ func runCatalogRegister(ctx context.Context, o catalogRegisterOptions, w io.Writ
 		req.Service = &lodestonepb.Service{Id: o.ServiceID, Name: o.Service, Port: o.Port, Tags: o.Tags}
 	}
 	if o.CheckID != "" {
-		st, _ := parseHealth(o.Status)
+		st, _ := lodestonepb.ParseHealthStatus(o.Status)
 		ch := &lodestonepb.Check{CheckId: o.CheckID, Name: o.CheckID, Status: st, Node: o.Node}
 		if o.Service != "" {
 			ch.ServiceId = o.ServiceID

@@ -136,7 +136,7 @@ func newHealthStateCmd() *cobra.Command {
 			st := lodestonepb.HealthStatus_HEALTH_STATUS_UNSPECIFIED
 			if args[0] != "any" {
 				var err error
-				if st, err = parseHealth(args[0]); err != nil || st == lodestonepb.HealthStatus_HEALTH_STATUS_UNSPECIFIED {
+				if st, err = lodestonepb.ParseHealthStatus(args[0]); err != nil || st == lodestonepb.HealthStatus_HEALTH_STATUS_UNSPECIFIED {
 					return &usageError{cmd: "lodestone health state", msg: "state " + args[0] + ": use any, passing, warning or critical"}
 				}
 			}

@@ -105,13 +105,8 @@ func (c *checkIn) pb() (*lodestonepb.Check, error) {
 	d := c.Definition
 	def := &lodestonepb.CheckDefinition{Http: d.HTTP, Method: d.Method, Body: d.Body, TlsServerName: d.TLSServerName,
 		TlsSkipVerify: d.TLSSkipVerify, Tcp: d.TCP, Udp: d.UDP, Grpc: d.GRPC, GrpcUseTls: d.GRPCUseTLS,
-		Interval: d.Interval.pb(), Timeout: d.Timeout.pb(), DeregisterCriticalServiceAfter: d.DeregisterCriticalServiceAfter.pb()}
-	for k, v := range d.Header {
-		if def.Header == nil {
-			def.Header = map[string]*lodestonepb.HeaderValues{}
-		}
-		def.Header[k] = &lodestonepb.HeaderValues{Values: v}
-	}
+		Interval: d.Interval.pb(), Timeout: d.Timeout.pb(), DeregisterCriticalServiceAfter: d.DeregisterCriticalServiceAfter.pb(),
+		Header: headerPB(d.Header)}
 	return &lodestonepb.Check{Node: c.Node, CheckId: c.CheckID, Name: c.Name, Status: st, Notes: c.Notes,
 		Output: c.Output, ServiceId: c.ServiceID, Type: c.Type, Definition: def}, nil
 }
@@ -457,13 +452,7 @@ func (c *agentCheckIn) pb(node string, svc *lodestonepb.Service, i, n int) (*lod
 		AliasNode: c.AliasNode, AliasService: c.AliasService, Interval: c.Interval.pb(), Timeout: c.Timeout.pb(),
 		Ttl: c.TTL.pb(), DeregisterCriticalServiceAfter: c.DeregisterCriticalServiceAfter.pb(),
 		SuccessBeforePassing: int32(c.SuccessBeforePassing), FailuresBeforeWarning: int32(c.FailuresBeforeWarning),
-		FailuresBeforeCritical: int32(c.FailuresBeforeCritical)}
-	for k, v := range c.Header {
-		if def.Header == nil {
-			def.Header = map[string]*lodestonepb.HeaderValues{}
-		}
-		def.Header[k] = &lodestonepb.HeaderValues{Values: v}
-	}
+		FailuresBeforeCritical: int32(c.FailuresBeforeCritical), Header: headerPB(c.Header)}
 	out := &lodestonepb.Check{Node: node, CheckId: id, Name: name, Status: st, Notes: c.Notes, Type: c.checkType(), Definition: def}
 	if svc != nil {
 		out.ServiceId = svc.Id

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -181,7 +180,7 @@ type healthCheckJSON struct {
 }
 
 func checkOut(c *lodestonepb.Check) healthCheckJSON {
-	out := healthCheckJSON{Node: c.Node, CheckID: c.CheckId, Name: c.Name, Status: statusName(c.Status), Notes: c.Notes,
+	out := healthCheckJSON{Node: c.Node, CheckID: c.CheckId, Name: c.Name, Status: lodestonepb.HealthStatusWord(c.Status), Notes: c.Notes,
 		Output: c.Output, ServiceID: c.ServiceId, ServiceName: c.ServiceName, ServiceTags: nonNil(c.ServiceTags),
 		Type: c.Type, CreateIndex: c.CreateIndex, ModifyIndex: c.ModifyIndex}
 	if d := c.Definition; d != nil {
@@ -189,12 +188,7 @@ func checkOut(c *lodestonepb.Check) healthCheckJSON {
 			TLSSkipVerify: d.TlsSkipVerify, TCP: d.Tcp, UDP: d.Udp, GRPC: d.Grpc, GRPCUseTLS: d.GrpcUseTls,
 			Interval: duration(d.Interval.AsDuration()), Timeout: duration(d.Timeout.AsDuration()),
 			DeregisterCriticalServiceAfter: duration(d.DeregisterCriticalServiceAfter.AsDuration())}
-		if len(d.Header) > 0 {
-			out.Definition.Header = map[string][]string{}
-			for k, v := range d.Header {
-				out.Definition.Header[k] = v.Values
-			}
-		}
+		out.Definition.Header = headerOut(d.Header)
 	}
 	return out
 }
@@ -207,26 +201,37 @@ func checksOut(cs []*lodestonepb.Check) []healthCheckJSON {
 	return out
 }
 
-var statusNames = map[lodestonepb.HealthStatus]string{
-	lodestonepb.HealthStatus_HEALTH_PASSING:  "passing",
-	lodestonepb.HealthStatus_HEALTH_WARNING:  "warning",
-	lodestonepb.HealthStatus_HEALTH_CRITICAL: "critical",
-}
-
-func statusName(s lodestonepb.HealthStatus) string { return statusNames[s] }
-
 // parseStatus maps Consul's status names; "" is unspecified (the store
 // then starts a new check critical, as Consul does).
 func parseStatus(field, s string) (lodestonepb.HealthStatus, error) {
-	if s == "" {
-		return lodestonepb.HealthStatus_HEALTH_STATUS_UNSPECIFIED, nil
+	st, err := lodestonepb.ParseHealthStatus(s)
+	if err != nil {
+		return 0, badRequest("Invalid %s: %v", field, err)
 	}
-	for st, name := range statusNames {
-		if strings.EqualFold(name, s) {
-			return st, nil
-		}
+	return st, nil
+}
+
+// headerPB and headerOut convert a check definition's HTTP headers.
+func headerPB(h map[string][]string) map[string]*lodestonepb.HeaderValues {
+	if len(h) == 0 {
+		return nil
 	}
-	return 0, badRequest("Invalid %s %q: use passing, warning or critical", field, s)
+	out := make(map[string]*lodestonepb.HeaderValues, len(h))
+	for k, v := range h {
+		out[k] = &lodestonepb.HeaderValues{Values: v}
+	}
+	return out
+}
+
+func headerOut(h map[string]*lodestonepb.HeaderValues) map[string][]string {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(map[string][]string, len(h))
+	for k, v := range h {
+		out[k] = v.Values
+	}
+	return out
 }
 
 // duration reads a Go duration string ("10s") or a number of nanoseconds
