@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -205,26 +206,17 @@ func (w *lockWorker) keepAlive(ctx context.Context) bool {
 	if time.Since(w.renewed) < w.l.ttl()/4 {
 		return true
 	}
-	op := history.Op{Proc: w.proc, Workload: check.LockWorkload, F: check.SessionRenew, Value: w.session}
-	n := w.env.pick(w.rng)
-	op.Node = n.Name()
-	w.env.H.Invoke(&op)
+	op := history.Op{F: check.SessionRenew, Value: w.session}
 	start := time.Now()
-	tctx, tr := withTrace(ctx)
-	cctx, cancel := context.WithTimeout(tctx, w.env.opTimeout())
-	resp, err := lodestonepb.NewSessionClient(n.Conn).Renew(cctx, &lodestonepb.RenewSessionRequest{Id: w.session})
-	cancel()
-	op.Type, _ = classifyWrite(err, tr)
-	op.Err = errText(err)
-	if err == nil {
-		op.Index = resp.GetHeader().GetIndex()
-		w.renewed = start
-	}
-	w.env.H.Complete(op)
-	switch {
-	case op.Type == history.Info:
-		w.proc = w.env.NewProc()
-	case status.Code(err) == codes.FailedPrecondition:
+	err := w.do(ctx, &op, true, func(ctx context.Context, conn *grpc.ClientConn) error {
+		resp, err := lodestonepb.NewSessionClient(conn).Renew(ctx, &lodestonepb.RenewSessionRequest{Id: w.session})
+		if err == nil {
+			op.Index = resp.GetHeader().GetIndex()
+			w.renewed = start
+		}
+		return err
+	})
+	if status.Code(err) == codes.FailedPrecondition {
 		w.checkSession(ctx)
 	}
 	return w.session != ""
@@ -232,49 +224,31 @@ func (w *lockWorker) keepAlive(ctx context.Context) bool {
 
 // create opens a new session bound to LockNode.
 func (w *lockWorker) create(ctx context.Context) {
-	op := history.Op{Proc: w.proc, Workload: check.LockWorkload, F: check.SessionCreate}
-	n := w.env.pick(w.rng)
-	op.Node = n.Name()
-	w.env.H.Invoke(&op)
+	op := history.Op{F: check.SessionCreate}
 	start := time.Now()
-	tctx, tr := withTrace(ctx)
-	cctx, cancel := context.WithTimeout(tctx, w.env.opTimeout())
-	resp, err := lodestonepb.NewSessionClient(n.Conn).Create(cctx, &lodestonepb.CreateSessionRequest{Session: &lodestonepb.SessionEntry{
-		Name: fmt.Sprintf("chaos-p%d", w.proc), Node: LockNode, Behavior: lodestonepb.SessionBehavior_SESSION_RELEASE,
-		Ttl: durationpb.New(w.l.ttl()), LockDelay: durationpb.New(w.l.lockDelay()),
-	}})
-	cancel()
-	op.Type, _ = classifyWrite(err, tr)
-	op.Err = errText(err)
-	if err == nil {
-		op.Value, op.Index = resp.GetSession().GetId(), resp.GetHeader().GetIndex()
-		w.session, w.renewed = op.Value, start
-	}
-	w.env.H.Complete(op)
-	if op.Type == history.Info {
-		w.proc = w.env.NewProc()
-	}
+	w.do(ctx, &op, true, func(ctx context.Context, conn *grpc.ClientConn) error {
+		resp, err := lodestonepb.NewSessionClient(conn).Create(ctx, &lodestonepb.CreateSessionRequest{Session: &lodestonepb.SessionEntry{
+			Name: fmt.Sprintf("chaos-p%d", w.proc), Node: LockNode, Behavior: lodestonepb.SessionBehavior_SESSION_RELEASE,
+			Ttl: durationpb.New(w.l.ttl()), LockDelay: durationpb.New(w.l.lockDelay()),
+		}})
+		if err == nil {
+			op.Value, op.Index = resp.GetSession().GetId(), resp.GetHeader().GetIndex()
+			w.session, w.renewed = op.Value, start
+		}
+		return err
+	})
 }
 
 // destroy ends the session, releasing what it holds (with lock delay).
 func (w *lockWorker) destroy(ctx context.Context) {
-	op := history.Op{Proc: w.proc, Workload: check.LockWorkload, F: check.SessionDestroy, Value: w.session}
-	n := w.env.pick(w.rng)
-	op.Node = n.Name()
-	w.env.H.Invoke(&op)
-	tctx, tr := withTrace(ctx)
-	cctx, cancel := context.WithTimeout(tctx, w.env.opTimeout())
-	resp, err := lodestonepb.NewSessionClient(n.Conn).Destroy(cctx, &lodestonepb.DestroySessionRequest{Id: w.session})
-	cancel()
-	op.Type, _ = classifyWrite(err, tr)
-	op.Err = errText(err)
-	if err == nil {
-		op.Index, op.Found = resp.GetHeader().GetIndex(), resp.GetDestroyed()
-	}
-	w.env.H.Complete(op)
-	if op.Type == history.Info {
-		w.proc = w.env.NewProc()
-	}
+	op := history.Op{F: check.SessionDestroy, Value: w.session}
+	w.do(ctx, &op, true, func(ctx context.Context, conn *grpc.ClientConn) error {
+		resp, err := lodestonepb.NewSessionClient(conn).Destroy(ctx, &lodestonepb.DestroySessionRequest{Id: w.session})
+		if err == nil {
+			op.Index, op.Found = resp.GetHeader().GetIndex(), resp.GetDestroyed()
+		}
+		return err
+	})
 	// Destroyed, gone already, or in doubt: a fresh session either way
 	// (one in doubt expires by TTL).
 	if op.Type != history.Fail {
@@ -288,58 +262,39 @@ func (w *lockWorker) destroy(ctx context.Context) {
 // its Session is ours (acquire) or empty (release); otherwise it is the
 // entry as it stood when the server applied and refused the command.
 func (w *lockWorker) lockOp(ctx context.Context, f, key string) (history.Op, error) {
-	op := history.Op{Proc: w.proc, Workload: check.LockWorkload, F: f, Key: key, Value: w.session}
+	op := history.Op{F: f, Key: key, Value: w.session}
 	req := &lodestonepb.PutRequest{Key: []byte(key), Session: w.session}
+	want := ""
 	if f == check.LockAcquire {
-		req.Acquire, req.Value = true, []byte(w.session)
+		req.Acquire, req.Value, want = true, []byte(w.session), w.session
 	} else {
 		req.Release = true
 	}
-	n := w.env.pick(w.rng)
-	op.Node = n.Name()
-	w.env.H.Invoke(&op)
-	tctx, tr := withTrace(ctx)
-	cctx, cancel := context.WithTimeout(tctx, w.env.opTimeout())
-	resp, err := lodestonepb.NewKVClient(n.Conn).Put(cctx, req)
-	cancel()
-	op.Type, _ = classifyWrite(err, tr)
-	op.Err = errText(err)
-	if err == nil {
+	err := w.do(ctx, &op, true, func(ctx context.Context, conn *grpc.ClientConn) error {
+		resp, err := lodestonepb.NewKVClient(conn).Put(ctx, req)
+		if err != nil {
+			return err
+		}
 		kv := resp.GetKv()
 		op.Index, op.Prev, op.PrevIndex = resp.GetHeader().GetIndex(), kv.GetSession(), kv.GetLockIndex()
-		want := w.session
-		if f == check.LockRelease {
-			want = ""
-		}
-		if kv == nil || kv.GetModifyIndex() != op.Index || kv.GetSession() != want {
-			op.Type, op.Mismatch = history.Fail, true
-		}
-	}
-	w.env.H.Complete(op)
-	if op.Type == history.Info {
-		w.proc = w.env.NewProc()
-	}
+		op.Mismatch = kv == nil || kv.GetModifyIndex() != op.Index || kv.GetSession() != want
+		return nil
+	})
 	return op, err
 }
 
 // read performs and records a Get of a lock key: its holder and LockIndex
 // at the applied index the server read at.
 func (w *lockWorker) read(ctx context.Context, key string, final bool) history.Op {
-	op := history.Op{Proc: w.proc, Workload: check.LockWorkload, F: history.Read, Key: key, Final: final}
-	n := w.env.pick(w.rng)
-	op.Node = n.Name()
-	w.env.H.Invoke(&op)
-	cctx, cancel := context.WithTimeout(ctx, w.env.opTimeout())
-	resp, err := lodestonepb.NewKVClient(n.Conn).Get(cctx, &lodestonepb.GetRequest{Key: []byte(key), Consistency: w.env.consistency()})
-	cancel()
-	op.Type, op.Err = history.OK, errText(err)
-	if err != nil {
-		op.Type = history.Fail
-	} else {
-		kv := resp.GetKv()
-		op.Index, op.Found, op.Prev, op.PrevIndex = resp.GetHeader().GetIndex(), kv != nil, kv.GetSession(), kv.GetLockIndex()
-	}
-	w.env.H.Complete(op)
+	op := history.Op{F: history.Read, Key: key, Final: final}
+	w.do(ctx, &op, false, func(ctx context.Context, conn *grpc.ClientConn) error {
+		resp, err := lodestonepb.NewKVClient(conn).Get(ctx, &lodestonepb.GetRequest{Key: []byte(key), Consistency: w.env.consistency()})
+		if err == nil {
+			kv := resp.GetKv()
+			op.Index, op.Found, op.Prev, op.PrevIndex = resp.GetHeader().GetIndex(), kv != nil, kv.GetSession(), kv.GetLockIndex()
+		}
+		return err
+	})
 	return op
 }
 
@@ -348,23 +303,46 @@ func (w *lockWorker) read(ctx context.Context, key string, final bool) history.O
 // recorded but not checked (its header index is the sessions table's,
 // not a point in the log).
 func (w *lockWorker) checkSession(ctx context.Context) {
-	op := history.Op{Proc: w.proc, Workload: check.LockWorkload, F: check.SessionLookup, Value: w.session}
-	n := w.env.pick(w.rng)
-	op.Node = n.Name()
-	w.env.H.Invoke(&op)
-	cctx, cancel := context.WithTimeout(ctx, w.env.opTimeout())
-	resp, err := lodestonepb.NewSessionClient(n.Conn).Info(cctx, &lodestonepb.SessionInfoRequest{Id: w.session})
-	cancel()
-	op.Type, op.Err = history.OK, errText(err)
-	if err != nil {
-		op.Type = history.Fail
-	} else {
-		op.Found = resp.GetSession() != nil
-	}
-	w.env.H.Complete(op)
+	op := history.Op{F: check.SessionLookup, Value: w.session}
+	w.do(ctx, &op, false, func(ctx context.Context, conn *grpc.ClientConn) error {
+		resp, err := lodestonepb.NewSessionClient(conn).Info(ctx, &lodestonepb.SessionInfoRequest{Id: w.session})
+		op.Found = err == nil && resp.GetSession() != nil
+		return err
+	})
 	if op.Type == history.OK && !op.Found {
 		w.session = ""
 	}
+}
+
+// do performs one recorded operation on a random node: call runs the RPC
+// with the operation timeout and fills op from the response. A write's
+// outcome follows classifyWrite, except that one answered without effect
+// (call set op.Mismatch) fails; a read is ok or fails. A process whose
+// operation ended info is retired.
+func (w *lockWorker) do(ctx context.Context, op *history.Op, write bool, call func(ctx context.Context, conn *grpc.ClientConn) error) error {
+	n := w.env.pick(w.rng)
+	op.Proc, op.Workload, op.Node = w.proc, check.LockWorkload, n.Name()
+	w.env.H.Invoke(op)
+	tctx, tr := withTrace(ctx)
+	cctx, cancel := context.WithTimeout(tctx, w.env.opTimeout())
+	err := call(cctx, n.Conn)
+	cancel()
+	op.Err = errText(err)
+	switch {
+	case !write && err != nil:
+		op.Type = history.Fail
+	case !write:
+		op.Type = history.OK
+	case err == nil && op.Mismatch:
+		op.Type = history.Fail
+	default:
+		op.Type, _ = classifyWrite(err, tr)
+	}
+	w.env.H.Complete(*op)
+	if op.Type == history.Info {
+		w.proc = w.env.NewProc()
+	}
+	return err
 }
 
 // lockKeys is the register workload's key pool under the lock prefix: it
