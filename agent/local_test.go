@@ -1,0 +1,165 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+)
+
+const (
+	passing  = lodestonepb.HealthStatus_HEALTH_PASSING
+	warning  = lodestonepb.HealthStatus_HEALTH_WARNING
+	critical = lodestonepb.HealthStatus_HEALTH_CRITICAL
+)
+
+func mustCompile(t *testing.T, d ServiceDefinition) *compiled {
+	t.Helper()
+	c, err := d.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// drain applies next()/done() until local agrees with the registry and
+// returns the writes, as "kind:id[:status]".
+func drain(l *local) []string {
+	var out []string
+	for o := l.next(); o != nil; o = l.next() {
+		s := o.kind
+		switch o.kind {
+		case "register":
+			s += ":" + o.service.Id
+			for _, c := range o.checks {
+				s += ":" + statusWord(c.Status)
+			}
+		case "deregister":
+			s += ":" + o.id
+		case "check":
+			s += ":" + o.id + ":" + statusWord(o.status)
+		}
+		out = append(out, s)
+		l.done(o)
+		if len(out) > 100 {
+			panic("next() never converges")
+		}
+	}
+	return out
+}
+
+func TestLocalWritesOnlyTransitions(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	web := ServiceDefinition{Name: "web", Port: 80, Checks: []*CheckDefinition{
+		{HTTP: "http://127.0.0.1:1/health", Interval: Duration(time.Second)},
+		{TTL: Duration(10 * time.Second), Status: "passing"},
+	}}
+	l := newLocal(&lodestonepb.Node{Name: "a1", Address: "127.0.0.9"})
+	_, added := l.addService(mustCompile(t, web), func(s *checkSpec) *check { return newCheck(s, t0) })
+	if len(added) != 2 || added[0].spec.id != "service:web:1" || added[1].spec.id != "service:web:2" {
+		t.Fatalf("check ids: %v", added)
+	}
+	httpCheck, ttl := added[0], added[1]
+
+	steps := []struct {
+		name string
+		do   func()
+		want string
+	}{
+		{"node only until the HTTP check has run", func() {}, "node"},
+		{"first probe: registered with real statuses", func() { httpCheck.record(passing, "200 OK") }, "register:web:passing:passing"},
+		{"same result again: nothing", func() { httpCheck.record(passing, "200 OK again") }, ""},
+		{"HTTP fails: one update", func() { httpCheck.record(critical, "500") }, "check:service:web:1:critical"},
+		{"still failing with other output: nothing", func() { httpCheck.record(critical, "503") }, ""},
+		{"flap inside one sync: the registry already agrees", func() {
+			httpCheck.record(passing, "")
+			httpCheck.record(critical, "")
+		}, ""},
+		{"TTL report with the same status: nothing", func() { ttl.ttlUpdate(passing, "ok", t0.Add(5*time.Second)) }, ""},
+		{"TTL not expired yet", func() { ttl.ttlExpire(t0.Add(14 * time.Second)) }, ""},
+		{"TTL expired: one update", func() { ttl.ttlExpire(t0.Add(15 * time.Second)) }, "check:service:web:2:critical"},
+		{"expiry again: nothing", func() { ttl.ttlExpire(t0.Add(16 * time.Second)) }, ""},
+		{"report passing: one update", func() { ttl.ttlUpdate(passing, "back", t0.Add(17*time.Second)) }, "check:service:web:2:passing"},
+		{"warning: one update", func() { ttl.ttlUpdate(warning, "slow", t0.Add(18*time.Second)) }, "check:service:web:2:warning"},
+		{"deregister", func() { l.removeService("web") }, "deregister:web"},
+	}
+	for _, s := range steps {
+		s.do()
+		if got := strings.Join(drain(l), ","); got != s.want {
+			t.Fatalf("%s: writes %q, want %q", s.name, got, s.want)
+		}
+	}
+}
+
+func TestLocalRecoversLostRegistration(t *testing.T) {
+	l := newLocal(&lodestonepb.Node{Name: "a1", Address: "127.0.0.9"})
+	_, added := l.addService(mustCompile(t, ServiceDefinition{Name: "db", Check: &CheckDefinition{TTL: Duration(time.Minute)}}),
+		func(s *checkSpec) *check { return newCheck(s, time.Unix(0, 0)) })
+	if got := strings.Join(drain(l), ","); got != "node,register:db:critical" {
+		t.Fatalf("start: %q", got)
+	}
+	added[0].record(passing, "")
+	o := l.next()
+	if o == nil || o.kind != "check" {
+		t.Fatalf("want a check update, got %+v", o)
+	}
+	// The registry lost the node (an operator deregistered it): the update
+	// is refused, and everything is written again with current statuses.
+	l.lost(o)
+	if got := strings.Join(drain(l), ","); got != "node,register:db:passing" {
+		t.Fatalf("after loss: %q", got)
+	}
+}
+
+func TestLocalReplaceService(t *testing.T) {
+	l := newLocal(&lodestonepb.Node{Name: "a1"})
+	mk := func(s *checkSpec) *check { return newCheck(s, time.Unix(0, 0)) }
+	l.addService(mustCompile(t, ServiceDefinition{ID: "w1", Name: "web", Check: &CheckDefinition{TTL: Duration(time.Minute)}}), mk)
+	drain(l)
+	removed, added := l.addService(mustCompile(t, ServiceDefinition{ID: "w1", Name: "web", Port: 81, Check: &CheckDefinition{TTL: Duration(time.Minute), Status: "passing"}}), mk)
+	if len(removed) != 1 || len(added) != 1 {
+		t.Fatalf("removed %d added %d", len(removed), len(added))
+	}
+	if got := strings.Join(drain(l), ","); got != "register:w1:passing" {
+		t.Fatalf("re-register: %q", got)
+	}
+}
+
+func TestCompileDefinitions(t *testing.T) {
+	cases := []struct {
+		name    string
+		def     ServiceDefinition
+		wantErr bool
+		wantIDs string
+	}{
+		{"single check gets service:<id>", ServiceDefinition{Name: "web", Check: &CheckDefinition{TCP: "127.0.0.1:80", Interval: Duration(time.Second)}}, false, "service:web"},
+		{"explicit id", ServiceDefinition{Name: "web", Check: &CheckDefinition{CheckID: "x", TTL: Duration(time.Second)}}, false, "x"},
+		{"no name", ServiceDefinition{}, true, ""},
+		{"script checks are refused", ServiceDefinition{Name: "web", Check: &CheckDefinition{Interval: Duration(time.Second)}}, true, ""},
+		{"http without interval", ServiceDefinition{Name: "web", Check: &CheckDefinition{HTTP: "http://x"}}, true, ""},
+		{"bad status", ServiceDefinition{Name: "web", Check: &CheckDefinition{TTL: Duration(time.Second), Status: "fine"}}, true, ""},
+		{"duplicate ids", ServiceDefinition{Name: "web", Checks: []*CheckDefinition{{CheckID: "x", TTL: Duration(time.Second)}, {CheckID: "x", TTL: Duration(time.Second)}}}, true, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := tc.def.compile()
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			var ids []string
+			for _, s := range c.checks {
+				ids = append(ids, s.id)
+				if s.initial != critical && tc.def.Check.Status == "" {
+					t.Fatalf("default initial status %v, want critical", s.initial)
+				}
+			}
+			if got := strings.Join(ids, ","); got != tc.wantIDs {
+				t.Fatalf("ids %q, want %q", got, tc.wantIDs)
+			}
+		})
+	}
+}
