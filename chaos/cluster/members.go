@@ -91,8 +91,8 @@ func (c *Cluster) Remove(ctx context.Context, n *Node) error {
 
 // Add brings a fresh member into an empty slot under a new name (a Raft id
 // is never reused) and starts it with --join. It does not wait for
-// readiness. A member already using the slot's peer address (an earlier
-// Add whose answer was lost) is adopted instead of added again.
+// readiness. A member already added under the slot's pending name (an
+// earlier Add whose answer was lost) is adopted instead of added again.
 func (c *Cluster) Add(ctx context.Context, n *Node) error {
 	if n.IsMember() {
 		return nil
@@ -101,8 +101,15 @@ func (c *Cluster) Add(ctx context.Context, n *Node) error {
 	if err != nil {
 		return fmt.Errorf("add a member in slot %d: %w", n.Slot, err)
 	}
+	n.mu.Lock()
+	pending := n.pending
+	n.mu.Unlock()
 	for _, m := range ms {
-		if m.PeerAddr == n.peerAddr() {
+		// NB: only a member under this slot's pending name is ours: the
+		// list may come from a replica that has not yet applied the
+		// removal of the slot's previous member, and adopting that one
+		// restarts a removed member that the cluster never lets back in.
+		if pending != "" && m.Name == pending && m.PeerAddr == n.peerAddr() {
 			n.mu.Lock()
 			n.name, n.member, n.pending = m.Name, true, ""
 			n.gen = max(n.gen, 1)
