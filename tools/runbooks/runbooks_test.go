@@ -1,0 +1,446 @@
+// Package runbooks_test runs every command of the operator runbooks in
+// docs/runbooks/ against real lodestone processes (DESIGN: "every command
+// in them is exercised by a test").
+package runbooks_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A runbook's ```sh blocks carry a phase; before a block runs, the
+// harness brings the processes into that state:
+//
+//	live         the three servers run (started or restarted as needed)
+//	quorum-lost  n2 and n3 were killed (kill -9); n1 runs alone
+//	stopped      every server stopped (SIGTERM); a gateway keeps running
+//	start        each line is a long-running process to start in the
+//	             background; the harness waits until it serves
+//	after        no change: run against whatever runs now
+//
+// A command exits 0 unless its line ends with "# exits N".
+var phases = []string{"live", "quorum-lost", "stopped", "start", "after"}
+
+// Metrics that exist only once they have a labelled child: they are
+// registered but absent from /metrics until the first event.
+var labelledOnly = map[string]bool{
+	"lodestone_watch_watchers_cut_total": true, // first cut
+	"gateway_requests_total":             true, // first proxied request
+}
+
+type block struct {
+	phase string
+	lines []string
+}
+
+// parse returns the sh blocks, the sample output lines and the metric
+// names a runbook quotes outside blocks.
+func parse(md string) (blocks []block, texts []string, metrics []string) {
+	var cur *block
+	inText := false
+	inline := regexp.MustCompile("`((?:lodestone|gateway)_[a-z0-9_]+)")
+	for _, line := range strings.Split(md, "\n") {
+		switch {
+		case cur != nil && line == "```":
+			blocks = append(blocks, *cur)
+			cur = nil
+		case inText && line == "```":
+			inText = false
+		case cur != nil:
+			if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "#") {
+				cur.lines = append(cur.lines, l)
+			}
+		case inText:
+			texts = append(texts, line)
+		case strings.HasPrefix(line, "```sh"):
+			cur = &block{phase: strings.TrimSpace(strings.TrimPrefix(line, "```sh"))}
+		case line == "```text":
+			inText = true
+		default:
+			for _, m := range inline.FindAllStringSubmatch(line, -1) {
+				metrics = append(metrics, m[1])
+			}
+		}
+	}
+	return blocks, texts, metrics
+}
+
+func expectedExit(line string) int {
+	m := regexp.MustCompile(`#\s*exits (\d+)`).FindStringSubmatch(line)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+type proc struct {
+	cmd    *exec.Cmd
+	done   chan struct{}
+	stderr bytes.Buffer
+	http   string // its HTTP (or admin) address, for readiness and metrics
+}
+
+type ran struct{ line, stdout, stderr string }
+
+type harness struct {
+	t       *testing.T
+	bin     string
+	env     map[string]string
+	names   []string
+	procs   map[string]*proc
+	outputs []ran
+	bodies  [][]byte // /metrics scraped along the way
+	started bool
+}
+
+func (h *harness) environ() []string {
+	out := os.Environ()
+	for k, v := range h.env {
+		out = append(out, k+"="+v)
+	}
+	return append(out, "PATH="+filepath.Dir(h.bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+}
+
+func (h *harness) run(line string) {
+	h.t.Helper()
+	cmd := exec.Command("sh", "-c", line)
+	cmd.Env = h.environ()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		h.t.Fatalf("%s: %v", line, err)
+	}
+	if want := expectedExit(line); code != want {
+		h.t.Fatalf("%s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", line, code, want, stdout.String(), stderr.String())
+	}
+	h.outputs = append(h.outputs, ran{line, stdout.String(), stderr.String()})
+	h.t.Logf("$ %s\n%s%s", line, stdout.String(), stderr.String())
+}
+
+// start runs args as a background process under key.
+func (h *harness) start(key, httpAddr string, args ...string) {
+	h.t.Helper()
+	if p := h.procs[key]; p != nil {
+		h.t.Fatalf("%s is already running", key)
+	}
+	p := &proc{cmd: exec.Command(h.bin, args...), done: make(chan struct{}), http: httpAddr}
+	p.cmd.Env = h.environ()
+	p.cmd.Stderr = &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		h.t.Fatalf("start %s: %v", key, err)
+	}
+	go func() {
+		defer close(p.done)
+		_ = p.cmd.Wait()
+	}()
+	h.procs[key] = p
+}
+
+func (h *harness) stop(key string, sig syscall.Signal) {
+	p := h.procs[key]
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		h.t.Errorf("%s did not stop within 30s of %v", key, sig)
+	}
+	delete(h.procs, key)
+}
+
+// waitHTTP polls url until it answers 200 or the deadline passes.
+func (h *harness) waitHTTP(key, url string, d time.Duration) {
+	h.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if p := h.procs[key]; p != nil {
+			select {
+			case <-p.done:
+				h.t.Fatalf("%s exited: %s", key, p.stderr.String())
+			default:
+			}
+		}
+		if time.Now().After(deadline) {
+			stderr := ""
+			if p := h.procs[key]; p != nil {
+				stderr = p.stderr.String()
+			}
+			h.t.Fatalf("%s not ready at %s within %v (%v); stderr:\n%s", key, url, d, err, stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (h *harness) startServer(name string) {
+	p := func(k string) string { return h.env[strings.ToUpper(name)+"_"+k] }
+	h.start(name, p("HTTP"), "server", "--name", name, "--data-dir", p("DATA_DIR"), "--listen-peer", p("PEER"),
+		"--listen-grpc", p("GRPC"), "--listen-http", p("HTTP"), "--initial-cluster", h.env["INITIAL_CLUSTER"], "--log-level", "warn")
+}
+
+// enter brings the processes into phase.
+func (h *harness) enter(phase string) {
+	h.t.Helper()
+	switch phase {
+	case "live":
+		for _, n := range h.names {
+			if h.procs[n] == nil {
+				h.startServer(n)
+			}
+		}
+		for _, n := range h.names {
+			h.waitHTTP(n, "http://"+h.procs[n].http+"/readyz", 60*time.Second)
+		}
+		if !h.started {
+			h.started = true
+			for i := range 20 {
+				h.run(fmt.Sprintf("lodestone kv put runbook/key%d value%d", i, i))
+			}
+		}
+		if h.procs["gateway"] != nil {
+			h.waitGatewayConnected()
+		}
+	case "quorum-lost":
+		h.enter("live")
+		h.stop("n2", syscall.SIGKILL)
+		h.stop("n3", syscall.SIGKILL)
+	case "stopped":
+		if !h.started {
+			h.enter("live")
+		}
+		for key := range h.procs {
+			if key != "gateway" {
+				h.stop(key, syscall.SIGTERM)
+			}
+		}
+	case "start", "after":
+		if !h.started {
+			h.enter("live")
+		}
+	default:
+		h.t.Fatalf("sh block with phase %q: use one of %v", phase, phases)
+	}
+}
+
+// waitGatewayConnected polls the gateway's /routes until it is connected.
+func (h *harness) waitGatewayConnected() {
+	h.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(h.env["GATEWAY_ADMIN"] + "/routes")
+		if err == nil {
+			var v struct {
+				Connected bool `json:"connected"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&v)
+			resp.Body.Close()
+			if err == nil && v.Connected {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("gateway not connected to the registry within 30s (%v)", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// startLine starts one line of a `start` block and returns a func that
+// waits until it serves (the lines of a block start together: a server
+// is ready only once a quorum runs).
+func (h *harness) startLine(line string) (wait func()) {
+	h.t.Helper()
+	fields := strings.Fields(os.Expand(line, func(k string) string { return h.env[k] }))
+	for i := range fields {
+		fields[i] = strings.Trim(fields[i], `"`)
+	}
+	if len(fields) < 2 || fields[0] != "lodestone" {
+		h.t.Fatalf("start line %q does not run lodestone", line)
+	}
+	flag := func(name string) string {
+		if i := slices.Index(fields, name); i >= 0 && i+1 < len(fields) {
+			return fields[i+1]
+		}
+		return ""
+	}
+	switch fields[1] {
+	case "server":
+		key, httpAddr := flag("--name"), flag("--listen-http")
+		h.start(key, httpAddr, append(fields[1:], "--log-level", "warn")...)
+		wait = func() { h.waitHTTP(key, "http://"+httpAddr+"/readyz", 60*time.Second) }
+	case "gateway":
+		h.start("gateway", flag("--admin"), append(fields[1:], "--log-level", "warn")...)
+		wait = func() {
+			h.waitHTTP("gateway", "http://"+flag("--admin")+"/healthz", 60*time.Second)
+			h.waitGatewayConnected()
+		}
+	default:
+		h.t.Fatalf("start line %q: only server and gateway are long-running", line)
+	}
+	h.outputs = append(h.outputs, ran{line: line})
+	h.t.Logf("$ %s &", line)
+	return wait
+}
+
+func (h *harness) scrape() {
+	for _, p := range h.procs {
+		resp, err := http.Get("http://" + p.http + "/metrics")
+		if err != nil {
+			continue
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			h.bodies = append(h.bodies, b)
+		}
+	}
+}
+
+// TestRunbooks runs each runbook in docs/runbooks/ (but raft-log-bloat.md,
+// which tools/compact tests) against its own fresh three-node cluster of
+// real processes.
+func TestRunbooks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds the binary and runs clusters of processes")
+	}
+	bin := filepath.Join(t.TempDir(), "lodestone")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/lodestone-kv/lodestone/cmd/lodestone").CombinedOutput(); err != nil {
+		t.Fatalf("build lodestone: %v\n%s", err, out)
+	}
+	for _, name := range []string{"slow-leader", "watch-overload", "quorum-loss", "restore-from-snapshot", "return-to-service", "gateway-cut-off"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each has its own processes and ports
+			runRunbook(t, bin, "../../docs/runbooks/"+name+".md")
+		})
+	}
+}
+
+func runRunbook(t *testing.T, bin, path string) {
+	md, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, texts, metrics := parse(string(md))
+	if len(blocks) < 2 || len(metrics) < 2 {
+		t.Fatalf("%s parsed to %d sh blocks and %d metrics: parser out of date?", path, len(blocks), len(metrics))
+	}
+	dir := t.TempDir()
+	h := &harness{t: t, bin: bin, env: map[string]string{}, names: []string{"n1", "n2", "n3"}, procs: map[string]*proc{}}
+	var initial, endpoints []string
+	for _, n := range h.names {
+		up := strings.ToUpper(n)
+		h.env[up+"_DATA_DIR"] = filepath.Join(dir, n)
+		h.env[up+"_PEER"], h.env[up+"_GRPC"], h.env[up+"_HTTP"] = freeAddr(t), freeAddr(t), freeAddr(t)
+		initial = append(initial, n+"="+h.env[up+"_PEER"])
+		endpoints = append(endpoints, h.env[up+"_GRPC"])
+	}
+	gwAdmin := freeAddr(t)
+	for k, v := range map[string]string{
+		"INITIAL_CLUSTER": strings.Join(initial, ","), "LODESTONE_ENDPOINTS": strings.Join(endpoints, ","),
+		"NAME": "n1", "DATA_DIR": h.env["N1_DATA_DIR"], "PEER_ADDR": h.env["N1_PEER"], "GRPC_ADDR": h.env["N1_GRPC"],
+		"HTTP_ADDR": h.env["N1_HTTP"], "METRICS_URL": "http://" + h.env["N1_HTTP"] + "/metrics",
+		"SNAPSHOT": filepath.Join(dir, "backup.snap"), "NEW_DATA_DIR": filepath.Join(dir, "new"),
+		"NEW_PEER": freeAddr(t), "NEW_GRPC": freeAddr(t), "NEW_HTTP": freeAddr(t),
+		"GATEWAY_LISTEN": freeAddr(t), "GATEWAY_ADMIN_ADDR": gwAdmin, "GATEWAY_ADMIN": "http://" + gwAdmin,
+		"GATEWAY_STATE": filepath.Join(dir, "gateway"),
+	} {
+		h.env[k] = v
+	}
+	t.Cleanup(func() {
+		for key, p := range h.procs {
+			h.stop(key, syscall.SIGTERM)
+			if t.Failed() {
+				t.Logf("%s stderr:\n%s", key, p.stderr.String())
+			}
+		}
+	})
+
+	for _, b := range blocks {
+		h.enter(b.phase)
+		var waits []func()
+		for _, l := range b.lines {
+			if b.phase == "start" {
+				waits = append(waits, h.startLine(l))
+			} else {
+				h.run(l)
+			}
+		}
+		for _, w := range waits {
+			w()
+		}
+		h.scrape()
+	}
+	for _, m := range metrics {
+		if labelledOnly[m] {
+			continue
+		}
+		found := false
+		for _, b := range h.bodies {
+			found = found || bytes.Contains(b, []byte("# TYPE "+m+" "))
+		}
+		if !found {
+			t.Errorf("the runbook names metric %s, which no process's /metrics had", m)
+		}
+	}
+	// The sample outputs' row labels appear in what the commands printed.
+	label := regexp.MustCompile(`^([A-Z][A-Z-]*(?: [A-Z][A-Z-]*)*)\s{2,}`)
+	for _, line := range texts {
+		want := ""
+		if m := label.FindStringSubmatch(line); m != nil {
+			want = m[1]
+		} else if i := strings.Index(line, ":"); strings.HasPrefix(line, "will ") && i > 0 {
+			want = line[:min(i, 12)]
+		}
+		if want == "" {
+			continue
+		}
+		found := false
+		for _, o := range h.outputs {
+			found = found || strings.Contains(o.stdout, want) || strings.Contains(o.stderr, want)
+		}
+		if !found {
+			t.Errorf("the runbook shows %q, which no command printed", want)
+		}
+	}
+}
