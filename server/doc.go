@@ -6,7 +6,10 @@
 // The node lifecycle: the Raft loop, the peer transport, applying committed
 // entries to the store, snapshots and log truncation, membership changes,
 // leader transfer, and the client-facing gRPC services (KV, Cluster) and
-// HTTP endpoints (/metrics, /healthz, /readyz). It knows how to persist
+// HTTP endpoints (/metrics, /healthz, /readyz), and the operator's tools
+// for a bad day: the Admin service (consistent snapshots, admission
+// control replicated through Raft: admission.go) and the slow-leader
+// step-down (slowleader.go). It knows how to persist
 // through raftlog and how to apply through store; it knows nothing of their
 // internals.
 //
