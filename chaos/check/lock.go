@@ -99,7 +99,7 @@ func Lock(h *history.History, timeout time.Duration) Result {
 	keys, per := byKey(ops)
 	var sessionOps []history.Op
 	var unknownKeys []string
-	checked, acquired, infos, lockKeys := 0, 0, 0, 0
+	checked, acquired, infos, lockKeys, unseen := 0, 0, 0, 0, 0
 	for _, o := range ops {
 		if o.F == SessionRenew || o.F == SessionDestroy {
 			sessionOps = append(sessionOps, o)
@@ -112,6 +112,7 @@ func Lock(h *history.History, timeout time.Duration) Result {
 		lockKeys++
 		kops := per[k]
 		checkLockIndices(kops, add)
+		unseen += unseenHandoffs(kops, sessionOps)
 		pops := lockOps(kops, sessionOps, bound)
 		checked += len(pops)
 		for _, o := range kops {
@@ -137,8 +138,8 @@ func Lock(h *history.History, timeout time.Duration) Result {
 			add(k, seqs, "%s", what)
 		}
 	}
-	summary := fmt.Sprintf("%d lock operations on %d keys (%d acquires ok, %d unknown outcomes, %d indexed commands) replayed in Raft-index order with porcupine",
-		checked, lockKeys, acquired, infos, len(entries))
+	summary := fmt.Sprintf("%d lock operations on %d keys (%d acquires ok, %d unknown outcomes, %d indexed commands, %d handoffs through an unseen release or invalidation) replayed in Raft-index order with porcupine",
+		checked, lockKeys, acquired, infos, len(entries), unseen)
 	if len(unknownKeys) > 0 {
 		summary += fmt.Sprintf("; %d keys timed out (unknown): %s", len(unknownKeys), strings.Join(firstN(unknownKeys, 5), ","))
 	}
@@ -209,6 +210,33 @@ func checkLockIndices(ops []history.Op, add func(key string, seqs []int64, forma
 			add(b.Key, []int64{a.Seq, b.Seq}, "sessions %s (index %d) and %s (index %d) both acquired at LockIndex %d: overlapping holders", short(a.Value), a.Index, short(b.Value), b.Index, b.PrevIndex)
 		}
 	}
+}
+
+// unseenHandoffs counts, for the report, the ok acquires of one key whose
+// previous holder (in index order) neither released it nor destroyed its
+// session in an acknowledged command: the model had to assume an unknown
+// release or an invalidation (TTL expiry) there.
+func unseenHandoffs(ops, sessionOps []history.Op) int {
+	var seq []history.Op
+	for _, o := range append(slices.Clone(ops), sessionOps...) {
+		if o.Type == history.OK && o.Index != 0 && (o.F == LockAcquire || o.F == LockRelease || o.F == SessionDestroy) {
+			seq = append(seq, o)
+		}
+	}
+	sort.SliceStable(seq, func(i, j int) bool { return seq[i].Index < seq[j].Index })
+	n, holder := 0, ""
+	for _, o := range seq {
+		switch {
+		case o.F == LockAcquire:
+			if holder != "" && holder != o.Value {
+				n++
+			}
+			holder = o.Value
+		case o.Value == holder:
+			holder = ""
+		}
+	}
+	return n
 }
 
 // indexBound answers: what is the highest index acknowledged before time t?

@@ -2,6 +2,7 @@ package check
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,6 +112,18 @@ func TestLock(t *testing.T) {
 				t.Fatalf("anomalies %v do not name op %d", r.Anomalies, c.seq)
 			}
 		})
+	}
+}
+
+// The report counts the handoffs the model explained by an unseen
+// invalidation.
+func TestLockCountsUnseenHandoffs(t *testing.T) {
+	h := newHB().acq("A", 10, 1, "", 0, 1).acq("B", 20, 2, "", 30, 31).rel("B", 21, 2, "", 32, 33).
+		acq("C", 22, 3, "", 34, 35).destroy("C", 23, true, 36, 37).acq("D", 24, 4, "", 38, 39).h
+	r := Lock(h, time.Second)
+	wantStatus(t, r, Valid)
+	if got, want := r.Summary, "1 handoffs through an unseen"; !strings.Contains(got, want) {
+		t.Fatalf("summary %q does not contain %q", got, want)
 	}
 }
 
