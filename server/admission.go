@@ -61,6 +61,9 @@ const admissionRefresh = 100 * time.Millisecond
 type admission struct {
 	store *store.Store
 	now   func() time.Time
+	// started is when this server started: a ramp restarts from it, so a
+	// policy set before an outage ramps every restarted server up again.
+	started time.Time
 
 	cached atomic.Pointer[cachedPolicy]
 
@@ -85,7 +88,7 @@ type bucket struct {
 
 func newAdmission(st *store.Store, reg prometheus.Registerer) *admission {
 	a := &admission{
-		store: st, now: time.Now,
+		store: st, now: time.Now, started: time.Now(),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "lodestone", Name: "admission_rejected_total",
 			Help: "Client requests refused by admission control, by class (read, write, watch).",
@@ -118,7 +121,7 @@ func (a *admission) policy(now time.Time) *lodestonepb.AdmissionPolicy {
 	}
 	a.cached.Store(&cachedPolicy{p: p, at: now})
 	for c := range numClasses {
-		a.limit.WithLabelValues(classNames[c]).Set(classRate(p, c, now))
+		a.limit.WithLabelValues(classNames[c]).Set(a.classRate(p, c, now))
 	}
 	return p
 }
@@ -127,17 +130,22 @@ func (a *admission) policy(now time.Time) *lodestonepb.AdmissionPolicy {
 func (a *admission) invalidate() { a.cached.Store(nil) }
 
 // rampFraction is the share of the limits in force at now: ramp percent
-// at the start, plus ramp percent per minute since, up to 1.
-func rampFraction(p *lodestonepb.AdmissionPolicy, now time.Time) float64 {
+// at the start, plus ramp percent per minute since, up to 1. The start is
+// when the policy was set or when this server started, whichever is later.
+func rampFraction(p *lodestonepb.AdmissionPolicy, started, now time.Time) float64 {
 	if p.GetRampPercentPerMin() <= 0 {
 		return 1
 	}
-	mins := max(now.Sub(time.Unix(0, p.GetSetUnixNano())).Minutes(), 0)
+	from := time.Unix(0, p.GetSetUnixNano())
+	if started.After(from) {
+		from = started
+	}
+	mins := max(now.Sub(from).Minutes(), 0)
 	return math.Min(p.GetRampPercentPerMin()*(1+mins)/100, 1)
 }
 
 // classRate is the admitted rate of class c now; 0 means not gated.
-func classRate(p *lodestonepb.AdmissionPolicy, c int, now time.Time) float64 {
+func (a *admission) classRate(p *lodestonepb.AdmissionPolicy, c int, now time.Time) float64 {
 	if p == nil {
 		return 0
 	}
@@ -145,13 +153,13 @@ func classRate(p *lodestonepb.AdmissionPolicy, c int, now time.Time) float64 {
 	if limit == 0 {
 		return 0
 	}
-	return math.Max(float64(limit)*rampFraction(p, now), 1)
+	return math.Max(float64(limit)*rampFraction(p, a.started, now), 1)
 }
 
 // admit takes a token for class c, or says how long until one is due.
 func (a *admission) admit(c int) (bool, time.Duration) {
 	now := a.now()
-	rate := classRate(a.policy(now), c, now)
+	rate := a.classRate(a.policy(now), c, now)
 	if rate == 0 {
 		return true, 0
 	}
@@ -319,5 +327,5 @@ func (a *adminService) GetAdmission(ctx context.Context, _ *lodestonepb.GetAdmis
 	if p == nil {
 		return &lodestonepb.GetAdmissionResponse{Policy: &lodestonepb.AdmissionPolicy{}}, nil
 	}
-	return &lodestonepb.GetAdmissionResponse{Policy: p, CurrentPercent: 100 * rampFraction(p, now)}, nil
+	return &lodestonepb.GetAdmissionResponse{Policy: p, CurrentPercent: 100 * rampFraction(p, a.s.node.adm.started, now)}, nil
 }

@@ -34,6 +34,7 @@ func TestAdmissionBucketAndRamp(t *testing.T) {
 	a := newAdmission(st, prometheus.NewRegistry())
 	clock := time.Unix(1000, 0)
 	a.now = func() time.Time { return clock }
+	a.started = clock.Add(-time.Hour)
 	admitted := func(c, n int) int {
 		ok := 0
 		for range n {
@@ -59,7 +60,7 @@ func TestAdmissionBucketAndRamp(t *testing.T) {
 	}
 	clock = clock.Add(time.Minute)
 	a.invalidate()
-	if got := rampFraction(a.policy(clock), clock); got < 0.199 || got > 0.201 {
+	if got := rampFraction(a.policy(clock), a.started, clock); got < 0.199 || got > 0.201 {
 		t.Errorf("one minute into a 10%%/min ramp: fraction %v, want 0.2", got)
 	}
 	if got, want := admitted(classWrite, 100), 20; got != want {
@@ -69,6 +70,12 @@ func TestAdmissionBucketAndRamp(t *testing.T) {
 	a.invalidate()
 	if got, want := admitted(classWrite, 200), 100; got != want {
 		t.Errorf("ramp complete: admitted %d, want %d (the full limit)", got, want)
+	}
+	// A server restarted long after the policy was set ramps up again.
+	a.started = clock
+	a.buckets = [numClasses]bucket{}
+	if got, want := admitted(classWrite, 200), 10; got != want {
+		t.Errorf("just restarted: admitted %d, want %d (the ramp starts again)", got, want)
 	}
 	storePolicy(t, st, 2, &lodestonepb.AdmissionPolicy{})
 	a.invalidate()

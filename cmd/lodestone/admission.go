@@ -42,7 +42,8 @@ func newAdmissionSetCmd() *cobra.Command {
 		Long: `Set replaces the admission policy. --reads and --writes are requests per second
 per server, --watches new watch streams (and blocking queries) per second per
 server; 0 leaves that class unlimited. With --ramp 10/min the limits start at
-10% and rise by 10% each minute until they reach 100%.`,
+10% and rise by 10% each minute until they reach 100%; a server that restarts
+ramps up again from its own start.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			co, err := clientFlags(cmd)

@@ -483,6 +483,15 @@ func drill(ctx context.Context, bin string, o options, ramp bool, log io.Writer)
 	res.steadyP99 = p99(h0, c.commitHistogram())
 	fmt.Fprintf(log, "drill: steady commit p99 %.1fms; killing every server\n", res.steadyP99*1000)
 
+	if ramp {
+		// NB: set before the outage: the policy is in the replicated state,
+		// and each restarted server ramps up again from its own start, so
+		// it holds the storm back from the first request on.
+		pol := &lodestonepb.AdmissionPolicy{Enabled: true, Reads: o.reads, Writes: o.writes, Watches: o.watches, RampPercentPerMin: o.ramp}
+		if _, err := admin.SetAdmission(ctx, pol); err != nil {
+			return res, fmt.Errorf("set admission: %w", err)
+		}
+	}
 	// The outage: every node dies at once; clients keep trying.
 	lastIndex := tickIndex.Load()
 	c.signal(syscall.SIGKILL)
@@ -499,12 +508,6 @@ func drill(ctx context.Context, bin string, o options, ramp bool, log io.Writer)
 		return res, err
 	}
 	res.restore = time.Since(restartAt)
-	if ramp {
-		pol := &lodestonepb.AdmissionPolicy{Enabled: true, Reads: o.reads, Writes: o.writes, Watches: o.watches, RampPercentPerMin: o.ramp}
-		if _, err := admin.SetAdmission(ctx, pol); err != nil {
-			return res, fmt.Errorf("set admission: %w", err)
-		}
-	}
 	h1 := c.commitHistogram()
 	fmt.Fprintf(log, "drill: cluster back after %.1fs; waiting for every client and watcher\n", res.restore.Seconds())
 	full, err := waitServed(ctx, pop, restartAt, lastIndex+1, o, o.limit, log)
