@@ -169,6 +169,10 @@ func (w *lockWorker) step(ctx context.Context) {
 		}
 	case acq.Type == history.OK:
 		w.hold(ctx, key)
+	case acq.Mismatch:
+		// Held by another (or in its lock delay): wait a while, as a
+		// lock waiter would, rather than fill the log with refusals.
+		w.pause(ctx)
 	case status.Code(err) == codes.FailedPrecondition:
 		// Refused before it could say who holds the key: perhaps the
 		// session is gone (TTL expiry during a fault).
@@ -180,10 +184,7 @@ func (w *lockWorker) step(ctx context.Context) {
 // often), destroy the session (an invalidation at a known index), or
 // abandon the session so that the leader expires it.
 func (w *lockWorker) hold(ctx context.Context, key string) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(time.Duration(w.rng.Int64N(int64(w.l.maxHold()) + 1))):
-	}
+	w.pause(ctx)
 	switch x := w.rng.IntN(100); {
 	case x < 3:
 		w.session = "" // abandoned, still holding key
@@ -196,6 +197,14 @@ func (w *lockWorker) hold(ctx context.Context, key string) {
 		if rel, _ := w.lockOp(ctx, check.LockRelease, key); rel.Type == history.Info {
 			w.session = ""
 		}
+	}
+}
+
+// pause waits a random time up to MaxHold, or until ctx ends.
+func (w *lockWorker) pause(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Duration(w.rng.Int64N(int64(w.l.maxHold()) + 1))):
 	}
 }
 
