@@ -21,7 +21,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // A runbook's ```sh blocks carry a phase; before a block runs, the
 // harness brings the processes into that state:
