@@ -123,14 +123,15 @@ func Lock(h *history.History, timeout time.Duration) Result {
 				infos++
 			}
 		}
-		res, info := porcupine.CheckOperationsVerbose(lockModel, pops, timeout)
-		switch res {
+		switch porcupine.CheckOperationsTimeout(lockModel, pops, timeout) {
 		case porcupine.Ok:
 		case porcupine.Unknown:
 			unknownKeys = append(unknownKeys, k)
 		default:
 			what := fmt.Sprintf("%d operations on this key have no order consistent with their Raft indices in which one session at a time holds the lock", len(pops))
 			var seqs []int64
+			// Again, verbose (slower): where does the history stop making sense?
+			_, info := porcupine.CheckOperationsVerbose(lockModel, pops, timeout)
 			if o, ok := firstUnplaced(pops, info); ok {
 				what += "; the longest consistent prefix ends before " + lockModel.DescribeOperation(o.Input, o.Output)
 				seqs = []int64{o.Metadata.(int64)}

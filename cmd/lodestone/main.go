@@ -101,6 +101,7 @@ Start a local node with "lodestone dev", then try:
 	root.AddCommand(newServerCmd(), newDevCmd(), newKVCmd(), newMembersCmd(), newStatusCmd(), newCompactCmd(), newGatewayCmd(),
 		newSnapshotCmd(), newRecoverCmd())
 	root.AddCommand(newCatalogCmd(), newHealthCmd(), newSessionCmd(), newLockCmd())
+	root.AddCommand(newAgentCmd())
 	return root
 }
 

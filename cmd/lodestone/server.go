@@ -45,6 +45,8 @@ starts with --join and an --initial-cluster naming the existing members.`,
 	f.StringVar(&o.initialCluster, "initial-cluster", "", "members as name=peeraddr,... (default: this member alone)")
 	f.BoolVar(&o.cfg.Join, "join", false, "join a running cluster that already added this member")
 	addTuningFlags(cmd, &o.cfg)
+	addGossipFlags(f, &o.cfg.Gossip.Pool, "")
+	f.DurationVar(&o.cfg.Gossip.ReconcileInterval, "gossip-reconcile-interval", o.cfg.Gossip.ReconcileInterval, "how often the leader re-diffs the gossip pool against the catalog (writes only differences)")
 	f.BoolVar(&o.cfg.UnsafeStaleReads, "unsafe-stale-reads", false, "serve linearizable reads without ReadIndex (breaks linearizability; fault-injection tests only)")
 	if err := f.MarkHidden("unsafe-stale-reads"); err != nil {
 		panic(err) // the flag is defined just above
@@ -108,6 +110,7 @@ func runServer(ctx context.Context, o *serverOptions, stderr io.Writer) error {
 	}
 	cfg := o.cfg
 	cfg.Logger = logger
+	gossipKeyFromEnv(&cfg.Gossip.Pool)
 	if o.faultHooks {
 		cfg.Faults = &server.Faults{}
 		cfg.Faults.SetDiskDelay(o.faultDiskDelay)
