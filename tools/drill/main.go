@@ -59,7 +59,7 @@ func main() {
 	flag.IntVar(&o.clients, "clients", 2000, "clients, one connection each, each reading (and now and then writing) once per --interval")
 	flag.IntVar(&o.watchers, "watchers", 1000, "watchers (on as many of the clients)")
 	flag.IntVar(&o.keys, "keys", 1000, "keys written before the drill")
-	flag.DurationVar(&o.interval, "interval", time.Second, "each client's request interval")
+	flag.DurationVar(&o.interval, "interval", 5*time.Second, "each client's request interval (2,000 clients at 5s: 400 requests/s)")
 	flag.DurationVar(&o.steady, "steady", 10*time.Second, "how long to measure the steady state before the outage")
 	flag.Uint64Var(&o.reads, "reads", 3000, "admission limit: reads per second per server")
 	flag.Uint64Var(&o.writes, "writes", 400, "admission limit: writes per second per server")
