@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -21,12 +22,50 @@ func consulClient(t *testing.T, c *testCluster, name string) *consul.Client {
 	// goroutine outlives it.
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	cfg.HttpClient = &http.Client{Transport: tr}
+	cfg.HttpClient = &http.Client{Transport: retryNoLeader{tr}}
 	cl, err := consul.NewClient(cfg)
 	if err != nil {
 		t.Fatalf("consul client: %v", err)
 	}
 	return cl
+}
+
+// retryNoLeader retries a request the server answered with "No cluster
+// leader" (gRPC Unavailable: proven not applied), as Consul's own tools do
+// with a retry loop: on a loaded test machine a 200ms election timeout
+// makes a read miss its ReadIndex deadline now and then. Any other answer,
+// including an unknown write outcome, goes to the test as is.
+type retryNoLeader struct{ next http.RoundTripper }
+
+func (r retryNoLeader) RoundTrip(req *http.Request) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 && req.GetBody != nil {
+			body, err := req.GetBody()
+			if err != nil {
+				return nil, err
+			}
+			req.Body = body
+		}
+		resp, err := r.next.RoundTrip(req)
+		rewindable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+		if err != nil || resp.StatusCode != http.StatusInternalServerError || attempt == 20 || !rewindable {
+			return resp, err
+		}
+		b, rerr := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if rerr != nil {
+			return nil, rerr
+		}
+		if !bytes.HasPrefix(b, []byte("No cluster leader")) {
+			resp.Body = io.NopCloser(bytes.NewReader(b))
+			return resp, nil
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
+	}
 }
 
 func TestConsulKVCRUDWithFlagsAndBinaryValues(t *testing.T) {

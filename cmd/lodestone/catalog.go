@@ -65,7 +65,7 @@ func joinOrDash(s []string) string { return dash(strings.Join(s, ",")) }
 
 // readCmd builds a read command with the client flags and -o: run gets
 // the parsed options and the positional arguments.
-func readCmd(use, short string, args cobra.PositionalArgs, run func(context.Context, clientOptions, string, []string, io.Writer) error) (*cobra.Command, *string) {
+func readCmd(use, short string, args cobra.PositionalArgs, run func(context.Context, clientOptions, string, []string, io.Writer) error) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   use,
@@ -83,11 +83,11 @@ func readCmd(use, short string, args cobra.PositionalArgs, run func(context.Cont
 		},
 	}
 	addOutputFlag(cmd, &output)
-	return cmd, &output
+	return cmd
 }
 
 func newCatalogServicesCmd() *cobra.Command {
-	cmd, _ := readCmd("services", "List service names with their tags", noArgs,
+	cmd := readCmd("services", "List service names with their tags", noArgs,
 		func(ctx context.Context, o clientOptions, format string, _ []string, w io.Writer) error {
 			return withClient(ctx, o, func(ctx context.Context, c *client.Client) error {
 				resp, err := c.Services(ctx)
@@ -117,7 +117,7 @@ func renderServices(w io.Writer, format string, svcs []*lodestonepb.ServiceSumma
 }
 
 func newCatalogNodesCmd() *cobra.Command {
-	cmd, _ := readCmd("nodes", "List nodes", noArgs,
+	cmd := readCmd("nodes", "List nodes", noArgs,
 		func(ctx context.Context, o clientOptions, format string, _ []string, w io.Writer) error {
 			return withClient(ctx, o, func(ctx context.Context, c *client.Client) error {
 				resp, err := c.Nodes(ctx)
@@ -147,7 +147,7 @@ func renderNodes(w io.Writer, format string, nodes []*lodestonepb.Node) error {
 }
 
 func newCatalogNodeCmd() *cobra.Command {
-	cmd, _ := readCmd("node NAME", "Show a node and its services", exactArgs("NAME"),
+	cmd := readCmd("node NAME", "Show a node and its services", exactArgs("NAME"),
 		func(ctx context.Context, o clientOptions, format string, args []string, w io.Writer) error {
 			return withClient(ctx, o, func(ctx context.Context, c *client.Client) error {
 				resp, err := c.Node(ctx, args[0])

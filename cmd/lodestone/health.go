@@ -41,7 +41,7 @@ func toJSONCheck(c *lodestonepb.Check) jsonCheck {
 
 func newHealthServiceCmd() *cobra.Command {
 	var f client.HealthFilter
-	cmd, _ := readCmd("service NAME [--passing] [--tag T]...", "List a service's instances with their health", exactArgs("NAME"),
+	cmd := readCmd("service NAME [--passing] [--tag T]...", "List a service's instances with their health", exactArgs("NAME"),
 		func(ctx context.Context, o clientOptions, format string, args []string, w io.Writer) error {
 			return withClient(ctx, o, func(ctx context.Context, c *client.Client) error {
 				resp, err := c.Health(ctx, args[0], f)
@@ -103,7 +103,7 @@ func renderChecks(w io.Writer, format string, cs []*lodestonepb.Check) error {
 }
 
 func newHealthNodeCmd() *cobra.Command {
-	cmd, _ := readCmd("node NAME", "List a node's checks", exactArgs("NAME"),
+	cmd := readCmd("node NAME", "List a node's checks", exactArgs("NAME"),
 		func(ctx context.Context, o clientOptions, format string, args []string, w io.Writer) error {
 			return withClient(ctx, o, func(ctx context.Context, c *client.Client) error {
 				resp, err := c.NodeChecks(ctx, args[0])
@@ -117,7 +117,7 @@ func newHealthNodeCmd() *cobra.Command {
 }
 
 func newHealthChecksCmd() *cobra.Command {
-	cmd, _ := readCmd("checks SERVICE", "List the checks of a service's instances", exactArgs("SERVICE"),
+	cmd := readCmd("checks SERVICE", "List the checks of a service's instances", exactArgs("SERVICE"),
 		func(ctx context.Context, o clientOptions, format string, args []string, w io.Writer) error {
 			return withClient(ctx, o, func(ctx context.Context, c *client.Client) error {
 				resp, err := c.ServiceChecks(ctx, args[0])
@@ -131,7 +131,7 @@ func newHealthChecksCmd() *cobra.Command {
 }
 
 func newHealthStateCmd() *cobra.Command {
-	cmd, _ := readCmd("state any|passing|warning|critical", "List the checks in a state", exactArgs("STATE"),
+	cmd := readCmd("state any|passing|warning|critical", "List the checks in a state", exactArgs("STATE"),
 		func(ctx context.Context, o clientOptions, format string, args []string, w io.Writer) error {
 			st := lodestonepb.HealthStatus_HEALTH_STATUS_UNSPECIFIED
 			if args[0] != "any" {

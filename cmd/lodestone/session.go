@@ -187,7 +187,7 @@ func newSessionDestroyCmd() *cobra.Command {
 
 func newSessionListCmd() *cobra.Command {
 	var node string
-	cmd, _ := readCmd("list [--node NODE]", "List sessions", noArgs,
+	cmd := readCmd("list [--node NODE]", "List sessions", noArgs,
 		func(ctx context.Context, o clientOptions, format string, _ []string, w io.Writer) error {
 			return withClient(ctx, o, func(ctx context.Context, c *client.Client) error {
 				resp, err := c.Sessions(ctx, node)
@@ -202,7 +202,7 @@ func newSessionListCmd() *cobra.Command {
 }
 
 func newSessionInfoCmd() *cobra.Command {
-	cmd, _ := readCmd("info ID", "Show one session", exactArgs("ID"),
+	cmd := readCmd("info ID", "Show one session", exactArgs("ID"),
 		func(ctx context.Context, o clientOptions, format string, args []string, w io.Writer) error {
 			return withClient(ctx, o, func(ctx context.Context, c *client.Client) error {
 				resp, err := c.SessionInfo(ctx, args[0])

@@ -1,6 +1,9 @@
 // Package consulapi serves the subset of Consul's HTTP API that Lodestone
-// replaces (KV, transactions, catalog, health, sessions, status), so that
-// Consul's own clients work unchanged against a Lodestone server.
+// replaces (KV with locks, transactions, catalog, health, the agent's
+// service and TTL-check endpoints, sessions, status), so that Consul's own
+// clients work unchanged against a Lodestone server. The server acts as
+// the agent of one catalog node (Backend.Agent): /v1/agent/* registers
+// there, and sessions created without a node belong to it.
 //
 // It knows nothing of Raft: it reads the store, waits on the watch hub and
 // writes through a Backend, which the server implements. Status codes,
@@ -10,7 +13,9 @@
 // Blocking queries: a request with ?index=N waits until the data it reads
 // changes after N or ?wait (default and cap 5m, plus up to 1/16 jitter)
 // elapses, then answers with the data's current index. The wait is a hub
-// watcher on exactly the keys read, so unrelated writes never wake it.
+// watcher on exactly the keys read (Dep, Block), so unrelated writes never
+// wake it; catalog events that touch what it reads but not its index
+// (Consul's X-Consul-Index rules) put it back to sleep.
 package consulapi
 
 import (
