@@ -212,6 +212,11 @@ func newSessionMetrics(reg prometheus.Registerer, st *store.Store) *sessionMetri
 		list, _ := st.Sessions()
 		return float64(len(list))
 	})
+	// Export the series at zero before the first event, so dashboards and
+	// rate() see them from the start.
+	m.invalidated.WithLabelValues("ttl")
+	m.blocking.WithLabelValues("grpc")
+	m.blocking.WithLabelValues("http")
 	reg.MustRegister(m.invalidated, m.blocking, active)
 	return m
 }

@@ -7,9 +7,11 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/client"
+	"github.com/lodestone-kv/lodestone/server"
 )
 
 func newCatalogCmd() *cobra.Command {
@@ -303,4 +305,14 @@ func newCatalogDeregisterCmd() *cobra.Command {
 	cmd.Flags().StringVar(&o.ServiceID, "service", "", "remove only this service instance (by id)")
 	cmd.Flags().StringVar(&o.CheckID, "check", "", "remove only this check (by id)")
 	return cmd
+}
+
+// addCatalogFlags exposes the server's catalog, session and agent-role
+// settings (server.CatalogConfig).
+func addCatalogFlags(f *pflag.FlagSet, c *server.CatalogConfig) {
+	f.StringVar(&c.AgentNode, "agent-node", c.AgentNode, "catalog node this server is the Consul agent of (default: --name)")
+	f.StringVar(&c.AgentAddress, "agent-address", c.AgentAddress, "that node's address (default: the --listen-http host)")
+	f.DurationVar(&c.SessionTTLRecheck, "session-ttl-recheck", c.SessionTTLRecheck, "longest the leader sleeps between session TTL checks")
+	f.DurationVar(&c.SessionTTLRetry, "session-ttl-retry", c.SessionTTLRetry, "pause before retrying a failed session invalidation")
+	f.IntVar(&c.SessionInvalidateBatch, "session-invalidate-batch", c.SessionInvalidateBatch, "most expired sessions invalidated by one Raft entry")
 }

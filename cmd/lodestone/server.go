@@ -45,6 +45,7 @@ starts with --join and an --initial-cluster naming the existing members.`,
 	f.StringVar(&o.initialCluster, "initial-cluster", "", "members as name=peeraddr,... (default: this member alone)")
 	f.BoolVar(&o.cfg.Join, "join", false, "join a running cluster that already added this member")
 	addTuningFlags(cmd, &o.cfg)
+	addCatalogFlags(cmd.Flags(), &o.cfg.Catalog)
 	addGossipFlags(f, &o.cfg.Gossip.Pool, "")
 	f.DurationVar(&o.cfg.Gossip.ReconcileInterval, "gossip-reconcile-interval", o.cfg.Gossip.ReconcileInterval, "how often the leader re-diffs the gossip pool against the catalog (writes only differences)")
 	f.BoolVar(&o.cfg.UnsafeStaleReads, "unsafe-stale-reads", false, "serve linearizable reads without ReadIndex (breaks linearizability; fault-injection tests only)")
