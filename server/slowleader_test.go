@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -17,21 +16,9 @@ import (
 func (c *testCluster) startFaulty(name string, f *Faults) {
 	c.t.Helper()
 	c.stop(name)
-	cfg := c.base
-	cfg.Name, cfg.DataDir, cfg.ListenPeer = name, c.dirs[name], c.peers[name]
-	cfg.ListenGRPC, cfg.ListenHTTP = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.InitialCluster = map[string]string{}
-	for n, a := range c.peers {
-		cfg.InitialCluster[n] = a
-	}
-	cfg.Faults = f
-	cfg.Logger = slog.New(slog.NewTextHandler(&c.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	s, err := New(cfg)
-	if err != nil {
-		c.t.Fatalf("start %s: %v", name, err)
-	}
-	s.Start()
-	c.servers[name] = s
+	c.base.Faults = f
+	defer func() { c.base.Faults = nil }()
+	c.start(name, false)
 }
 
 // TestSlowLeaderStepsDown injects a disk delay on the leader of a real

@@ -16,60 +16,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/tools/runbooks"
 )
 
 const runbookPath = "../../docs/runbooks/raft-log-bloat.md"
-
-// shellBlock is one ```sh block of a runbook: phase is "live" (run against a
-// running node) or "stopped" (against the node's data dir after it stopped).
-type shellBlock struct {
-	phase string
-	lines []string
-}
-
-// parseRunbook returns the runbook's sh blocks, its text blocks (sample
-// outputs), and the metric names it quotes as inline code outside blocks.
-func parseRunbook(md string) (blocks []shellBlock, texts [][]string, metrics []string) {
-	var cur *shellBlock
-	var text []string
-	inText := false
-	inline := regexp.MustCompile("`(lodestone_[a-z0-9_]+)`")
-	for _, line := range strings.Split(md, "\n") {
-		switch {
-		case cur != nil && line == "```":
-			blocks = append(blocks, *cur)
-			cur = nil
-		case inText && line == "```":
-			texts = append(texts, text)
-			text, inText = nil, false
-		case cur != nil:
-			if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "#") {
-				cur.lines = append(cur.lines, l)
-			}
-		case inText:
-			text = append(text, line)
-		case strings.HasPrefix(line, "```sh"):
-			cur = &shellBlock{phase: strings.TrimSpace(strings.TrimPrefix(line, "```sh"))}
-		case line == "```text":
-			inText = true
-		default:
-			for _, m := range inline.FindAllStringSubmatch(line, -1) {
-				metrics = append(metrics, m[1])
-			}
-		}
-	}
-	return blocks, texts, metrics
-}
-
-// expectedExit reads "# exits N" at the end of a command line; 0 otherwise.
-func expectedExit(line string) int {
-	m := regexp.MustCompile(`#\s*exits (\d+)`).FindStringSubmatch(line)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
-}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -103,15 +54,17 @@ func TestRunbookRaftLogBloat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks, texts, metrics := parseRunbook(string(md))
+	// Blocks are `sh live` (against a running node) or `sh stopped` (against
+	// the node's data dir after it stopped).
+	blocks, texts, metrics := runbooks.Parse(string(md), regexp.MustCompile("`(lodestone_[a-z0-9_]+)`"))
 	phases := map[string]int{}
 	lodestoneCmds := 0
 	for _, b := range blocks {
-		if b.phase != "live" && b.phase != "stopped" {
-			t.Fatalf("sh block with phase %q: mark every block `sh live` or `sh stopped`", b.phase)
+		if b.Phase != "live" && b.Phase != "stopped" {
+			t.Fatalf("sh block with phase %q: mark every block `sh live` or `sh stopped`", b.Phase)
 		}
-		phases[b.phase]++
-		for _, l := range b.lines {
+		phases[b.Phase]++
+		for _, l := range b.Lines {
 			if strings.HasPrefix(l, "lodestone ") {
 				lodestoneCmds++
 			}
@@ -150,7 +103,7 @@ func TestRunbookRaftLogBloat(t *testing.T) {
 		} else if err != nil {
 			t.Fatalf("%s: %v", line, err)
 		}
-		if want := expectedExit(line); code != want {
+		if want := runbooks.ExpectedExit(line); code != want {
 			t.Fatalf("%s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", line, code, want, stdout.String(), stderr.String())
 		}
 		outputs = append(outputs, ran{line, stdout.String(), stderr.String()})
@@ -225,8 +178,8 @@ func TestRunbookRaftLogBloat(t *testing.T) {
 	}
 
 	for _, b := range blocks {
-		if b.phase == "live" {
-			for _, l := range b.lines {
+		if b.Phase == "live" {
+			for _, l := range b.Lines {
 				run(l)
 			}
 		}
@@ -248,8 +201,8 @@ func TestRunbookRaftLogBloat(t *testing.T) {
 
 	stop()
 	for _, b := range blocks {
-		if b.phase == "stopped" {
-			for _, l := range b.lines {
+		if b.Phase == "stopped" {
+			for _, l := range b.Lines {
 				run(l)
 			}
 		}

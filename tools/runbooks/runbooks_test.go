@@ -16,13 +16,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/lodestone-kv/lodestone/tools/runbooks"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -45,52 +46,6 @@ var phases = []string{"live", "quorum-lost", "stopped", "start", "after"}
 var labelledOnly = map[string]bool{
 	"lodestone_watch_watchers_cut_total": true, // first cut
 	"gateway_requests_total":             true, // first proxied request
-}
-
-type block struct {
-	phase string
-	lines []string
-}
-
-// parse returns the sh blocks, the sample output lines and the metric
-// names a runbook quotes outside blocks.
-func parse(md string) (blocks []block, texts []string, metrics []string) {
-	var cur *block
-	inText := false
-	inline := regexp.MustCompile("`((?:lodestone|gateway)_[a-z0-9_]+)")
-	for _, line := range strings.Split(md, "\n") {
-		switch {
-		case cur != nil && line == "```":
-			blocks = append(blocks, *cur)
-			cur = nil
-		case inText && line == "```":
-			inText = false
-		case cur != nil:
-			if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "#") {
-				cur.lines = append(cur.lines, l)
-			}
-		case inText:
-			texts = append(texts, line)
-		case strings.HasPrefix(line, "```sh"):
-			cur = &block{phase: strings.TrimSpace(strings.TrimPrefix(line, "```sh"))}
-		case line == "```text":
-			inText = true
-		default:
-			for _, m := range inline.FindAllStringSubmatch(line, -1) {
-				metrics = append(metrics, m[1])
-			}
-		}
-	}
-	return blocks, texts, metrics
-}
-
-func expectedExit(line string) int {
-	m := regexp.MustCompile(`#\s*exits (\d+)`).FindStringSubmatch(line)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
 }
 
 func freeAddr(t *testing.T) string {
@@ -145,7 +100,7 @@ func (h *harness) run(line string) {
 	} else if err != nil {
 		h.t.Fatalf("%s: %v", line, err)
 	}
-	if want := expectedExit(line); code != want {
+	if want := runbooks.ExpectedExit(line); code != want {
 		h.t.Fatalf("%s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", line, code, want, stdout.String(), stderr.String())
 	}
 	h.outputs = append(h.outputs, ran{line, stdout.String(), stderr.String()})
@@ -365,7 +320,11 @@ func runRunbook(t *testing.T, bin, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks, texts, metrics := parse(string(md))
+	blocks, textBlocks, metrics := runbooks.Parse(string(md), regexp.MustCompile("`((?:lodestone|gateway)_[a-z0-9_]+)"))
+	var texts []string
+	for _, tb := range textBlocks {
+		texts = append(texts, tb...)
+	}
 	if len(blocks) < 2 || len(metrics) < 2 {
 		t.Fatalf("%s parsed to %d sh blocks and %d metrics: parser out of date?", path, len(blocks), len(metrics))
 	}
@@ -401,10 +360,10 @@ func runRunbook(t *testing.T, bin, path string) {
 	})
 
 	for _, b := range blocks {
-		h.enter(b.phase)
+		h.enter(b.Phase)
 		var waits []func()
-		for _, l := range b.lines {
-			if b.phase == "start" {
+		for _, l := range b.Lines {
+			if b.Phase == "start" {
 				waits = append(waits, h.startLine(l))
 			} else {
 				h.run(l)
