@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
@@ -69,9 +71,17 @@ type WatchOption func(*watchSettings)
 
 type watchSettings struct {
 	prefix, prevKV, noPut, noDelete, progress bool
+	catalog                                   bool // WatchCatalogServices
 	start                                     uint64
 	buffer                                    int
 	giveUp                                    time.Duration
+}
+
+func (s *watchSettings) target() lodestonepb.WatchTarget {
+	if s.catalog {
+		return lodestonepb.WatchTarget_WATCH_TARGET_CATALOG_SERVICES
+	}
+	return lodestonepb.WatchTarget_WATCH_TARGET_KV
 }
 
 // DefaultWatchBuffer is how many events a Watch queues for its consumer
@@ -103,6 +113,48 @@ func NoDelete() WatchOption { return func(s *watchSettings) { s.noDelete = true 
 // a newer Index) when the server reports that the watch is up to date.
 // Without it progress only moves Watch.Index and the resume point.
 func WithProgressNotify() WatchOption { return func(s *watchSettings) { s.progress = true } }
+
+// WatchCatalogServices makes the watch follow the catalog's
+// service-instance events instead of KV keys: the key passed to Watch is a
+// service name, "" for every service (WatchPrefix is implied). Events are
+// read-only views of the store's reserved keys; decode them with
+// DecodeServiceInstanceEvent. FromIndex, progress, resume and ErrCompacted
+// work as for KV watches, so a reader loads the catalog (Services, Health)
+// and follows it from the reads' index.
+func WatchCatalogServices() WatchOption { return func(s *watchSettings) { s.catalog = true } }
+
+// ServiceInstanceEvent is a decoded catalog service-instance event.
+type ServiceInstanceEvent struct {
+	Service, Node, ID string // the instance's service name, node and service id
+	// Index is the index of the change.
+	Index uint64
+	// Health is the instance with its node, the checks that count for it
+	// and their aggregated status; nil when the instance was deregistered.
+	Health *lodestonepb.ServiceHealth
+}
+
+// serviceEventPrefix is the key prefix of catalog service-instance events
+// (store.ServiceEventPrefix; see WATCH_TARGET_CATALOG_SERVICES).
+const serviceEventPrefix = "\x00catalog/service/"
+
+// DecodeServiceInstanceEvent decodes one event of a WatchCatalogServices
+// watch. The result shares nothing with ev.
+func DecodeServiceInstanceEvent(ev *lodestonepb.Event) (ServiceInstanceEvent, error) {
+	key := string(ev.GetKv().GetKey())
+	rest, ok := strings.CutPrefix(key, serviceEventPrefix)
+	parts := strings.Split(rest, "\x00")
+	if !ok || len(parts) != 3 || parts[0] == "" || parts[2] == "" {
+		return ServiceInstanceEvent{}, fmt.Errorf("client: %q is not a service-instance event key", key)
+	}
+	out := ServiceInstanceEvent{Service: parts[0], Node: parts[1], ID: parts[2], Index: ev.GetKv().GetModifyIndex()}
+	if ev.GetType() == lodestonepb.Event_PUT {
+		out.Health = &lodestonepb.ServiceHealth{}
+		if err := proto.Unmarshal(ev.GetKv().GetValue(), out.Health); err != nil {
+			return ServiceInstanceEvent{}, fmt.Errorf("client: decode service-instance event %s/%s/%s: %w", parts[0], parts[1], parts[2], err)
+		}
+	}
+	return out, nil
+}
 
 // WatchBuffer caps the events queued for the consumer (default
 // DefaultWatchBuffer; n < 1 means the default). When the queue reaches n
@@ -174,6 +226,9 @@ func (c *Client) Watch(ctx context.Context, key string, opts ...WatchOption) *Wa
 		w.set.buffer = DefaultWatchBuffer
 	}
 	w.last, w.index = w.set.start, w.set.start
+	if w.set.catalog {
+		w.set.prefix = true
+	}
 	if key == "" && !w.set.prefix {
 		w.err = &Error{Op: w.op(), Code: codes.InvalidArgument, Message: "an empty key needs WatchPrefix"}
 		return w
@@ -193,6 +248,9 @@ func (c *Client) Watch(ctx context.Context, key string, opts ...WatchOption) *Wa
 }
 
 func (w *Watch) op() string {
+	if w.set.catalog {
+		return fmt.Sprintf("watch catalog service %q", w.key)
+	}
 	if w.set.prefix {
 		return fmt.Sprintf("watch prefix %q", w.key)
 	}
@@ -755,7 +813,7 @@ func (m *watchMux) sync(s *session) error {
 			s.ids[w], s.byID[id] = id, w
 			if err := s.stream.Send(&lodestonepb.WatchRequest{Request: &lodestonepb.WatchRequest_Create{Create: &lodestonepb.WatchCreate{
 				WatchId: id, Key: []byte(w.key), Prefix: w.set.prefix, StartIndex: start,
-				PrevKv: w.set.prevKV, NoPut: w.set.noPut, NoDelete: w.set.noDelete,
+				PrevKv: w.set.prevKV, NoPut: w.set.noPut, NoDelete: w.set.noDelete, Target: w.set.target(),
 			}}}); err != nil {
 				return err
 			}

@@ -21,15 +21,22 @@ type Config struct {
 	// answers while the proxy is saturated. Default: 127.0.0.1:8081.
 	AdminListen string
 
-	// Source feeds instances and routes. When nil, New builds a KVSource
-	// over a client of Registry and closes that client on Close.
+	// Source feeds instances and routes. When nil, New builds the source
+	// Instances names over a client of Registry and closes that client on
+	// Close.
 	Source Source
 	// Registry lists the registry's gRPC endpoints (host:port), used only
 	// when Source is nil. Default: 127.0.0.1:7400 (lodestone dev).
 	Registry []string
-	// KVPrefix is the KV prefix the KVSource built from Registry watches
-	// (instances under KVPrefix+"instances/", routes under
-	// KVPrefix+"routes/"). Default: "gateway/".
+	// Instances picks the source New builds when Source is nil:
+	// InstancesCatalog (default: the catalog's healthy instances, a
+	// CatalogSource) or InstancesKV (JSON values under
+	// KVPrefix+"instances/", a KVSource, for users who feed instances by
+	// KV).
+	Instances string
+	// KVPrefix is the KV prefix the built source watches: routes under
+	// KVPrefix+"routes/" and, for InstancesKV, instances under
+	// KVPrefix+"instances/". Default: "gateway/".
 	KVPrefix string
 
 	// RoutesFile is a JSON file of static routes (see LoadRoutesFile); ""
@@ -159,6 +166,12 @@ type OutlierConfig struct {
 	MaxEjectedPercent int
 }
 
+// Values of Config.Instances.
+const (
+	InstancesCatalog = "catalog" // CatalogSource
+	InstancesKV      = "kv"      // KVSource
+)
+
 // DefaultConfig returns production defaults; each value is explained on
 // its field.
 func DefaultConfig() Config {
@@ -166,6 +179,7 @@ func DefaultConfig() Config {
 		Listen:          "127.0.0.1:8080", // lodestone dev's gateway port
 		AdminListen:     "127.0.0.1:8081", // its admin port
 		Registry:        []string{"127.0.0.1:7400"},
+		Instances:       InstancesCatalog, // registered services, health-checked
 		KVPrefix:        "gateway/",
 		PersistInterval: time.Second, // ≤ 1 write+fsync per second under churn
 
@@ -237,6 +251,7 @@ func (c Config) withDefaults() Config {
 		c.Registry = d.Registry
 	}
 	setS(&c.KVPrefix, d.KVPrefix)
+	setS(&c.Instances, d.Instances)
 	setD(&c.PersistInterval, d.PersistInterval)
 	setI(&c.Shards, d.Shards)
 	setI(&c.SubsetSize, d.SubsetSize)
@@ -290,6 +305,11 @@ func (c Config) Validate() error {
 				return bad(fmt.Sprintf("Registry[%d]", i), "%q is not host:port", ep)
 			}
 		}
+	}
+	switch c.Instances {
+	case "", InstancesCatalog, InstancesKV:
+	default:
+		return bad("Instances", "%q is not %q or %q", c.Instances, InstancesCatalog, InstancesKV)
 	}
 	if c.KVPrefix != "" && !strings.HasSuffix(c.KVPrefix, "/") {
 		return bad("KVPrefix", "%q must end with '/'", c.KVPrefix)

@@ -35,11 +35,13 @@
 //
 // # What it refuses to know
 //
-// Nothing of Raft, the store or the catalog's layout: a Source delivers
-// instances and routes. KVSource reads them from KV keys through the Go
-// client's one watch stream; a catalog-backed Source can replace it
-// without touching the rest. No per-request state survives a request
-// except counters in origins and pools.
+// Nothing of Raft or the store: a Source delivers instances and routes.
+// CatalogSource (the default) takes the catalog's instances whose
+// aggregated health is passing, through the Go client's catalog reads and
+// a catalog watch, and routes from KV; KVSource reads both from KV keys.
+// Both follow the registry over the client's one watch stream and share
+// the reconnect, resume and reload logic (feed.go). No per-request state
+// survives a request except counters in origins and pools.
 //
 // # How a request runs
 //
@@ -61,7 +63,8 @@
 // # Caller's duties
 //
 //  1. Build a Config (DefaultConfig, or DevConfig for `lodestone dev`) with
-//     a Source, or Registry endpoints for a KVSource.
+//     a Source, or Registry endpoints and Instances (catalog or kv) for a
+//     source New builds.
 //  2. New, then Start; or Run, which also waits for ctx and closes.
 //  3. Close when done: it stops the listeners (in-flight requests get up to
 //     5s), the source and the persister, writes the table one last time,

@@ -155,10 +155,7 @@ func New(cfg Config) (*Gateway, error) {
 		if err != nil {
 			return nil, fmt.Errorf("registry client: %w", err)
 		}
-		kcfg := DefaultKVSourceConfig()
-		kcfg.Prefix = cfg.KVPrefix
-		kcfg.Logger = log
-		src, err := NewKVSource(c, kcfg)
+		src, err := newSource(c, cfg, log)
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -270,6 +267,17 @@ func (g *Gateway) serve(name string, srv *http.Server, ln net.Listener) {
 			}
 		}
 	})
+}
+
+// newSource builds the Source cfg.Instances names over c.
+func newSource(c *client.Client, cfg Config, log *slog.Logger) (Source, error) {
+	kcfg := DefaultKVSourceConfig()
+	kcfg.Prefix = cfg.KVPrefix
+	kcfg.Logger = log
+	if cfg.Instances == InstancesKV {
+		return NewKVSource(c, kcfg)
+	}
+	return NewCatalogSource(c, CatalogSourceConfig{KVSourceConfig: kcfg})
 }
 
 // Done yields an error when a listener fails; the caller should Close.

@@ -3,21 +3,19 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/client"
 )
 
-// KVSource is a Source over Lodestone's KV store, usable before the
-// catalog is: instances are JSON values (see Instance) under
+// KVSource is a Source over Lodestone's KV store, for users who feed
+// instances by KV rather than the catalog: instances are JSON values (see
+// Instance) under
 //
 //	<Prefix>instances/<service>/<id>
 //
@@ -30,9 +28,7 @@ type KVSource struct {
 	c   *client.Client
 	cfg KVSourceConfig
 	log *slog.Logger
-
-	reloads atomic.Int64
-	resumes atomic.Int64
+	feedRunner
 }
 
 var _ Source = (*KVSource)(nil)
@@ -84,33 +80,38 @@ func (c KVSourceConfig) Validate() error {
 	return nil
 }
 
+// withDefaults returns c with every zero field set to its default.
+func (c KVSourceConfig) withDefaults() KVSourceConfig {
+	d := DefaultKVSourceConfig()
+	if c.Prefix == "" {
+		c.Prefix = d.Prefix
+	}
+	if c.GiveUpAfter == 0 {
+		c.GiveUpAfter = d.GiveUpAfter
+	}
+	if c.BackoffBase == 0 {
+		c.BackoffBase = d.BackoffBase
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = max(d.BackoffMax, c.BackoffBase)
+	}
+	if c.PageSize == 0 {
+		c.PageSize = d.PageSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
 // NewKVSource returns a source reading through c (which the caller owns
 // and closes).
 func NewKVSource(c *client.Client, cfg KVSourceConfig) (*KVSource, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d := DefaultKVSourceConfig()
-	if cfg.Prefix == "" {
-		cfg.Prefix = d.Prefix
-	}
-	if cfg.GiveUpAfter == 0 {
-		cfg.GiveUpAfter = d.GiveUpAfter
-	}
-	if cfg.BackoffBase == 0 {
-		cfg.BackoffBase = d.BackoffBase
-	}
-	if cfg.BackoffMax == 0 {
-		cfg.BackoffMax = max(d.BackoffMax, cfg.BackoffBase)
-	}
-	if cfg.PageSize == 0 {
-		cfg.PageSize = d.PageSize
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	return &KVSource{c: c, cfg: cfg, log: log}, nil
+	cfg = cfg.withDefaults()
+	return &KVSource{c: c, cfg: cfg, log: cfg.Logger, feedRunner: feedRunner{cfg: cfg, log: cfg.Logger}}, nil
 }
 
 // InstanceKey returns the KV key of an instance.
@@ -172,76 +173,57 @@ func (s *KVSource) DeleteRoute(ctx context.Context, name string) (uint64, error)
 	return resp.GetHeader().GetIndex(), nil
 }
 
-// KVSourceStats counts how the source (re)joined the registry.
-type KVSourceStats struct {
-	Reloads int64 // full reads (Range); 1 for a fresh start
-	Resumes int64 // watches re-created from the last index after a break
-}
-
-// Stats returns the counts so far.
-func (s *KVSource) Stats() KVSourceStats {
-	return KVSourceStats{Reloads: s.reloads.Load(), Resumes: s.resumes.Load()}
-}
-
 // Run implements Source.
 func (s *KVSource) Run(ctx context.Context, from uint64, sink Sink) error {
-	last := from
-	reload := from == 0
-	failures := 0
+	return s.run(ctx, &kvFeed{s: s, last: from}, from == 0, sink)
+}
+
+// kvFeed is one Run of a KVSource: instances and routes under the prefix.
+type kvFeed struct {
+	s    *KVSource
+	last uint64 // index delivered last: the resume point
+}
+
+func (f *kvFeed) resumeIndex() uint64             { return f.last }
+func (f *kvFeed) what() string                    { return fmt.Sprintf("%q", f.s.cfg.Prefix) }
+func (f *kvFeed) probe(ctx context.Context) error { return f.s.probe(ctx) }
+
+// reload reads the whole prefix as one Reset update.
+func (f *kvFeed) reload(ctx context.Context) (Update, error) {
+	u := Update{Reset: true}
+	idx, err := f.s.read(ctx, f.s.cfg.Prefix, &u)
+	if err != nil {
+		return Update{}, err
+	}
+	f.s.log.Info("gateway: loaded routes and instances from the registry", "index", idx,
+		"instances", len(u.Instances), "routes", len(u.Routes))
+	f.last = idx
+	return u, nil
+}
+
+// follow watches the prefix from f.last, delivering every batch, until
+// the watch ends.
+func (f *kvFeed) follow(ctx context.Context, sink Sink) error {
+	w := f.s.watch(ctx, f.s.cfg.Prefix, f.last)
+	defer w.Close()
 	for {
-		var err error
-		if reload {
-			var idx uint64
-			if idx, err = s.reload(ctx, sink); err == nil {
-				last, reload = idx, false
-			}
-		} else {
-			err = s.probe(ctx)
+		b, err := w.Next(ctx)
+		if err != nil {
+			return err
 		}
-		if err == nil {
-			failures = 0
-			sink.SetConnected(true, nil)
-			err = s.follow(ctx, &last, sink)
+		u := Update{Index: b.Index}
+		for _, ev := range b.Events {
+			f.s.decode(&u, ev.GetType(), ev.GetKv())
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		switch {
-		case errors.Is(err, client.ErrCompacted):
-			s.log.Info("gateway: resume index no longer retained by the registry; reloading", "index", last, "err", err)
-			reload = true
-			continue
-		case errors.Is(err, client.ErrInvalidArgument), errors.Is(err, client.ErrWatchCanceled):
-			sink.SetConnected(false, err)
-			return fmt.Errorf("watch %q: %w", s.cfg.Prefix, err)
-		}
-		sink.SetConnected(false, err)
-		failures++
-		d := backoffDelay(failures, s.cfg.BackoffBase, s.cfg.BackoffMax)
-		s.log.Debug("gateway: registry unreachable; retrying", "in", d, "index", last, "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(d):
-		}
-		if !reload {
-			s.resumes.Add(1)
-		}
+		sink.Apply(u)
+		f.last = b.Index
 	}
 }
 
-// backoffDelay is the jittered exponential delay before retry n (≥ 1):
-// uniformly in [d/2, d] with d = base × 2^(n-1) capped at max.
-func backoffDelay(n int, base, maxD time.Duration) time.Duration {
-	d := base
-	for i := 1; i < n && d < maxD; i++ {
-		d *= 2
-	}
-	d = min(d, maxD)
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2+1)
+// watch starts a prefix watch from index from with progress batches.
+func (s *KVSource) watch(ctx context.Context, prefix string, from uint64) *client.Watch {
+	return s.c.Watch(ctx, prefix, client.WatchPrefix(), client.FromIndex(from),
+		client.WithProgressNotify(), client.WatchGiveUpAfter(s.cfg.GiveUpAfter))
 }
 
 // probe checks that some registry answers before a resume is reported
@@ -253,30 +235,30 @@ func (s *KVSource) probe(ctx context.Context) error {
 	return err
 }
 
-// reload reads the whole prefix and delivers it as one Reset update. It
-// returns the index to follow from: the first page's (events after it are
+// read pages through prefix (under cfg.Prefix), adding every entry to u
+// and setting u.Index, and returns the index to follow from: the first
+// page's, which is the applied index of the read (events after it are
 // replayed over later pages, which converges because each event carries
 // the whole value).
-func (s *KVSource) reload(ctx context.Context, sink Sink) (uint64, error) {
+func (s *KVSource) read(ctx context.Context, prefix string, u *Update) (uint64, error) {
 	var (
 		first uint64
 		after string
-		u     = Update{Reset: true}
 	)
 	for {
 		opts := []client.RangeOption{client.Limit(s.cfg.PageSize)}
 		if after != "" {
 			opts = append(opts, client.StartAfter(after))
 		}
-		resp, err := s.c.Range(ctx, s.cfg.Prefix, opts...)
+		resp, err := s.c.Range(ctx, prefix, opts...)
 		if err != nil {
-			return 0, fmt.Errorf("read %q: %w", s.cfg.Prefix, err)
+			return 0, fmt.Errorf("read %q: %w", prefix, err)
 		}
 		if first == 0 {
 			first = resp.GetHeader().GetIndex()
 		}
 		for _, kv := range resp.GetKvs() {
-			s.decode(&u, lodestonepb.Event_PUT, kv)
+			s.decode(u, lodestonepb.Event_PUT, kv)
 		}
 		kvs := resp.GetKvs()
 		if !resp.GetMore() || len(kvs) == 0 {
@@ -285,31 +267,7 @@ func (s *KVSource) reload(ctx context.Context, sink Sink) (uint64, error) {
 		after = string(kvs[len(kvs)-1].GetKey())
 	}
 	u.Index = first
-	s.reloads.Add(1)
-	s.log.Info("gateway: loaded routes and instances from the registry", "index", first,
-		"instances", len(u.Instances), "routes", len(u.Routes))
-	sink.Apply(u)
 	return first, nil
-}
-
-// follow watches the prefix from *last, delivering every batch, until the
-// watch ends; *last tracks the index delivered.
-func (s *KVSource) follow(ctx context.Context, last *uint64, sink Sink) error {
-	w := s.c.Watch(ctx, s.cfg.Prefix, client.WatchPrefix(), client.FromIndex(*last),
-		client.WithProgressNotify(), client.WatchGiveUpAfter(s.cfg.GiveUpAfter))
-	defer w.Close()
-	for {
-		b, err := w.Next(ctx)
-		if err != nil {
-			return err
-		}
-		u := Update{Index: b.Index}
-		for _, ev := range b.Events {
-			s.decode(&u, ev.GetType(), ev.GetKv())
-		}
-		sink.Apply(u)
-		*last = b.Index
-	}
 }
 
 // decode adds one KV event to u. Keys outside instances/ and routes/ are

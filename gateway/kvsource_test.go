@@ -131,6 +131,8 @@ func (m *model) Apply(u gateway.Update) {
 	if u.Reset {
 		m.resets++
 		clear(m.instances)
+	}
+	if u.Reset || u.ResetRoutes {
 		clear(m.routes)
 	}
 	for _, s := range u.Sets {
@@ -207,7 +209,30 @@ type sourceHarness struct {
 	putRoute  func(gateway.Route) uint64
 	delRoute  func(name string) uint64
 	reloads   func() int // full loads so far
+	resumes   func() int // watches resumed after a break; nil for the fake
 	interrupt func()     // an outage and its end; nil when not supported
+	// id maps an instance id as put to the ID the source delivers (a
+	// CatalogSource prefixes the node); nil: the same.
+	id func(string) string
+}
+
+// key is the model's key of instance service/id.
+func (h *sourceHarness) key(service, id string) string {
+	if h.id != nil {
+		id = h.id(id)
+	}
+	return service + "/" + id
+}
+
+// mustIndex fails t on err and returns idx.
+func mustIndex(t *testing.T) func(uint64, error) uint64 {
+	return func(idx uint64, err error) uint64 {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return idx
+	}
 }
 
 func fakeHarness(t *testing.T) *sourceHarness {
@@ -219,16 +244,12 @@ func fakeHarness(t *testing.T) *sourceHarness {
 	}
 }
 
-func kvHarness(t *testing.T) *sourceHarness {
-	reg := startRegistry(t)
+func kvHarness(t *testing.T) *sourceHarness { return kvHarnessOn(t, startRegistry(t)) }
+
+// kvHarnessOn is a KVSource on reg.
+func kvHarnessOn(t *testing.T, reg *registry) *sourceHarness {
 	src := reg.kvSource(t)
-	must := func(idx uint64, err error) uint64 {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return idx
-	}
+	must := mustIndex(t)
 	ctx := testCtx(t, 60*time.Second)
 	return &sourceHarness{
 		src:      src,
@@ -237,14 +258,15 @@ func kvHarness(t *testing.T) *sourceHarness {
 		putRoute: func(r gateway.Route) uint64 { return must(src.PutRoute(ctx, r)) },
 		delRoute: func(n string) uint64 { return must(src.DeleteRoute(ctx, n)) },
 		reloads:  func() int { return int(src.Stats().Reloads) },
+		resumes:  func() int { return int(src.Stats().Resumes) },
 	}
 }
 
 // TestSourceConformance runs the Source contract against every
-// implementation (STYLE rule 23): the in-memory fake and the KVSource over
-// a real registry.
+// implementation (STYLE rule 23): the in-memory fake, and the KVSource and
+// the CatalogSource over a real registry.
 func TestSourceConformance(t *testing.T) {
-	for name, mk := range map[string]func(*testing.T) *sourceHarness{"fake": fakeHarness, "kv": kvHarness} {
+	for name, mk := range map[string]func(*testing.T) *sourceHarness{"fake": fakeHarness, "kv": kvHarness, "catalog": catalogHarness} {
 		t.Run(name, func(t *testing.T) {
 			h := mk(t)
 			inst := func(svc, id string, port int) gateway.Instance {
@@ -283,20 +305,23 @@ func TestSourceConformance(t *testing.T) {
 			h.delRoute("web")
 			idx = h.del("web", "w1")
 			m.waitIndex(t, idx)
+			// A CatalogSource follows routes on their own watch: its index
+			// covers instances only.
+			m.wait(t, "routes [api]", func() bool { return len(m.routes) == 1 && m.routes["api"].Service == "api" })
 			m.mu.Lock()
 			if m.resets != 1 {
 				t.Errorf("%d resets, want deltas after the first", m.resets)
 			}
-			if got := m.instances["web/w0"].Port; got != 7000 {
+			if got := m.instances[h.key("web", "w0")].Port; got != 7000 {
 				t.Errorf("web/w0 port %d, want the update's 7000", got)
 			}
-			if _, ok := m.instances["web/w1"]; ok {
+			if _, ok := m.instances[h.key("web", "w1")]; ok {
 				t.Error("web/w1 still present after its delete")
 			}
 			if got := slices.Sorted(maps.Keys(m.routes)); !slices.Equal(got, []string{"api"}) {
 				t.Errorf("routes %v, want [api]", got)
 			}
-			if got := m.instances["api/a1"].Meta["zone"]; got != "a" {
+			if got := m.instances[h.key("api", "a1")].Meta["zone"]; got != "a" {
 				t.Errorf("meta lost: zone=%q", got)
 			}
 			last := m.index
@@ -321,10 +346,10 @@ func TestSourceConformance(t *testing.T) {
 				t.Errorf("resume made %d resets and %d reloads, want none", m2.resets, h.reloads()-reloads)
 			}
 			m2.mu.Lock()
-			if _, ok := m2.instances["api/a2"]; !ok {
+			if _, ok := m2.instances[h.key("api", "a2")]; !ok {
 				t.Error("resumed run missed api/a2")
 			}
-			if c, ok := m2.instances["api/a1"]; ok || len(m2.updates) == 0 {
+			if c, ok := m2.instances[h.key("api", "a1")]; ok || len(m2.updates) == 0 {
 				t.Errorf("resumed run: a1=%v updates=%d", c, len(m2.updates))
 			}
 			m2.mu.Unlock()
@@ -334,123 +359,126 @@ func TestSourceConformance(t *testing.T) {
 	}
 }
 
-// TestKVSourceSurvivesRegistryOutage: a gateway on a real registry keeps
+// registrySources are the registry-backed sources, each on a given
+// registry.
+var registrySources = map[string]func(*testing.T, *registry) *sourceHarness{
+	"kv": kvHarnessOn, "catalog": catalogHarnessOn,
+}
+
+// TestSourceSurvivesRegistryOutage: a gateway on a real registry keeps
 // serving through a registry outage (stale, reported), then resumes its
 // watch from its last index without a full reload and picks up the
 // changes made after the registry came back.
-func TestKVSourceSurvivesRegistryOutage(t *testing.T) {
-	a := startOrigin(t, nameHandler("a"), false)
-	b := startOrigin(t, nameHandler("b"), false)
-	reg := startRegistry(t)
-	src := reg.kvSource(t)
-	ctx := testCtx(t, 60*time.Second)
-	if _, err := src.PutRoute(ctx, gateway.Route{Name: "all", PathPrefix: "/", Service: "svc"}); err != nil {
-		t.Fatal(err)
-	}
-	idx, err := src.PutInstance(ctx, a.instance("svc", "a", nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := testConfig(t, src)
-	cfg.StateDir = t.TempDir()
-	g := startGateway(t, cfg)
-	if err := g.WaitIndex(ctx, idx); err != nil {
-		t.Fatal(err)
-	}
-	c := httpClient(t)
-	if _, body := get(t, c, g, "x", "/"); body != "a /" {
-		t.Fatalf("before the outage: %q", body)
-	}
+func TestSourceSurvivesRegistryOutage(t *testing.T) {
+	for name, on := range registrySources {
+		t.Run(name, func(t *testing.T) {
+			a := startOrigin(t, nameHandler("a"), false)
+			b := startOrigin(t, nameHandler("b"), false)
+			reg := startRegistry(t)
+			h := on(t, reg)
+			ctx := testCtx(t, 60*time.Second)
+			h.putRoute(gateway.Route{Name: "all", PathPrefix: "/", Service: "svc"})
+			idx := h.put(a.instance("svc", "a", nil))
+			cfg := testConfig(t, h.src)
+			cfg.StateDir = t.TempDir()
+			g := startGateway(t, cfg)
+			if err := g.WaitIndex(ctx, idx); err != nil {
+				t.Fatal(err)
+			}
+			c := httpClient(t)
+			if _, body := get(t, c, g, "x", "/"); body != "a /" {
+				t.Fatalf("before the outage: %q", body)
+			}
 
-	reg.stop()
-	if err := g.WaitConnected(ctx, false); err != nil {
-		t.Fatal(err)
-	}
-	for range 10 {
-		if resp, body := get(t, c, g, "x", "/"); resp.StatusCode != 200 || body != "a /" {
-			t.Fatalf("during the outage: %d %q, want the last known good table", resp.StatusCode, body)
-		}
-	}
-	if g.Staleness() <= 0 {
-		t.Error("staleness is 0 during an outage")
-	}
+			reg.stop()
+			if err := g.WaitConnected(ctx, false); err != nil {
+				t.Fatal(err)
+			}
+			for range 10 {
+				if resp, body := get(t, c, g, "x", "/"); resp.StatusCode != 200 || body != "a /" {
+					t.Fatalf("during the outage: %d %q, want the last known good table", resp.StatusCode, body)
+				}
+			}
+			if g.Staleness() <= 0 {
+				t.Error("staleness is 0 during an outage")
+			}
 
-	reg.start()
-	if err := g.WaitConnected(ctx, true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := src.PutInstance(ctx, b.instance("svc", "b", nil)); err != nil {
-		t.Fatal(err)
-	}
-	if idx, err = src.DeleteInstance(ctx, "svc", "a"); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.WaitIndex(ctx, idx); err != nil {
-		t.Fatal(err)
-	}
-	if _, body := get(t, c, g, "x", "/"); body != "b /" {
-		t.Errorf("after the outage: %q, want b", body)
-	}
-	st := src.Stats()
-	if st.Reloads != 1 || st.Resumes < 1 {
-		t.Errorf("source stats %+v: want exactly the first reload and at least one resume", st)
+			reg.start()
+			if err := g.WaitConnected(ctx, true); err != nil {
+				t.Fatal(err)
+			}
+			h.put(b.instance("svc", "b", nil))
+			idx = h.del("svc", "a")
+			if err := g.WaitIndex(ctx, idx); err != nil {
+				t.Fatal(err)
+			}
+			if _, body := get(t, c, g, "x", "/"); body != "b /" {
+				t.Errorf("after the outage: %q, want b", body)
+			}
+			if got := h.reloads(); got != 1 || h.resumes() < 1 {
+				t.Errorf("source: %d reloads, %d resumes; want exactly the first reload and at least one resume", got, h.resumes())
+			}
+		})
 	}
 }
 
-// TestKVSourceColdStartWithRegistryDown: the table persisted by one run
+// TestSourceColdStartWithRegistryDown: the table persisted by one run
 // serves the next run while the registry is down; when it returns, the
 // watch resumes from the persisted index (no reload).
-func TestKVSourceColdStartWithRegistryDown(t *testing.T) {
-	a := startOrigin(t, nameHandler("a"), false)
-	b := startOrigin(t, nameHandler("b"), false)
-	reg := startRegistry(t)
-	ctx := testCtx(t, 60*time.Second)
-	state := t.TempDir()
-	src1 := reg.kvSource(t)
-	src1.PutRoute(ctx, gateway.Route{Name: "all", PathPrefix: "/", Service: "svc"})
-	idx, err := src1.PutInstance(ctx, a.instance("svc", "a", nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	{
-		cfg := testConfig(t, src1)
-		cfg.StateDir = state
-		g, err := gateway.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.Start()
-		g.WaitIndex(ctx, idx)
-		if err := g.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	reg.stop()
+func TestSourceColdStartWithRegistryDown(t *testing.T) {
+	for name, on := range registrySources {
+		t.Run(name, func(t *testing.T) {
+			a := startOrigin(t, nameHandler("a"), false)
+			b := startOrigin(t, nameHandler("b"), false)
+			reg := startRegistry(t)
+			ctx := testCtx(t, 60*time.Second)
+			state := t.TempDir()
+			h1 := on(t, reg)
+			h1.putRoute(gateway.Route{Name: "all", PathPrefix: "/", Service: "svc"})
+			idx := h1.put(a.instance("svc", "a", nil))
+			{
+				cfg := testConfig(t, h1.src)
+				cfg.StateDir = state
+				g, err := gateway.New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				g.Start()
+				if err := g.WaitIndex(ctx, idx); err != nil {
+					t.Fatal(err)
+				}
+				if err := g.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reg.stop()
 
-	src2 := reg.kvSource(t)
-	cfg := testConfig(t, src2)
-	cfg.StateDir = state
-	g := startGateway(t, cfg)
-	if !g.Ready() || g.Index() < idx {
-		t.Fatalf("cold start: ready=%v index=%d, want ready at ≥ %d", g.Ready(), g.Index(), idx)
-	}
-	c := httpClient(t)
-	if _, body := get(t, c, g, "x", "/"); body != "a /" {
-		t.Fatalf("cold start, registry down: %q, want a", body)
-	}
-	reg.start()
-	g.WaitConnected(ctx, true)
-	src1.PutInstance(ctx, b.instance("svc", "b", nil))
-	if idx, err = src1.DeleteInstance(ctx, "svc", "a"); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.WaitIndex(ctx, idx); err != nil {
-		t.Fatal(err)
-	}
-	if _, body := get(t, c, g, "x", "/"); body != "b /" {
-		t.Errorf("after the registry returned: %q, want b", body)
-	}
-	if st := src2.Stats(); st.Reloads != 0 {
-		t.Errorf("the cold-started source reloaded %d times, want 0 (resume from the persisted index)", st.Reloads)
+			h2 := on(t, reg)
+			cfg := testConfig(t, h2.src)
+			cfg.StateDir = state
+			g := startGateway(t, cfg)
+			if !g.Ready() || g.Index() < idx {
+				t.Fatalf("cold start: ready=%v index=%d, want ready at ≥ %d", g.Ready(), g.Index(), idx)
+			}
+			c := httpClient(t)
+			if _, body := get(t, c, g, "x", "/"); body != "a /" {
+				t.Fatalf("cold start, registry down: %q, want a", body)
+			}
+			reg.start()
+			if err := g.WaitConnected(ctx, true); err != nil {
+				t.Fatal(err)
+			}
+			h1.put(b.instance("svc", "b", nil))
+			idx = h1.del("svc", "a")
+			if err := g.WaitIndex(ctx, idx); err != nil {
+				t.Fatal(err)
+			}
+			if _, body := get(t, c, g, "x", "/"); body != "b /" {
+				t.Errorf("after the registry returned: %q, want b", body)
+			}
+			if got := h2.reloads(); got != 0 {
+				t.Errorf("the cold-started source reloaded %d times, want 0 (resume from the persisted index)", got)
+			}
+		})
 	}
 }

@@ -10,9 +10,9 @@ import (
 // Source feeds the gateway the registry's view: every service's instances
 // and the registry-held routes, as a stream of Updates with an index.
 //
-// Implementations: KVSource (instances and routes as JSON under a KV
-// prefix, one prefix watch stream), gatewaytest.Source (in memory, for
-// unit tests), and later a catalog-backed source.
+// Implementations: CatalogSource (the catalog's healthy instances, routes
+// from KV), KVSource (instances and routes as JSON under a KV prefix) and
+// gatewaytest.Source (in memory, for unit tests).
 type Source interface {
 	// Run streams updates to sink until ctx ends, then returns ctx.Err().
 	//
@@ -61,6 +61,11 @@ type Update struct {
 	Index uint64
 	// Reset makes the update the complete state.
 	Reset bool
+	// ResetRoutes makes Routes the complete set of registry routes (every
+	// registry route not upserted is removed) and leaves instances as
+	// deltas: a source that re-reads its routes but resumes its instances
+	// (CatalogSource after a cold start) sends it.
+	ResetRoutes bool
 	// Sets are full instance sets of single services (a catalog-backed
 	// source naturally produces these); an empty set removes the service's
 	// instances.
@@ -74,7 +79,7 @@ type Update struct {
 
 // IsProgress reports whether u carries no change.
 func (u Update) IsProgress() bool {
-	return !u.Reset && len(u.Sets) == 0 && len(u.Instances) == 0 && len(u.Routes) == 0
+	return !u.Reset && !u.ResetRoutes && len(u.Sets) == 0 && len(u.Instances) == 0 && len(u.Routes) == 0
 }
 
 // ServiceSet is the full set of one service's instances.

@@ -114,9 +114,9 @@ func (t *table) apply(u Update, env *tableEnv) (*table, *tableDiff) {
 	}
 
 	// Routes.
-	if u.Reset || len(u.Routes) > 0 {
+	if u.Reset || u.ResetRoutes || len(u.Routes) > 0 {
 		routes := make(map[string]*routeEntry, len(t.routes))
-		if !u.Reset {
+		if !u.Reset && !u.ResetRoutes {
 			maps.Copy(routes, t.routes)
 		}
 		for _, rc := range u.Routes {

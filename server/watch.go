@@ -95,6 +95,7 @@ type watchStream struct {
 	ready   *watch.Ready
 	watches map[int64]*watch.Watcher
 	ids     map[*watch.Watcher]int64
+	userAll map[*watch.Watcher]bool // user watches on every key: reserved keys filtered out
 }
 
 func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
@@ -106,7 +107,7 @@ func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
 	}
 	st := &watchStream{
 		svc: ws, stream: stream, conn: conn, ready: watch.NewReady(),
-		watches: map[int64]*watch.Watcher{}, ids: map[*watch.Watcher]int64{},
+		watches: map[int64]*watch.Watcher{}, ids: map[*watch.Watcher]int64{}, userAll: map[*watch.Watcher]bool{},
 	}
 	defer st.closeAll()
 
@@ -180,12 +181,7 @@ func (st *watchStream) create(ctx context.Context, c *lodestonepb.WatchCreate) e
 	if _, dup := st.watches[c.WatchId]; dup {
 		return refuse(fmt.Sprintf("watch id %d is already in use on this stream", c.WatchId))
 	}
-	var err error
-	if c.Prefix {
-		err = s.cfg.Limits.ValidatePrefix(c.Key)
-	} else {
-		err = s.cfg.Limits.ValidateKey(c.Key)
-	}
+	key, prefix, err := st.hubKey(c)
 	if err != nil {
 		return refuse(err.Error())
 	}
@@ -196,7 +192,7 @@ func (st *watchStream) create(ctx context.Context, c *lodestonepb.WatchCreate) e
 		return refuse(fmt.Sprintf("this connection has %d watches (limit max-watches-per-connection): open another connection", s.cfg.MaxWatchesPerConnection))
 	}
 	req := watch.Request{
-		Key: string(c.Key), Prefix: c.Prefix, StartIndex: c.StartIndex, FromNow: c.StartIndex == 0,
+		Key: key, Prefix: prefix, StartIndex: c.StartIndex, FromNow: c.StartIndex == 0,
 		NoPut: c.NoPut, NoDelete: c.NoDelete, PrevKV: c.PrevKv, Ready: st.ready,
 	}
 	w, err := s.hub.Watch(ctx, req)
@@ -213,12 +209,54 @@ func (st *watchStream) create(ctx context.Context, c *lodestonepb.WatchCreate) e
 	}
 	st.watches[c.WatchId] = w
 	st.ids[w] = c.WatchId
+	if key == "" {
+		st.userAll[w] = true
+	}
 	if err := st.send(&lodestonepb.WatchResponse{WatchId: c.WatchId, Created: true, Header: s.kv.header(s.store.Index())}); err != nil {
 		return err
 	}
 	// A replay from start_index may already be buffered; no wake-up comes
 	// for it.
 	return st.drain(w)
+}
+
+// hubKey maps a create request to the hub key or prefix it watches. User
+// keys are validated (no NUL, so never a reserved key); the catalog's
+// reserved service-instance events are reachable only through
+// WATCH_TARGET_CATALOG_SERVICES, as a prefix under store.ServiceEventPrefix.
+func (st *watchStream) hubKey(c *lodestonepb.WatchCreate) (key string, prefix bool, err error) {
+	lim := st.svc.s.cfg.Limits
+	switch c.Target {
+	case lodestonepb.WatchTarget_WATCH_TARGET_KV:
+		if c.Prefix {
+			err = lim.ValidatePrefix(c.Key)
+		} else {
+			err = lim.ValidateKey(c.Key)
+		}
+		return string(c.Key), c.Prefix, err
+	case lodestonepb.WatchTarget_WATCH_TARGET_CATALOG_SERVICES:
+		if len(c.Key) == 0 {
+			return store.ServiceEventPrefix, true, nil
+		}
+		if err := lim.ValidateKey(c.Key); err != nil {
+			return "", false, fmt.Errorf("catalog service name: %w", err)
+		}
+		return string(store.ServiceEventKeyPrefix(string(c.Key))), true, nil
+	default:
+		return "", false, fmt.Errorf("unknown watch target %d", c.Target)
+	}
+}
+
+// userEvents drops the store's reserved event keys from a batch of a user
+// watch on every key (the only user watch whose range contains them).
+func userEvents(evs []watch.Event) []watch.Event {
+	out := evs[:0:0]
+	for i := range evs {
+		if !store.IsReservedKey([]byte(evs[i].KV.Key)) {
+			out = append(out, evs[i])
+		}
+	}
+	return out
 }
 
 // deliver sends what every ready watcher has.
@@ -250,6 +288,9 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 		}
 		if err != nil {
 			return st.ended(id, w, err)
+		}
+		if st.userAll[w] {
+			b.Events = userEvents(b.Events)
 		}
 		resp := &lodestonepb.WatchResponse{WatchId: id, Index: b.Index, Header: st.svc.s.kv.header(b.Index)}
 		if len(b.Events) > 0 {
@@ -298,6 +339,7 @@ func (st *watchStream) drop(id int64, w *watch.Watcher) {
 	w.Close()
 	delete(st.watches, id)
 	delete(st.ids, w)
+	delete(st.userAll, w)
 	st.svc.release(st.conn)
 }
 

@@ -21,6 +21,68 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// WatchTarget is the namespace a watch follows.
+type WatchTarget int32
+
+const (
+	// WATCH_TARGET_KV: user KV keys, named by key and prefix. The store's
+	// reserved event keys (they start with a NUL byte, which no user key may
+	// contain) are never delivered, not even to a watch on every key.
+	WatchTarget_WATCH_TARGET_KV WatchTarget = 0
+	// WATCH_TARGET_CATALOG_SERVICES: catalog service-instance events,
+	// read-only. key is a service name (empty: every service); prefix is
+	// ignored. Each event's kv.key is
+	//
+	//	"\x00catalog/service/" + service + "\x00" + node + "\x00" + service id
+	//
+	// and a put's kv.value is the instance as a deterministic ServiceHealth
+	// encoding (node, service, the checks that count for it and the
+	// aggregated status). A put comes whenever the instance, its checks, its
+	// node's node-level checks or its node record change; a delete when the
+	// instance is deregistered. start_index, progress, resync and compaction
+	// work as for KV watches.
+	WatchTarget_WATCH_TARGET_CATALOG_SERVICES WatchTarget = 1
+)
+
+// Enum value maps for WatchTarget.
+var (
+	WatchTarget_name = map[int32]string{
+		0: "WATCH_TARGET_KV",
+		1: "WATCH_TARGET_CATALOG_SERVICES",
+	}
+	WatchTarget_value = map[string]int32{
+		"WATCH_TARGET_KV":               0,
+		"WATCH_TARGET_CATALOG_SERVICES": 1,
+	}
+)
+
+func (x WatchTarget) Enum() *WatchTarget {
+	p := new(WatchTarget)
+	*p = x
+	return p
+}
+
+func (x WatchTarget) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WatchTarget) Descriptor() protoreflect.EnumDescriptor {
+	return file_lodestone_v1_watch_proto_enumTypes[0].Descriptor()
+}
+
+func (WatchTarget) Type() protoreflect.EnumType {
+	return &file_lodestone_v1_watch_proto_enumTypes[0]
+}
+
+func (x WatchTarget) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WatchTarget.Descriptor instead.
+func (WatchTarget) EnumDescriptor() ([]byte, []int) {
+	return file_lodestone_v1_watch_proto_rawDescGZIP(), []int{0}
+}
+
 type Event_Type int32
 
 const (
@@ -51,11 +113,11 @@ func (x Event_Type) String() string {
 }
 
 func (Event_Type) Descriptor() protoreflect.EnumDescriptor {
-	return file_lodestone_v1_watch_proto_enumTypes[0].Descriptor()
+	return file_lodestone_v1_watch_proto_enumTypes[1].Descriptor()
 }
 
 func (Event_Type) Type() protoreflect.EnumType {
-	return &file_lodestone_v1_watch_proto_enumTypes[0]
+	return &file_lodestone_v1_watch_proto_enumTypes[1]
 }
 
 func (x Event_Type) Number() protoreflect.EnumNumber {
@@ -179,10 +241,12 @@ type WatchCreate struct {
 	// replayed from the server's retained history when it lies in the past.
 	// 0 means "from now". A client resuming after a disconnect passes the
 	// last index it saw (an event's or a progress response's).
-	StartIndex    uint64 `protobuf:"varint,4,opt,name=start_index,json=startIndex,proto3" json:"start_index,omitempty"`
-	PrevKv        bool   `protobuf:"varint,5,opt,name=prev_kv,json=prevKv,proto3" json:"prev_kv,omitempty"`
-	NoPut         bool   `protobuf:"varint,6,opt,name=no_put,json=noPut,proto3" json:"no_put,omitempty"`
-	NoDelete      bool   `protobuf:"varint,7,opt,name=no_delete,json=noDelete,proto3" json:"no_delete,omitempty"`
+	StartIndex uint64 `protobuf:"varint,4,opt,name=start_index,json=startIndex,proto3" json:"start_index,omitempty"`
+	PrevKv     bool   `protobuf:"varint,5,opt,name=prev_kv,json=prevKv,proto3" json:"prev_kv,omitempty"`
+	NoPut      bool   `protobuf:"varint,6,opt,name=no_put,json=noPut,proto3" json:"no_put,omitempty"`
+	NoDelete   bool   `protobuf:"varint,7,opt,name=no_delete,json=noDelete,proto3" json:"no_delete,omitempty"`
+	// target selects what the watch follows; see WatchTarget.
+	Target        WatchTarget `protobuf:"varint,8,opt,name=target,proto3,enum=lodestone.v1.WatchTarget" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -264,6 +328,13 @@ func (x *WatchCreate) GetNoDelete() bool {
 		return x.NoDelete
 	}
 	return false
+}
+
+func (x *WatchCreate) GetTarget() WatchTarget {
+	if x != nil {
+		return x.Target
+	}
+	return WatchTarget_WATCH_TARGET_KV
 }
 
 type WatchCancel struct {
@@ -533,7 +604,7 @@ const file_lodestone_v1_watch_proto_rawDesc = "" +
 	"\x06create\x18\x01 \x01(\v2\x19.lodestone.v1.WatchCreateH\x00R\x06create\x123\n" +
 	"\x06cancel\x18\x02 \x01(\v2\x19.lodestone.v1.WatchCancelH\x00R\x06cancel\x129\n" +
 	"\bprogress\x18\x03 \x01(\v2\x1b.lodestone.v1.WatchProgressH\x00R\bprogressB\t\n" +
-	"\arequest\"\xc0\x01\n" +
+	"\arequest\"\xf3\x01\n" +
 	"\vWatchCreate\x12\x19\n" +
 	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x16\n" +
@@ -542,7 +613,8 @@ const file_lodestone_v1_watch_proto_rawDesc = "" +
 	"startIndex\x12\x17\n" +
 	"\aprev_kv\x18\x05 \x01(\bR\x06prevKv\x12\x15\n" +
 	"\x06no_put\x18\x06 \x01(\bR\x05noPut\x12\x1b\n" +
-	"\tno_delete\x18\a \x01(\bR\bnoDelete\"(\n" +
+	"\tno_delete\x18\a \x01(\bR\bnoDelete\x121\n" +
+	"\x06target\x18\b \x01(\x0e2\x19.lodestone.v1.WatchTargetR\x06target\"(\n" +
 	"\vWatchCancel\x12\x19\n" +
 	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\"\x0f\n" +
 	"\rWatchProgress\"\xab\x01\n" +
@@ -563,7 +635,10 @@ const file_lodestone_v1_watch_proto_rawDesc = "" +
 	"\fresync_index\x18\x06 \x01(\x04R\vresyncIndex\x12'\n" +
 	"\x0fcompacted_index\x18\a \x01(\x04R\x0ecompactedIndex\x12\x14\n" +
 	"\x05index\x18\b \x01(\x04R\x05index\x12+\n" +
-	"\x06events\x18\t \x03(\v2\x13.lodestone.v1.EventR\x06events2M\n" +
+	"\x06events\x18\t \x03(\v2\x13.lodestone.v1.EventR\x06events*E\n" +
+	"\vWatchTarget\x12\x13\n" +
+	"\x0fWATCH_TARGET_KV\x10\x00\x12!\n" +
+	"\x1dWATCH_TARGET_CATALOG_SERVICES\x10\x012M\n" +
 	"\x05Watch\x12D\n" +
 	"\x05Watch\x12\x1a.lodestone.v1.WatchRequest\x1a\x1b.lodestone.v1.WatchResponse(\x010\x01B3Z1github.com/lodestone-kv/lodestone/api/lodestonepbb\x06proto3"
 
@@ -579,35 +654,37 @@ func file_lodestone_v1_watch_proto_rawDescGZIP() []byte {
 	return file_lodestone_v1_watch_proto_rawDescData
 }
 
-var file_lodestone_v1_watch_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_lodestone_v1_watch_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_lodestone_v1_watch_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_lodestone_v1_watch_proto_goTypes = []any{
-	(Event_Type)(0),        // 0: lodestone.v1.Event.Type
-	(*WatchRequest)(nil),   // 1: lodestone.v1.WatchRequest
-	(*WatchCreate)(nil),    // 2: lodestone.v1.WatchCreate
-	(*WatchCancel)(nil),    // 3: lodestone.v1.WatchCancel
-	(*WatchProgress)(nil),  // 4: lodestone.v1.WatchProgress
-	(*Event)(nil),          // 5: lodestone.v1.Event
-	(*WatchResponse)(nil),  // 6: lodestone.v1.WatchResponse
-	(*KeyValue)(nil),       // 7: lodestone.v1.KeyValue
-	(*ResponseHeader)(nil), // 8: lodestone.v1.ResponseHeader
+	(WatchTarget)(0),       // 0: lodestone.v1.WatchTarget
+	(Event_Type)(0),        // 1: lodestone.v1.Event.Type
+	(*WatchRequest)(nil),   // 2: lodestone.v1.WatchRequest
+	(*WatchCreate)(nil),    // 3: lodestone.v1.WatchCreate
+	(*WatchCancel)(nil),    // 4: lodestone.v1.WatchCancel
+	(*WatchProgress)(nil),  // 5: lodestone.v1.WatchProgress
+	(*Event)(nil),          // 6: lodestone.v1.Event
+	(*WatchResponse)(nil),  // 7: lodestone.v1.WatchResponse
+	(*KeyValue)(nil),       // 8: lodestone.v1.KeyValue
+	(*ResponseHeader)(nil), // 9: lodestone.v1.ResponseHeader
 }
 var file_lodestone_v1_watch_proto_depIdxs = []int32{
-	2, // 0: lodestone.v1.WatchRequest.create:type_name -> lodestone.v1.WatchCreate
-	3, // 1: lodestone.v1.WatchRequest.cancel:type_name -> lodestone.v1.WatchCancel
-	4, // 2: lodestone.v1.WatchRequest.progress:type_name -> lodestone.v1.WatchProgress
-	0, // 3: lodestone.v1.Event.type:type_name -> lodestone.v1.Event.Type
-	7, // 4: lodestone.v1.Event.kv:type_name -> lodestone.v1.KeyValue
-	7, // 5: lodestone.v1.Event.prev_kv:type_name -> lodestone.v1.KeyValue
-	8, // 6: lodestone.v1.WatchResponse.header:type_name -> lodestone.v1.ResponseHeader
-	5, // 7: lodestone.v1.WatchResponse.events:type_name -> lodestone.v1.Event
-	1, // 8: lodestone.v1.Watch.Watch:input_type -> lodestone.v1.WatchRequest
-	6, // 9: lodestone.v1.Watch.Watch:output_type -> lodestone.v1.WatchResponse
-	9, // [9:10] is the sub-list for method output_type
-	8, // [8:9] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	3,  // 0: lodestone.v1.WatchRequest.create:type_name -> lodestone.v1.WatchCreate
+	4,  // 1: lodestone.v1.WatchRequest.cancel:type_name -> lodestone.v1.WatchCancel
+	5,  // 2: lodestone.v1.WatchRequest.progress:type_name -> lodestone.v1.WatchProgress
+	0,  // 3: lodestone.v1.WatchCreate.target:type_name -> lodestone.v1.WatchTarget
+	1,  // 4: lodestone.v1.Event.type:type_name -> lodestone.v1.Event.Type
+	8,  // 5: lodestone.v1.Event.kv:type_name -> lodestone.v1.KeyValue
+	8,  // 6: lodestone.v1.Event.prev_kv:type_name -> lodestone.v1.KeyValue
+	9,  // 7: lodestone.v1.WatchResponse.header:type_name -> lodestone.v1.ResponseHeader
+	6,  // 8: lodestone.v1.WatchResponse.events:type_name -> lodestone.v1.Event
+	2,  // 9: lodestone.v1.Watch.Watch:input_type -> lodestone.v1.WatchRequest
+	7,  // 10: lodestone.v1.Watch.Watch:output_type -> lodestone.v1.WatchResponse
+	10, // [10:11] is the sub-list for method output_type
+	9,  // [9:10] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_lodestone_v1_watch_proto_init() }
@@ -626,7 +703,7 @@ func file_lodestone_v1_watch_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lodestone_v1_watch_proto_rawDesc), len(file_lodestone_v1_watch_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -36,9 +36,10 @@ func newDevCmd() *cobra.Command {
 		Short: "Run a single-node registry with a gateway in front of a demo service",
 		Long: `Run everything a newcomer needs in one process: a single-node registry, an
 edge gateway fed by it, and a small demo service (two instances) behind the
-gateway. Try:
+gateway, registered in the catalog (node dev-demo). Try:
   curl http://127.0.0.1:8080/            # answered by demo-1 or demo-2
   curl http://127.0.0.1:8081/routes      # the gateway's routing table
+  lodestone health service demo          # the demo instances and their checks
   lodestone kv put greeting hello && lodestone kv get greeting`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -27,19 +27,29 @@ func newGatewayCmd() *cobra.Command {
 		Use:   "gateway",
 		Short: "Run the edge gateway: routes HTTP to healthy instances from the registry",
 		Long: `Run the edge gateway. It routes requests by host and path prefix to services
-whose healthy instances it learns from the registry over one watch stream:
+whose healthy instances it learns from the registry over one watch stream.
 
-  instances  <prefix>instances/<service>/<id> = {"address": "10.0.0.7", "port": 8080, "healthy": true, "meta": {"protocol": "h2c"}}
-  routes     <prefix>routes/<name> = {"host": "api.example.com", "path_prefix": "/v1/", "service": "api"}
+Instances (--instances):
+  catalog  (default) the catalog's instances whose aggregated health is passing
+           (a critical or warning check takes an instance out), registered with
+           lodestone catalog register, the Catalog gRPC API or Consul's HTTP API;
+           address: the service's, else its node's; meta "protocol": http, h2c
+           or https
+  kv       JSON values under <prefix>instances/<service>/<id> =
+           {"address": "10.0.0.7", "port": 8080, "healthy": true, "meta": {"protocol": "h2c"}}
 
+Routes: KV values <prefix>routes/<name> =
+  {"host": "api.example.com", "path_prefix": "/v1/", "service": "api"}
 plus static routes from --routes (JSON: {"routes": [{"name": ..., "service": ...}]}).
+
 A route or instance change needs no restart. While the registry is down the
-gateway serves its last table (persisted under --state-dir for cold starts).
+gateway serves its last table (persisted under --state-dir for cold starts)
+and resumes its watch from the table's index when it returns.
 Admin endpoints on --admin: /healthz /readyz /metrics /routes.
 
 Try it against lodestone dev:
   lodestone kv put gateway/routes/web '{"path_prefix": "/", "service": "web"}'
-  lodestone kv put gateway/instances/web/w1 '{"address": "127.0.0.1", "port": 9000, "healthy": true}'
+  lodestone catalog register web-node --address 127.0.0.1 --service web --port 9000 --check web --status passing
   lodestone gateway --listen 127.0.0.1:9080 --admin 127.0.0.1:9081`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -60,7 +70,8 @@ Try it against lodestone dev:
 	f.StringVar(&c.AdminListen, "admin", c.AdminListen, "admin address (/healthz, /readyz, /metrics, /routes)")
 	f.StringVar(&c.RoutesFile, "routes", "", "JSON file of static routes")
 	f.StringVar(&c.StateDir, "state-dir", "", "where to persist the last known good table for cold starts (default: none)")
-	f.StringVar(&c.KVPrefix, "prefix", c.KVPrefix, "registry KV prefix holding instances/ and routes/")
+	f.StringVar(&c.Instances, "instances", c.Instances, "where instances come from: catalog or kv (JSON under <prefix>instances/)")
+	f.StringVar(&c.KVPrefix, "prefix", c.KVPrefix, "registry KV prefix holding routes/ (and instances/ with --instances kv)")
 	f.IntVar(&c.Shards, "shards", c.Shards, "connection-pool shards (a power of two)")
 	f.IntVar(&c.SubsetSize, "subset-size", c.SubsetSize, "smallest subset of origins per shard (subsets hold size..2×size)")
 	f.IntVar(&c.Replication, "replication", c.Replication, "minimum shards sharing each subset")

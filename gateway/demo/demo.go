@@ -3,9 +3,10 @@
 // work on the first command.
 //
 // Run starts a few instances of the demo service on loopback ports,
-// registers them (and a route "demo" for "/", unless a route of that name
-// exists) in the registry under the gateway's KV prefix, runs a gateway in
-// front of them, and deregisters them when its ctx ends.
+// registers them in the catalog (node Node, service Service, one passing
+// check each) and a route "demo" for "/" under the gateway's KV prefix
+// (unless a route of that name exists), runs a gateway fed by the catalog
+// in front of them, and deregisters them when its ctx ends.
 //
 // The demo service answers:
 //
@@ -30,12 +31,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/client"
 	"github.com/lodestone-kv/lodestone/gateway"
 )
 
-// Service is the demo's service name in the registry.
+// Service is the demo's service name in the catalog.
 const Service = "demo"
+
+// Node is the catalog node the demo instances are registered on. Run
+// deregisters it (with everything on it) when it starts and when it stops.
+const Node = "dev-demo"
 
 // Handler returns the demo service's handler for the instance named id.
 func Handler(id string) http.Handler {
@@ -100,7 +106,7 @@ type Config struct {
 	Client *client.Client
 	// Gateway configures the gateway. Listen and AdminListen default as
 	// in gateway.DevConfig (127.0.0.1:8080 and :8081); Source is set by
-	// Run (a KVSource over Client with Gateway.KVPrefix).
+	// Run (a CatalogSource over Client, routes under Gateway.KVPrefix).
 	Gateway gateway.Config
 	// Instances is how many demo instances to start. Default 2.
 	Instances int
@@ -125,16 +131,25 @@ func Run(ctx context.Context, cfg Config) error {
 		gcfg = gateway.DevConfig()
 	}
 	gcfg.Logger = cfg.Logger
-	kcfg := gateway.DefaultKVSourceConfig()
+	scfg := gateway.DefaultCatalogSourceConfig()
 	if gcfg.KVPrefix != "" {
-		kcfg.Prefix = gcfg.KVPrefix
+		scfg.Prefix = gcfg.KVPrefix
 	}
-	kcfg.Logger = cfg.Logger
-	src, err := gateway.NewKVSource(cfg.Client, kcfg)
+	scfg.Logger = cfg.Logger
+	src, err := gateway.NewCatalogSource(cfg.Client, scfg)
 	if err != nil {
 		return err
 	}
 	gcfg.Source = src
+	// Instances a crashed earlier run left behind point at dead ports.
+	if _, err := cfg.Client.Deregister(ctx, Node, "", ""); err != nil {
+		return fmt.Errorf("deregister the demo node %q left by an earlier run: %w", Node, err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		cfg.Client.Deregister(dctx, Node, "", "")
+	}()
 
 	// The instances.
 	var (
@@ -161,17 +176,10 @@ func Run(ctx context.Context, cfg Config) error {
 		host, port, _ := net.SplitHostPort(ln.Addr().String())
 		p, _ := strconv.Atoi(port)
 		addrs = append(addrs, ln.Addr().String())
-		if last, err = src.PutInstance(ctx, gateway.Instance{Service: Service, ID: id, Address: host, Port: p, Healthy: true}); err != nil {
+		if last, err = register(ctx, cfg.Client, id, host, p); err != nil {
 			return fmt.Errorf("register demo instance %s: %w", id, err)
 		}
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		for i := 1; i <= cfg.Instances; i++ {
-			src.DeleteInstance(dctx, Service, fmt.Sprintf("demo-%d", i))
-		}
-	}()
 	route, err := json.Marshal(gateway.Route{Name: Service, PathPrefix: "/", Service: Service})
 	if err != nil {
 		return err
@@ -201,4 +209,21 @@ func Run(ctx context.Context, cfg Config) error {
 		runErr = err
 	}
 	return runErr
+}
+
+// register registers demo instance id at host:port on Node with a passing
+// check (no agent runs checks in `lodestone dev`; set its status with
+// `lodestone catalog register` to see the gateway drain the instance) and
+// returns the write's index.
+func register(ctx context.Context, c *client.Client, id, host string, port int) (uint64, error) {
+	resp, err := c.Register(ctx, &lodestonepb.CatalogRegisterRequest{
+		Node:    &lodestonepb.Node{Name: Node, Address: host},
+		Service: &lodestonepb.Service{Id: id, Name: Service, Address: host, Port: uint32(port)},
+		Checks: []*lodestonepb.Check{{CheckId: id, Name: id + " alive", ServiceId: id,
+			Status: lodestonepb.HealthStatus_HEALTH_PASSING, Notes: "registered passing by lodestone dev"}},
+	})
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetHeader().GetIndex(), nil
 }

@@ -19,8 +19,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestDemoBehindGateway: Run registers the demo instances and route, the
-// gateway balances over both, and ending ctx deregisters them.
+// TestDemoBehindGateway: Run registers the demo instances in the catalog
+// and the route, the gateway balances over both, and ending ctx
+// deregisters them.
 func TestDemoBehindGateway(t *testing.T) {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	peer := l.Addr().String()
@@ -92,11 +93,11 @@ func TestDemoBehindGateway(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run after cancel = %v, want nil", err)
 	}
-	r, err := c.Range(ctx, "gateway/instances/demo/")
+	r, err := c.Health(ctx, demo.Service, client.HealthFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(r.GetKvs()); n != 0 {
+	if n := len(r.GetInstances()); n != 0 {
 		t.Errorf("%d demo instances still registered after Run returned", n)
 	}
 }
