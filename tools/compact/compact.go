@@ -26,7 +26,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/lodestone-kv/lodestone/raftlog"
@@ -216,67 +215,21 @@ func Inspect(o Options) (Report, error) {
 	return r, nil
 }
 
-// bar draws "copying entries [=====>    ]  45%  12034/26700 entries  183.2 MiB  2400 entries/s"
-// on one line, redrawn in place with \r at most once per every.
-type bar struct {
-	w        io.Writer
-	now      func() time.Time
-	every    time.Duration
-	start    time.Time
-	lastDraw time.Time
-	last     raftlog.RotateProgress
-	shown    raftlog.RotateProgress // what the last draw showed
-	drawn    bool
+// bar is the compaction's progress: "copying entries [=====>    ]  45%
+// 12034/26700 entries  183.2 MiB  2400 entries/s".
+type bar struct{ *Bar }
+
+func newBar(w io.Writer, now func() time.Time, every time.Duration) bar {
+	return bar{NewBar(w, now, every, "copying entries")}
 }
 
-func newBar(w io.Writer, now func() time.Time, every time.Duration) *bar {
-	t := now()
-	return &bar{w: w, now: now, every: every, start: t}
+func (b bar) update(p raftlog.RotateProgress) {
+	b.Update(int64(p.Copied), int64(p.Total), func(elapsed time.Duration) string {
+		return fmt.Sprintf("%d/%d entries  %s  %s", p.Copied, p.Total, HumanBytes(p.CopiedBytes), rate(float64(p.Copied), elapsed, "entries/s"))
+	})
 }
 
-func (b *bar) update(p raftlog.RotateProgress) {
-	b.last = p
-	if b.w == nil {
-		return
-	}
-	if t := b.now(); !b.drawn || t.Sub(b.lastDraw) >= b.every {
-		b.lastDraw = t
-		b.draw()
-	}
-}
-
-// finish draws the final state, if not shown yet, and ends the line.
-func (b *bar) finish(ok bool) {
-	if b.w == nil || !b.drawn {
-		return
-	}
-	if ok && b.shown != b.last {
-		b.draw()
-	}
-	fmt.Fprintln(b.w)
-}
-
-func (b *bar) draw() {
-	const width = 30
-	p := b.last
-	frac := 1.0
-	if p.Total > 0 {
-		frac = min(float64(p.Copied)/float64(p.Total), 1)
-	}
-	filled := int(frac * width)
-	arrow := ""
-	if filled < width {
-		arrow = ">"
-	}
-	rate := "-"
-	if secs := b.now().Sub(b.start).Seconds(); secs > 0 {
-		rate = fmt.Sprintf("%.0f entries/s", float64(p.Copied)/secs)
-	}
-	fmt.Fprintf(b.w, "\rcopying entries [%s%s%s] %3.0f%%  %d/%d entries  %s  %s",
-		strings.Repeat("=", filled), arrow, strings.Repeat(" ", max(width-filled-len(arrow), 0)),
-		frac*100, p.Copied, p.Total, HumanBytes(p.CopiedBytes), rate)
-	b.drawn, b.shown = true, p
-}
+func (b bar) finish(ok bool) { b.Finish(ok) }
 
 // HumanBytes renders n with a binary unit: 512 B, 32 KiB, 7.8 MiB.
 func HumanBytes(n int64) string {

@@ -88,9 +88,10 @@ func saveFrom(ctx context.Context, ep string, o SaveOptions, progress io.Writer)
 	if err != nil {
 		return err
 	}
-	bar := newBar(progress, o.Now, o.ProgressEvery, int64(hdr.GetSize()))
+	bar := compact.NewBar(progress, o.Now, o.ProgressEvery, "saving snapshot")
+	total := int64(hdr.GetSize())
 	ok := false
-	defer func() { bar.finish(ok) }()
+	defer func() { bar.Finish(ok) }()
 	err = writeFileAtomic(o.Path, func(w io.Writer) error {
 		fileSum := sha256.New()
 		dataSum := sha256.New()
@@ -128,67 +129,16 @@ func saveFrom(ctx context.Context, ep string, o SaveOptions, progress io.Writer)
 			}
 			dataSum.Write(d)
 			got += uint64(len(d))
-			bar.update(int64(got))
+			done := int64(got)
+			bar.Update(done, total, func(elapsed time.Duration) string {
+				speed := "-"
+				if secs := elapsed.Seconds(); secs > 0 {
+					speed = compact.HumanBytes(int64(float64(done)/secs)) + "/s"
+				}
+				return compact.HumanBytes(done) + "/" + compact.HumanBytes(total) + "  " + speed
+			})
 		}
 	})
 	ok = err == nil
 	return err
-}
-
-// bar draws "saving snapshot [=====>    ]  52%  3.1 MiB/6.0 MiB  12 MiB/s"
-// on one line, redrawn in place with \r at most once per every.
-type bar struct {
-	w               io.Writer
-	now             func() time.Time
-	every           time.Duration
-	start, lastDraw time.Time
-	total, done     int64
-	shown           int64
-	drawn           bool
-}
-
-func newBar(w io.Writer, now func() time.Time, every time.Duration, total int64) *bar {
-	return &bar{w: w, now: now, every: every, start: now(), total: total, shown: -1}
-}
-
-func (b *bar) update(done int64) {
-	b.done = done
-	if b.w == nil {
-		return
-	}
-	if t := b.now(); !b.drawn || t.Sub(b.lastDraw) >= b.every {
-		b.lastDraw = t
-		b.draw()
-	}
-}
-
-func (b *bar) finish(ok bool) {
-	if b.w == nil {
-		return
-	}
-	if ok && b.shown != b.done || !b.drawn {
-		b.draw()
-	}
-	fmt.Fprintln(b.w)
-}
-
-func (b *bar) draw() {
-	const width = 30
-	frac := 1.0
-	if b.total > 0 {
-		frac = min(float64(b.done)/float64(b.total), 1)
-	}
-	filled := int(frac * width)
-	arrow := ""
-	if filled < width {
-		arrow = ">"
-	}
-	rate := "-"
-	if secs := b.now().Sub(b.start).Seconds(); secs > 0 {
-		rate = compact.HumanBytes(int64(float64(b.done)/secs)) + "/s"
-	}
-	fmt.Fprintf(b.w, "\rsaving snapshot [%s%s%s] %3.0f%%  %s/%s  %s",
-		strings.Repeat("=", filled), arrow, strings.Repeat(" ", max(width-filled-len(arrow), 0)),
-		frac*100, compact.HumanBytes(b.done), compact.HumanBytes(b.total), rate)
-	b.drawn, b.shown = true, b.done
 }
