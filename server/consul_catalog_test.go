@@ -169,6 +169,29 @@ func TestConsulAgentServiceAndTTLCheck(t *testing.T) {
 	if err := cl.Agent().PassTTL("no-such-check", ""); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("pass on an unknown check: %v, want a 404", err)
 	}
+	// Newer clients send the status in a body.
+	if err := cl.Agent().UpdateTTL("service:api-1", "all good", consul.HealthPassing); err != nil {
+		t.Fatal(err)
+	}
+	if got := status(); got != consul.HealthPassing {
+		t.Fatalf("after UpdateTTL: %s, want passing", got)
+	}
+	if svcs, err := cl.Agent().Services(); err != nil || svcs["api-1"] == nil || svcs["api-1"].Port != 9000 {
+		t.Fatalf("agent services: %+v %v", svcs, err)
+	}
+	if err := cl.Agent().CheckRegister(&consul.AgentCheckRegistration{ID: "disk", Name: "disk space",
+		AgentServiceCheck: consul.AgentServiceCheck{TTL: "1m", Status: consul.HealthWarning}}); err != nil {
+		t.Fatal(err)
+	}
+	if checks, err := cl.Agent().Checks(); err != nil || checks["disk"] == nil || checks["disk"].Status != consul.HealthWarning || checks["disk"].ServiceID != "" {
+		t.Fatalf("agent checks: %+v %v", checks, err)
+	}
+	if err := cl.Agent().CheckDeregister("disk"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Agent().CheckDeregister("disk"); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("deregistering a check twice: %v, want a 404", err)
+	}
 	nodeChecks, _, err := cl.Health().Node(lead, nil)
 	if err != nil || len(nodeChecks) != 1 {
 		t.Fatalf("health/node: %+v %v", nodeChecks, err)

@@ -539,20 +539,117 @@ func (a *API) agentServiceDeregister(w http.ResponseWriter, r *http.Request) err
 // check's transition, with ?note as the output.
 func (a *API) agentCheckUpdate(st lodestonepb.HealthStatus) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		id := r.PathValue("id")
-		node, _ := a.b.Agent()
-		_, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CheckUpdate{CheckUpdate: &lodestonepb.UpdateCheckRequest{
-			Node: node, CheckId: id, Status: st, Output: r.URL.Query().Get("note"),
-		}}})
-		if rejected(err, store.RejectCheckMissing, store.RejectNodeMissing) {
-			return &httpError{http.StatusNotFound, fmt.Sprintf("Unknown check ID %q. Ensure that the check ID is passed, not the check name.", id)}
-		}
-		if err != nil {
-			return err
-		}
-		w.WriteHeader(http.StatusOK)
-		return nil
+		return a.updateAgentCheck(w, r, st, r.URL.Query().Get("note"))
 	}
+}
+
+// agentCheckUpdateBody serves /v1/agent/check/update/:id, which newer
+// clients use: the status and output come in a JSON body.
+func (a *API) agentCheckUpdateBody(w http.ResponseWriter, r *http.Request) error {
+	var in struct{ Status, Output string }
+	if err := decodeBody(r, &in); err != nil {
+		return err
+	}
+	st, err := parseStatus("check status", in.Status)
+	if err != nil {
+		return err
+	}
+	if st == lodestonepb.HealthStatus_HEALTH_STATUS_UNSPECIFIED {
+		return badRequest("Missing check status: use passing, warning or critical")
+	}
+	return a.updateAgentCheck(w, r, st, in.Output)
+}
+
+func (a *API) updateAgentCheck(w http.ResponseWriter, r *http.Request, st lodestonepb.HealthStatus, output string) error {
+	id := r.PathValue("id")
+	node, _ := a.b.Agent()
+	_, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CheckUpdate{CheckUpdate: &lodestonepb.UpdateCheckRequest{
+		Node: node, CheckId: id, Status: st, Output: output,
+	}}})
+	if rejected(err, store.RejectCheckMissing, store.RejectNodeMissing) {
+		return &httpError{http.StatusNotFound, fmt.Sprintf("Unknown check ID %q. Ensure that the check ID is passed, not the check name.", id)}
+	}
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// agentCheckIn plus the fields of api.AgentCheckRegistration.
+type agentCheckRegIn struct {
+	ID        string
+	ServiceID string
+	agentCheckIn
+}
+
+func (a *API) agentCheckRegister(w http.ResponseWriter, r *http.Request) error {
+	var in agentCheckRegIn
+	if err := decodeBody(r, &in); err != nil {
+		return err
+	}
+	if in.CheckID == "" {
+		in.CheckID = in.ID
+	}
+	node, err := a.ensureAgentNode(r)
+	if err != nil {
+		return err
+	}
+	c, err := in.agentCheckIn.pb(node, nil, 0, 1)
+	if err != nil {
+		return err
+	}
+	c.ServiceId = in.ServiceID
+	req := &lodestonepb.CatalogRegisterRequest{Node: &lodestonepb.Node{Name: node}, SkipNodeUpdate: true, Checks: []*lodestonepb.Check{c}}
+	_, _, err = a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CatalogRegister{CatalogRegister: req}})
+	if rejected(err, store.RejectServiceMissing) {
+		return badRequest("ServiceID %q does not exist on this agent", in.ServiceID)
+	}
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+func (a *API) agentCheckDeregister(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	node, _ := a.b.Agent()
+	res, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CatalogDeregister{CatalogDeregister: &lodestonepb.CatalogDeregisterRequest{
+		Node: node, CheckId: id,
+	}}})
+	if err != nil {
+		return err
+	}
+	if res.GetCatalogDeregister().GetRemovedChecks() == 0 {
+		return &httpError{http.StatusNotFound, fmt.Sprintf("Unknown check ID %q. Ensure that the check ID is passed, not the check name.", id)}
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// agentServices is /v1/agent/services: this agent's services by id.
+func (a *API) agentServices(w http.ResponseWriter, r *http.Request) error {
+	node, _ := a.b.Agent()
+	ns, _ := a.b.Store().Node(node)
+	out := map[string]*agentServiceJSON{}
+	for _, s := range ns.GetServices() {
+		out[s.Id] = serviceOut(s)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// agentChecks is /v1/agent/checks: this agent's checks by id.
+func (a *API) agentChecks(w http.ResponseWriter, r *http.Request) error {
+	node, _ := a.b.Agent()
+	checks, _ := a.b.Store().NodeChecks(node)
+	out := map[string]healthCheckJSON{}
+	for _, c := range checks {
+		out[c.CheckId] = checkOut(c)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 func (a *API) agentSelf(w http.ResponseWriter, r *http.Request) error {
