@@ -11,12 +11,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/client"
 	"github.com/lodestone-kv/lodestone/server"
 )
@@ -57,6 +59,7 @@ func TestGatewayBadFlags(t *testing.T) {
 		{"bad shards", []string{"gateway", "--shards", "12", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"}, 1, "Shards"},
 		{"bad listen", []string{"gateway", "--listen", "8080"}, 1, "Listen"},
 		{"unknown flag", []string{"gateway", "--nope"}, 2, "unknown flag"},
+		{"bad instances source", []string{"gateway", "--instances", "dns", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"}, 1, "Instances"},
 		{"bad routes file", []string{"gateway", "--routes", "/nonexistent/routes.json", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"}, 1, "routes file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,7 +83,7 @@ func freeTCPAddr(t *testing.T) string {
 }
 
 // TestGatewayEndToEnd: `lodestone gateway` against a real registry routes
-// to an instance registered in KV, with a static route from --routes and
+// to an instance registered in the catalog (the default source), with a static route from --routes and
 // a registry route added while it runs; it exits 0 on interrupt.
 func TestGatewayEndToEnd(t *testing.T) {
 	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -113,8 +116,11 @@ func TestGatewayEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	host, port, _ := net.SplitHostPort(oln.Addr().String())
-	inst := fmt.Sprintf(`{"address": %q, "port": %s, "healthy": true}`, host, port)
-	if _, err := c.Put(ctx, "gateway/instances/web/w1", []byte(inst)); err != nil {
+	p, _ := strconv.Atoi(port)
+	if _, err := c.Register(ctx, &lodestonepb.CatalogRegisterRequest{
+		Node:    &lodestonepb.Node{Name: "n1", Address: host},
+		Service: &lodestonepb.Service{Id: "w1", Name: "web", Port: uint32(p)},
+	}); err != nil {
 		t.Fatal(err)
 	}
 
