@@ -166,6 +166,7 @@ func (n *node) checkSlowLeader() {
 	if to == 0 {
 		n.logger.Warn("leader writes are slow but no follower is up to date and reachable; staying leader",
 			"slow_for", now.Sub(sl.slowSince), "threshold", sl.cfg.Threshold)
+		sl.slowSince = time.Time{} // NB: warn once per window, not every tick
 		return
 	}
 	n.logger.Warn("stepping down: log writes slow", "slow_for", now.Sub(sl.slowSince).Round(time.Millisecond),
