@@ -83,21 +83,9 @@ func (s *serviceIn) pb() (*lodestonepb.Service, error) {
 	return out, nil
 }
 
-// checkIn is api.HealthCheck / api.AgentCheck as a catalog registration
-// carries it.
-type checkIn struct {
-	Node       string
-	CheckID    string
-	Name       string
-	Status     string
-	Notes      string
-	Output     string
-	ServiceID  string
-	Type       string
-	Definition checkDefJSON
-}
-
-func (c *checkIn) pb() (*lodestonepb.Check, error) {
+// pb reads a check as a catalog registration carries it
+// (api.HealthCheck / api.AgentCheck: the same fields as we write them).
+func (c *healthCheckJSON) pb() (*lodestonepb.Check, error) {
 	st, err := parseStatus("check status", c.Status)
 	if err != nil {
 		return nil, err
@@ -120,8 +108,8 @@ type registerIn struct {
 	TaggedAddresses map[string]string
 	NodeMeta        map[string]string
 	Service         *serviceIn
-	Check           *checkIn
-	Checks          []*checkIn
+	Check           *healthCheckJSON
+	Checks          []*healthCheckJSON
 	SkipNodeUpdate  bool
 }
 
@@ -148,7 +136,7 @@ func (a *API) catalogRegister(w http.ResponseWriter, r *http.Request) error {
 	}
 	checks := in.Checks
 	if in.Check != nil {
-		checks = append([]*checkIn{in.Check}, checks...)
+		checks = append([]*healthCheckJSON{in.Check}, checks...)
 	}
 	for _, c := range checks {
 		pc, err := c.pb()
