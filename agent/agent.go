@@ -260,18 +260,26 @@ func (a *Agent) UpdateTTL(id string, st lodestonepb.HealthStatus, output string)
 	changed := c.ttlUpdate(st, output, a.now())
 	r := a.runners[c]
 	a.mu.Unlock()
-	a.checksRun.WithLabelValues(kindTTL, statusWord(st)).Inc()
 	if r != nil {
 		select {
 		case r.kick <- struct{}{}:
 		default:
 		}
 	}
-	if changed {
-		a.transitions.WithLabelValues(kindTTL, statusWord(st)).Inc()
-		a.notify()
-	}
+	a.observed(c, st, output, changed)
 	return nil
+}
+
+// observed counts a check result and, on a change, logs it and wakes the
+// sync loop.
+func (a *Agent) observed(c *check, st lodestonepb.HealthStatus, output string, changed bool) {
+	a.checksRun.WithLabelValues(c.spec.kind, statusWord(st)).Inc()
+	if !changed {
+		return
+	}
+	a.transitions.WithLabelValues(c.spec.kind, statusWord(st)).Inc()
+	a.logger.Info("check changed", "check", c.spec.id, "status", statusWord(st), "output", output)
+	a.notify()
 }
 
 // startRunner starts c's goroutine; a.mu is held.
@@ -338,13 +346,9 @@ func (a *Agent) runProbe(ctx context.Context, c *check) {
 		first := !c.probed
 		changed := c.record(st, out)
 		a.mu.Unlock()
-		a.checksRun.WithLabelValues(c.spec.kind, statusWord(st)).Inc()
-		if changed {
-			a.transitions.WithLabelValues(c.spec.kind, statusWord(st)).Inc()
-			a.logger.Info("check changed", "check", c.spec.id, "status", statusWord(st), "output", out)
-		}
-		if changed || first {
-			a.notify()
+		a.observed(c, st, out, changed)
+		if first {
+			a.notify() // the service's registration may wait for it
 		}
 		t.Reset(c.spec.interval)
 	}
@@ -366,12 +370,10 @@ func (a *Agent) runTTL(ctx context.Context, c *check, kick <-chan struct{}) {
 		now := a.now()
 		changed := c.ttlExpire(now)
 		wait := c.ttlDeadline.Sub(now)
+		st, out := c.status, c.output
 		a.mu.Unlock()
 		if changed {
-			a.checksRun.WithLabelValues(kindTTL, "critical").Inc()
-			a.transitions.WithLabelValues(kindTTL, "critical").Inc()
-			a.logger.Info("check changed", "check", c.spec.id, "status", "critical", "output", "TTL expired")
-			a.notify()
+			a.observed(c, st, out, true)
 		}
 		t.Stop()
 		if wait > 0 {
