@@ -178,15 +178,20 @@ func (n *node) checkSlowLeader() {
 }
 
 // healthiestFollower picks the voter to hand leadership to: reachable
-// (heard from within a few heartbeats), with the most of the log, then the
-// one heard from most recently. 0 if none is reachable.
+// (heard from within an election timeout), with the most of the log, then
+// the one heard from most recently. 0 if none is reachable.
+//
+// NB: not peerActive's few heartbeats: a slow leader's own loop sits in
+// its slow writes, so it reads its followers' messages late; their last
+// message can look older than they are.
 func (n *node) healthiestFollower() uint64 {
 	st := n.rn.Status()
+	reachable := time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
 	var best uint64
 	var bestMatch uint64
 	var bestHeard time.Time
 	for id := range st.Config.Voters[0] {
-		if id == n.id || !n.peerActive(id) {
+		if id == n.id {
 			continue
 		}
 		pr, ok := st.Progress[id]
@@ -196,6 +201,9 @@ func (n *node) healthiestFollower() uint64 {
 		n.heardMu.Lock()
 		heard := n.heard[id]
 		n.heardMu.Unlock()
+		if time.Since(heard) > reachable {
+			continue
+		}
 		if best == 0 || pr.Match > bestMatch || (pr.Match == bestMatch && heard.After(bestHeard)) {
 			best, bestMatch, bestHeard = id, pr.Match, heard
 		}
