@@ -72,12 +72,12 @@ func (r *feedRunner) run(ctx context.Context, f feed, reload bool, sink Sink) er
 		}
 		if err == nil {
 			failures = 0
-			// NB: connected before the state is applied, so a sink that
-			// sees the state also sees the source connected.
-			sink.SetConnected(true, nil)
+			// NB: the state first: connected makes the gateway ready, and
+			// a fresh gateway must not report ready with an empty table.
 			if state != nil {
 				sink.Apply(*state)
 			}
+			sink.SetConnected(true, nil)
 			err = f.follow(ctx, sink)
 		}
 		if ctx.Err() != nil {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -285,6 +286,8 @@ func TestSourceConformance(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- h.src.Run(ctx, 0, m) }()
 			m.waitIndex(t, idx)
+			// Connected is reported right after the load is applied.
+			m.wait(t, "connected", func() bool { return slices.Contains(m.connected, true) })
 			m.mu.Lock()
 			first := m.updates[0]
 			if !first.Reset || m.resets != 1 {
@@ -292,9 +295,6 @@ func TestSourceConformance(t *testing.T) {
 			}
 			if got, want := len(m.instances), 19; got != want {
 				t.Errorf("instances after the load: %d, want %d", got, want)
-			}
-			if !slices.Contains(m.connected, true) {
-				t.Error("the source never reported itself connected")
 			}
 			m.mu.Unlock()
 
@@ -424,7 +424,8 @@ func TestSourceSurvivesRegistryOutage(t *testing.T) {
 
 // TestSourceColdStartWithRegistryDown: the table persisted by one run
 // serves the next run while the registry is down; when it returns, the
-// watch resumes from the persisted index (no reload).
+// watch resumes from the persisted index (no reload), and a route replaced
+// after the table was persisted is replaced in the gateway too.
 func TestSourceColdStartWithRegistryDown(t *testing.T) {
 	for name, on := range registrySources {
 		t.Run(name, func(t *testing.T) {
@@ -451,6 +452,9 @@ func TestSourceColdStartWithRegistryDown(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// Not in the persisted table: host y replaces the catch-all.
+			h1.putRoute(gateway.Route{Name: "y", Host: "y", PathPrefix: "/", Service: "svc"})
+			h1.delRoute("all")
 			reg.stop()
 
 			h2 := on(t, reg)
@@ -473,8 +477,11 @@ func TestSourceColdStartWithRegistryDown(t *testing.T) {
 			if err := g.WaitIndex(ctx, idx); err != nil {
 				t.Fatal(err)
 			}
-			if _, body := get(t, c, g, "x", "/"); body != "b /" {
+			if _, body := get(t, c, g, "y", "/"); body != "b /" {
 				t.Errorf("after the registry returned: %q, want b", body)
+			}
+			if resp, body := get(t, c, g, "x", "/"); resp.StatusCode != http.StatusNotFound {
+				t.Errorf("route deleted while the gateway was down still serves: %d %q, want 404", resp.StatusCode, body)
 			}
 			if got := h2.reloads(); got != 0 {
 				t.Errorf("the cold-started source reloaded %d times, want 0 (resume from the persisted index)", got)

@@ -66,12 +66,11 @@ type Update struct {
 	// deltas: a source that re-reads its routes but resumes its instances
 	// (CatalogSource after a cold start) sends it.
 	ResetRoutes bool
-	// Sets are full instance sets of single services (a catalog-backed
-	// source naturally produces these); an empty set removes the service's
+	// Sets are full instance sets of single services (CatalogSource's
+	// initial load produces these); an empty set removes the service's
 	// instances.
 	Sets []ServiceSet
-	// Instances are per-instance changes (a KV-backed source naturally
-	// produces these).
+	// Instances are per-instance changes (watch events produce these).
 	Instances []InstanceChange
 	// Routes are per-route changes of registry-held routes.
 	Routes []RouteChange

@@ -99,7 +99,7 @@ func checkTable(t *testing.T, tb *table, env *tableEnv) {
 //
 //	new [shards=N] [size=N] [replication=N] [seed=N] [static=name:svc:host:prefix,...]
 //	    An empty table.
-//	update [index=N] [reset]
+//	update [index=N] [reset] [reset-routes]
 //	put svc=S id=I [addr=H:P] [proto=P] [unhealthy]   (one per input line)
 //	del svc=S id=I
 //	set svc=S ids=a,b,c        a full set of instances a, b, c
@@ -138,7 +138,7 @@ func TestTableDataDriven(t *testing.T) {
 				tb = emptyTable(static, env)
 				return fmt.Sprintf("ok: %d shards, subsets of ≥%d, up to %d subsets\n", shards, size, 1<<env.maxBits)
 			case "update":
-				u := Update{Reset: d.HasArg("reset")}
+				u := Update{Reset: d.HasArg("reset"), ResetRoutes: d.HasArg("reset-routes")}
 				var idx int
 				d.MaybeScanArgs(t, "index", &idx)
 				u.Index = uint64(idx)
