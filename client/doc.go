@@ -53,7 +53,9 @@
 //
 // # Watches
 //
-// [Client.Watch] follows a key or a prefix. Every Watch of a Client shares
+// [Client.Watch] follows a key or a prefix (or, with
+// [WatchCatalogServices], the catalog's service instances with their
+// health; decode with [DecodeServiceInstanceEvent]). Every Watch of a Client shares
 // one gRPC Watch stream to one server (any member serves watches; the
 // leader is preferred, as for calls), so a process with 10k watches holds
 // one stream, not 10k. The contract:
