@@ -208,8 +208,14 @@ func TestAdmissionReplicated(t *testing.T) {
 		return p != nil && p.GetWrites() == 5
 	})
 
+	c.waitLeader()
+	// Setting a policy is idempotent: retried also when a leader change
+	// (the restart) left its outcome unknown.
 	if err := retryUnavailable(t, func(ctx context.Context) error {
 		_, err := admin.SetAdmission(ctx, &lodestonepb.SetAdmissionRequest{Policy: &lodestonepb.AdmissionPolicy{}})
+		if status.Code(err) == codes.Aborted {
+			return status.Error(codes.Unavailable, "retry: "+err.Error())
+		}
 		return err
 	}); err != nil {
 		t.Fatalf("admission off: %v", err)
