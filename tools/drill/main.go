@@ -280,8 +280,9 @@ func (c *cluster) commitHistogram() map[float64]float64 {
 	return h
 }
 
-// p99 of the observations between two cumulative histograms: the upper
-// bound of the bucket holding the 99th percentile.
+// p99 of the observations between two cumulative histograms, interpolated
+// linearly within the bucket that holds it (as Prometheus'
+// histogram_quantile does).
 func p99(before, after map[float64]float64) float64 {
 	var bounds []float64
 	for b := range after {
@@ -292,15 +293,22 @@ func p99(before, after map[float64]float64) float64 {
 	if total <= 0 {
 		return 0
 	}
+	rank := 0.99 * total
+	lower, below := 0.0, 0.0
 	for _, b := range bounds {
-		if after[b]-before[b] >= 0.99*total {
+		n := after[b] - before[b]
+		if n >= rank {
 			if math.IsInf(b, 1) {
-				return bounds[max(len(bounds)-2, 0)]
+				return lower
 			}
-			return b
+			if n == below {
+				return b
+			}
+			return lower + (b-lower)*(rank-below)/(n-below)
 		}
+		lower, below = b, n
 	}
-	return 0
+	return lower
 }
 
 // --- the population ---------------------------------------------------------
