@@ -30,6 +30,7 @@ type Registry interface {
 	Deregister(ctx context.Context, in *lodestonepb.CatalogDeregisterRequest, opts ...grpc.CallOption) (*lodestonepb.CatalogDeregisterResponse, error)
 	UpdateCheck(ctx context.Context, in *lodestonepb.UpdateCheckRequest, opts ...grpc.CallOption) (*lodestonepb.UpdateCheckResponse, error)
 	Node(ctx context.Context, in *lodestonepb.NodeRequest, opts ...grpc.CallOption) (*lodestonepb.NodeResponse, error)
+	Checks(ctx context.Context, in *lodestonepb.ChecksRequest, opts ...grpc.CallOption) (*lodestonepb.ChecksResponse, error)
 }
 
 var _ Registry = lodestonepb.CatalogClient(nil)
@@ -62,6 +63,7 @@ type Agent struct {
 	checksRun   *prometheus.CounterVec
 	transitions *prometheus.CounterVec
 	writes      *prometheus.CounterVec
+	verifies    *prometheus.CounterVec
 }
 
 // runner is one check's goroutine.
@@ -101,7 +103,10 @@ func New(cfg Config) (*Agent, error) {
 	a.writes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "lodestone", Subsystem: "agent", Name: "registry_writes_total", Help: "Writes to the registry by kind (node, register, deregister, check) and result (ok, error).",
 	}, []string{"kind", "result"})
-	for _, c := range []prometheus.Collector{a.checksRun, a.transitions, a.writes} {
+	a.verifies = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "lodestone", Subsystem: "agent", Name: "anti_entropy_runs_total", Help: "Reads of this node back from the registry, by result (ok, error).",
+	}, []string{"result"})
+	for _, c := range []prometheus.Collector{a.checksRun, a.transitions, a.writes, a.verifies} {
 		if err := prom.Register(c); err != nil {
 			return nil, fmt.Errorf("register agent metrics: %w", err)
 		}
@@ -386,6 +391,8 @@ func (a *Agent) runTTL(ctx context.Context, c *check, kick <-chan struct{}) {
 // agent stops.
 func (a *Agent) runSync() {
 	backoff := a.cfg.RetryMin
+	verify := time.NewTicker(a.cfg.AntiEntropyInterval)
+	defer verify.Stop()
 	for {
 		a.mu.Lock()
 		o := a.local.next()
@@ -395,8 +402,15 @@ func (a *Agent) runSync() {
 			case <-a.ctx.Done():
 				return
 			case <-a.kick:
-				continue
+			case <-verify.C:
+				if err := a.antiEntropy(a.ctx); err != nil && a.ctx.Err() == nil {
+					a.verifies.WithLabelValues("error").Inc()
+					a.logger.Warn("anti-entropy read failed", "err", err)
+				} else {
+					a.verifies.WithLabelValues("ok").Inc()
+				}
 			}
+			continue
 		}
 		stale, err := a.write(a.ctx, o)
 		if err == nil {
@@ -431,6 +445,27 @@ func (a *Agent) runSync() {
 	}
 }
 
+// antiEntropy reads the node back (linearizable reads: a ReadIndex round,
+// no log entry, and no stale view that would look like a loss) and marks
+// differences for the sync loop.
+func (a *Agent) antiEntropy(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.WriteTimeout)
+	defer cancel()
+	name := a.local.node.Name // immutable after New
+	n, err := a.reg.Node(ctx, &lodestonepb.NodeRequest{Name: name})
+	if err != nil {
+		return fmt.Errorf("read node: %w", err)
+	}
+	cs, err := a.reg.Checks(ctx, &lodestonepb.ChecksRequest{Node: name})
+	if err != nil {
+		return fmt.Errorf("read checks: %w", err)
+	}
+	a.mu.Lock()
+	a.local.reconcile(n.GetNode(), cs.GetChecks())
+	a.mu.Unlock()
+	return nil
+}
+
 // write performs o. A node write also returns the services the registry
 // lists on this node that the agent does not know (left by an earlier
 // run), to deregister.
@@ -443,7 +478,7 @@ func (a *Agent) write(ctx context.Context, o *op) ([]string, error) {
 		if _, err := a.reg.Register(ctx, &lodestonepb.CatalogRegisterRequest{Node: node}); err != nil {
 			return nil, fmt.Errorf("register node: %w", err)
 		}
-		resp, err := a.reg.Node(ctx, &lodestonepb.NodeRequest{Name: node.Name, Consistency: lodestonepb.Consistency_STALE})
+		resp, err := a.reg.Node(ctx, &lodestonepb.NodeRequest{Name: node.Name})
 		if err != nil {
 			return nil, fmt.Errorf("read node: %w", err)
 		}

@@ -68,6 +68,10 @@ func (f *fakeRegistry) Node(context.Context, *lodestonepb.NodeRequest, ...grpc.C
 	return &lodestonepb.NodeResponse{}, nil
 }
 
+func (f *fakeRegistry) Checks(context.Context, *lodestonepb.ChecksRequest, ...grpc.CallOption) (*lodestonepb.ChecksResponse, error) {
+	return &lodestonepb.ChecksResponse{}, nil
+}
+
 // count returns how many recorded writes equal w.
 func (f *fakeRegistry) count(w string) int {
 	n := 0

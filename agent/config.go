@@ -51,6 +51,12 @@ type Config struct {
 	// OnStop is OnStopLeave (default) or OnStopDeregister.
 	OnStop string
 
+	// AntiEntropyInterval is how often the agent reads its node back from
+	// the registry and repairs differences (a service an operator
+	// deregistered, a status someone else overwrote). Default 1m. Reads
+	// only; it writes nothing when the registry agrees.
+	AntiEntropyInterval time.Duration
+
 	// WriteTimeout bounds one registry write. Default 5s.
 	WriteTimeout time.Duration
 	// RetryMin and RetryMax bound the back-off between failed writes.
@@ -75,9 +81,11 @@ func DefaultConfig() Config {
 	return Config{
 		Gossip:       gossip.DefaultConfig(),
 		OnStop:       OnStopLeave,
-		WriteTimeout: 5 * time.Second,        // a leader election plus a commit
-		RetryMin:     200 * time.Millisecond, // first retry soon: most failures are an election
-		RetryMax:     5 * time.Second,        // a registry outage costs one write per 5s per agent
+		WriteTimeout: 5 * time.Second, // a leader election plus a commit
+		// two stale reads a minute per agent
+		AntiEntropyInterval: time.Minute,
+		RetryMin:            200 * time.Millisecond, // first retry soon: most failures are an election
+		RetryMax:            5 * time.Second,        // a registry outage costs one write per 5s per agent
 	}
 }
 
@@ -112,8 +120,8 @@ func (c *Config) Validate() error {
 	default:
 		return bad("on-stop", "%q: use %q or %q", c.OnStop, OnStopLeave, OnStopDeregister)
 	}
-	if c.WriteTimeout <= 0 || c.RetryMin <= 0 || c.RetryMax < c.RetryMin {
-		return bad("retry", "write timeout and retry back-off must be positive, min at most max")
+	if c.WriteTimeout <= 0 || c.RetryMin <= 0 || c.RetryMax < c.RetryMin || c.AntiEntropyInterval <= 0 {
+		return bad("retry", "write timeout, anti-entropy interval and retry back-off must be positive, min at most max")
 	}
 	c.Gossip.Name, c.Gossip.Role = c.NodeName, gossip.RoleAgent
 	if err := c.Gossip.Validate(); err != nil {

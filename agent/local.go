@@ -167,6 +167,47 @@ func (l *local) lost(o *op) {
 	}
 }
 
+// reconcile compares the registry's record of this node (nil: the node is
+// gone) and its checks with what the registry was last told, and marks
+// every difference for writing: a service it lacks or whose checks it lost
+// is registered again, a check whose stored status differs is updated, a
+// service it has that the agent does not know is deregistered. Checks the
+// agent does not own (the leader's serfHealth) are left alone.
+func (l *local) reconcile(node *lodestonepb.NodeServices, checks []*lodestonepb.Check) {
+	if node == nil {
+		l.resync()
+		return
+	}
+	remoteSvc := map[string]bool{}
+	for _, s := range node.Services {
+		remoteSvc[s.Id] = true
+		if _, ok := l.services[s.Id]; !ok {
+			l.gone[s.Id] = true
+		}
+	}
+	remoteCheck := map[string]*lodestonepb.Check{}
+	for _, c := range checks {
+		remoteCheck[c.CheckId] = c
+	}
+	for id, ls := range l.services {
+		if ls.synced == 0 {
+			continue // not written yet: nothing to compare
+		}
+		if !remoteSvc[id] {
+			ls.synced = 0
+			continue
+		}
+		for _, cid := range ls.checks {
+			rc := remoteCheck[cid]
+			if rc == nil {
+				ls.synced = 0
+				break
+			}
+			l.checks[cid].remote = rc.Status
+		}
+	}
+}
+
 // resync forgets what the registry was told, so everything is written
 // again (after the node was re-registered from scratch).
 func (l *local) resync() {

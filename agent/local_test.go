@@ -163,3 +163,51 @@ func TestCompileDefinitions(t *testing.T) {
 		})
 	}
 }
+
+func TestLocalReconcileRepairsDifferences(t *testing.T) {
+	mk := func(s *checkSpec) *check { return newCheck(s, time.Unix(0, 0)) }
+	setup := func() (*local, *check) {
+		l := newLocal(&lodestonepb.Node{Name: "a1"})
+		_, added := l.addService(mustCompile(t, ServiceDefinition{Name: "web", Check: &CheckDefinition{TTL: Duration(time.Minute), Status: "passing"}}), mk)
+		drain(l)
+		return l, added[0]
+	}
+	remote := func(svcs []string, checks map[string]lodestonepb.HealthStatus) (*lodestonepb.NodeServices, []*lodestonepb.Check) {
+		ns := &lodestonepb.NodeServices{Node: &lodestonepb.Node{Name: "a1"}}
+		for _, s := range svcs {
+			ns.Services = append(ns.Services, &lodestonepb.Service{Id: s, Name: s})
+		}
+		var cs []*lodestonepb.Check
+		for id, st := range checks {
+			cs = append(cs, &lodestonepb.Check{Node: "a1", CheckId: id, Status: st})
+		}
+		return ns, cs
+	}
+	cases := []struct {
+		name   string
+		svcs   []string
+		checks map[string]lodestonepb.HealthStatus
+		gone   bool
+		want   string
+	}{
+		{"registry agrees: nothing", []string{"web"}, map[string]lodestonepb.HealthStatus{"service:web": passing, "serfHealth": critical}, false, ""},
+		{"service deregistered behind our back", nil, map[string]lodestonepb.HealthStatus{"serfHealth": passing}, false, "register:web:passing"},
+		{"check lost", []string{"web"}, nil, false, "register:web:passing"},
+		{"status overwritten", []string{"web"}, map[string]lodestonepb.HealthStatus{"service:web": critical}, false, "check:service:web:passing"},
+		{"unknown service from an earlier run", []string{"web", "old"}, map[string]lodestonepb.HealthStatus{"service:web": passing}, false, "deregister:old"},
+		{"node gone", nil, nil, true, "node,register:web:passing"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l, _ := setup()
+			ns, cs := remote(tc.svcs, tc.checks)
+			if tc.gone {
+				ns = nil
+			}
+			l.reconcile(ns, cs)
+			if got := strings.Join(drain(l), ","); got != tc.want {
+				t.Fatalf("writes %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
