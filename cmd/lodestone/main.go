@@ -99,7 +99,7 @@ Start a local node with "lodestone dev", then try:
 		"how long a client command may take in all, retries included")
 
 	root.AddCommand(newServerCmd(), newDevCmd(), newKVCmd(), newMembersCmd(), newStatusCmd(), newCompactCmd(), newGatewayCmd(),
-		newSnapshotCmd(), newRecoverCmd())
+		newSnapshotCmd(), newRecoverCmd(), newAdmissionCmd())
 	root.AddCommand(newCatalogCmd(), newHealthCmd(), newSessionCmd(), newLockCmd())
 	root.AddCommand(newAgentCmd())
 	return root
