@@ -78,7 +78,7 @@ func NewCatalogSource(c *client.Client, cfg CatalogSourceConfig) (*CatalogSource
 }
 
 // Stats returns how the source (re)joined the registry so far.
-func (s *CatalogSource) Stats() SourceStats { return s.kv.Stats() }
+func (s *CatalogSource) Stats() SourceStats { return s.kv.stats() }
 
 // RouteKey returns the KV key of a registry route.
 func (s *CatalogSource) RouteKey(name string) string { return s.kv.RouteKey(name) }

@@ -47,8 +47,8 @@ type feedRunner struct {
 	resumes atomic.Int64
 }
 
-// Stats returns the counts so far.
-func (r *feedRunner) Stats() SourceStats {
+// stats returns the counts so far.
+func (r *feedRunner) stats() SourceStats {
 	return SourceStats{Reloads: r.reloads.Load(), Resumes: r.resumes.Load()}
 }
 

@@ -173,6 +173,9 @@ func (s *KVSource) DeleteRoute(ctx context.Context, name string) (uint64, error)
 	return resp.GetHeader().GetIndex(), nil
 }
 
+// Stats returns how the source (re)joined the registry so far.
+func (s *KVSource) Stats() SourceStats { return s.stats() }
+
 // Run implements Source.
 func (s *KVSource) Run(ctx context.Context, from uint64, sink Sink) error {
 	return s.run(ctx, &kvFeed{s: s, last: from}, from == 0, sink)
