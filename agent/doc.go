@@ -27,6 +27,8 @@
 // then passing". Output changes alone are not written (Consul rate-limits
 // them instead; we drop them). A failed write is retried with back-off;
 // a refused update (the registry lost the check) re-registers the service.
+// Every AntiEntropyInterval the agent reads its node back (reads, no Raft
+// entries) and marks whatever the registry lost or changed for writing.
 //
 // # Stopping
 //

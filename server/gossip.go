@@ -345,10 +345,7 @@ func (g *serverGossip) reconcile(ctx context.Context) error {
 	for _, cmd := range planGossip(g.pool.Members(), g.s.store, reap) {
 		kind := commandKind(cmd)
 		cmd.TimeUnixNano = now.UnixNano()
-		res, index, err := g.s.apply(rctx, cmd)
-		if err == nil {
-			err = store.ResultError(res)
-		}
+		_, index, err := g.s.applyChecked(rctx, cmd)
 		if err != nil {
 			g.writes.WithLabelValues(kind, "error").Inc()
 			return fmt.Errorf("write %s: %w", kind, err)

@@ -52,6 +52,7 @@ the leader marks its node critical within the gossip detection time.
 	f.StringVar(&o.configFile, "config-file", "", `JSON file with {"services": [...]} to register at start`)
 	f.StringVar(&o.cfg.ListenHTTP, "listen-http", "127.0.0.1:8510", "address of the local agent API and /metrics (empty: off)")
 	f.StringVar(&o.cfg.OnStop, "on-stop", o.cfg.OnStop, "on SIGINT/SIGTERM: leave (the node stays, marked critical) or deregister (the node is removed)")
+	f.DurationVar(&o.cfg.AntiEntropyInterval, "anti-entropy-interval", o.cfg.AntiEntropyInterval, "how often the node is read back from the registry to repair differences")
 	addGossipFlags(f, &o.cfg.Gossip, "127.0.0.1:7946")
 	addLogFlags(cmd, &o.logLevel, &o.logFormat)
 	return cmd
