@@ -2,6 +2,9 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -206,5 +209,122 @@ func TestCatalogSourceRouteWarning(t *testing.T) {
 	}
 	if resp, body := get(t, httpClient(t), g, "x", "/"); resp.StatusCode != 200 || body != "a /" {
 		t.Errorf("a warning with RouteWarning: %d %q, want a", resp.StatusCode, body)
+	}
+}
+
+// TestCatalogSourceChurnNeverRoutesToDeregistered: under steady load while
+// instances are deregistered and registered again through the Catalog
+// service, no request is answered by an instance whose deregistration the
+// gateway had applied for the whole time the request was routed: a request
+// that saw table indices [before, after] and was answered by slot s needs
+// s registered at some index in that range.
+func TestCatalogSourceChurnNeverRoutesToDeregistered(t *testing.T) {
+	const slots = 6
+	reg := startRegistry(t)
+	src := reg.catalogSource(t, false)
+	c := reg.newClient(t)
+	ctx := testCtx(t, 60*time.Second)
+	if _, err := src.PutRoute(ctx, gateway.Route{Name: "all", PathPrefix: "/", Service: "svc"}); err != nil {
+		t.Fatal(err)
+	}
+	insts := make([]gateway.Instance, slots)
+	var idx uint64
+	for i := range insts {
+		insts[i] = startOrigin(t, nameHandler(fmt.Sprint(i)), false).instance("svc", fmt.Sprint("s", i), nil)
+		var err error
+		if idx, err = register(ctx, c, insts[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := startGateway(t, testConfig(t, src))
+	if err := g.WaitIndex(ctx, idx); err != nil {
+		t.Fatal(err)
+	}
+
+	type answer struct {
+		before, after uint64
+		slot          int
+	}
+	var (
+		mu      sync.Mutex
+		answers []answer
+		failed  []string
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	hc := httpClient(t)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				before := g.Index()
+				resp, err := hc.Get("http://" + g.Addr() + "/")
+				var body []byte
+				if err == nil {
+					body, err = io.ReadAll(resp.Body)
+					resp.Body.Close()
+				}
+				after := g.Index()
+				mu.Lock()
+				var slot int
+				if _, serr := fmt.Sscanf(string(body), "%d /", &slot); err != nil || serr != nil || resp.StatusCode != 200 {
+					failed = append(failed, fmt.Sprintf("status/err %v/%v body %q", resp, err, body))
+				} else {
+					answers = append(answers, answer{before, after, slot})
+				}
+				mu.Unlock()
+			}
+		})
+	}
+
+	// gaps[s] are the table index ranges [from, to) during which slot s
+	// was deregistered.
+	type gap struct{ from, to uint64 }
+	gaps := make([][]gap, slots)
+	deadline := time.Now().Add(3 * time.Second)
+	for n := 0; time.Now().Before(deadline); n++ {
+		s := n % slots
+		resp, err := c.Deregister(ctx, testNode, insts[s].ID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		from := resp.GetHeader().GetIndex()
+		to, err := register(ctx, c, insts[s])
+		if err != nil {
+			t.Fatal(err)
+		}
+		gaps[s] = append(gaps[s], gap{from, to})
+	}
+	close(stop)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failed) > 0 {
+		t.Errorf("%d of %d requests failed under churn, first: %s", len(failed), len(failed)+len(answers), failed[0])
+	}
+	bad := 0
+	for _, a := range answers {
+		for _, gp := range gaps[a.slot] {
+			if a.before >= gp.from && a.after < gp.to {
+				bad++
+				if bad == 1 {
+					t.Errorf("a request routed at table indices [%d, %d] reached slot %d, deregistered over [%d, %d)",
+						a.before, a.after, a.slot, gp.from, gp.to)
+				}
+			}
+		}
+	}
+	n := 0
+	for _, g := range gaps {
+		n += len(g)
+	}
+	t.Logf("%d deregistrations and registrations, %d requests, %d reached a deregistered instance", n, len(answers), bad)
+	if n < slots || len(answers) < 100 {
+		t.Errorf("%d deregistrations and %d requests: too little churn or load to mean anything", n, len(answers))
 	}
 }
