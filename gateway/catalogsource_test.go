@@ -263,16 +263,20 @@ func TestCatalogSourceChurnNeverRoutesToDeregistered(t *testing.T) {
 				}
 				before := g.Index()
 				resp, err := hc.Get("http://" + g.Addr() + "/")
-				var body []byte
+				var (
+					body   []byte
+					status int
+				)
 				if err == nil {
+					status = resp.StatusCode
 					body, err = io.ReadAll(resp.Body)
 					resp.Body.Close()
 				}
 				after := g.Index()
 				mu.Lock()
 				var slot int
-				if _, serr := fmt.Sscanf(string(body), "%d /", &slot); err != nil || serr != nil || resp.StatusCode != 200 {
-					failed = append(failed, fmt.Sprintf("status/err %v/%v body %q", resp, err, body))
+				if _, serr := fmt.Sscanf(string(body), "%d /", &slot); err != nil || serr != nil || status != 200 {
+					failed = append(failed, fmt.Sprintf("status %d, err %v, body %q", status, err, body))
 				} else {
 					answers = append(answers, answer{before, after, slot})
 				}
