@@ -57,7 +57,7 @@ proto:
 	./api/gen.sh
 
 # Side-by-side benchmarks against named peers; each prints BENCH lines.
-bench: bench-kv
+bench: bench-kv bench-blocking
 
 bench-kv:
 	cd bench && $(GO) run ./cmd/kvbench
@@ -76,6 +76,13 @@ bench-raftlog:
 .PHONY: bench-watch
 bench-watch:
 	cd bench && $(GO) run ./cmd/watchbench
+
+# 10k Consul-style blocking queries on distinct keys plus 1,000 writes/s
+# through the Consul HTTP KV API: write p99 with them vs without, every
+# query answered; see bench/cmd/blockingbench.
+.PHONY: bench-blocking
+bench-blocking:
+	cd bench && $(GO) run ./cmd/blockingbench
 
 clean:
 	rm -rf $(BIN)

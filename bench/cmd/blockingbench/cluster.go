@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+)
+
+// cluster is three running Lodestone members, talked to only over HTTP.
+type cluster struct {
+	dir    string
+	procs  []*harness.Proc
+	peers  []string // Raft peer addresses, member order
+	https  []string // "http://host:port", member order
+	leader int      // index of the leader once known
+}
+
+const members = 3
+
+// startCluster starts three members on fresh loopback ports with data in
+// a fresh directory under workDir, each under `taskset -c -server-cpus`,
+// and waits until the leader acknowledges a Consul KV put. On error
+// everything it started is stopped and removed.
+func startCluster(ctx context.Context, bin, workDir string) (_ *cluster, err error) {
+	dir, err := os.MkdirTemp(workDir, "lodestone-")
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{dir: dir}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w%s", err, c.logTails())
+			c.stop()
+		}
+	}()
+	ports, err := harness.FreePorts(3 * members)
+	if err != nil {
+		return nil, err
+	}
+	var names, initial []string
+	for i := range members {
+		names = append(names, fmt.Sprintf("n%d", i+1))
+		c.peers = append(c.peers, fmt.Sprintf("127.0.0.1:%d", ports[i]))
+		c.https = append(c.https, fmt.Sprintf("http://127.0.0.1:%d", ports[2*members+i]))
+		initial = append(initial, names[i]+"="+c.peers[i])
+	}
+	for i := range members {
+		args := []string{"server", "--name", names[i], "--data-dir", filepath.Join(dir, names[i]),
+			"--listen-peer", c.peers[i], "--listen-grpc", fmt.Sprintf("127.0.0.1:%d", ports[members+i]),
+			"--listen-http", strings.TrimPrefix(c.https[i], "http://"),
+			"--initial-cluster", strings.Join(initial, ","), "--log-level", "warn"}
+		p, err := harness.Start(names[i], bin, args, filepath.Join(dir, names[i]+".log"), *flagServerCPUs)
+		if err != nil {
+			return nil, err
+		}
+		c.procs = append(c.procs, p)
+	}
+
+	// The leader: the member whose peer address /v1/status/leader names
+	// (Consul answers with the leader's Raft address).
+	deadline := time.Now().Add(30 * time.Second)
+	for c.leader = -1; c.leader < 0; {
+		if err := c.checkAlive(); err != nil {
+			return nil, err
+		}
+		var addr string
+		if err := getJSON(ctx, c.https[0]+"/v1/status/leader", &addr); err == nil {
+			for i, p := range c.peers {
+				if p == addr {
+					c.leader = i
+				}
+			}
+		}
+		if c.leader >= 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no leader within 30s (last answer %q)", addr)
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	w := newWriter(c.https[c.leader])
+	defer w.close()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := w.put(pctx, "blockingbench/probe", []byte("ok"))
+		cancel()
+		if err == nil {
+			return c, nil
+		}
+		if aerr := c.checkAlive(); aerr != nil {
+			return nil, aerr
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("probe put on leader %s: %w", c.https[c.leader], err)
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (c *cluster) checkAlive() error {
+	for _, p := range c.procs {
+		if exited, err := p.Exited(); exited {
+			return fmt.Errorf("%w: %s (%v)", harness.ErrExited, p.Name, err)
+		}
+	}
+	return nil
+}
+
+// cpu is the CPU time every member has used so far.
+func (c *cluster) cpu() time.Duration {
+	var t time.Duration
+	for _, p := range c.procs {
+		d, _ := harness.CPUTime(p.Pid())
+		t += d
+	}
+	return t
+}
+
+// stop stops the followers, then the leader (SIGTERM, SIGKILL after
+// 10s), and removes the data unless -keep.
+func (c *cluster) stop() error {
+	var followers, leader []*harness.Proc
+	for i, p := range c.procs {
+		if i == c.leader {
+			leader = append(leader, p)
+		} else {
+			followers = append(followers, p)
+		}
+	}
+	err := harness.StopAll(followers, 10*time.Second)
+	if lerr := harness.StopAll(leader, 10*time.Second); lerr != nil && err == nil {
+		err = lerr
+	}
+	if !*flagKeep {
+		if rerr := os.RemoveAll(c.dir); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+func (c *cluster) logTails() string {
+	var b strings.Builder
+	for _, p := range c.procs {
+		fmt.Fprintf(&b, "\n--- last lines of %s log (%s):\n%s", p.Name, p.LogPath, p.LogTail(1500))
+	}
+	return b.String()
+}
+
+func getJSON(ctx context.Context, url string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// inFlightMetric counts the HTTP blocking queries a server holds.
+const inFlightMetric = `lodestone_blocking_queries_in_flight{api="http"} `
+
+// inFlight reads inFlightMetric from the server at base.
+func inFlight(ctx context.Context, base string) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), inFlightMetric); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s/metrics has no %s", base, strings.TrimSpace(inFlightMetric))
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,291 @@
+// Command blockingbench measures what Consul-style blocking queries cost
+// the write path: a three-process Lodestone cluster takes 1,000 writes/s
+// through the Consul HTTP KV API, first alone, then with 10,000 concurrent
+// blocking queries (`GET /v1/kv/<key>?index=N&wait=W`), each on its own
+// key, which the writes wake one at a time. It prints BENCH lines
+// (DESIGN.md "How benchmarks report"; cmd/blockingbench/README.md explains
+// the phases, the checks and every line). Run it from bench/:
+//
+//	cd bench && go run ./cmd/blockingbench [-reps 3] [-queries 10000]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+)
+
+var (
+	flagReps       = flag.Int("reps", 3, "repetitions, each on a fresh cluster; medians are reported (use an odd number)")
+	flagDuration   = flag.Duration("duration", 10*time.Second, "measured write window of each phase")
+	flagWarmup     = flag.Duration("warmup", 2*time.Second, "writes before each window (checked, not timed)")
+	flagRate       = flag.Int("rate", 1000, "writes per second (open loop: each write has its intended start time)")
+	flagQueries    = flag.Int("queries", 10000, "blocking queries, one per key; the writes go to these keys round-robin")
+	flagWait       = flag.Duration("wait", 10*time.Second, "?wait of every blocking query (the server adds up to 1/16 jitter)")
+	flagQueriesOn  = flag.String("queries-on", "leader", `where the blocking queries go: "leader" or "all" (round-robin over the three servers)`)
+	flagServerCPUs = flag.String("server-cpus", "1", `taskset CPU list for every server process ("" = no pinning)`)
+	flagClientCPUs = flag.String("client-cpus", "0", `CPU list the load generator pins itself to ("" = no pinning)`)
+	flagWorkDir    = flag.String("work-dir", "", "where the binary and data dirs go (default: the system temp dir)")
+	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
+	flagKeep       = flag.Bool("keep", false, "keep the binary, data dirs and server logs")
+)
+
+// Targets: the issue "Consul-compatible catalog, health, sessions and KV
+// over HTTP" asks for write p99 with the queries at most 1.10 times
+// without; the wake budget is the watch hub's delivery-lag budget
+// (cmd/watchbench), since blocking queries are views on the same hub.
+const (
+	targetWriteGrowth = 1.10
+	budgetWakeMS      = 50.0
+)
+
+func main() {
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: cd bench && go run ./cmd/blockingbench [flags]\n\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			fmt.Fprintln(os.Stderr, "blockingbench: interrupted; servers stopped and temp dirs removed")
+		} else {
+			fmt.Fprintf(os.Stderr, "blockingbench: %v\n", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// sample is what one repetition measured.
+type sample struct {
+	none, with float64 // write p99 in ms: no queries, with them
+	wakeP99    float64 // ms
+	q          queryCounts
+}
+
+func run(ctx context.Context) error {
+	if *flagReps < 1 || *flagRate < 1 || *flagQueries < 1 || *flagWait < time.Second {
+		return errors.New("-reps, -rate and -queries must be >= 1, -wait >= 1s")
+	}
+	if *flagQueriesOn != "leader" && *flagQueriesOn != "all" {
+		return fmt.Errorf(`-queries-on %q: want "leader" or "all"`, *flagQueriesOn)
+	}
+	root, err := filepath.Abs(*flagRoot)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(*flagWorkDir, "blockingbench-")
+	if err != nil {
+		return err
+	}
+	if *flagKeep {
+		logf("keeping binary, data and logs in %s", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
+	bin := filepath.Join(tmp, "lodestone")
+	logf("building ./cmd/lodestone (in %s)", root)
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/lodestone")
+	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("go build ./cmd/lodestone in %s: %w", root, err)
+	}
+	pinning, err := harness.Pinning("blockingbench", *flagServerCPUs, *flagClientCPUs)
+	if err != nil {
+		return err
+	}
+	logf("%s", pinning)
+	loadBefore := loadAvg()
+
+	var samples []sample
+	for rep := range *flagReps {
+		s, err := runRep(ctx, bin, tmp, rep)
+		if err != nil {
+			return fmt.Errorf("rep %d: %w", rep+1, err)
+		}
+		samples = append(samples, s)
+	}
+
+	n := *flagQueries
+	where := "all on the leader"
+	if *flagQueriesOn == "all" {
+		where = "round-robin over the three servers"
+	}
+	fmt.Printf("setup: per rep a fresh 3-process Lodestone cluster (fsync on) on 127.0.0.1; %d keys %s* written once each first; "+
+		"writes: %d/s open loop of %d-byte values through the Consul HTTP KV API (PUT /v1/kv/<key> to the leader, HTTP/1.1 keep-alive), key = write number mod %d; "+
+		"phases: no queries, then %d blocking queries (one goroutine and one HTTP/1.1 connection each, %s; GET /v1/kv/<key>?index=N&wait=%dms in default consistency mode, "+
+		"index handled as consul-template does: same index -> re-issue, lower -> reset to 0, higher -> take it; first requests spread over one wait), "+
+		"then queries closed again (control); each phase %s warm-up + %s window; %d reps, medians shown; latency from each write's intended start; "+
+		"wake = the query's receipt of a write's value minus that write's intended start\n",
+		n, keyPrefix, *flagRate, valueSize, n, n, where, flagWait.Milliseconds(), *flagWarmup, *flagDuration, *flagReps)
+	fmt.Printf("pinning: %s\n", pinning)
+	fmt.Printf("machine: load average %s before, %s after (shared with other work; read the control phase before trusting a ratio)\n", loadBefore, loadAvg())
+
+	med := func(f func(sample) float64) float64 {
+		var xs []float64
+		for _, s := range samples {
+			xs = append(xs, f(s))
+		}
+		return harness.Median(xs)
+	}
+	var tot queryCounts
+	for _, s := range samples {
+		tot.add(s.q)
+	}
+	fmt.Printf("verify: over %d reps: %d blocking requests due, %d answered (%d on a change, %d after the wait with the same index, %d early with the same index), "+
+		"%d errors, %d index resets; %d writes acknowledged while queries ran, %d seen by their key's query\n",
+		len(samples), tot.due, tot.answered, tot.changed, tot.timedOut, tot.early, tot.errors, tot.resets, tot.wakesDue, tot.wakesSeen)
+	k := countLabel(n)
+	fmt.Println(harness.Line{Name: "blocking-write-p99-" + k + "-vs-none", Unit: "ms", Lodestone: med(func(s sample) float64 { return s.with }),
+		PeerName: "lodestone-no-queries", Peer: med(func(s sample) float64 { return s.none }), Op: "<=", Target: targetWriteGrowth})
+	fmt.Println(harness.Line{Name: "blocking-answered-" + k, Unit: "queries", Lodestone: float64(tot.answered),
+		PeerName: "due", Peer: float64(tot.due), Op: ">=", Target: 1})
+	fmt.Println(harness.Line{Name: "blocking-woken-" + k, Unit: "writes", Lodestone: float64(tot.wakesSeen),
+		PeerName: "due", Peer: float64(tot.wakesDue), Op: ">=", Target: 1})
+	fmt.Println(harness.Line{Name: "blocking-wake-p99-" + k, Unit: "ms", Lodestone: med(func(s sample) float64 { return s.wakeP99 }),
+		PeerName: "budget", Peer: budgetWakeMS, Op: "<=", Target: 1})
+	return nil
+}
+
+// runRep runs the three phases on a fresh cluster.
+func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err error) {
+	logf("rep %d: starting a fresh cluster", rep+1)
+	c, err := startCluster(ctx, bin, workDir)
+	if err != nil {
+		return sample{}, err
+	}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w%s", err, c.logTails())
+		}
+		if serr := c.stop(); serr != nil && err == nil {
+			err = fmt.Errorf("stop: %w", serr)
+		}
+	}()
+	n := *flagQueries
+	w := newWriter(c.https[c.leader])
+	defer w.close()
+	logf("writing each of %d keys once", n)
+	if err := w.populate(ctx, n); err != nil {
+		return sample{}, err
+	}
+	var s sample
+	phase := func(label string, id byte, q *queries) (writeResult, error) {
+		p := newPhase(id, *flagRate, *flagWarmup, *flagDuration)
+		cpu0 := c.cpu()
+		t0 := time.Now()
+		r, err := w.run(ctx, p, n, q)
+		if err == nil && r.acked == 0 {
+			err = fmt.Errorf("phase %s: no write was acknowledged (first error: %v)", label, r.firstErr)
+		}
+		if err == nil {
+			err = c.checkAlive()
+		}
+		if err != nil {
+			return r, err
+		}
+		note := ""
+		if r.errors > 0 {
+			note = fmt.Sprintf(" first-error=%q", r.firstErr.Error())
+		}
+		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms server-cpu=%.0f%% loadgen-cpu=%.0f%%%s\n",
+			rep+1, *flagReps, label, r.acked, r.errors, ms(harness.Percentile(r.lat, 50)), ms(harness.Percentile(r.lat, 99)),
+			100*(c.cpu()-cpu0).Seconds()/time.Since(t0).Seconds(), 100*r.loadgenCPU.Seconds()/time.Since(t0).Seconds(), note)
+		return r, nil
+	}
+
+	logf("phase 1: writes, no queries")
+	r, err := phase("none", 1, nil)
+	if err != nil {
+		return s, err
+	}
+	s.none = harness.Millis(harness.Percentile(r.lat, 99))
+
+	targets := c.https[c.leader : c.leader+1]
+	if *flagQueriesOn == "all" {
+		targets = c.https
+	}
+	logf("opening %d blocking queries over %v", n, *flagWait)
+	q, err := openQueries(ctx, targets, n, *flagWait)
+	if err != nil {
+		return s, err
+	}
+	defer q.close() // idempotent
+	waiting := 0.0
+	for _, t := range targets {
+		v, err := inFlight(ctx, t)
+		if err != nil {
+			return s, err
+		}
+		waiting += v
+	}
+	logf("phase 2: writes with %d queries (%.0f waiting on the servers now)", n, waiting)
+	r, err = phase(countLabel(n), 2, q)
+	if err != nil {
+		return s, err
+	}
+	s.with = harness.Millis(harness.Percentile(r.lat, 99))
+	logf("draining: every write seen, then every outstanding query answered")
+	s.q = q.finish(ctx)
+	if err := ctx.Err(); err != nil {
+		return s, err
+	}
+	s.wakeP99 = harness.Millis(harness.Percentile(s.q.wake, 99))
+	fmt.Printf("queries rep=%d/%d in-flight-at-start=%.0f due=%d answered=%d changed=%d timed-out=%d early=%d errors=%d resets=%d wakes-due=%d wakes-seen=%d wake-p50=%sms wake-p99=%sms%s\n",
+		rep+1, *flagReps, waiting, s.q.due, s.q.answered, s.q.changed, s.q.timedOut, s.q.early, s.q.errors, s.q.resets, s.q.wakesDue, s.q.wakesSeen,
+		ms(harness.Percentile(s.q.wake, 50)), ms(harness.Percentile(s.q.wake, 99)), errNote(s.q.firstErr))
+
+	// Control: the same writes with the queries gone. A baseline that
+	// drifted (a bigger store, a noisy neighbour) shows here; it is
+	// printed, not used in the ratio.
+	logf("phase 3: writes, queries closed (control)")
+	_, err = phase("none-after", 3, nil)
+	return s, err
+}
+
+func ms(d time.Duration) string { return harness.FormatValue(harness.Millis(d)) }
+
+func errNote(err error) string {
+	if err == nil {
+		return ""
+	}
+	return fmt.Sprintf(" first-error=%q", err.Error())
+}
+
+// countLabel names a count the way the BENCH lines do: 10000 -> "10k".
+func countLabel(n int) string {
+	if n >= 1000 && n%1000 == 0 {
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return fmt.Sprint(n)
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+var started = time.Now()
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "blockingbench: %5.1fs "+format+"\n", append([]any{time.Since(started).Seconds()}, args...)...)
+}

@@ -1,0 +1,57 @@
+package main
+
+import "testing"
+
+func TestValueRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		ph  byte
+		seq int
+	}{{0, 0}, {2, 11999}, {255, 1 << 40}} {
+		v := encodeValue(tc.ph, tc.seq)
+		ph, seq, ok := decodeValue(v)
+		if !ok || ph != tc.ph || seq != tc.seq {
+			t.Errorf("decode(encode(%d, %d)) = %d, %d, %v", tc.ph, tc.seq, ph, seq, ok)
+		}
+		if tc.seq < 1<<40 && len(v) != valueSize {
+			t.Errorf("len(encode(%d, %d)) = %d, want %d", tc.ph, tc.seq, len(v), valueSize)
+		}
+	}
+	for _, bad := range []string{"ok", "", "1:", "x:1:", "1:-2:", "300:1:"} {
+		if _, _, ok := decodeValue([]byte(bad)); ok {
+			t.Errorf("decodeValue(%q) succeeded", bad)
+		}
+	}
+}
+
+// TestNextIndex follows consul-template's watch/view.go fetch.
+func TestNextIndex(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		last, got   uint64
+		next        uint64
+		wantChanged bool
+	}{
+		{"first read takes the index", 0, 7, 7, true},
+		{"timeout keeps the index", 7, 7, 7, false},
+		{"change takes the new index", 7, 12, 12, true},
+		{"lower index resets to 0", 12, 5, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			next, changed := nextIndex(tc.last, tc.got)
+			if got, want := next, tc.next; got != want {
+				t.Errorf("next = %d, want %d", got, want)
+			}
+			if got, want := changed, tc.wantChanged; got != want {
+				t.Errorf("changed = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+func TestCountLabel(t *testing.T) {
+	for n, want := range map[int]string{10000: "10k", 1000: "1k", 500: "500", 1500: "1500"} {
+		if got := countLabel(n); got != want {
+			t.Errorf("countLabel(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
