@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
 )
@@ -61,16 +61,14 @@ func fromWatchKV(kv *watch.KeyValue) *lodestonepb.KeyValue {
 // the wait (plus up to 1/16 jitter, so synchronized clients spread out)
 // elapses. It never fails for a timeout; the caller then reads.
 func (s *Server) waitForChange(ctx context.Context, key []byte, prefix bool, index uint64, waitMS uint32) error {
-	if index == 0 {
-		return nil
-	}
 	wait := time.Duration(waitMS) * time.Millisecond
 	if wait <= 0 || wait > s.cfg.MaxBlockingWait {
 		wait = s.cfg.MaxBlockingWait
 	}
-	wait += rand.N(wait/16 + 1)
-	_, err := s.hub.Wait(ctx, watch.Request{Key: string(key), Prefix: prefix, StartIndex: index}, wait)
-	if errors.Is(err, watch.ErrBadRequest) {
+	k := string(key)
+	d := consulapi.Dep{Key: k, Prefix: prefix, Index: func(st *store.Store) uint64 { return st.KVIndexFor([]byte(k), prefix) }}
+	err := consulapi.Block(ctx, s.hub, s.store, d, index, wait)
+	if errors.Is(err, consulapi.ErrBadWait) {
 		return invalidf("blocking read: %v", err)
 	}
 	return err

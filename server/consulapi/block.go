@@ -67,7 +67,13 @@ func Block(ctx context.Context, hub *watch.Hub, st *store.Store, d Dep, after ui
 		return nil
 	}
 	wait += rand.N(wait/16 + 1)
-	req := watch.Request{Key: d.Key, Prefix: d.Prefix, StartIndex: after}
+	// NB: start from the store's index read before the first check, not
+	// from the client's: a change at or below it is seen by that check,
+	// and the hub then replays nothing. Starting at after would replay the
+	// whole retained log since after on every re-issued query, a cost that
+	// grows with the write rate times the wait (10k clients re-asking an
+	// old index made writes 10x slower).
+	req := watch.Request{Key: d.Key, Prefix: d.Prefix, StartIndex: max(after, st.Index())}
 	_, err := hub.WaitFor(ctx, req, wait, func() bool { return d.Index(st) > after })
 	if errors.Is(err, watch.ErrBadRequest) {
 		return errors.Join(ErrBadWait, err)
