@@ -27,10 +27,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
 	"github.com/lodestone-kv/lodestone/client"
 	"github.com/lodestone-kv/lodestone/gateway"
@@ -333,9 +335,10 @@ func startRegistry(tmp string) (*server.Server, error) {
 	return srv, nil
 }
 
-// registerOrigin registers the origin as the one instance of service
-// "bench" and routes every path to it, as an operator would with
-// `lodestone kv put`.
+// registerOrigin registers the origin in the catalog as the one passing
+// instance of service "bench" (the gateway's default instance source) and
+// routes every path to it, as an operator would with `lodestone catalog
+// register` and `lodestone kv put`.
 func registerOrigin(ctx context.Context, registry, origin string) error {
 	c, err := client.New(client.Config{Endpoints: []string{registry}})
 	if err != nil {
@@ -350,15 +353,22 @@ func registerOrigin(ctx context.Context, registry, origin string) error {
 	if err != nil {
 		return err
 	}
-	var p int
-	fmt.Sscan(port, &p)
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return fmt.Errorf("origin port %q: %w", port, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	if _, err := src.PutRoute(ctx, gateway.Route{Name: "bench", PathPrefix: "/", Service: "bench"}); err != nil {
 		return fmt.Errorf("register route: %w", err)
 	}
-	if _, err := src.PutInstance(ctx, gateway.Instance{Service: "bench", ID: "origin", Address: host, Port: p, Healthy: true}); err != nil {
-		return fmt.Errorf("register origin: %w", err)
+	if _, err := c.Register(ctx, &lodestonepb.CatalogRegisterRequest{
+		Node:    &lodestonepb.Node{Name: "bench-origin", Address: host},
+		Service: &lodestonepb.Service{Id: "origin", Name: "bench", Address: host, Port: uint32(p)},
+		Checks: []*lodestonepb.Check{{CheckId: "origin", Name: "origin alive", ServiceId: "origin",
+			Status: lodestonepb.HealthStatus_HEALTH_PASSING}},
+	}); err != nil {
+		return fmt.Errorf("register origin in the catalog: %w", err)
 	}
 	return nil
 }
