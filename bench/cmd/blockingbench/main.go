@@ -16,10 +16,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
@@ -50,22 +48,7 @@ const (
 )
 
 func main() {
-	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: cd bench && go run ./cmd/blockingbench [flags]\n\n")
-		flag.PrintDefaults()
-	}
-	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx)
-	stop()
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			fmt.Fprintln(os.Stderr, "blockingbench: interrupted; servers stopped and temp dirs removed")
-		} else {
-			fmt.Fprintf(os.Stderr, "blockingbench: %v\n", err)
-		}
-		os.Exit(1)
-	}
+	harness.Main("blockingbench", "servers stopped and temp dirs removed", run)
 }
 
 // sample is what one repetition measured.

@@ -9,17 +9,14 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
@@ -53,22 +50,7 @@ func targets(clients int) (throughput, p99 float64) {
 }
 
 func main() {
-	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: cd bench && go run ./cmd/kvbench [flags]\n\n")
-		flag.PrintDefaults()
-	}
-	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx)
-	stop()
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			fmt.Fprintln(os.Stderr, "kvbench: interrupted; servers stopped and temp dirs removed")
-		} else {
-			fmt.Fprintf(os.Stderr, "kvbench: %v\n", err)
-		}
-		os.Exit(1)
-	}
+	harness.Main("kvbench", "servers stopped and temp dirs removed", run)
 }
 
 // sample is what one run contributes to the medians.

@@ -16,12 +16,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
@@ -60,22 +58,7 @@ func logf(format string, args ...any) {
 }
 
 func main() {
-	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: cd bench && go run ./cmd/raftlogbench [flags]\n\n")
-		flag.PrintDefaults()
-	}
-	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx)
-	stop()
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			fmt.Fprintln(os.Stderr, "raftlogbench: interrupted; temp files removed")
-		} else {
-			fmt.Fprintf(os.Stderr, "raftlogbench: %v\n", err)
-		}
-		os.Exit(1)
-	}
+	harness.Main("raftlogbench", "temp files removed", run)
 }
 
 func run(ctx context.Context) error {

@@ -12,14 +12,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -67,27 +65,12 @@ const (
 )
 
 func main() {
-	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: cd bench && go run ./cmd/watchbench [flags]\n\n")
-		flag.PrintDefaults()
-	}
-	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	var err error
-	if *flagServeBroadcaster {
-		err = serveBroadcaster(ctx, *flagGRPC, *flagHTTP)
-	} else {
-		err = run(ctx)
-	}
-	stop()
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			fmt.Fprintln(os.Stderr, "watchbench: interrupted; servers stopped and temp dirs removed")
-		} else {
-			fmt.Fprintf(os.Stderr, "watchbench: %v\n", err)
+	harness.Main("watchbench", "servers stopped and temp dirs removed", func(ctx context.Context) error {
+		if *flagServeBroadcaster {
+			return serveBroadcaster(ctx, *flagGRPC, *flagHTTP)
 		}
-		os.Exit(1)
-	}
+		return run(ctx)
+	})
 }
 
 // serveBroadcaster runs the broadcaster until ctx ends.

@@ -1,0 +1,35 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Main is a benchmark command's main: it parses the flags, runs run with
+// a context that SIGINT and SIGTERM cancel, and exits 1 with one line on
+// stderr if run fails (cleaned, saying what interrupted means for it, when
+// it was interrupted). program names the command in usage and errors.
+func Main(program, cleaned string, run func(context.Context) error) {
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: cd bench && go run ./cmd/%s [flags]\n\n", program)
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if err == nil {
+		return
+	}
+	if errors.Is(err, context.Canceled) {
+		fmt.Fprintf(os.Stderr, "%s: interrupted; %s\n", program, cleaned)
+	} else {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", program, err)
+	}
+	os.Exit(1)
+}
