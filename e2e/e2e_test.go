@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/internal/testnet"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -53,15 +54,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("reserve port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t *testing.T) string { return testnet.FreeAddr(t) }
 
 // proc is one lodestone process; Cleanup kills it if the test did not.
 type proc struct {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lodestone-kv/lodestone/internal/testnet"
+
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
@@ -36,24 +38,7 @@ func gossipConfig() gossip.Config {
 }
 
 // freeAddrOn reserves a TCP and UDP port on ip (gossip needs both).
-func freeAddrOn(t *testing.T, ip string) string {
-	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", ip+":0")
-		if err != nil {
-			t.Fatalf("reserve port on %s: %v", ip, err)
-		}
-		addr := l.Addr().String()
-		u, err := net.ListenPacket("udp", addr)
-		l.Close()
-		if err == nil {
-			u.Close()
-			return addr
-		}
-	}
-	t.Fatalf("no free TCP+UDP port on %s", ip)
-	return ""
-}
+func freeAddrOn(t *testing.T, ip string) string { return testnet.FreeAddrOn(t, ip, true) }
 
 type gossipServer struct {
 	grpc, http, gossip string

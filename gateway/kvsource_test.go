@@ -7,12 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/internal/testnet"
 
 	"github.com/lodestone-kv/lodestone/client"
 	"github.com/lodestone-kv/lodestone/gateway"
@@ -31,15 +32,7 @@ type registry struct {
 	stopped, fresh bool
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t *testing.T) string { return testnet.FreeAddr(t) }
 
 func startRegistry(t *testing.T) *registry {
 	r := &registry{t: t, dir: t.TempDir(), grpc: freeAddr(t), peer: freeAddr(t),

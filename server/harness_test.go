@@ -5,12 +5,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/internal/testnet"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -61,18 +62,7 @@ func withSnapshotEvery(entries, catchUp uint64) clusterOption {
 }
 
 // freeAddr reserves a loopback port by binding and releasing it.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("reserve port: %v", err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatalf("release port: %v", err)
-	}
-	return addr
-}
+func freeAddr(t testing.TB) string { return testnet.FreeAddr(t) }
 
 func testConfig(opts ...clusterOption) Config {
 	cfg := DefaultConfig()

@@ -4,10 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/internal/testnet"
 
 	"go.uber.org/goleak"
 
@@ -23,9 +24,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // and the route, the gateway balances over both, and ending ctx
 // deregisters them.
 func TestDemoBehindGateway(t *testing.T) {
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	peer := l.Addr().String()
-	l.Close()
+	peer := testnet.FreeAddr(t)
 	cfg := server.DefaultConfig()
 	cfg.Name, cfg.DataDir = "dev", t.TempDir()
 	cfg.ListenPeer, cfg.ListenGRPC, cfg.ListenHTTP = peer, "127.0.0.1:0", "127.0.0.1:0"

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,20 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lodestone-kv/lodestone/internal/testnet"
+
 	"github.com/lodestone-kv/lodestone/tools/runbooks"
 )
 
 const runbookPath = "../../docs/runbooks/raft-log-bloat.md"
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t *testing.T) string { return testnet.FreeAddr(t) }
 
 // ran is one runbook command and what it printed.
 type ran struct {

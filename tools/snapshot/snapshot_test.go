@@ -5,12 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/internal/testnet"
 
 	"go.uber.org/goleak"
 
@@ -21,15 +22,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t *testing.T) string { return testnet.FreeAddr(t) }
 
 // cluster is a set of real servers in this process over loopback sockets.
 type cluster struct {

@@ -1,0 +1,70 @@
+// Package testnet hands tests addresses to listen on that are free now and
+// will not be taken by the kernel for an outgoing connection meanwhile.
+//
+// NB: the usual trick (listen on :0, close, reuse the port) hands out a
+// port from the ephemeral range, which the kernel may give to any outgoing
+// connection of any process before the test binds it again; with a suite
+// full of servers that showed up as "address already in use". Ports here
+// come from below the ephemeral range (Linux's default starts at 32768),
+// walked from a random start so parallel test binaries rarely meet.
+package testnet
+
+import (
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+)
+
+const lowPort, highPort = 20000, 32000
+
+var (
+	mu   sync.Mutex
+	next int
+)
+
+// FreeAddr returns a 127.0.0.1 address whose TCP port is free now.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	return FreeAddrOn(t, "127.0.0.1", false)
+}
+
+// FreeAddrOn returns an address on ip whose TCP port (and, with udp, the
+// same UDP port) is free now. Each call in a process returns a new port.
+func FreeAddrOn(t testing.TB, ip string, udp bool) string {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	if next == 0 {
+		next = lowPort + rand.IntN(highPort-lowPort)
+	}
+	for range highPort - lowPort {
+		port := next
+		if next++; next >= highPort {
+			next = lowPort
+		}
+		addr := net.JoinHostPort(ip, strconv.Itoa(port))
+		if free(addr, udp) {
+			return addr
+		}
+	}
+	t.Fatalf("no free port on %s in [%d, %d)", ip, lowPort, highPort)
+	return ""
+}
+
+func free(addr string, udp bool) bool {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer l.Close()
+	if !udp {
+		return true
+	}
+	u, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return false
+	}
+	return u.Close() == nil
+}
