@@ -133,18 +133,7 @@ func (c *cluster) cpu() time.Duration {
 // stop stops the followers, then the leader (SIGTERM, SIGKILL after
 // 10s), and removes the data unless -keep.
 func (c *cluster) stop() error {
-	var followers, leader []*harness.Proc
-	for i, p := range c.procs {
-		if i == c.leader {
-			leader = append(leader, p)
-		} else {
-			followers = append(followers, p)
-		}
-	}
-	err := harness.StopAll(followers, 10*time.Second)
-	if lerr := harness.StopAll(leader, 10*time.Second); lerr != nil && err == nil {
-		err = lerr
-	}
+	err := harness.StopLeaderLast(c.procs, c.leader, 10*time.Second)
 	if !*flagKeep {
 		if rerr := os.RemoveAll(c.dir); rerr != nil && err == nil {
 			err = rerr
@@ -153,13 +142,7 @@ func (c *cluster) stop() error {
 	return err
 }
 
-func (c *cluster) logTails() string {
-	var b strings.Builder
-	for _, p := range c.procs {
-		fmt.Fprintf(&b, "\n--- last lines of %s log (%s):\n%s", p.Name, p.LogPath, p.LogTail(1500))
-	}
-	return b.String()
-}
+func (c *cluster) logTails() string { return harness.LogTails("", c.procs, 1500) }
 
 func getJSON(ctx context.Context, url string, v any) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -161,18 +161,7 @@ func (c *cluster) checkAlive() error {
 // over first (etcd does, and waits seconds for followers that are
 // themselves shutting down), which only slows the benchmark down.
 func (c *cluster) stop() error {
-	var followers, leader []*harness.Proc
-	for i, p := range c.procs {
-		if c.clients[i] == c.leader {
-			leader = append(leader, p)
-		} else {
-			followers = append(followers, p)
-		}
-	}
-	err := harness.StopAll(followers, 10*time.Second)
-	if lerr := harness.StopAll(leader, 10*time.Second); lerr != nil && err == nil {
-		err = lerr
-	}
+	err := harness.StopLeaderLast(c.procs, slices.Index(c.clients, c.leader), 10*time.Second)
 	if !*flagKeep {
 		if rerr := os.RemoveAll(c.dir); rerr != nil && err == nil {
 			err = rerr
@@ -181,13 +170,7 @@ func (c *cluster) stop() error {
 	return err
 }
 
-func (c *cluster) logTails() string {
-	var b strings.Builder
-	for _, p := range c.procs {
-		fmt.Fprintf(&b, "\n--- last lines of %s %s log (%s):\n%s", c.sys.name, p.Name, p.LogPath, p.LogTail(1500))
-	}
-	return b.String()
-}
+func (c *cluster) logTails() string { return harness.LogTails(c.sys.name, c.procs, 1500) }
 
 // dial opens one gRPC connection with the options both systems share.
 func dial(addr string) (*grpc.ClientConn, error) {

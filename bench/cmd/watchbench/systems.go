@@ -98,13 +98,7 @@ func (d *deployment) checkAlive() error {
 	return nil
 }
 
-func (d *deployment) logTails() string {
-	var b strings.Builder
-	for _, p := range d.procs {
-		fmt.Fprintf(&b, "\n--- last lines of %s log (%s):\n%s", p.Name, p.LogPath, p.LogTail(1500))
-	}
-	return b.String()
-}
+func (d *deployment) logTails() string { return harness.LogTails("", d.procs, 1500) }
 
 const members = 3
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -94,6 +95,40 @@ func StopAll(ps []*Proc, grace time.Duration) error {
 		}
 	}
 	return first
+}
+
+// StopLeaderLast stops every process but ps[leader] in parallel, then
+// ps[leader] (leader < 0: all at once), and returns the first error. NB: a
+// leader stopped while its followers are up tries to hand leadership over
+// first (etcd waits seconds for followers that are themselves shutting
+// down), which only slows a benchmark down.
+func StopLeaderLast(ps []*Proc, leader int, grace time.Duration) error {
+	var rest, last []*Proc
+	for i, p := range ps {
+		if i == leader {
+			last = append(last, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	err := StopAll(rest, grace)
+	if lerr := StopAll(last, grace); lerr != nil && err == nil {
+		err = lerr
+	}
+	return err
+}
+
+// LogTails returns the last n bytes of every process's log, each under a
+// heading naming it (prefixed by label when not empty), for error messages.
+func LogTails(label string, ps []*Proc, n int) string {
+	if label != "" {
+		label += " "
+	}
+	var b strings.Builder
+	for _, p := range ps {
+		fmt.Fprintf(&b, "\n--- last lines of %s%s log (%s):\n%s", label, p.Name, p.LogPath, p.LogTail(n))
+	}
+	return b.String()
 }
 
 // LogTail returns up to the last n bytes of the process's log, for error
