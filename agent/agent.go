@@ -278,12 +278,12 @@ func (a *Agent) UpdateTTL(id string, st lodestonepb.HealthStatus, output string)
 // observed counts a check result and, on a change, logs it and wakes the
 // sync loop.
 func (a *Agent) observed(c *check, st lodestonepb.HealthStatus, output string, changed bool) {
-	a.checksRun.WithLabelValues(c.spec.kind, statusWord(st)).Inc()
+	a.checksRun.WithLabelValues(c.spec.kind, lodestonepb.HealthStatusWord(st)).Inc()
 	if !changed {
 		return
 	}
-	a.transitions.WithLabelValues(c.spec.kind, statusWord(st)).Inc()
-	a.logger.Info("check changed", "check", c.spec.id, "status", statusWord(st), "output", output)
+	a.transitions.WithLabelValues(c.spec.kind, lodestonepb.HealthStatusWord(st)).Inc()
+	a.logger.Info("check changed", "check", c.spec.id, "status", lodestonepb.HealthStatusWord(st), "output", output)
 	a.notify()
 }
 

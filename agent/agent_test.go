@@ -47,7 +47,7 @@ func (f *fakeRegistry) Register(_ context.Context, in *lodestonepb.CatalogRegist
 	if in.Service != nil {
 		s = "register:" + in.Service.Id
 		for _, c := range in.Checks {
-			s += ":" + statusWord(c.Status)
+			s += ":" + lodestonepb.HealthStatusWord(c.Status)
 		}
 	}
 	f.add(s)
@@ -60,7 +60,7 @@ func (f *fakeRegistry) Deregister(_ context.Context, in *lodestonepb.CatalogDere
 }
 
 func (f *fakeRegistry) UpdateCheck(_ context.Context, in *lodestonepb.UpdateCheckRequest, _ ...grpc.CallOption) (*lodestonepb.UpdateCheckResponse, error) {
-	f.add("check:" + in.CheckId + ":" + statusWord(in.Status))
+	f.add("check:" + in.CheckId + ":" + lodestonepb.HealthStatusWord(in.Status))
 	return &lodestonepb.UpdateCheckResponse{}, nil
 }
 

@@ -87,7 +87,7 @@ func (a *Agent) handleCheckUpdate(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, "Request decode failed: %v", err)
 		return
 	}
-	st, err := parseStatus(body.Status)
+	st, err := lodestonepb.ParseHealthStatus(body.Status)
 	if err != nil || st == lodestonepb.HealthStatus_HEALTH_STATUS_UNSPECIFIED {
 		httpError(w, http.StatusBadRequest, "Invalid check status: %q", body.Status)
 		return
@@ -136,7 +136,7 @@ func (a *Agent) handleChecks(w http.ResponseWriter, _ *http.Request) {
 		if ls := a.local.services[c.spec.serviceID]; ls != nil {
 			name = ls.svc.Name
 		}
-		out[id] = agentCheck{Node: a.cfg.NodeName, CheckID: id, Name: c.spec.name, Status: statusWord(c.status), Notes: c.spec.notes,
+		out[id] = agentCheck{Node: a.cfg.NodeName, CheckID: id, Name: c.spec.name, Status: lodestonepb.HealthStatusWord(c.status), Notes: c.spec.notes,
 			Output: c.output, ServiceID: c.spec.serviceID, ServiceName: name, Type: c.spec.kind}
 	}
 	a.mu.Unlock()

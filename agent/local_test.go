@@ -33,12 +33,12 @@ func drain(l *local) []string {
 		case "register":
 			s += ":" + o.service.Id
 			for _, c := range o.checks {
-				s += ":" + statusWord(c.Status)
+				s += ":" + lodestonepb.HealthStatusWord(c.Status)
 			}
 		case "deregister":
 			s += ":" + o.id
 		case "check":
-			s += ":" + o.id + ":" + statusWord(o.status)
+			s += ":" + o.id + ":" + lodestonepb.HealthStatusWord(o.status)
 		}
 		out = append(out, s)
 		l.done(o)

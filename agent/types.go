@@ -3,7 +3,6 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
@@ -168,7 +167,7 @@ func (d *CheckDefinition) compile(id, serviceID, serviceName string) (*checkSpec
 			c.timeout = 10 * time.Second // Consul's default
 		}
 	}
-	st, err := parseStatus(d.Status)
+	st, err := lodestonepb.ParseHealthStatus(d.Status)
 	if err != nil {
 		return nil, bad("%v", err)
 	}
@@ -177,32 +176,4 @@ func (d *CheckDefinition) compile(id, serviceID, serviceName string) (*checkSpec
 	}
 	c.initial = st
 	return c, nil
-}
-
-// parseStatus reads Consul's status words; "" is unspecified.
-func parseStatus(s string) (lodestonepb.HealthStatus, error) {
-	switch strings.ToLower(s) {
-	case "":
-		return lodestonepb.HealthStatus_HEALTH_STATUS_UNSPECIFIED, nil
-	case "passing":
-		return lodestonepb.HealthStatus_HEALTH_PASSING, nil
-	case "warning":
-		return lodestonepb.HealthStatus_HEALTH_WARNING, nil
-	case "critical":
-		return lodestonepb.HealthStatus_HEALTH_CRITICAL, nil
-	}
-	return 0, fmt.Errorf("status %q is not passing, warning or critical", s)
-}
-
-// statusWord is Consul's word for a status.
-func statusWord(s lodestonepb.HealthStatus) string {
-	switch s {
-	case lodestonepb.HealthStatus_HEALTH_PASSING:
-		return "passing"
-	case lodestonepb.HealthStatus_HEALTH_WARNING:
-		return "warning"
-	case lodestonepb.HealthStatus_HEALTH_CRITICAL:
-		return "critical"
-	}
-	return ""
 }
