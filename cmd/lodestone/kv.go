@@ -94,10 +94,7 @@ func newKVPutCmd() *cobra.Command {
 		Args: exactArgs("KEY", "VALUE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
-			if o.Client, err = clientFlags(cmd); err != nil {
-				return err
-			}
-			if err := checkOutput(cmd, o.Output); err != nil {
+			if o.Client, err = clientOutputFlags(cmd, o.Output); err != nil {
 				return err
 			}
 			o.Key, o.Value, o.Stdin = args[0], args[1], cmd.InOrStdin()
@@ -163,10 +160,7 @@ func newKVGetCmd() *cobra.Command {
 		Args:  exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
-			if o.Client, err = clientFlags(cmd); err != nil {
-				return err
-			}
-			if err := checkOutput(cmd, o.Output); err != nil {
+			if o.Client, err = clientOutputFlags(cmd, o.Output); err != nil {
 				return err
 			}
 			o.Key = args[0]
@@ -232,10 +226,7 @@ func newKVDeleteCmd() *cobra.Command {
 		Args:    exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
-			if o.Client, err = clientFlags(cmd); err != nil {
-				return err
-			}
-			if err := checkOutput(cmd, o.Output); err != nil {
+			if o.Client, err = clientOutputFlags(cmd, o.Output); err != nil {
 				return err
 			}
 			o.Key = args[0]
@@ -306,10 +297,7 @@ func newKVListCmd() *cobra.Command {
 		Args:    rangeArgs(0, "[PREFIX]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
-			if o.Client, err = clientFlags(cmd); err != nil {
-				return err
-			}
-			if err := checkOutput(cmd, o.Output); err != nil {
+			if o.Client, err = clientOutputFlags(cmd, o.Output); err != nil {
 				return err
 			}
 			if len(args) == 1 {
@@ -463,10 +451,7 @@ still retain them).`,
 		Args: exactArgs("PREFIX"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
-			if o.Client, err = clientFlags(cmd); err != nil {
-				return err
-			}
-			if err := checkOutput(cmd, o.Output); err != nil {
+			if o.Client, err = clientOutputFlags(cmd, o.Output); err != nil {
 				return err
 			}
 			o.Key = args[0]

@@ -293,6 +293,16 @@ func addOutputFlag(cmd *cobra.Command, p *string) {
 	cmd.Flags().StringVarP(p, "output", "o", outputTable, "output format: table or json")
 }
 
+// clientOutputFlags is clientFlags for a command that also takes
+// --output: it checks the format too.
+func clientOutputFlags(cmd *cobra.Command, format string) (clientOptions, error) {
+	co, err := clientFlags(cmd)
+	if err != nil {
+		return clientOptions{}, err
+	}
+	return co, checkOutput(cmd, format)
+}
+
 func checkOutput(cmd *cobra.Command, format string) error {
 	switch format {
 	case outputTable, outputJSON:

@@ -25,10 +25,7 @@ the hexadecimal ID this table shows.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if o.Client, err = clientFlags(cmd); err != nil {
-				return err
-			}
-			if err := checkOutput(cmd, o.Output); err != nil {
+			if o.Client, err = clientOutputFlags(cmd, o.Output); err != nil {
 				return err
 			}
 			return runMembersList(cmd.Context(), o, cmd.OutOrStdout())
@@ -184,10 +181,7 @@ func newMembersAddCmd() *cobra.Command {
 		Args:  exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
-			if o.Client, err = clientFlags(cmd); err != nil {
-				return err
-			}
-			if err := checkOutput(cmd, o.Output); err != nil {
+			if o.Client, err = clientOutputFlags(cmd, o.Output); err != nil {
 				return err
 			}
 			if o.PeerAddr == "" {
@@ -271,10 +265,7 @@ func newMemberRefCmd(use, short string, aliases []string, run func(context.Conte
 		Args:    exactArgs("NAME|ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
-			if o.Client, err = clientFlags(cmd); err != nil {
-				return err
-			}
-			if err := checkOutput(cmd, o.Output); err != nil {
+			if o.Client, err = clientOutputFlags(cmd, o.Output); err != nil {
 				return err
 			}
 			o.Member = args[0]
@@ -368,10 +359,7 @@ func newMembersTransferLeaderCmd() *cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if o.Client, err = clientFlags(cmd); err != nil {
-				return err
-			}
-			if err := checkOutput(cmd, o.Output); err != nil {
+			if o.Client, err = clientOutputFlags(cmd, o.Output); err != nil {
 				return err
 			}
 			return runTransferLeader(cmd.Context(), o, cmd.OutOrStdout())

@@ -95,10 +95,7 @@ func newSessionCreateCmd() *cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if o.Client, err = clientFlags(cmd); err != nil {
-				return err
-			}
-			if err := checkOutput(cmd, o.Output); err != nil {
+			if o.Client, err = clientOutputFlags(cmd, o.Output); err != nil {
 				return err
 			}
 			if o.Node == "" {

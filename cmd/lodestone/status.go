@@ -34,10 +34,7 @@ It exits non-zero when any server did not answer.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if o.Client, err = clientFlags(cmd); err != nil {
-				return err
-			}
-			if err := checkOutput(cmd, o.Output); err != nil {
+			if o.Client, err = clientOutputFlags(cmd, o.Output); err != nil {
 				return err
 			}
 			return runStatus(cmd.Context(), o, cmd.OutOrStdout())
