@@ -170,6 +170,18 @@ func (c *cluster) stop() error {
 	return err
 }
 
+// cpuTime is the user+system CPU time all servers have used so far (0 for
+// a server whose time cannot be read).
+func (c *cluster) cpuTime() time.Duration {
+	var sum time.Duration
+	for _, p := range c.procs {
+		if d, err := harness.CPUTime(p.Pid()); err == nil {
+			sum += d
+		}
+	}
+	return sum
+}
+
 func (c *cluster) logTails() string { return harness.LogTails(c.sys.name, c.procs, 1500) }
 
 // dial opens one gRPC connection with the options both systems share.

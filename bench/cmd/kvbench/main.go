@@ -201,6 +201,7 @@ func runOnce(ctx context.Context, sys system, workDir string, n int) (_ harness.
 
 	logf("driving %s: %d clients over %d connections to leader %s for %s + %s warm-up",
 		sys.name, n, nconn, c.leader, *flagDuration, *flagWarmup)
+	cpu0 := c.cpuTime()
 	res, err := harness.Drive(ctx, harness.DriveConfig{Clients: n, Warmup: *flagWarmup, Duration: *flagDuration},
 		func(ctx context.Context, client, seq int) error {
 			key := fmt.Appendf(nil, "kvbench/%03d/%09d", client, seq)
@@ -208,6 +209,14 @@ func runOnce(ctx context.Context, sys system, workDir string, n int) (_ harness.
 		})
 	if err != nil {
 		return harness.Result{}, "", err
+	}
+	// NB: wall-clock throughput on a shared machine swings with the
+	// neighbours; the servers' CPU time per put barely does. The window
+	// includes the warm-up, so divide by the ops the warm-up ran too, at
+	// the measured rate.
+	if cpu := c.cpuTime() - cpu0; cpu > 0 && res.Throughput() > 0 {
+		ops := res.Throughput() * (*flagWarmup + *flagDuration).Seconds()
+		note += fmt.Sprintf(" server-cpu=%.0fus/op", float64(cpu.Microseconds())/ops)
 	}
 	logf("stopping %s", sys.name)
 	if res.Ops() == 0 {
