@@ -39,7 +39,8 @@ type Gateway struct {
 	ownClient *client.Client // made from Config.Registry; closed by Close
 
 	proxyLn, adminLn   net.Listener
-	proxySrv, adminSrv *http.Server
+	front              *front       // serves proxyLn (front.go)
+	proxySrv, adminSrv *http.Server // proxySrv: what front hands over
 
 	connected  atomic.Bool
 	staleSince atomic.Int64 // unix nanos (Clock) since the table is not known current
@@ -173,6 +174,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.closeClient()
 		return nil, fmt.Errorf("listen admin %s: %w", cfg.AdminListen, err)
 	}
+	g.front = newFront(g, g.proxyLn)
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	g.proxySrv = &http.Server{
 		Handler:           g,
@@ -248,7 +250,15 @@ func (g *Gateway) Start() {
 		return
 	}
 	g.serve("admin", g.adminSrv, g.adminLn)
-	g.serve("proxy", g.proxySrv, g.proxyLn)
+	g.serve("proxy", g.proxySrv, g.front.slow)
+	g.wg.Go(func() {
+		if err := g.front.serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			select {
+			case g.errc <- fmt.Errorf("proxy listener: %w", err):
+			default:
+			}
+		}
+	})
 	if g.cfg.StateDir != "" {
 		saved := g.table.Load() // as loaded from the state dir, or empty
 		g.wg.Go(func() { g.persistLoop(saved) })
@@ -467,9 +477,15 @@ func (g *Gateway) Close() error {
 		g.cancel()
 		var errs []error
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := g.proxySrv.Shutdown(ctx); err != nil {
+		g.front.beginShutdown()
+		err := g.front.wait(ctx)
+		if err == nil {
+			err = g.proxySrv.Shutdown(ctx)
+		}
+		if err != nil {
 			// In-flight requests outlived the grace period: close their
 			// connections; their contexts end and they return promptly.
+			g.front.closeAll()
 			g.proxySrv.Close()
 			errs = append(errs, fmt.Errorf("stop proxy: %w", err))
 		}

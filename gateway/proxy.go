@@ -18,6 +18,18 @@ import (
 // choice (subset of a random shard, power of two choices), attempts with
 // per-attempt timeouts, retries under the budget, and a streamed response.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.handle(w, r) {
+		// The status line is out and the body is cut short: abort the
+		// client connection so the client cannot mistake it for a whole
+		// response (net/http recovers this panic silently).
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// handle proxies r (ServeHTTP's work, shared with the fast path of
+// front.go) and reports whether the response was cut short, in which case
+// the caller must abort the client connection.
+func (g *Gateway) handle(w http.ResponseWriter, r *http.Request) (abort bool) {
 	g.handlers.Add(1)
 	defer g.handlers.Done()
 	start := time.Now()
@@ -25,7 +37,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, ErrOverloaded) {
 			g.shed(w, shedOverload)
 		}
-		return
+		return false
 	}
 	slot := &admission{l: g.admit}
 	defer slot.release()
@@ -35,19 +47,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if re == nil {
 		g.m.unrouted.Inc()
 		http.Error(w, "no route for "+hostOnly(r.Host)+r.URL.Path, http.StatusNotFound)
-		return
+		return false
 	}
 	status, abort := g.proxy(w, r, t, re, slot)
 	if re.m != nil {
 		re.m.requests[classOf(status)].Inc()
 		re.m.latency.Observe(time.Since(start).Seconds())
 	}
-	if abort {
-		// The status line is out and the body is cut short: abort the
-		// client connection so the client cannot mistake it for a whole
-		// response (net/http recovers this panic silently).
-		panic(http.ErrAbortHandler)
-	}
+	return abort
 }
 
 // admission is one request's slot; released at most once (a WebSocket
@@ -312,7 +319,11 @@ func (g *Gateway) writeResponse(w http.ResponseWriter, resp *http.Response, a *a
 			if a.parent.Err() != nil {
 				return false, true // the client went away
 			}
-			g.log.Debug("gateway: response body cut short", "origin", a.p.origin.String(), "err", rerr, "cause", context.Cause(a.ctx))
+			cause := rerr
+			if a.ctx != nil { // the Transport path: the timer's cause
+				cause = context.Cause(a.ctx)
+			}
+			g.log.Debug("gateway: response body cut short", "origin", a.p.origin.String(), "err", rerr, "cause", cause)
 			return true, true
 		}
 	}
