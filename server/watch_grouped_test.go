@@ -2,6 +2,8 @@ package server
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
@@ -104,5 +106,87 @@ func TestWatchGroupedStream(t *testing.T) {
 		if len(resp.Groups) == 0 {
 			t.Fatalf("before the cancel: got %+v, want groups", resp)
 		}
+	}
+}
+
+// A watch on a grouped stream that falls a full buffer behind is cut loose
+// with a resync index, after a group holding every event up to it; resumed
+// from there it gets the rest: together each write exactly once, in order
+// (DESIGN "Watch fan-out": cut loose with "resync from index X").
+func TestWatchGroupedResync(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) { cfg.Watch.WatcherBuffer = 1 })
+	lead := c.waitLeader()
+	w := openWatch(t, c, lead)
+	w.create(&lodestonepb.WatchCreate{WatchId: 1, Key: []byte("svc/"), Prefix: true, Grouped: true})
+
+	// Bursts of concurrent writes land several indexes in one delivery
+	// interval, more than a buffer of one holds.
+	var wrote []uint64
+	var mu sync.Mutex
+	burst := func() {
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Go(func() {
+				resp := put(t, c.kv(lead), fmt.Sprintf("svc/%d", i), "v")
+				mu.Lock()
+				wrote = append(wrote, resp.Header.Index)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+	}
+	var got []uint64
+	var resync uint64
+	for b := 0; resync == 0; b++ {
+		if b == 50 {
+			t.Fatal("no resync after 50 bursts of 16 concurrent writes into a buffer of 1")
+		}
+		burst()
+		mu.Lock()
+		due := len(wrote)
+		mu.Unlock()
+		for len(got) < due && resync == 0 {
+			resp := w.recv()
+			switch {
+			case resp.Canceled:
+				if resp.WatchId != 1 || resp.ResyncIndex == 0 {
+					t.Fatalf("got %+v, want watch 1 canceled with a resync index", resp)
+				}
+				resync = resp.ResyncIndex
+			default:
+				for _, g := range resp.Groups {
+					for _, ev := range g.Events {
+						got = append(got, ev.Kv.ModifyIndex)
+					}
+				}
+			}
+		}
+	}
+	// Resume from each resync index (a replay into a buffer of one may be
+	// cut again) until every write arrived.
+	mu.Lock()
+	due := len(wrote)
+	mu.Unlock()
+	for from := resync; len(got) < due; {
+		w.create(&lodestonepb.WatchCreate{WatchId: 1, Key: []byte("svc/"), Prefix: true, Grouped: true, StartIndex: from})
+		for from != 0 && len(got) < due {
+			resp := w.recv()
+			if resp.Canceled {
+				if resp.ResyncIndex == 0 {
+					t.Fatalf("resumed watch: got %+v, want events or a resync", resp)
+				}
+				from = resp.ResyncIndex
+				break
+			}
+			for _, g := range resp.Groups {
+				for _, ev := range g.Events {
+					got = append(got, ev.Kv.ModifyIndex)
+				}
+			}
+		}
+	}
+	slices.Sort(wrote)
+	if fmt.Sprint(got) != fmt.Sprint(wrote) {
+		t.Fatalf("events by index:\n got %v\nwant %v (resync at %d)", got, wrote, resync)
 	}
 }
