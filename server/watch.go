@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -27,7 +28,9 @@ func toWatchEvents(evs []store.Event) []watch.Event {
 		return nil
 	}
 	out := make([]watch.Event, len(evs))
+	aux := make([]wireEvent, len(evs))
 	for i, ev := range evs {
+		out[i].Aux = &aux[i]
 		out[i].KV = toWatchKV(ev.KV)
 		out[i].Type = watch.Put
 		if ev.Type == store.EventDelete {
@@ -276,7 +279,7 @@ func (st *watchStream) hubKey(c *lodestonepb.WatchCreate) (key string, prefix bo
 
 // userEvents drops the store's reserved event keys from a batch of a user
 // watch on every key (the only user watch whose range contains them).
-func userEvents(evs []watch.Event) []watch.Event {
+func userEvents(evs []*watch.Event) []*watch.Event {
 	out := evs[:0:0]
 	for i := range evs {
 		if !store.IsReservedKey([]byte(evs[i].KV.Key)) {
@@ -311,7 +314,7 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 		return nil // canceled meanwhile
 	}
 	for {
-		b, err := w.Next(doneCtx)
+		b, err := w.NextShared(doneCtx)
 		if errors.Is(err, context.Canceled) {
 			return nil // nothing more right now
 		}
@@ -321,7 +324,7 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 		if len(st.userAll) > 0 && st.userAll[w] {
 			b.Events = userEvents(b.Events)
 		}
-		evs, size := toPBEvents(b.Events)
+		evs, size := toPBEvents(b.Events, w.WantsPrevKV())
 		if !st.grouped {
 			resp := &lodestonepb.WatchResponse{WatchId: id, Index: b.Index, Header: st.svc.s.kv.header(b.Index), Events: evs}
 			if err := st.send(resp); err != nil {
@@ -341,36 +344,64 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 	}
 }
 
-// toPBEvents converts a batch for the wire, with three allocations per
-// batch rather than three per event, and returns a rough encoded size.
-// NB: keys are not copied: the KeyValue's Key aliases the hub's immutable
-// string, and the response is only marshalled (read), never modified.
-func toPBEvents(evs []watch.Event) ([]*lodestonepb.Event, int) {
+// wireEvent is a watch.Event's Aux: its wire form without prev_kv, made
+// by the first stream that sends the event and shared by every other (a
+// write seen by 100 prefix watchers is converted once, not 100 times).
+// NB: sharing is safe because a marshalled message is only read (the size
+// cache it writes is atomic in protobuf-go).
+type wireEvent struct {
+	p atomic.Pointer[lodestonepb.Event]
+}
+
+func (c *wireEvent) get(ev *watch.Event) *lodestonepb.Event {
+	if pe := c.p.Load(); pe != nil {
+		return pe
+	}
+	pe := newPBEvent(ev, false)
+	if c.p.CompareAndSwap(nil, pe) {
+		return pe
+	}
+	return c.p.Load()
+}
+
+// toPBEvents converts a batch for the wire, through each event's cache
+// unless prev_kv is wanted and present, and returns a rough encoded size.
+func toPBEvents(evs []*watch.Event, prev bool) ([]*lodestonepb.Event, int) {
 	if len(evs) == 0 {
 		return nil, 0
 	}
 	out := make([]*lodestonepb.Event, len(evs))
-	pes := make([]lodestonepb.Event, len(evs))
-	kvs := make([]lodestonepb.KeyValue, len(evs))
 	size := 0
-	for i := range evs {
-		ev := &evs[i]
-		kv := &kvs[i]
-		setPBKV(kv, &ev.KV)
-		pe := &pes[i]
-		pe.Kv = kv
-		if ev.PrevKV != nil {
-			pe.PrevKv = &lodestonepb.KeyValue{}
-			setPBKV(pe.PrevKv, ev.PrevKV)
-			size += len(ev.PrevKV.Key) + len(ev.PrevKV.Value) + len(ev.PrevKV.Session) + 40
-		}
-		if ev.Type == watch.Delete {
-			pe.Type = lodestonepb.Event_DELETE
-		}
-		out[i] = pe
+	for i, ev := range evs {
 		size += len(ev.KV.Key) + len(ev.KV.Value) + len(ev.KV.Session) + 48
+		if prev && ev.PrevKV != nil {
+			out[i] = newPBEvent(ev, true)
+			size += len(ev.PrevKV.Key) + len(ev.PrevKV.Value) + len(ev.PrevKV.Session) + 40
+			continue
+		}
+		if c, ok := ev.Aux.(*wireEvent); ok {
+			out[i] = c.get(ev)
+			continue
+		}
+		out[i] = newPBEvent(ev, false)
 	}
 	return out, size
+}
+
+// newPBEvent converts one event, with prev_kv if prev.
+// NB: the key is not copied: the KeyValue's Key aliases the hub's
+// immutable string, and the message is only ever marshalled (read).
+func newPBEvent(ev *watch.Event, prev bool) *lodestonepb.Event {
+	pe := &lodestonepb.Event{Kv: &lodestonepb.KeyValue{}}
+	setPBKV(pe.Kv, &ev.KV)
+	if prev && ev.PrevKV != nil {
+		pe.PrevKv = &lodestonepb.KeyValue{}
+		setPBKV(pe.PrevKv, ev.PrevKV)
+	}
+	if ev.Type == watch.Delete {
+		pe.Type = lodestonepb.Event_DELETE
+	}
+	return pe
 }
 
 func setPBKV(dst *lodestonepb.KeyValue, kv *watch.KeyValue) {
