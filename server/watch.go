@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -28,9 +27,7 @@ func toWatchEvents(evs []store.Event) []watch.Event {
 		return nil
 	}
 	out := make([]watch.Event, len(evs))
-	aux := make([]wireEvent, len(evs))
 	for i, ev := range evs {
-		out[i].Aux = &aux[i]
 		out[i].KV = toWatchKV(ev.KV)
 		out[i].Type = watch.Put
 		if ev.Type == store.EventDelete {
@@ -78,6 +75,8 @@ type watchService struct {
 
 	mu      sync.Mutex
 	perConn map[string]int // live watches by client connection
+
+	wire wireCache
 }
 
 type watchStream struct {
@@ -324,7 +323,7 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 		if len(st.userAll) > 0 && st.userAll[w] {
 			b.Events = userEvents(b.Events)
 		}
-		evs, size := toPBEvents(b.Events, w.WantsPrevKV())
+		evs, size := st.svc.wire.toPBEvents(b.Events, w.WantsPrevKV())
 		if !st.grouped {
 			resp := &lodestonepb.WatchResponse{WatchId: id, Index: b.Index, Header: st.svc.s.kv.header(b.Index), Events: evs}
 			if err := st.send(resp); err != nil {
@@ -344,29 +343,45 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 	}
 }
 
-// wireEvent is a watch.Event's Aux: its wire form without prev_kv, made
-// by the first stream that sends the event and shared by every other (a
-// write seen by 100 prefix watchers is converted once, not 100 times).
-// NB: sharing is safe because a marshalled message is only read (the size
-// cache it writes is atomic in protobuf-go).
-type wireEvent struct {
-	p atomic.Pointer[lodestonepb.Event]
+// wireCache converts each recent event to its wire form (without
+// prev_kv) once for every stream that sends it: a write seen by 100 prefix
+// watchers on 100 streams is converted once, not 100 times. It is keyed by
+// the hub's shared *watch.Event (NextShared) and remembers the last
+// wireCacheSize events, so its memory is fixed (~2 MiB) whatever the
+// hub retains; an older event is converted again if it is sent again.
+// NB: sharing one message between streams is safe because marshalling only
+// reads it (the size cache it writes is atomic in protobuf-go).
+type wireCache struct {
+	mu   sync.Mutex
+	m    map[*watch.Event]*lodestonepb.Event
+	ring [wireCacheSize]*watch.Event // insertion order, for eviction
+	next int
 }
 
-func (c *wireEvent) get(ev *watch.Event) *lodestonepb.Event {
-	if pe := c.p.Load(); pe != nil {
+const wireCacheSize = 8192
+
+func (c *wireCache) get(ev *watch.Event) *lodestonepb.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pe, ok := c.m[ev]; ok {
 		return pe
+	}
+	if c.m == nil {
+		c.m = make(map[*watch.Event]*lodestonepb.Event, wireCacheSize)
+	}
+	if old := c.ring[c.next]; old != nil {
+		delete(c.m, old)
 	}
 	pe := newPBEvent(ev, false)
-	if c.p.CompareAndSwap(nil, pe) {
-		return pe
-	}
-	return c.p.Load()
+	c.ring[c.next] = ev
+	c.next = (c.next + 1) % wireCacheSize
+	c.m[ev] = pe
+	return pe
 }
 
-// toPBEvents converts a batch for the wire, through each event's cache
-// unless prev_kv is wanted and present, and returns a rough encoded size.
-func toPBEvents(evs []*watch.Event, prev bool) ([]*lodestonepb.Event, int) {
+// toPBEvents converts a batch for the wire, through the cache unless
+// prev_kv is wanted and present, and returns a rough encoded size.
+func (c *wireCache) toPBEvents(evs []*watch.Event, prev bool) ([]*lodestonepb.Event, int) {
 	if len(evs) == 0 {
 		return nil, 0
 	}
@@ -379,11 +394,7 @@ func toPBEvents(evs []*watch.Event, prev bool) ([]*lodestonepb.Event, int) {
 			size += len(ev.PrevKV.Key) + len(ev.PrevKV.Value) + len(ev.PrevKV.Session) + 40
 			continue
 		}
-		if c, ok := ev.Aux.(*wireEvent); ok {
-			out[i] = c.get(ev)
-			continue
-		}
-		out[i] = newPBEvent(ev, false)
+		out[i] = c.get(ev)
 	}
 	return out, size
 }

@@ -51,12 +51,6 @@ type Event struct {
 	// (nil when the key did not exist). It is delivered only to watchers
 	// that asked for it (Request.PrevKV).
 	PrevKV *KeyValue
-	// Aux is the publisher's, opaque to the hub and shared like the rest
-	// of the event: a place for per-event work that every consumer the
-	// event goes to can reuse (the gRPC server caches the event's wire
-	// form there). Set before Publish; whatever it points to must be safe
-	// for concurrent use.
-	Aux any
 }
 
 // eventOverhead approximates the fixed heap cost of a retained Event
