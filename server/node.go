@@ -71,6 +71,8 @@ type node struct {
 	fatal atomic.Pointer[error]
 
 	status atomic.Pointer[nodeStatus]
+	// lastSnapBytes is the size of the last snapshot this node encoded.
+	lastSnapBytes atomic.Int64
 
 	heardMu sync.Mutex
 	heard   map[uint64]time.Time // when each peer last sent us anything
@@ -749,6 +751,12 @@ func (n *node) maybeSnapshot() {
 func (n *node) writeSnapshot(sn *store.Snapshot, cs raftpb.ConfState) snapResult {
 	start := time.Now()
 	var buf bytes.Buffer
+	// NB: sized from the last snapshot (+1/8 for growth): growing a buffer
+	// of many megabytes by doubling copied and zeroed it over and over,
+	// about half of a snapshot's CPU.
+	if last := n.lastSnapBytes.Load(); last > 0 {
+		buf.Grow(int(last + last/8))
+	}
 	if _, err := sn.WriteTo(&buf); err != nil {
 		return snapResult{index: sn.Index(), err: fmt.Errorf("encode snapshot: %w", err)}
 	}
@@ -764,6 +772,7 @@ func (n *node) writeSnapshot(sn *store.Snapshot, cs raftpb.ConfState) snapResult
 			return snapResult{index: sn.Index(), err: fmt.Errorf("compact log to %d: %w", sn.Index()-n.cfg.CatchUpEntries, err)}
 		}
 	}
+	n.lastSnapBytes.Store(int64(buf.Len()))
 	n.logger.Info("snapshot saved", "index", sn.Index(), "bytes", buf.Len(), "took", time.Since(start))
 	return snapResult{index: sn.Index()}
 }
