@@ -7,9 +7,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // The HTTP/1.1 fast path. Requests without a body to plain-HTTP origins
@@ -29,6 +33,13 @@ type h1conn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	idleAt int64 // mono() when it went idle
+
+	// Reused by every exchange on the connection (one at a time): valid
+	// until the connection goes back to its pool.
+	resp http.Response
+	hdr  http.Header
+	body clBody
+	hb   h1Body
 }
 
 // h1idle is a pool's idle fast-path connections, most recently used last.
@@ -127,7 +138,8 @@ func (g *Gateway) h1RoundTrip(p *pool, r *http.Request, path string) (*http.Resp
 		stop := context.AfterFunc(ctx, func() { hc.c.SetDeadline(aLongTimeAgo) })
 		resp, err := g.h1Exchange(hc, r, path)
 		if err == nil {
-			b := &h1Body{body: resp.Body, hc: hc, idle: g.cfg.IdleTimeout, ctx: ctx, stop: stop}
+			b := &hc.hb
+			*b = h1Body{body: resp.Body, hc: hc, idle: g.cfg.IdleTimeout, ctx: ctx, stop: stop}
 			resp.Body = b
 			return resp, b, nil
 		}
@@ -154,7 +166,7 @@ func (g *Gateway) h1Exchange(hc *h1conn, r *http.Request, path string) (*http.Re
 		return nil, classify(ctx, err, true)
 	}
 	for {
-		resp, err := http.ReadResponse(hc.br, r)
+		resp, err := hc.readResponse(r)
 		if err != nil {
 			return nil, classify(ctx, err, hc.br.Buffered() == 0)
 		}
@@ -166,6 +178,140 @@ func (g *Gateway) h1Exchange(hc *h1conn, r *http.Request, path string) (*http.Re
 }
 
 var aLongTimeAgo = time.Unix(1, 0)
+
+// readResponse reads a response header on hc. A plain one (HTTP/1.1, a
+// final status with a body framed by one Content-Length, not to HEAD) is
+// parsed into hc's reused Response and header map; anything else is left
+// to http.ReadResponse.
+func (hc *h1conn) readResponse(r *http.Request) (*http.Response, error) {
+	for {
+		buf, _ := hc.br.Peek(hc.br.Buffered())
+		end, bare := headerEnd(buf)
+		if end >= 0 {
+			if resp := hc.parseResponse(buf[:end], r); resp != nil {
+				hc.br.Discard(end)
+				return resp, nil
+			}
+			break
+		}
+		if bare || len(buf) == hc.br.Size() {
+			break
+		}
+		if _, err := hc.br.Peek(len(buf) + 1); err != nil {
+			if len(buf) == 0 {
+				return nil, err
+			}
+			break // http.ReadResponse reports what it makes of it
+		}
+	}
+	return http.ReadResponse(hc.br, r)
+}
+
+// parseResponse parses a whole plain response header (see readResponse)
+// into hc.resp, or returns nil.
+func (hc *h1conn) parseResponse(b []byte, r *http.Request) *http.Response {
+	if r.Method == http.MethodHead || len(b) < 16 || string(b[:9]) != "HTTP/1.1 " {
+		return nil
+	}
+	s := string(b) // NB: the one string allocation; the rest are substrings
+	line, rest, _ := strings.Cut(s, "\r\n")
+	status := line[9:]
+	if len(status) < 3 || len(status) > 3 && status[3] != ' ' {
+		return nil
+	}
+	code := 0
+	for i := range 3 {
+		c := status[i]
+		if c < '0' || c > '9' {
+			return nil
+		}
+		code = code*10 + int(c-'0')
+	}
+	if code < 200 || code == http.StatusNoContent || code == http.StatusNotModified {
+		return nil
+	}
+	if hc.hdr == nil {
+		hc.hdr = make(http.Header, 8)
+	}
+	h := hc.hdr
+	clear(h)
+	vals := make([]string, strings.Count(rest, "\n"))
+	nv := 0
+	cl := int64(-1)
+	closing := false
+	for {
+		line, rest, _ = strings.Cut(rest, "\r\n")
+		if line == "" {
+			break
+		}
+		name, value, ok := strings.Cut(line, ":")
+		if !ok || !httpguts.ValidHeaderFieldName(name) {
+			return nil
+		}
+		value = strings.Trim(value, " \t")
+		if !httpguts.ValidHeaderFieldValue(value) {
+			return nil
+		}
+		k := textproto.CanonicalMIMEHeaderKey(name)
+		switch k {
+		case "Content-Length":
+			n, err := strconv.ParseInt(value, 10, 64)
+			if err != nil || n < 0 || cl >= 0 {
+				return nil
+			}
+			cl = n
+		case "Transfer-Encoding", "Trailer":
+			return nil
+		case "Connection":
+			closing = closing || hasToken(value, "close")
+		}
+		if nv == len(vals) {
+			return nil
+		}
+		vals[nv] = value
+		if vv := h[k]; vv != nil {
+			h[k] = append(vv, value)
+		} else {
+			h[k] = vals[nv : nv+1 : nv+1]
+		}
+		nv++
+	}
+	if cl < 0 {
+		return nil
+	}
+	hc.body = clBody{r: hc.br, n: cl}
+	hc.resp = http.Response{
+		Status: status, StatusCode: code, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h, Body: &hc.body, ContentLength: cl, Close: closing, Request: r,
+	}
+	return &hc.resp
+}
+
+// clBody reads a body of n bytes from r; the last bytes come with io.EOF.
+type clBody struct {
+	r *bufio.Reader
+	n int64
+}
+
+func (b *clBody) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.r.Read(p)
+	b.n -= int64(n)
+	if b.n == 0 {
+		return n, io.EOF
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (b *clBody) Close() error { return nil }
 
 // classify maps a fast-path I/O error to the gateway's errors.
 func classify(ctx context.Context, err error, nothingRead bool) error {

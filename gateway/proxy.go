@@ -138,9 +138,12 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, t *table, re *ro
 			exclude = appendTried(tried[:len(exclude)], p.origin)
 			continue
 		}
+		// NB: the fast path reuses resp once its connection is pooled
+		// (in finishAttempt): read nothing of it after that.
+		status := resp.StatusCode
 		originFault, abort := g.writeResponse(w, resp, a)
-		g.finishAttempt(svc, a, resp.StatusCode, resp.StatusCode >= 500 || originFault)
-		return resp.StatusCode, abort
+		g.finishAttempt(svc, a, status, status >= 500 || originFault)
+		return status, abort
 	}
 }
 

@@ -1,0 +1,128 @@
+package gateway_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestFrontConnection drives raw client connections through the proxy
+// listener: plain requests stay on the one-goroutine fast path (front.go),
+// anything else is handed with its buffered bytes to net/http, and either
+// way every request on the connection gets its own, whole answer.
+func TestFrontConnection(t *testing.T) {
+	o := startOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		switch r.URL.Path {
+		case "/trailer":
+			w.Header().Set("Trailer", "X-Sum")
+			w.WriteHeader(200)
+			io.WriteString(w, "part1")
+			w.(http.Flusher).Flush()
+			io.WriteString(w, "part2")
+			w.Header().Set("X-Sum", "42")
+		case "/empty":
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			w.Header().Set("Content-Type", "text/plain")
+			fmt.Fprintf(w, "%s %s body=%q x=%q", r.Method, r.URL.RequestURI(), body, r.Header.Get("X-Big"))
+		}
+	}), false)
+	src := fakeWithRoute("svc")
+	idx := src.PutInstance(o.instance("svc", "o", nil))
+	g := startGateway(t, testConfig(t, src))
+	g.WaitIndex(testCtx(t, 10*time.Second), idx)
+
+	get := func(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n" }
+	big := strings.Repeat("b", 6<<10)
+	type answer struct {
+		status  int
+		body    string
+		trailer string // X-Sum
+		close   bool
+	}
+	ok := func(method, uri string) answer {
+		return answer{status: 200, body: fmt.Sprintf("%s %s body=%q x=%q", method, uri, "", "")}
+	}
+	for _, tc := range []struct {
+		name   string
+		send   []string // each written on its own
+		head   []bool   // per answer: the request was HEAD
+		want   []answer
+		wantEO bool // the gateway closes the connection after the answers
+	}{
+		{name: "pipelined plain GETs", send: []string{get("/a") + get("/b?q=1") + get("/c%2Fd")},
+			want: []answer{ok("GET", "/a"), ok("GET", "/b?q=1"), ok("GET", "/c%2Fd")}},
+		{name: "HEAD then GET", send: []string{"HEAD /h HTTP/1.1\r\nHost: x\r\n\r\n", get("/g")},
+			head: []bool{true, false}, want: []answer{{status: 200}, ok("GET", "/g")}},
+		{name: "connection close", send: []string{"GET /z HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"},
+			want: []answer{{status: 200, body: ok("GET", "/z").body, close: true}}, wantEO: true},
+		{name: "body after plain GET is handed to net/http", send: []string{
+			get("/1"), "POST /2 HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc", get("/3")},
+			want: []answer{ok("GET", "/1"), {status: 200, body: `POST /2 body="abc" x=""`}, ok("GET", "/3")}},
+		{name: "header longer than the buffer", send: []string{"GET /big HTTP/1.1\r\nHost: x\r\nX-Big: " + big + "\r\n\r\n", get("/after")},
+			want: []answer{{status: 200, body: fmt.Sprintf("GET /big body=%q x=%q", "", big)}, ok("GET", "/after")}},
+		{name: "bare LF line ends", send: []string{"GET /lf HTTP/1.1\nHost: x\n\n"}, want: []answer{ok("GET", "/lf")}},
+		{name: "HTTP/1.0", send: []string{"GET /old HTTP/1.0\r\nHost: x\r\n\r\n"},
+			want: []answer{{status: 200, body: ok("GET", "/old").body, close: true}}, wantEO: true},
+		{name: "invalid header name gets net/http's 400", send: []string{"GET / HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n"},
+			want: []answer{{status: 400, close: true}}, wantEO: true},
+		{name: "header split across writes", send: []string{"GET /sp", "lit HTTP/1.1\r\nHo", "st: x\r\n\r\n"},
+			want: []answer{ok("GET", "/split")}},
+		{name: "chunked origin answer with a trailer", send: []string{get("/trailer"), get("/next")},
+			want: []answer{{status: 200, body: "part1part2", trailer: "42"}, ok("GET", "/next")}},
+		{name: "204", send: []string{get("/empty"), get("/next")}, want: []answer{{status: 204}, ok("GET", "/next")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", g.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			for _, s := range tc.send {
+				if _, err := io.WriteString(c, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			br := bufio.NewReader(c)
+			for i, want := range tc.want {
+				method := "GET"
+				if tc.head != nil && tc.head[i] {
+					method = "HEAD"
+				}
+				resp, err := http.ReadResponse(br, &http.Request{Method: method})
+				if err != nil {
+					t.Fatalf("answer %d: %v", i, err)
+				}
+				b, err := io.ReadAll(resp.Body)
+				if err != nil {
+					t.Fatalf("answer %d body: %v", i, err)
+				}
+				got := answer{status: resp.StatusCode, body: string(b), trailer: resp.Trailer.Get("X-Sum"), close: resp.Close}
+				if want.status == 400 {
+					got.body = "" // net/http's wording
+				}
+				if got != want {
+					t.Errorf("answer %d: got %+v, want %+v", i, got, want)
+				}
+				if method == "HEAD" && resp.ContentLength <= 0 {
+					t.Errorf("HEAD answer: Content-Length %d, want the origin's", resp.ContentLength)
+				}
+				if resp.Header.Get("Date") == "" && want.status != 400 {
+					t.Errorf("answer %d: no Date header", i)
+				}
+			}
+			if tc.wantEO {
+				if n, err := br.ReadByte(); err != io.EOF {
+					t.Errorf("after the last answer: %v %v, want EOF (connection closed)", n, err)
+				}
+			}
+		})
+	}
+}
