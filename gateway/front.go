@@ -36,11 +36,9 @@ import (
 // and their 400s behave exactly as net/http makes them.
 //
 // NB: net/http's server cancels a request's context when the client
-// closes its connection (a background read per request); here the
-// connection's context ends only when the connection does, or the gateway
-// closes hard. A client that goes away while an origin is slow is noticed
-// when its response is written, and the attempt is still bounded by the
-// response-header timeout.
+// closes its connection, with a background read started for every
+// request. Here a request that is still running after watchDelay gets
+// that read (watch); quicker ones cost a timer Reset and Stop.
 
 // frontBufSize is the client read and write buffer: a request header
 // longer than this goes to net/http.
@@ -123,6 +121,64 @@ type frontConn struct {
 
 	dateSec int64 // unix second of date
 	date    []byte
+
+	// The client-gone watch (see watch).
+	src       watchReader // what br reads: a byte the watch read, then c
+	watchT    *time.Timer
+	watchDone chan struct{}
+}
+
+// watchDelay is how long a request runs before its connection is watched
+// for the client going away. NB: most requests end well before it, and
+// cost only the timer's Reset and Stop; the watch costs a goroutine and a
+// blocked read.
+const watchDelay = 100 * time.Millisecond
+
+// watch runs (once per armed request, in the timer's goroutine) when a
+// request outlives watchDelay: it reads the client connection, which has
+// nothing to say until the response is out. EOF or an error other than
+// the deadline endWatch sets means the client went away: the connection's
+// context ends, which aborts the attempt (h1RoundTrip's hook). A byte that
+// does arrive (a pipelined request) is kept for br.
+func (fc *frontConn) watch() {
+	defer func() { fc.watchDone <- struct{}{} }()
+	n, err := fc.c.Read(fc.src.b[:])
+	if n == 1 {
+		fc.src.has = true
+		return
+	}
+	var ne net.Error
+	if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+		fc.cancel()
+	}
+}
+
+// endWatch disarms the watch, or stops a running one and waits for it.
+func (fc *frontConn) endWatch() {
+	if fc.watchT.Stop() {
+		return
+	}
+	// NB: the past deadline also ends a watch that has not reached its
+	// read yet; the next request's read sets a deadline again.
+	fc.c.SetReadDeadline(aLongTimeAgo)
+	<-fc.watchDone
+}
+
+// watchReader is the client connection as br reads it: first the byte a
+// watch read, if any.
+type watchReader struct {
+	c   net.Conn
+	b   [1]byte
+	has bool
+}
+
+func (r *watchReader) Read(p []byte) (int, error) {
+	if r.has && len(p) > 0 {
+		r.has = false
+		p[0] = r.b[0]
+		return 1, nil
+	}
+	return r.c.Read(p)
 }
 
 func (f *front) track(c net.Conn) *frontConn {
@@ -188,6 +244,9 @@ func (f *front) closeAll() {
 func (f *front) serveConn(fc *frontConn) {
 	handedOff := false
 	defer func() {
+		if fc.watchT != nil {
+			fc.watchT.Stop() // a running watch ends when c closes
+		}
 		// As net/http does: a panicking request closes its connection,
 		// not the gateway.
 		if err := recover(); err != nil && err != http.ErrAbortHandler {
@@ -201,7 +260,11 @@ func (f *front) serveConn(fc *frontConn) {
 		f.untrack(fc)
 	}()
 	g := f.g
-	fc.br = bufio.NewReaderSize(fc.c, frontBufSize)
+	fc.src.c = fc.c
+	fc.br = bufio.NewReaderSize(&fc.src, frontBufSize)
+	fc.watchDone = make(chan struct{}, 1)
+	fc.watchT = time.AfterFunc(time.Hour, fc.watch)
+	fc.watchT.Stop()
 	fc.bw = bufio.NewWriterSize(fc.c, frontBufSize)
 	fc.req = (&http.Request{}).WithContext(fc.ctx)
 	fc.req.Header = make(http.Header, 8)
@@ -232,7 +295,16 @@ func (f *front) serveConn(fc *frontConn) {
 		}
 		fc.br.Discard(n)
 		fc.w.reset(fc.req)
+		// NB: a connection with a pipelined request buffered is not
+		// watched: the client is there, and its bytes belong to br.
+		watched := fc.br.Buffered() == 0
+		if watched {
+			fc.watchT.Reset(watchDelay)
+		}
 		abort := g.handle(&fc.w, fc.req)
+		if watched {
+			fc.endWatch()
+		}
 		if abort || !fc.w.wroteHeader && fc.ctx.Err() != nil {
 			return
 		}

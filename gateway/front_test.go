@@ -126,3 +126,41 @@ func TestFrontConnection(t *testing.T) {
 		})
 	}
 }
+
+// TestFrontClientGoneAbortsAttempt: a client that closes its connection
+// while the origin has not answered ends the attempt (the origin sees its
+// connection go), as net/http's per-request context did.
+func TestFrontClientGoneAbortsAttempt(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	aborted := make(chan struct{}, 1)
+	o := startOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-r.Context().Done() // never answers; ends when the gateway hangs up
+		aborted <- struct{}{}
+	}), false)
+	src := fakeWithRoute("svc")
+	idx := src.PutInstance(o.instance("svc", "o", nil))
+	cfg := testConfig(t, src)
+	cfg.ResponseHeaderTimeout = time.Minute // NB: not what ends it
+	g := startGateway(t, cfg)
+	g.WaitIndex(testCtx(t, 10*time.Second), idx)
+	c, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 10*time.Second)
+	select {
+	case <-arrived:
+	case <-ctx.Done():
+		t.Fatal("request never reached the origin")
+	}
+	c.Close()
+	select {
+	case <-aborted:
+	case <-ctx.Done():
+		t.Fatal("origin request still open 10s after the client went away")
+	}
+}
