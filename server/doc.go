@@ -65,10 +65,10 @@
 //
 // One goroutine per Watch stream sends everything: the hub puts the
 // stream's watchers that have something on the stream's Ready list, and
-// the goroutine drains them at the next point of a process-wide 5 ms grid
-// (watchDeliveryInterval), so a busy stream sends one message per
-// interval and the streams of a connection hand gRPC's writer their
-// messages together. A stream whose client set WatchCreate.grouped gets
+// the goroutine drains them at the next point of a process-wide grid
+// (Config.WatchDeliveryInterval, --watch-delivery-interval, 5 ms by
+// default), so a busy stream sends one message per interval and the
+// streams of a connection hand gRPC's writer their messages together. A stream whose client set WatchCreate.grouped gets
 // one response per round with a group per woken watch; others get one
 // response per watch and batch, as before groups existed.
 //

@@ -28,20 +28,18 @@ func BenchmarkWatchFanout(b *testing.B) {
 		watchers bool
 		interval time.Duration
 	}{
-		{"none", false, watchDeliveryInterval},
+		{"none", false, DefaultConfig().WatchDeliveryInterval},
 		{"grid=0", true, 0},
 		{"grid=2ms", true, 2 * time.Millisecond},
 		{"grid=5ms", true, 5 * time.Millisecond},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			defer func(d time.Duration) { watchDeliveryInterval = d }(watchDeliveryInterval)
-			watchDeliveryInterval = tc.interval
-			benchWatchFanout(b, tc.watchers)
+			benchWatchFanout(b, tc.watchers, tc.interval)
 		})
 	}
 }
 
-func benchWatchFanout(b *testing.B, watchers bool) {
+func benchWatchFanout(b *testing.B, watchers bool, interval time.Duration) {
 	const (
 		streams  = 100
 		conns    = 2
@@ -53,6 +51,7 @@ func benchWatchFanout(b *testing.B, watchers bool) {
 	c := newTestCluster(b, 1, func(cfg *Config) {
 		cfg.MaxWatchesPerConnection = exact + prefixes
 		cfg.MaxWatchesPerStream = exact
+		cfg.WatchDeliveryInterval = interval
 	})
 	lead := c.waitLeader()
 	ctx, cancel := context.WithCancel(context.Background())
