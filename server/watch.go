@@ -7,7 +7,6 @@ import (
 	"io"
 	"sync"
 	"time"
-	"unsafe"
 
 	"google.golang.org/grpc/codes"
 	grpcpeer "google.golang.org/grpc/peer"
@@ -48,6 +47,16 @@ func toWatchKV(kv *lodestonepb.KeyValue) watch.KeyValue {
 	}
 }
 
+func fromWatchKV(kv *watch.KeyValue) *lodestonepb.KeyValue {
+	if kv == nil {
+		return nil
+	}
+	return &lodestonepb.KeyValue{
+		Key: []byte(kv.Key), Value: kv.Value, CreateIndex: kv.CreateIndex, ModifyIndex: kv.ModifyIndex,
+		LockIndex: kv.LockIndex, Flags: kv.Flags, Session: kv.Session,
+	}
+}
+
 // waitForChange blocks a read until what it selects changes after index or
 // the wait (plus up to 1/16 jitter, so synchronized clients spread out)
 // elapses. It never fails for a timeout; the caller then reads.
@@ -75,8 +84,6 @@ type watchService struct {
 
 	mu      sync.Mutex
 	perConn map[string]int // live watches by client connection
-
-	wire wireCache
 }
 
 type watchStream struct {
@@ -84,20 +91,10 @@ type watchStream struct {
 	stream  lodestonepb.Watch_WatchServer
 	conn    string
 	ready   *watch.Ready
-	watches map[int64]*watch.Watcher // by watch id, which is also each watcher's Tag
-	userAll map[*watch.Watcher]bool  // user watches on every key: reserved keys filtered out
-	// grouped: the client understands WatchResponse.groups (a create said
-	// so); event and progress responses then go out as groups in out, one
-	// message per delivery round rather than one per watch.
-	grouped  bool
-	out      *lodestonepb.WatchResponse // groups not sent yet
-	outBytes int                        // rough encoded size of out
+	watches map[int64]*watch.Watcher
+	ids     map[*watch.Watcher]int64
+	userAll map[*watch.Watcher]bool // user watches on every key: reserved keys filtered out
 }
-
-// maxGroupBytes bounds a grouped response (roughly: keys, values and a
-// fixed cost per event), far below a client's default 4 MiB receive limit.
-// A single watch's batch bigger than that still goes out whole.
-const maxGroupBytes = 256 << 10
 
 func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
@@ -108,7 +105,7 @@ func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
 	}
 	st := &watchStream{
 		svc: ws, stream: stream, conn: conn, ready: watch.NewReady(),
-		watches: map[int64]*watch.Watcher{}, userAll: map[*watch.Watcher]bool{},
+		watches: map[int64]*watch.Watcher{}, ids: map[*watch.Watcher]int64{}, userAll: map[*watch.Watcher]bool{},
 	}
 	defer st.closeAll()
 
@@ -134,20 +131,6 @@ func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
 	defer wg.Wait()
 	defer cancel()
 
-	// Deliveries happen on a process-wide grid (Config.WatchDeliveryInterval):
-	// a wake-up waits for the next grid point (readyC is off meanwhile, the
-	// timer on), so a stream sends at most one message per interval and the
-	// streams of a connection send at the same instants. That costs up to
-	// one interval of lag (half on average); in exchange a stream whose
-	// watchers see many writes sends one message per interval rather than
-	// one per write, and gRPC writes a connection's messages to the socket
-	// in one system call instead of one each.
-	interval := ws.s.cfg.WatchDeliveryInterval
-	readyC := st.ready.C()
-	timer := time.NewTimer(0)
-	<-timer.C
-	defer timer.Stop()
-	var timerC <-chan time.Time
 	for {
 		select {
 		case req := <-reqs:
@@ -159,12 +142,7 @@ func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
 				return nil
 			}
 			return err
-		case <-readyC:
-			now := time.Now()
-			timer.Reset(now.Truncate(interval).Add(interval).Sub(now))
-			readyC, timerC = nil, timer.C
-		case <-timerC:
-			readyC, timerC = st.ready.C(), nil
+		case <-st.ready.C():
 			if err := st.deliver(); err != nil {
 				return err
 			}
@@ -213,12 +191,9 @@ func (st *watchStream) create(ctx context.Context, c *lodestonepb.WatchCreate) e
 	}
 	req := watch.Request{
 		Key: key, Prefix: prefix, StartIndex: c.StartIndex, FromNow: c.StartIndex == 0,
-		NoPut: c.NoPut, NoDelete: c.NoDelete, PrevKV: c.PrevKv, Ready: st.ready, Tag: c.WatchId,
+		NoPut: c.NoPut, NoDelete: c.NoDelete, PrevKV: c.PrevKv, Ready: st.ready,
 	}
-	// NB: not the stream's context: the stream closes every watcher it
-	// made when it ends (closeAll), and a watcher without a context skips
-	// a context check on every Next.
-	w, err := s.hub.Watch(context.Background(), req)
+	w, err := s.hub.Watch(ctx, req)
 	if err != nil {
 		st.svc.release(st.conn)
 		var ce *watch.CompactedError
@@ -231,7 +206,7 @@ func (st *watchStream) create(ctx context.Context, c *lodestonepb.WatchCreate) e
 		return refuse(err.Error())
 	}
 	st.watches[c.WatchId] = w
-	st.grouped = st.grouped || c.Grouped
+	st.ids[w] = c.WatchId
 	if key == "" {
 		st.userAll[w] = true
 	}
@@ -240,10 +215,7 @@ func (st *watchStream) create(ctx context.Context, c *lodestonepb.WatchCreate) e
 	}
 	// A replay from start_index may already be buffered; no wake-up comes
 	// for it.
-	if err := st.drain(w); err != nil {
-		return err
-	}
-	return st.flush()
+	return st.drain(w)
 }
 
 // hubKey maps a create request to the hub key or prefix it watches. User
@@ -275,7 +247,7 @@ func (st *watchStream) hubKey(c *lodestonepb.WatchCreate) (key string, prefix bo
 
 // userEvents drops the store's reserved event keys from a batch of a user
 // watch on every key (the only user watch whose range contains them).
-func userEvents(evs []*watch.Event) []*watch.Event {
+func userEvents(evs []watch.Event) []watch.Event {
 	out := evs[:0:0]
 	for i := range evs {
 		if !store.IsReservedKey([]byte(evs[i].KV.Key)) {
@@ -285,15 +257,14 @@ func userEvents(evs []*watch.Event) []*watch.Event {
 	return out
 }
 
-// deliver sends what every ready watcher has: on a grouped stream one
-// response per round (or per maxGroupBytes), else one per watch and batch.
+// deliver sends what every ready watcher has.
 func (st *watchStream) deliver() error {
 	for _, w := range st.ready.Take() {
 		if err := st.drain(w); err != nil {
 			return err
 		}
 	}
-	return st.flush()
+	return nil
 }
 
 var doneCtx = func() context.Context {
@@ -302,130 +273,39 @@ var doneCtx = func() context.Context {
 	return ctx
 }()
 
-// drain queues (grouped) or sends every batch w has ready, without
-// blocking on w. The caller flushes.
+// drain sends every batch w has ready, without blocking on w.
 func (st *watchStream) drain(w *watch.Watcher) error {
-	id := w.Tag()
-	if st.watches[id] != w {
+	id, ok := st.ids[w]
+	if !ok {
 		return nil // canceled meanwhile
 	}
 	for {
-		b, err := w.NextShared(doneCtx)
+		b, err := w.Next(doneCtx)
 		if errors.Is(err, context.Canceled) {
 			return nil // nothing more right now
 		}
 		if err != nil {
 			return st.ended(id, w, err)
 		}
-		if len(st.userAll) > 0 && st.userAll[w] {
+		if st.userAll[w] {
 			b.Events = userEvents(b.Events)
 		}
-		evs, size := st.svc.wire.toPBEvents(b.Events, w.WantsPrevKV())
-		if !st.grouped {
-			resp := &lodestonepb.WatchResponse{WatchId: id, Index: b.Index, Header: st.svc.s.kv.header(b.Index), Events: evs}
-			if err := st.send(resp); err != nil {
-				return err
-			}
-			continue
-		}
-		if st.out == nil {
-			st.out = &lodestonepb.WatchResponse{}
-		}
-		st.out.Groups = append(st.out.Groups, &lodestonepb.WatchGroup{WatchId: id, Index: b.Index, Events: evs})
-		if st.outBytes += size + 16; st.outBytes >= maxGroupBytes {
-			if err := st.flush(); err != nil {
-				return err
+		resp := &lodestonepb.WatchResponse{WatchId: id, Index: b.Index, Header: st.svc.s.kv.header(b.Index)}
+		if len(b.Events) > 0 {
+			resp.Events = make([]*lodestonepb.Event, len(b.Events))
+			for i := range b.Events {
+				ev := &b.Events[i]
+				pe := &lodestonepb.Event{Kv: fromWatchKV(&ev.KV), PrevKv: fromWatchKV(ev.PrevKV)}
+				if ev.Type == watch.Delete {
+					pe.Type = lodestonepb.Event_DELETE
+				}
+				resp.Events[i] = pe
 			}
 		}
-	}
-}
-
-// wireCache converts each recent event to its wire form (without
-// prev_kv) once for every stream that sends it: a write seen by 100 prefix
-// watchers on 100 streams is converted once, not 100 times. It is keyed by
-// the hub's shared *watch.Event (NextShared) and remembers the last
-// wireCacheSize events, so its memory is fixed (~2 MiB) whatever the
-// hub retains; an older event is converted again if it is sent again.
-// NB: sharing one message between streams is safe because marshalling only
-// reads it (the size cache it writes is atomic in protobuf-go).
-type wireCache struct {
-	mu   sync.Mutex
-	m    map[*watch.Event]*lodestonepb.Event
-	ring [wireCacheSize]*watch.Event // insertion order, for eviction
-	next int
-}
-
-const wireCacheSize = 8192
-
-func (c *wireCache) get(ev *watch.Event) *lodestonepb.Event {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if pe, ok := c.m[ev]; ok {
-		return pe
-	}
-	if c.m == nil {
-		c.m = make(map[*watch.Event]*lodestonepb.Event, wireCacheSize)
-	}
-	if old := c.ring[c.next]; old != nil {
-		delete(c.m, old)
-	}
-	pe := newPBEvent(ev, false)
-	c.ring[c.next] = ev
-	c.next = (c.next + 1) % wireCacheSize
-	c.m[ev] = pe
-	return pe
-}
-
-// toPBEvents converts a batch for the wire, through the cache unless
-// prev_kv is wanted and present, and returns a rough encoded size.
-func (c *wireCache) toPBEvents(evs []*watch.Event, prev bool) ([]*lodestonepb.Event, int) {
-	if len(evs) == 0 {
-		return nil, 0
-	}
-	out := make([]*lodestonepb.Event, len(evs))
-	size := 0
-	for i, ev := range evs {
-		size += len(ev.KV.Key) + len(ev.KV.Value) + len(ev.KV.Session) + 48
-		if prev && ev.PrevKV != nil {
-			out[i] = newPBEvent(ev, true)
-			size += len(ev.PrevKV.Key) + len(ev.PrevKV.Value) + len(ev.PrevKV.Session) + 40
-			continue
+		if err := st.send(resp); err != nil {
+			return err
 		}
-		out[i] = c.get(ev)
 	}
-	return out, size
-}
-
-// newPBEvent converts one event, with prev_kv if prev.
-// NB: the key is not copied: the KeyValue's Key aliases the hub's
-// immutable string, and the message is only ever marshalled (read).
-func newPBEvent(ev *watch.Event, prev bool) *lodestonepb.Event {
-	pe := &lodestonepb.Event{Kv: &lodestonepb.KeyValue{}}
-	setPBKV(pe.Kv, &ev.KV)
-	if prev && ev.PrevKV != nil {
-		pe.PrevKv = &lodestonepb.KeyValue{}
-		setPBKV(pe.PrevKv, ev.PrevKV)
-	}
-	if ev.Type == watch.Delete {
-		pe.Type = lodestonepb.Event_DELETE
-	}
-	return pe
-}
-
-func setPBKV(dst *lodestonepb.KeyValue, kv *watch.KeyValue) {
-	dst.Key = unsafe.Slice(unsafe.StringData(kv.Key), len(kv.Key))
-	dst.Value, dst.CreateIndex, dst.ModifyIndex = kv.Value, kv.CreateIndex, kv.ModifyIndex
-	dst.LockIndex, dst.Flags, dst.Session = kv.LockIndex, kv.Flags, kv.Session
-}
-
-// flush sends the queued groups, if any.
-func (st *watchStream) flush() error {
-	resp := st.out
-	if resp == nil {
-		return nil
-	}
-	st.out, st.outBytes = nil, 0
-	return st.sendNow(resp)
 }
 
 // ended tells the client why a watch stopped and how to go on.
@@ -446,16 +326,7 @@ func (st *watchStream) ended(id int64, w *watch.Watcher, err error) error {
 	return st.send(resp)
 }
 
-// send sends resp after any queued groups, which it must follow (a
-// watch's cancel comes after its last events).
 func (st *watchStream) send(resp *lodestonepb.WatchResponse) error {
-	if err := st.flush(); err != nil {
-		return err
-	}
-	return st.sendNow(resp)
-}
-
-func (st *watchStream) sendNow(resp *lodestonepb.WatchResponse) error {
 	if err := st.stream.Send(resp); err != nil {
 		return fmt.Errorf("send watch response: %w", err)
 	}
@@ -465,6 +336,7 @@ func (st *watchStream) sendNow(resp *lodestonepb.WatchResponse) error {
 func (st *watchStream) drop(id int64, w *watch.Watcher) {
 	w.Close()
 	delete(st.watches, id)
+	delete(st.ids, w)
 	delete(st.userAll, w)
 	st.svc.release(st.conn)
 }

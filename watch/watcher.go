@@ -9,7 +9,7 @@ import (
 // Watcher is one subscription. Next is called by one goroutine at a time;
 // Close may be called from any goroutine, any number of times.
 //
-// The struct is kept lean (160 B) because a server holds 100k of them: the
+// The struct is kept lean (≈160 B) because a server holds 100k of them: the
 // buffer and the wake-up channel are allocated only when first needed, and
 // the shard's indexes link watchers intrusively (next/prev) instead of
 // holding slices of them.
@@ -18,15 +18,13 @@ type Watcher struct {
 	// next, prev link the watchers of one key (or one prefix) in a shard;
 	// guarded by s.mu.
 	next, prev *Watcher
-	key        string // immutable once linked (link shares equal keys' bytes)
+	key        string // immutable
 	mu         sync.Mutex
 
-	opts     uint8 // opt* bits, immutable
-	closed   bool  // Close was called; guarded by mu
-	progress bool  // a progress notification is pending; guarded by mu
-	// queued: w is on ready's list; guarded by ready.mu. (A byte of its
-	// own: the flags above are under other locks.)
-	queued   bool
+	opts     uint8  // opt* bits, immutable
+	linked   bool   // in s's indexes; guarded by s.mu
+	closed   bool   // Close was called; guarded by mu
+	progress bool   // a progress notification is pending; guarded by mu
 	capacity uint32 // buffer bound, immutable
 
 	after uint64 // immutable once linked: events with index ≤ after are not for us
@@ -36,23 +34,19 @@ type Watcher struct {
 	buf  []*Event      // undelivered events, shared and read-only; guarded by mu
 	wake chan struct{} // cap 1, made by the first Next that blocks; guarded by mu
 	err  error         // terminal error, delivered after buf drains; guarded by mu
-	// ctx points to the context given to Watch, if it can be cancelled
-	// (else nil). NB: a pointer (8 B, boxed only for cancellable contexts)
-	// rather than the interface (16 B), and not a context.AfterFunc hook,
-	// which costs ~180 B per watcher; a blocked Next selects on it, and the
-	// progress tick reaps watchers whose ctx is done.
-	ctx *context.Context
+	// ctx is the context given to Watch, if it can be cancelled. NB: not a
+	// context.AfterFunc hook, which costs ~180 B per watcher; a blocked Next
+	// selects on it, and the progress tick reaps watchers whose ctx is done.
+	ctx context.Context
 	id  uint64 // immutable, for logs
-	tag int64  // Request.Tag, immutable
 	// ready, if set, is told whenever Next has something new (see Ready).
 	ready *Ready // immutable
+	// queued: w is on ready's list; guarded by ready.mu.
+	queued bool
 }
 
 // ID returns the watcher's hub-unique id (the "watcher" key in logs).
 func (w *Watcher) ID() uint64 { return w.id }
-
-// Tag returns Request.Tag.
-func (w *Watcher) Tag() int64 { return w.tag }
 
 // Next returns the next batch: buffered events, else a pending progress
 // notification, else the terminal error; if there is none of these it blocks
@@ -70,59 +64,23 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 	return b, err
 }
 
-// SharedBatch is what NextShared returns: Batch with the hub's events.
-type SharedBatch struct {
-	Index  uint64
-	Events []*Event
-}
-
-// NextShared is Next without the copy, for a consumer that converts the
-// events anyway: Events point at the hub's shared events, which nobody may
-// modify; the caller owns the slice, not the events. PrevKV is left as
-// published: if WantsPrevKV is false the caller must ignore it.
-func (w *Watcher) NextShared(ctx context.Context) (SharedBatch, error) {
-	idx, evs, err, _ := w.nextRaw(ctx, nil)
-	return SharedBatch{Index: idx, Events: evs}, err
-}
-
-// WantsPrevKV reports Request.PrevKV.
-func (w *Watcher) WantsPrevKV() bool { return w.opts&optPrevKV != 0 }
-
 // nextUntil is Next with an optional timer: when timeout fires it returns
 // (Batch{Index: current}, nil, true).
 func (w *Watcher) nextUntil(ctx context.Context, timeout <-chan time.Time) (Batch, error, bool) {
-	idx, evs, err, timedOut := w.nextRaw(ctx, timeout)
-	if len(evs) == 0 {
-		return Batch{Index: idx}, err, timedOut
-	}
-	out := make([]Event, len(evs))
-	for i, p := range evs {
-		out[i] = *p
-		if w.opts&optPrevKV == 0 {
-			out[i].PrevKV = nil
-		}
-	}
-	return Batch{Index: idx, Events: out}, err, timedOut
-}
-
-// nextRaw is nextUntil returning the buffer itself (the hub's events).
-func (w *Watcher) nextRaw(ctx context.Context, timeout <-chan time.Time) (uint64, []*Event, error, bool) {
-	var watchCtx context.Context
 	var watchDone <-chan struct{}
 	if w.ctx != nil {
-		watchCtx = *w.ctx
-		watchDone = watchCtx.Done()
+		watchDone = w.ctx.Done()
 	}
 	for {
 		w.mu.Lock()
 		if w.closed {
 			w.mu.Unlock()
-			return 0, nil, ErrClosed, false
+			return Batch{}, ErrClosed, false
 		}
-		if watchCtx != nil && watchCtx.Err() != nil {
+		if w.ctx != nil && w.ctx.Err() != nil {
 			w.mu.Unlock()
 			w.Close()
-			return 0, nil, watchCtx.Err(), false
+			return Batch{}, w.ctx.Err(), false
 		}
 		if len(w.buf) > 0 {
 			evs := w.buf
@@ -131,27 +89,26 @@ func (w *Watcher) nextRaw(ctx context.Context, timeout <-chan time.Time) (uint64
 			w.told = idx
 			w.progress = false
 			w.mu.Unlock()
-			return idx, evs, nil, false
+			out := make([]Event, len(evs))
+			for i, p := range evs {
+				out[i] = *p
+				if w.opts&optPrevKV == 0 {
+					out[i].PrevKV = nil
+				}
+			}
+			return Batch{Index: idx, Events: out}, nil, false
 		}
 		if w.err != nil {
 			err := w.err
 			w.mu.Unlock()
-			return 0, nil, err, false
+			return Batch{}, err, false
 		}
 		if w.progress {
 			w.progress = false
 			idx := w.indexLocked(0)
 			w.told = idx
 			w.mu.Unlock()
-			return idx, nil, nil, false
-		}
-		if err := ctx.Err(); err != nil {
-			// NB: a poll (Next with a done ctx, as a Ready consumer drains)
-			// must not allocate the wake-up channel: a Ready watcher never
-			// blocks in Next, and 100k idle watchers would each keep one
-			// (~100 B) and be signalled through it on every delivery.
-			w.mu.Unlock()
-			return 0, nil, err, false
+			return Batch{Index: idx}, nil, false
 		}
 		if w.wake == nil {
 			w.wake = make(chan struct{}, 1)
@@ -163,7 +120,7 @@ func (w *Watcher) nextRaw(ctx context.Context, timeout <-chan time.Time) (uint64
 		case <-wake:
 		case <-watchDone:
 			w.Close()
-			return 0, nil, watchCtx.Err(), false
+			return Batch{}, w.ctx.Err(), false
 		case <-ctx.Done():
 			// Prefer data that raced with the cancellation.
 			select {
@@ -171,7 +128,7 @@ func (w *Watcher) nextRaw(ctx context.Context, timeout <-chan time.Time) (uint64
 				continue
 			default:
 			}
-			return 0, nil, ctx.Err(), false
+			return Batch{}, ctx.Err(), false
 		case <-timeout:
 			w.mu.Lock()
 			if len(w.buf) > 0 || w.err != nil || w.closed {
@@ -181,7 +138,7 @@ func (w *Watcher) nextRaw(ctx context.Context, timeout <-chan time.Time) (uint64
 			}
 			idx := w.indexLocked(0)
 			w.mu.Unlock()
-			return idx, nil, nil, true
+			return Batch{Index: idx}, nil, true
 		}
 	}
 }
