@@ -29,20 +29,6 @@ func (b consulBackend) Barrier(ctx context.Context) error {
 	return nil
 }
 
-func (b consulBackend) LeaderBarrier(ctx context.Context) error {
-	st := b.s.node.publishedStatus()
-	if st.state != raft.StateLeader {
-		return b.Barrier(ctx)
-	}
-	// NB: a write sent through a follower is answered once the follower has
-	// applied it, which can be before the leader has; waiting for the
-	// leader's commit index keeps such a writer's next read seeing it.
-	if err := b.s.node.waitApplied(ctx, st.commit); err != nil {
-		return toStatus(err)
-	}
-	return nil
-}
-
 func (b consulBackend) Store() *store.Store  { return b.s.store }
 func (b consulBackend) Hub() *watch.Hub      { return b.s.hub }
 func (b consulBackend) Limits() store.Limits { return b.s.cfg.Limits }

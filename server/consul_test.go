@@ -11,7 +11,6 @@ import (
 	"time"
 
 	consul "github.com/hashicorp/consul/api"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // consulClient returns the official Consul Go client pointed at a member.
@@ -248,61 +247,5 @@ func TestConsulTxnAllOrNothing(t *testing.T) {
 	leader, err := cl.Status().Leader()
 	if err != nil || leader == "" {
 		t.Fatalf("status leader: %q %v", leader, err)
-	}
-}
-
-// TestConsulReadModes checks what each of Consul's read modes costs and
-// promises: the default on the leader is served from its state with no
-// quorum round yet still sees a write acknowledged by a follower; the
-// consistent mode and any default read on a follower take a round.
-func TestConsulReadModes(t *testing.T) {
-	c := newTestCluster(t, 3)
-	leader, follower := c.waitLeader(), c.follower()
-	atFollower := consulClient(t, c, follower).KV()
-	atLeader := consulClient(t, c, leader).KV()
-	rounds := func(name string) uint64 {
-		t.Helper()
-		var m dto.Metric
-		if err := c.servers[name].node.metrics.readIndexLatency.Write(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m.GetHistogram().GetSampleCount()
-	}
-
-	before := rounds(leader)
-	for i := range 50 {
-		want := fmt.Sprintf("v%d", i)
-		if _, err := atFollower.Put(&consul.KVPair{Key: "ryw", Value: []byte(want)}, nil); err != nil {
-			t.Fatal(err)
-		}
-		p, _, err := atLeader.Get("ryw", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p == nil || string(p.Value) != want {
-			t.Fatalf("default read at the leader after a write acknowledged by a follower: got %v, want %s", p, want)
-		}
-	}
-	if got := rounds(leader); got != before {
-		t.Fatalf("50 default-mode reads on the leader took %d read-index rounds, want 0", got-before)
-	}
-
-	if _, _, err := atLeader.Get("ryw", &consul.QueryOptions{RequireConsistent: true}); err != nil {
-		t.Fatal(err)
-	}
-	if got := rounds(leader); got != before+1 {
-		t.Fatalf("a consistent read on the leader took %d read-index rounds, want 1", got-before)
-	}
-
-	fbefore := rounds(follower)
-	p, _, err := atFollower.Get("ryw", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p == nil || string(p.Value) != "v49" {
-		t.Fatalf("default read on a follower: got %v, want v49", p)
-	}
-	if got := rounds(follower); got != fbefore+1 {
-		t.Fatalf("a default read on a follower took %d read-index rounds, want 1", got-fbefore)
 	}
 }

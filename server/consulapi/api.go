@@ -48,15 +48,8 @@ type Backend interface {
 	// state refused, a *store.RejectedError; a failed CAS or lock is a
 	// result, not an error.
 	Apply(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error)
-	// Barrier makes the reads that follow linearizable: a quorum confirms
-	// the leader, then this node applies up to the leader's commit index.
+	// Barrier makes the reads that follow linearizable.
 	Barrier(ctx context.Context) error
-	// LeaderBarrier is Consul's default consistency: on the leader, a read
-	// of its own state once it has applied everything it knows committed,
-	// without a quorum round (a deposed leader can answer stale for at most
-	// an election timeout, until CheckQuorum steps it down); on any other
-	// node, Barrier.
-	LeaderBarrier(ctx context.Context) error
 	// Store is the state machine, read-only.
 	Store() *store.Store
 	// Hub is the watch hub fed by the apply loop.
@@ -271,20 +264,12 @@ func (a *API) blockOn(r *http.Request, q query, d Dep) error {
 	return Block(r.Context(), a.b.Hub(), a.b.Store(), d, q.index, q.wait)
 }
 
-// read makes the read that follows as fresh as q's mode asks: ?stale reads
-// this node's state as it is, ?consistent is linearizable, and the default
-// is the leader's state without a quorum round, as in Consul. The default
-// matters for cost: every woken blocking query reads again, and a quorum
-// round per wake-up adds two messages per follower to every write's way.
+// read makes the read that follows consistent unless ?stale.
 func (a *API) read(ctx context.Context, q query) error {
-	switch {
-	case q.stale:
+	if q.stale {
 		return nil
-	case q.consistent:
-		return a.b.Barrier(ctx)
-	default:
-		return a.b.LeaderBarrier(ctx)
 	}
+	return a.b.Barrier(ctx)
 }
 
 // setMeta writes the headers Consul's clients read into QueryMeta.
