@@ -401,19 +401,13 @@ func (fc *frontConn) parse(b []byte) bool {
 	host, hosts := "", 0
 	r.Close = false
 	for {
-		line, rest, _ = strings.Cut(rest, "\r\n")
-		if line == "" {
+		var k, value string
+		var end, ok bool
+		if k, value, rest, end, ok = nextHeaderLine(rest); end {
 			break
-		}
-		name, value, ok := strings.Cut(line, ":")
-		if !ok || !httpguts.ValidHeaderFieldName(name) {
+		} else if !ok {
 			return false // also obs-fold: a line starting with a space
 		}
-		value = strings.Trim(value, " \t")
-		if !httpguts.ValidHeaderFieldValue(value) {
-			return false
-		}
-		k := textproto.CanonicalMIMEHeaderKey(name)
 		switch k {
 		case "Host":
 			host, hosts = value, hosts+1

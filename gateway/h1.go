@@ -240,19 +240,13 @@ func (hc *h1conn) parseResponse(b []byte, r *http.Request) *http.Response {
 	cl := int64(-1)
 	closing := false
 	for {
-		line, rest, _ = strings.Cut(rest, "\r\n")
-		if line == "" {
+		var k, value string
+		var end, ok bool
+		if k, value, rest, end, ok = nextHeaderLine(rest); end {
 			break
-		}
-		name, value, ok := strings.Cut(line, ":")
-		if !ok || !httpguts.ValidHeaderFieldName(name) {
+		} else if !ok {
 			return nil
 		}
-		value = strings.Trim(value, " \t")
-		if !httpguts.ValidHeaderFieldValue(value) {
-			return nil
-		}
-		k := textproto.CanonicalMIMEHeaderKey(name)
 		switch k {
 		case "Content-Length":
 			n, err := strconv.ParseInt(value, 10, 64)
@@ -458,4 +452,24 @@ func requestTarget(r *http.Request, re *routeEntry) string {
 		return r.RequestURI // as the client sent it: no re-encoding
 	}
 	return r.URL.RequestURI()
+}
+
+// nextHeaderLine takes one CRLF-terminated header line off rest and
+// returns its canonical name and trimmed value; end reports the blank line
+// that ends the header, !ok a line that is not a valid field (the caller
+// then leaves the fast path). Shared by the request and response parsers.
+func nextHeaderLine(rest string) (key, value, tail string, end, ok bool) {
+	line, tail, _ := strings.Cut(rest, "\r\n")
+	if line == "" {
+		return "", "", tail, true, true
+	}
+	name, value, found := strings.Cut(line, ":")
+	if !found || !httpguts.ValidHeaderFieldName(name) {
+		return "", "", tail, false, false
+	}
+	value = strings.Trim(value, " \t")
+	if !httpguts.ValidHeaderFieldValue(value) {
+		return "", "", tail, false, false
+	}
+	return textproto.CanonicalMIMEHeaderKey(name), value, tail, false, true
 }
