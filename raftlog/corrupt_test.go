@@ -185,7 +185,7 @@ func TestOpenRefusesDamage(t *testing.T) {
 		{
 			name: "version from the future",
 			damage: func(t *testing.T, dir string) {
-				inBolt(t, dir, put("meta", []byte("version"), binary.BigEndian.AppendUint64(nil, 2)))
+				inBolt(t, dir, put("meta", []byte("version"), binary.BigEndian.AppendUint64(nil, 3)))
 			},
 			wantErr: raftlog.ErrUnsupportedVersion,
 		},

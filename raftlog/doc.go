@@ -4,7 +4,7 @@
 //
 // # What it owns and what it refuses to know
 //
-// raftlog owns the files in the directory given to Open — raft.db and snap/
+// raftlog owns the files in the directory given to Open — raft.db, raft.wal and snap/
 // (layout, checksums and crash recovery in FORMAT.md) — and the numbers that
 // describe them (Stats, NewCollector, Inspect). It knows nothing of the state
 // machine (snapshot data is opaque bytes), of the transport, or of the Raft
@@ -34,9 +34,9 @@
 //  1. If !raft.IsEmptySnap(rd.Snapshot): ApplySnapshot(rd.Snapshot). It
 //     replaces the whole log and raises the stored commit index to the
 //     snapshot's, so it must come before step 2, whose entries follow it.
-//  2. Save(rd.HardState, rd.Entries): one bbolt transaction, durable when Save
-//     returns. Entries with an index already stored replace that entry and
-//     everything after it.
+//  2. Save(rd.HardState, rd.Entries): one journal record (raft.wal), or now
+//     and then a bbolt transaction, durable when Save returns. Entries with
+//     an index already stored replace that entry and everything after it.
 //  3. Send rd.Messages. No message may leave before the Save of the same
 //     Ready has returned, except that a leader may send its appends
 //     (MsgApp) to followers while its own Save is in progress (Raft thesis
@@ -116,11 +116,13 @@
 //
 // # Costs
 //
-// Save is one bbolt commit: the dirty pages, then the meta page, each followed
-// by fdatasync (bbolt's two-phase commit; there is no cheaper durable bbolt
-// commit). Because the freelist is never written (NoFreelistSync) and
-// allocation uses the hashmap freelist, its cost does not grow with the
-// file's history. Memory: the entry cache (Options.CacheEntries,
+// Save is one write and one fdatasync of raft.wal, the journal: a bbolt
+// commit costs two fdatasyncs (dirty pages, then meta page) and about twice
+// the CPU. Every few thousand entries (half the cache), and with every other
+// write, a checkpoint folds the journal into raft.db in one bbolt commit
+// (FORMAT.md "Journal"). Because raft.db's freelist is never written
+// (NoFreelistSync) and allocation uses the hashmap freelist, a commit's cost
+// does not grow with the file's history. Memory: the entry cache (Options.CacheEntries,
 // Options.CacheBytes) plus one snapshot's data once Snapshot has been called
 // or a snapshot recorded. Snapshot's first call after Open reads and
 // checksums the data file; later calls are free. Open reads and checksums the

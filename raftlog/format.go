@@ -10,7 +10,12 @@ import (
 
 // formatVersion is the on-disk format version stored under meta/"version".
 // Bump it, and edit FORMAT.md, with any change to the layouts below.
-const formatVersion uint64 = 1
+const formatVersion uint64 = 2
+
+// formatVersionNoJournal is the format before raft.wal: the same buckets
+// without meta/"journal". Open upgrades such a file in place; a build that
+// reads only version 1 must not open a log whose journal it would ignore.
+const formatVersionNoJournal uint64 = 1
 
 // Bucket and key names. See FORMAT.md.
 var (
@@ -21,6 +26,7 @@ var (
 	keyHardState = []byte("hardstate")
 	keyCompacted = []byte("compacted")
 	keySnapshot  = []byte("snapshot")
+	keyJournal   = []byte("journal")
 )
 
 // castagnoli is the CRC-32C table used for every checksum in the package.
@@ -205,6 +211,30 @@ func decodeSnapRecord(v []byte) (snapRecord, string, error) {
 		return r, "undecodable snapshot metadata", err
 	}
 	return r, "", nil
+}
+
+// encodeJournalEpoch encodes meta/"journal": the last journal epoch whose
+// records raft.db holds.
+//
+//	0          4
+//	+----------+----------------+
+//	| crc (BE) | epoch (u64 BE) |
+//	+----------+----------------+
+func encodeJournalEpoch(epoch uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], epoch)
+	return withCRC(b[:])
+}
+
+func decodeJournalEpoch(v []byte) (uint64, string) {
+	body, detail := checkCRC(v)
+	if detail != "" {
+		return 0, detail
+	}
+	if len(body) != 8 {
+		return 0, fmt.Sprintf("record is %d bytes, want 8", len(body))
+	}
+	return binary.BigEndian.Uint64(body), ""
 }
 
 // encodeVersion encodes meta/"version": the format version as a u64 BE.

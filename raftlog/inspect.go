@@ -68,7 +68,7 @@ func summarize(tx *bolt.Tx, path string) (LogSummary, error) {
 	if len(v) != 8 {
 		return s, bad("version", 0, fmt.Sprintf("version key holds %d bytes, want 8", len(v)), nil)
 	}
-	if s.Version = decodeU64(v); s.Version != formatVersion {
+	if s.Version = decodeU64(v); s.Version != formatVersion && s.Version != formatVersionNoJournal {
 		return s, fmt.Errorf("%w: %s has format version %d, this build reads %d", ErrUnsupportedVersion, path, s.Version, formatVersion)
 	}
 	if v := meta.Get(keyHardState); v != nil {

@@ -218,7 +218,7 @@ func TestCommitDoesNotRewriteFreelist(t *testing.T) {
 		s = l.db.Stats()
 		return s.TxStats.GetPageAlloc() - before
 	}
-	l, err := Open(t.TempDir(), Options{})
+	l, err := Open(t.TempDir(), Options{JournalBytes: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func TestCommitDoesNotRewriteFreelist(t *testing.T) {
 // state.
 func TestWriteFailureIsSticky(t *testing.T) {
 	dir := t.TempDir()
-	l, err := Open(dir, Options{})
+	l, err := Open(dir, Options{JournalBytes: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestWriteFailureIsSticky(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l, err = Open(dir, Options{})
+	l, err = Open(dir, Options{JournalBytes: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,5 +307,46 @@ func TestWriteFailureIsSticky(t *testing.T) {
 	}
 	if err := l.Save(raftpb.HardState{Term: 1, Commit: 2}, []raftpb.Entry{{Index: 2, Term: 1}}); err != nil {
 		t.Fatalf("Save after reopen: %v", err)
+	}
+}
+
+// TestJournalWriteFailureIsSticky makes a journal write fail and checks the
+// same fail-stop as for a bbolt commit: the Save errs, later writes get
+// ErrWriteFailed, and a reopened log holds what was saved before.
+func TestJournalWriteFailureIsSticky(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Save(raftpb.HardState{Term: 1, Commit: 1}, []raftpb.Entry{{Index: 1, Term: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if l.Stats().JournalBytes == 0 {
+		t.Fatal("setup: the Save did not go to the journal")
+	}
+	// NB: a closed descriptor makes the next write fail as an I/O error would.
+	if err := l.jr.f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Save(raftpb.HardState{Term: 1, Commit: 1}, []raftpb.Entry{{Index: 2, Term: 1}}); err == nil || errors.Is(err, ErrWriteFailed) {
+		t.Fatalf("Save to a failing journal = %v, want the write error", err)
+	}
+	if err := l.Save(raftpb.HardState{Term: 1, Commit: 1}, []raftpb.Entry{{Index: 2, Term: 1}}); !errors.Is(err, ErrWriteFailed) {
+		t.Fatalf("Save after a failed journal write = %v, want ErrWriteFailed", err)
+	}
+	if last, err := l.LastIndex(); err != nil || last != 1 {
+		t.Fatalf("LastIndex = %d, %v; want 1", last, err)
+	}
+	// Close cannot flush (the Log refuses writes) and reports the closed
+	// journal; what was saved is in the journal's first record.
+	_ = l.Close()
+	l, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if last, _ := l.LastIndex(); last != 1 {
+		t.Fatalf("after reopen last = %d, want 1", last)
 	}
 }

@@ -24,6 +24,7 @@ const (
 	DefaultCacheBytes        = 64 << 20 // 64 MiB
 	DefaultSnapshotsRetained = 2
 	DefaultLockTimeout       = time.Second
+	DefaultJournalBytes      = 64 << 20 // 64 MiB
 
 	// Rotation (online compaction of raft.db): see Options.RotateFreeRatio
 	// and FORMAT.md "Rotation".
@@ -34,9 +35,10 @@ const (
 
 // File names inside the directory passed to Open.
 const (
-	dbFileName     = "raft.db"
-	rotateFileName = "raft.db.rotating" // a rotation's new file until it is renamed over raft.db
-	snapDirName    = "snap"
+	dbFileName      = "raft.db"
+	rotateFileName  = "raft.db.rotating" // a rotation's new file until it is renamed over raft.db
+	journalFileName = "raft.wal"
+	snapDirName     = "snap"
 )
 
 // Options configures a Log. The zero value is a good production default.
@@ -105,6 +107,17 @@ type Options struct {
 	// persistent failure more often, each time copying the live log.
 	RotateRetryInterval time.Duration
 
+	// JournalBytes is the size of raft.wal, the journal that makes a Save
+	// durable with one fdatasync (FORMAT.md "Journal"), in bytes. 0 means
+	// DefaultJournalBytes (64 MiB). Negative disables the journal: every
+	// Save is then a bbolt commit (two fdatasyncs). The journal is folded
+	// into raft.db (a checkpoint) when it is full, when its entries reach
+	// half of CacheEntries or CacheBytes (entries not yet in raft.db must be
+	// served from memory), and by every other write transaction; a disabled
+	// cache disables it too. Cost: disk, and at Open the time to read and
+	// replay what the journal holds.
+	JournalBytes int64
+
 	// Clock supplies the time for the rotation policy (RotateRetryInterval).
 	// Nil means the system clock. Durations the Log reports (Stats, metrics)
 	// are measured with the monotonic clock regardless.
@@ -171,6 +184,9 @@ func (o Options) withDefaults() Options {
 	if o.FS == nil {
 		o.FS = OSFS{}
 	}
+	if o.JournalBytes == 0 {
+		o.JournalBytes = DefaultJournalBytes
+	}
 	if o.RotateFreeRatio == 0 {
 		o.RotateFreeRatio = DefaultRotateFreeRatio
 	}
@@ -221,6 +237,16 @@ type Log struct {
 	rot       rotationTrack // wmu+mu: what Save and ApplySnapshot changed during a rotation
 	retryAt   time.Time     // rotMu: earliest next automatic attempt, after a failure
 
+	// jr is raft.wal; nil if the journal is disabled. pendFrom is the first
+	// entry saved in the journal and not yet in raft.db (0: none), diskLast
+	// the last index raft.db's entries bucket holds (it may hold a stale
+	// suffix past last until the next checkpoint), pendBytes the Data bytes
+	// of the pending entries (an upper bound). All wmu+mu.
+	jr        *journal
+	pendFrom  uint64
+	diskLast  uint64
+	pendBytes int64
+
 	closed bool             // wmu+mu
 	failed error            // wmu+mu: first failed write transaction
 	hs     raftpb.HardState // wmu+mu
@@ -237,7 +263,9 @@ type Log struct {
 	snapData   []byte // snapMu+mu: data of snap, once loaded
 	snapLoaded bool   // snapMu+mu
 
-	commits          atomic.Uint64 // successful Save transactions
+	commits          atomic.Uint64 // successful Saves
+	checkpoints      atomic.Uint64 // journal folds into raft.db
+	journalBytes     atomic.Int64  // journal bytes holding records raft.db lacks
 	appended         atomic.Uint64 // entries written by Save
 	lastCommitNanos  atomic.Int64
 	lastCommitBytes  atomic.Int64
@@ -365,7 +393,7 @@ func (l *Log) open() error {
 	if err := l.fs.SyncDir(l.dir); err != nil {
 		return fmt.Errorf("raftlog: sync dir %s: %w", l.dir, err)
 	}
-	fresh := false
+	fresh, upgrade := false, false
 	if err := l.view(func(tx *bolt.Tx) error {
 		meta, ents := tx.Bucket(bucketMeta), tx.Bucket(bucketEntries)
 		switch {
@@ -382,13 +410,25 @@ func (l *Log) open() error {
 		if len(v) != 8 {
 			return l.corrupt("version", 0, fmt.Sprintf("version key holds %d bytes, want 8", len(v)), nil)
 		}
-		if got := decodeU64(v); got != formatVersion {
+		if got := decodeU64(v); got != formatVersion && got != formatVersionNoJournal {
 			return fmt.Errorf("%w: %s has format version %d, this build reads %d",
 				ErrUnsupportedVersion, l.dbPath, got, formatVersion)
 		}
+		upgrade = decodeU64(v) == formatVersionNoJournal
 		return nil
 	}); err != nil {
 		return err
+	}
+	if upgrade {
+		if err := l.db.Update(func(tx *bolt.Tx) error {
+			meta := tx.Bucket(bucketMeta)
+			if err := meta.Put(keyJournal, encodeJournalEpoch(firstJournalEpoch())); err != nil {
+				return err
+			}
+			return meta.Put(keyVersion, encodeVersion(formatVersion))
+		}); err != nil {
+			return fmt.Errorf("raftlog: upgrade %s to format version %d: %w", l.dbPath, formatVersion, err)
+		}
 	}
 	if fresh {
 		if err := l.db.Update(func(tx *bolt.Tx) error {
@@ -399,14 +439,21 @@ func (l *Log) open() error {
 			if _, err := tx.CreateBucket(bucketEntries); err != nil {
 				return fmt.Errorf("create entries bucket: %w", err)
 			}
+			if err := meta.Put(keyJournal, encodeJournalEpoch(firstJournalEpoch())); err != nil {
+				return fmt.Errorf("put journal epoch: %w", err)
+			}
 			return meta.Put(keyVersion, encodeVersion(formatVersion))
 		}); err != nil {
 			return fmt.Errorf("raftlog: initialize %s: %w", l.dbPath, err)
 		}
 	}
+	if err := l.openJournal(); err != nil {
+		return err
+	}
 	if err := l.view(l.load); err != nil {
 		return err
 	}
+	l.diskLast = l.last
 	return l.checkLoaded()
 }
 
@@ -520,14 +567,21 @@ func (l *Log) update(step string, fn func(*bolt.Tx) error) (err error) {
 			err = l.corrupt("bbolt", 0, fmt.Sprintf("bbolt panicked while writing: %v", r), nil)
 		}
 		if err != nil {
-			err = fmt.Errorf("raftlog: %s: %w", step, err)
-			l.mu.Lock()
-			l.failed = err
-			l.mu.Unlock()
-			l.logger.Error("raftlog write failed; refusing further writes until reopened", "step", step, "err", err)
+			err = l.fail(step, err)
 		}
 	}()
 	return l.db.Update(fn)
+}
+
+// fail records a failed write: the Log refuses further writes (see
+// ErrWriteFailed). It returns err wrapped with step.
+func (l *Log) fail(step string, err error) error {
+	err = fmt.Errorf("raftlog: %s: %w", step, err)
+	l.mu.Lock()
+	l.failed = err
+	l.mu.Unlock()
+	l.logger.Error("raftlog write failed; refusing further writes until reopened", "step", step, "err", err)
+	return err
 }
 
 // writableLocked reports why the Log cannot write. The caller holds wmu or mu.
@@ -842,9 +896,52 @@ func (l *Log) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 		l.rot.markDirty(ents[0].Index)
 		l.mu.Unlock()
 	}
+	var dataBytes int64
+	for i := range ents {
+		dataBytes += int64(len(ents[i].Data))
+	}
+	pendFrom := l.pendFrom
+	if len(ents) > 0 && (pendFrom == 0 || ents[0].Index < pendFrom) {
+		pendFrom = ents[0].Index
+	}
+	rec := journalRecord{vals: vals}
+	if len(ents) > 0 {
+		rec.first = ents[0].Index
+	}
+	if hasHS {
+		rec.hs = encodeHardState(hs)
+	}
+	if l.journalFits(pendFrom, newLast, dataBytes, &rec) {
+		start := time.Now()
+		written, err := l.jr.append(&rec)
+		if err != nil {
+			return l.fail("save to journal", err)
+		}
+		l.observeSave(time.Since(start), len(ents), bytes, written)
+		l.journalBytes.Store(l.jr.off)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.savedLocked(hs, hasHS, ents, newLast)
+		if len(ents) > 0 {
+			l.pendFrom = pendFrom
+			l.pendBytes += dataBytes
+		}
+		if hasHS {
+			l.hsDirty = true // raft.db's is older until the next checkpoint
+		}
+		return nil
+	}
+	flushed := l.journalPending()
+	upTo := newLast
+	if len(ents) > 0 {
+		upTo = ents[0].Index - 1
+	}
 	allocBefore := pageAlloc(l.db)
 	start := time.Now()
 	err := l.update("save", func(tx *bolt.Tx) error {
+		if err := l.flushTx(tx, upTo); err != nil {
+			return err
+		}
 		b := tx.Bucket(bucketEntries)
 		// NB: keys arrive in ascending order, so fill pages completely
 		// instead of bbolt's default 50% split.
@@ -875,17 +972,31 @@ func (l *Log) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 	}
 	// NB: write transactions are serialized by wmu, so the growth of bbolt's
 	// page allocation counter is this commit's dirty pages; add the meta page.
-	written := pageAlloc(l.db) - allocBefore + int64(l.pageSize)
+	l.observeSave(took, len(ents), bytes, pageAlloc(l.db)-allocBefore+int64(l.pageSize))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.savedLocked(hs, hasHS, ents, newLast)
+	l.flushedLocked(flushed)
+	if hasHS {
+		l.hsDirty = false
+	}
+	return nil
+}
+
+// observeSave records one Save's cost.
+func (l *Log) observeSave(took time.Duration, entries int, bytes, written int64) {
 	l.saveSeconds.Observe(took.Seconds())
 	l.commitWriteBytes.Observe(float64(written))
 	l.commits.Add(1)
-	l.appended.Add(uint64(len(ents)))
+	l.appended.Add(uint64(entries))
 	l.lastCommitNanos.Store(int64(took))
 	l.lastCommitBytes.Store(bytes)
 	l.lastCommitWrite.Store(written)
+}
 
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// savedLocked updates the in-memory view after a Save. The caller holds wmu
+// and mu.
+func (l *Log) savedLocked(hs raftpb.HardState, hasHS bool, ents []raftpb.Entry, newLast uint64) {
 	if len(ents) > 0 {
 		if ents[0].Index <= l.last {
 			l.terms.truncateFrom(ents[0].Index)
@@ -898,9 +1009,8 @@ func (l *Log) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 		l.last = newLast
 	}
 	if hasHS {
-		l.hs, l.hsDirty = hs, false
+		l.hs = hs
 	}
-	return nil
 }
 
 // CreateSnapshot records a snapshot the local state machine made after
@@ -1032,7 +1142,11 @@ func (l *Log) recordSnapshot(rec snapRecord, replace bool) error {
 	if replace && hs.Commit < i {
 		hs.Commit = i
 	}
+	flushed := l.journalPending()
 	if err := l.update("record snapshot", func(tx *bolt.Tx) error {
+		if err := l.flushTx(tx, l.last); err != nil {
+			return err
+		}
 		meta := tx.Bucket(bucketMeta)
 		if err := meta.Put(keySnapshot, encodeSnapRecord(rec)); err != nil {
 			return fmt.Errorf("put snapshot: %w", err)
@@ -1074,6 +1188,7 @@ func (l *Log) recordSnapshot(rec snapRecord, replace bool) error {
 		l.terms.reset(i, rec.meta.Term)
 		l.cache.reset()
 	}
+	l.flushedLocked(flushed)
 	return nil
 }
 
@@ -1099,7 +1214,11 @@ func (l *Log) Compact(compactIndex uint64) error {
 		return fmt.Errorf("%w: compact %d beyond last index %d", ErrCompactBeyondSnapshot, compactIndex, l.last)
 	}
 	c := compacted{compactIndex, l.terms.term(compactIndex)}
+	flushed := l.journalPending()
 	if err := l.update("compact", func(tx *bolt.Tx) error {
+		if err := l.flushTx(tx, l.last); err != nil {
+			return err
+		}
 		b := tx.Bucket(bucketEntries)
 		for i := l.prev.index + 1; i <= compactIndex; i++ {
 			if err := b.Delete(indexKey(i)); err != nil {
@@ -1117,6 +1236,7 @@ func (l *Log) Compact(compactIndex uint64) error {
 	l.prev = c
 	l.terms.compactTo(compactIndex)
 	l.cache.dropBefore(compactIndex + 1)
+	l.flushedLocked(flushed)
 	l.mu.Unlock()
 	l.logger.Info("raftlog compacted", "index", compactIndex, "term", c.term)
 	l.kickRotation()
@@ -1156,7 +1276,12 @@ type Stats struct {
 	// every commit).
 	FreelistBytes int64
 
-	Commits            uint64        // successful Save transactions since Open
+	Commits uint64 // successful Saves since Open
+	// Checkpoints is how many times since Open the journal (raft.wal) was
+	// folded into raft.db; JournalBytes is how much of it holds records
+	// raft.db lacks.
+	Checkpoints        uint64
+	JournalBytes       int64
 	EntriesAppended    uint64        // entries written by Save since Open
 	LastCommitDuration time.Duration // commit + fsync time of the last Save
 	LastCommitBytes    int64         // encoded entry bytes written by the last Save
@@ -1208,6 +1333,8 @@ func (l *Log) Stats() Stats {
 		}
 	}
 	s.Commits = l.commits.Load()
+	s.Checkpoints = l.checkpoints.Load()
+	s.JournalBytes = l.journalBytes.Load()
 	s.EntriesAppended = l.appended.Load()
 	s.LastCommitDuration = time.Duration(l.lastCommitNanos.Load())
 	s.LastCommitBytes = l.lastCommitBytes.Load()
@@ -1254,12 +1381,22 @@ func (l *Log) Close() error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	var flushErr error
-	if l.hsDirty && l.writableLocked() == nil {
-		// A clean shutdown keeps the latest commit index.
+	if (l.hsDirty || l.journalPending()) && l.writableLocked() == nil {
+		// A clean shutdown keeps the latest commit index and leaves the
+		// journal empty.
+		flushed := l.journalPending()
 		hs := l.hs
-		flushErr = l.update("flush hard state", func(tx *bolt.Tx) error {
+		flushErr = l.update("flush on close", func(tx *bolt.Tx) error {
+			if err := l.flushTx(tx, l.last); err != nil {
+				return err
+			}
 			return tx.Bucket(bucketMeta).Put(keyHardState, encodeHardState(hs))
 		})
+		if flushErr == nil {
+			l.mu.Lock()
+			l.flushedLocked(flushed)
+			l.mu.Unlock()
+		}
 	}
 	l.mu.Lock()
 	if l.closed {
@@ -1271,6 +1408,11 @@ func (l *Log) Close() error {
 	l.cache.reset()
 	l.snapData, l.snapLoaded = nil, false
 	l.mu.Unlock()
+	if l.jr != nil {
+		if err := l.jr.close(); err != nil {
+			flushErr = errors.Join(flushErr, err)
+		}
+	}
 	if err := l.db.Close(); err != nil {
 		return errors.Join(flushErr, fmt.Errorf("raftlog: close %s: %w", l.dbPath, err))
 	}

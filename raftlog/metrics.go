@@ -14,7 +14,9 @@ import "github.com/prometheus/client_golang/prometheus"
 //	commit_write_bytes             histogram  bytes one Save's commit wrote (dirty pages + meta page)
 //	last_commit_write_bytes        gauge      the same for the last Save
 //	entries_appended_total         counter    entries written by Save
-//	saves_total                    counter    successful Save transactions
+//	saves_total                    counter    successful Saves
+//	checkpoints_total              counter    folds of the journal (raft.wal) into raft.db
+//	journal_bytes                  gauge      bytes of raft.wal holding records raft.db lacks
 //	first_index, last_index        gauge      FirstIndex(), LastIndex()
 //	snapshot_index                 gauge      index of the current snapshot
 //	cached_entries                 gauge      entries served from memory
@@ -40,7 +42,9 @@ func desc(name, help string) *prometheus.Desc {
 
 var (
 	descEntriesAppended  = desc("entries_appended_total", "Entries written to raft.db by Save.")
-	descSaves            = desc("saves_total", "Successful Save transactions (one per Ready with entries or a new hard state).")
+	descSaves            = desc("saves_total", "Successful Saves (one per Ready with entries or a new hard state).")
+	descCheckpoints      = desc("checkpoints_total", "Folds of the journal (raft.wal) into raft.db, each one bbolt commit.")
+	descJournalBytes     = desc("journal_bytes", "Bytes of the journal (raft.wal) holding records raft.db lacks; replayed at the next Open.")
 	descFirstIndex       = desc("first_index", "First index available from the log (FirstIndex).")
 	descLastIndex        = desc("last_index", "Last index in the log (LastIndex).")
 	descSnapshotIndex    = desc("snapshot_index", "Index of the current snapshot; 0 if none.")
@@ -61,7 +65,7 @@ var (
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		descEntriesAppended, descSaves, descFirstIndex, descLastIndex, descSnapshotIndex,
+		descEntriesAppended, descSaves, descCheckpoints, descJournalBytes, descFirstIndex, descLastIndex, descSnapshotIndex,
 		descCachedEntries, descFileBytes, descLiveBytes, descFreePages, descPendingPages, descFreeBytes,
 		descFreelistBytes, descLastCommitWrite, descRotations, descRotationFailures, descRotating,
 		descLastRotationTook,
@@ -84,6 +88,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(descEntriesAppended, float64(s.EntriesAppended))
 	counter(descSaves, float64(s.Commits))
+	counter(descCheckpoints, float64(s.Checkpoints))
+	gauge(descJournalBytes, float64(s.JournalBytes))
 	gauge(descFirstIndex, float64(s.FirstIndex))
 	gauge(descLastIndex, float64(s.LastIndex))
 	gauge(descSnapshotIndex, float64(s.SnapshotIndex))

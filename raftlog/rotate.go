@@ -389,6 +389,10 @@ func (r *rotator) catchUp() (uint64, error) {
 		l.wmu.Unlock()
 		return 0, err
 	}
+	if err := l.checkpointLocked(); err != nil {
+		l.wmu.Unlock()
+		return 0, err
+	}
 	tr, prev, last := r.takeTrack()
 	l.wmu.Unlock()
 	from := r.copyFrom(tr, prev)
@@ -454,6 +458,10 @@ func (r *rotator) finish(res *RotateResult) (old *bolt.DB, pause time.Duration, 
 		return nil, 0, err
 	}
 	if err := l.writableLocked(); err != nil {
+		return nil, 0, err
+	}
+	// The new file is copied from raft.db alone.
+	if err := l.checkpointLocked(); err != nil {
 		return nil, 0, err
 	}
 	tr, prev, last := r.takeTrack()

@@ -478,11 +478,11 @@ func TestCommitWriteIgnoresHistory(t *testing.T) {
 		return maxWrite
 	}
 	freshDir, churnedDir := t.TempDir(), t.TempDir()
-	fresh := mustOpen(t, freshDir, raftlog.Options{RotateFreeRatio: -1})
+	fresh := mustOpen(t, freshDir, raftlog.Options{RotateFreeRatio: -1, JournalBytes: -1})
 	churn(t, fresh, 1, 64, 32)
 	freshWrite := measure(fresh, 32)
 
-	churned := mustOpen(t, churnedDir, raftlog.Options{RotateFreeRatio: -1})
+	churned := mustOpen(t, churnedDir, raftlog.Options{RotateFreeRatio: -1, JournalBytes: -1})
 	churn(t, churned, 16, 128, 32) // 32 MiB through the log
 	s := churned.Stats()
 	if s.FreePages+s.PendingPages < 5000 || s.FreelistBytes < 40000 {

@@ -345,6 +345,9 @@ func TestMembershipChangesOnLiveCluster(t *testing.T) {
 		t.Fatalf("%s did not learn of its removal", victim)
 	}
 	c.stop(victim)
+	// NB: the victim may have been the leader; a put racing the election
+	// that follows is refused with Aborted (outcome unknown), correctly.
+	c.waitLeader()
 	put(t, c.kv(via), "after-remove", "x")
 }
 

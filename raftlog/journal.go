@@ -1,0 +1,530 @@
+package raftlog
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+
+	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/raft/v3/raftpb"
+	"golang.org/x/sys/unix"
+)
+
+// The journal (raft.wal) makes a Save durable with one fdatasync of one
+// preallocated file instead of a bbolt commit, which costs two (dirty pages,
+// then the meta page) plus the tree's page writes. raft.db stays the home of
+// the log: the journal holds only what was saved since raft.db's last write
+// transaction, and every write transaction of raft.db (a checkpoint) carries
+// the journal's pending records with it and records their epoch as consumed
+// (meta/"journal"), so the journal can start over. Layout, replay and the
+// torn-tail rule: FORMAT.md "Journal".
+
+const (
+	journalAlign  = 4096       // records start on page boundaries
+	journalHeader = 32         // bytes before a record's payload
+	journalMagic  = 0x4c4a524e // "LJRN"
+)
+
+// journal appends records to raft.wal. It is used under the Log's wmu only.
+type journal struct {
+	f    *os.File
+	fd   int
+	path string
+	size int64 // bytes preallocated; a record must end within them
+
+	epoch uint64 // epoch of the records written now: raft.db's consumed epoch + 1
+	seq   uint64 // number of the next record within epoch
+	off   int64  // offset of the next record, a multiple of journalAlign
+	buf   []byte // reused encode buffer
+}
+
+// openJournal opens or creates path and makes it at least size bytes,
+// allocated, so that an fdatasync after a write within it has no file size
+// to update.
+func openJournal(path string, size int64) (*journal, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: open journal: %w", err)
+	}
+	j := &journal{f: f, fd: int(f.Fd()), path: path}
+	fi, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("raftlog: stat journal %s: %w", path, err)
+	}
+	j.size = fi.Size()
+	if j.size < size {
+		if err := unix.Fallocate(j.fd, 0, 0, size); err != nil {
+			// NB: a filesystem without fallocate gets a sparse file; writes
+			// then also allocate blocks, which fdatasync must record.
+			if !errors.Is(err, unix.EOPNOTSUPP) {
+				_ = f.Close()
+				return nil, fmt.Errorf("raftlog: preallocate journal %s to %d bytes: %w", path, size, err)
+			}
+			if err := f.Truncate(size); err != nil {
+				_ = f.Close()
+				return nil, fmt.Errorf("raftlog: extend journal %s to %d bytes: %w", path, size, err)
+			}
+		}
+		if err := f.Sync(); err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("raftlog: sync journal %s: %w", path, err)
+		}
+		j.size = size
+	}
+	return j, nil
+}
+
+// journalRecord is one Save: a hard state (hs nil if none) and the encoded
+// entries first, first+1, ...
+type journalRecord struct {
+	hs    []byte
+	first uint64
+	vals  [][]byte
+}
+
+// recordSpan is how far a record with a payload of n bytes advances the
+// write offset.
+func recordSpan(n int) int64 {
+	return (int64(journalHeader+n) + journalAlign - 1) / journalAlign * journalAlign
+}
+
+// payloadLen is the payload size of r (FORMAT.md "Journal record").
+func (r *journalRecord) payloadLen() int {
+	n := 4 + len(r.hs) + 8 + 4
+	for _, v := range r.vals {
+		n += 4 + len(v)
+	}
+	return n
+}
+
+// fits reports whether a record with an n-byte payload fits after the
+// records already written.
+func (j *journal) fits(n int) bool {
+	return j.off+int64(journalHeader+n) <= j.size
+}
+
+// append writes r as the next record and fdatasyncs it. It returns the bytes
+// the record occupies. On error the journal must not be used again: what
+// reached the disk is unknown.
+func (j *journal) append(r *journalRecord) (int64, error) {
+	n := r.payloadLen()
+	total := journalHeader + n
+	if cap(j.buf) < total {
+		j.buf = make([]byte, total)
+	}
+	b := j.buf[:total]
+	binary.BigEndian.PutUint32(b[0:], journalMagic)
+	binary.BigEndian.PutUint32(b[4:], uint32(n))
+	binary.BigEndian.PutUint64(b[8:], j.epoch)
+	binary.BigEndian.PutUint64(b[16:], j.seq)
+	clear(b[24:32])
+	p := b[journalHeader:]
+	binary.BigEndian.PutUint32(p, uint32(len(r.hs)))
+	p = p[4:]
+	p = p[copy(p, r.hs):]
+	binary.BigEndian.PutUint64(p, r.first)
+	binary.BigEndian.PutUint32(p[8:], uint32(len(r.vals)))
+	p = p[12:]
+	for _, v := range r.vals {
+		binary.BigEndian.PutUint32(p, uint32(len(v)))
+		p = p[4+copy(p[4:], v):]
+	}
+	binary.BigEndian.PutUint32(b[24:], recordCRC(b))
+	if _, err := j.f.WriteAt(b, j.off); err != nil {
+		return 0, fmt.Errorf("write journal %s at %d: %w", j.path, j.off, err)
+	}
+	if err := unix.Fdatasync(j.fd); err != nil {
+		return 0, fmt.Errorf("fdatasync journal %s: %w", j.path, err)
+	}
+	span := recordSpan(n)
+	j.off += span
+	j.seq++
+	return span, nil
+}
+
+// recordCRC is the checksum of a record's header fields and payload.
+func recordCRC(b []byte) uint32 {
+	c := checksum(b[4:24])
+	return crc32.Update(c, castagnoli, b[journalHeader:])
+}
+
+// restart starts epoch at the beginning of the file: everything written
+// before is consumed.
+func (j *journal) restart(epoch uint64) {
+	j.epoch, j.seq, j.off = epoch, 0, 0
+}
+
+// replay calls fn with each record of epoch in order, from the start of the
+// file, and leaves the journal positioned after the last one. A record that
+// fails its checksum ends the journal if it is its torn tail (no valid record
+// of the same epoch follows); otherwise it is corruption. It returns the
+// number of records and, for a torn tail, the offset where it was found
+// (-1 if none).
+func (j *journal) replay(epoch uint64, fn func(seq uint64, r journalRecord) error) (n uint64, torn int64, err error) {
+	j.restart(epoch)
+	torn = -1
+	hdr := make([]byte, journalHeader)
+	for j.off+journalHeader <= j.size {
+		rec, ok, err := j.readAt(j.off, j.seq, hdr)
+		if err != nil {
+			return n, torn, err
+		}
+		if !ok {
+			if j.claims(hdr, j.seq) {
+				if later := j.validAfter(j.off, j.seq); later >= 0 {
+					return n, torn, &CorruptError{Path: j.path, Record: "journal record", Index: j.seq,
+						Detail: fmt.Sprintf("record %d of epoch %d at offset %d is damaged but record at offset %d follows it",
+							j.seq, epoch, j.off, later)}
+				}
+				torn = j.off
+			}
+			break
+		}
+		if err := fn(j.seq, rec); err != nil {
+			return n, torn, err
+		}
+		j.off += recordSpan(len(j.buf))
+		j.seq++
+		n++
+	}
+	return n, torn, nil
+}
+
+// claims reports whether hdr claims to be record seq of the current epoch
+// (so a failed check of it means damage, not the end of the journal).
+func (j *journal) claims(hdr []byte, seq uint64) bool {
+	return binary.BigEndian.Uint32(hdr[0:]) == journalMagic &&
+		binary.BigEndian.Uint64(hdr[8:]) == j.epoch &&
+		binary.BigEndian.Uint64(hdr[16:]) == seq
+}
+
+// validAfter returns the offset of an intact record of the current epoch
+// numbered above seq at or after off+journalAlign, or -1.
+func (j *journal) validAfter(off int64, seq uint64) int64 {
+	hdr := make([]byte, journalHeader)
+	for o := off + journalAlign; o+journalHeader <= j.size; o += journalAlign {
+		if _, err := j.f.ReadAt(hdr, o); err != nil {
+			return -1
+		}
+		n := binary.BigEndian.Uint64(hdr[16:])
+		if n <= seq || !j.claims(hdr, n) {
+			continue
+		}
+		if _, ok, err := j.readAt(o, n, hdr); err == nil && ok {
+			return o
+		}
+	}
+	return -1
+}
+
+// readAt reads and checks the record at off as record seq of j.epoch,
+// leaving its payload in j.buf. ok is false if there is no such intact record
+// there; hdr then holds the header bytes read.
+func (j *journal) readAt(off int64, seq uint64, hdr []byte) (journalRecord, bool, error) {
+	if _, err := j.f.ReadAt(hdr, off); err != nil {
+		return journalRecord{}, false, fmt.Errorf("raftlog: read journal %s at %d: %w", j.path, off, err)
+	}
+	if !j.claims(hdr, seq) {
+		return journalRecord{}, false, nil
+	}
+	n := int64(binary.BigEndian.Uint32(hdr[4:]))
+	if off+journalHeader+n > j.size {
+		return journalRecord{}, false, nil
+	}
+	full := make([]byte, journalHeader+n)
+	copy(full, hdr)
+	if _, err := j.f.ReadAt(full[journalHeader:], off+journalHeader); err != nil && !errors.Is(err, io.EOF) {
+		return journalRecord{}, false, fmt.Errorf("raftlog: read journal %s at %d: %w", j.path, off, err)
+	}
+	if recordCRC(full) != binary.BigEndian.Uint32(hdr[24:]) {
+		return journalRecord{}, false, nil
+	}
+	j.buf = full[journalHeader:]
+	rec, ok := decodeJournalPayload(j.buf)
+	return rec, ok, nil
+}
+
+// decodeJournalPayload splits a checksummed payload; ok is false if its
+// lengths do not add up (a bug or a checksum collision).
+func decodeJournalPayload(p []byte) (r journalRecord, ok bool) {
+	if len(p) < 4 {
+		return r, false
+	}
+	h := int(binary.BigEndian.Uint32(p))
+	p = p[4:]
+	if len(p) < h+12 {
+		return r, false
+	}
+	if h > 0 {
+		r.hs = p[:h]
+	}
+	p = p[h:]
+	r.first = binary.BigEndian.Uint64(p)
+	count := int(binary.BigEndian.Uint32(p[8:]))
+	p = p[12:]
+	if count > len(p)/4 {
+		return r, false
+	}
+	r.vals = make([][]byte, 0, count)
+	for range count {
+		if len(p) < 4 {
+			return r, false
+		}
+		m := int(binary.BigEndian.Uint32(p))
+		if len(p) < 4+m {
+			return r, false
+		}
+		r.vals = append(r.vals, p[4:4+m])
+		p = p[4+m:]
+	}
+	return r, len(p) == 0
+}
+
+// close closes raft.wal.
+func (j *journal) close() error {
+	if err := j.f.Close(); err != nil {
+		return fmt.Errorf("raftlog: close journal %s: %w", j.path, err)
+	}
+	return nil
+}
+
+// journalHardState decodes a record's hard state for replay.
+func journalHardState(path string, seq uint64, b []byte) (raftpb.HardState, error) {
+	hs, detail, err := decodeHardState(b)
+	if detail != "" {
+		return hs, &CorruptError{Path: path, Record: "journal hard state", Index: seq, Detail: detail, Err: err}
+	}
+	return hs, nil
+}
+
+// firstJournalEpoch is where a new raft.db starts counting journal epochs:
+// a random number, so that a raft.wal left beside a different raft.db (a
+// file replaced by hand) never matches its epochs and is never replayed.
+func firstJournalEpoch() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // NB: crypto/rand.Read never returns an error
+	return binary.BigEndian.Uint64(b[:]) >> 1 // room to count up
+}
+
+// errNothingReplayed rolls back the replay transaction of an empty journal.
+var errNothingReplayed = errors.New("journal holds no records to replay")
+
+// openJournal opens raft.wal and replays into raft.db, in one transaction,
+// every record raft.db does not hold yet, so that load sees the whole log.
+// Only open calls it, before the Log is shared.
+func (l *Log) openJournal() (err error) {
+	path := filepath.Join(l.dir, journalFileName)
+	_, statErr := os.Stat(path)
+	exists := statErr == nil
+	if l.opts.JournalBytes < 0 && !exists {
+		return nil
+	}
+	j, err := openJournal(path, max(l.opts.JournalBytes, 0))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = j.close()
+		}
+	}()
+	if !exists {
+		if err := l.fs.SyncDir(l.dir); err != nil {
+			return fmt.Errorf("raftlog: sync dir %s: %w", l.dir, err)
+		}
+	}
+	var n, next uint64
+	var torn int64
+	err = l.db.Update(func(tx *bolt.Tx) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = l.corrupt("bbolt", 0, fmt.Sprintf("bbolt panicked while replaying the journal: %v", r), nil)
+			}
+		}()
+		meta := tx.Bucket(bucketMeta)
+		var consumed, prev uint64
+		if v := meta.Get(keyJournal); v != nil {
+			var detail string
+			if consumed, detail = decodeJournalEpoch(v); detail != "" {
+				return l.corrupt("journal epoch", 0, detail, nil)
+			}
+		}
+		if v := meta.Get(keyCompacted); v != nil {
+			c, detail := decodeCompacted(v)
+			if detail != "" {
+				return l.corrupt("compacted", 0, detail, nil)
+			}
+			prev = c.index
+		}
+		next = consumed + 1
+		n, torn, err = j.replay(consumed+1, func(seq uint64, r journalRecord) error {
+			return replayRecord(tx, path, seq, prev, r)
+		})
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return errNothingReplayed
+		}
+		next = consumed + 2
+		return meta.Put(keyJournal, encodeJournalEpoch(consumed+1))
+	})
+	if err != nil && !errors.Is(err, errNothingReplayed) {
+		return fmt.Errorf("raftlog: replay journal %s: %w", path, err)
+	}
+	if torn >= 0 {
+		l.logger.Warn("raftlog journal ends in a torn record: a Save cut short by a crash, never acknowledged",
+			"path", path, "offset", torn, "records_replayed", n)
+	}
+	if n > 0 {
+		l.logger.Info("raftlog journal replayed", "path", path, "records", n)
+	}
+	if l.opts.JournalBytes < 0 {
+		// Replayed into raft.db: nothing in it is needed any more.
+		if err := j.close(); err != nil {
+			return err
+		}
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("raftlog: remove disabled journal: %w", err)
+		}
+		return l.fs.SyncDir(l.dir)
+	}
+	j.restart(next)
+	l.jr = j
+	return nil
+}
+
+// replayRecord applies one journal record to raft.db as Save did to memory:
+// its entries replace any stored at their indexes and everything after them.
+func replayRecord(tx *bolt.Tx, path string, seq, prev uint64, r journalRecord) error {
+	b := tx.Bucket(bucketEntries)
+	b.FillPercent = 1.0
+	if len(r.vals) > 0 {
+		c := b.Cursor()
+		last := prev
+		if k, _ := c.Last(); k != nil {
+			last, _ = keyIndex(k)
+		}
+		if r.first > last+1 {
+			return &CorruptError{Path: path, Record: "journal record", Index: seq,
+				Detail: fmt.Sprintf("entries from %d would leave a gap after stored index %d", r.first, last)}
+		}
+		end := r.first + uint64(len(r.vals)) - 1
+		for i := end + 1; i <= last; i++ {
+			if err := b.Delete(indexKey(i)); err != nil {
+				return fmt.Errorf("delete entry %d: %w", i, err)
+			}
+		}
+	}
+	for k, v := range r.vals {
+		i := r.first + uint64(k)
+		if _, detail, err := decodeEntry(v, i); detail != "" {
+			return &CorruptError{Path: path, Record: "journal entry", Index: i, Detail: detail, Err: err}
+		}
+		if i <= prev {
+			continue // compacted since (a checkpoint came first, so cannot happen; harmless)
+		}
+		if err := b.Put(indexKey(i), v); err != nil {
+			return fmt.Errorf("put entry %d: %w", i, err)
+		}
+	}
+	if r.hs != nil {
+		if _, err := journalHardState(path, seq, r.hs); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketMeta).Put(keyHardState, r.hs); err != nil {
+			return fmt.Errorf("put hard state: %w", err)
+		}
+	}
+	return nil
+}
+
+// journalPending reports whether the journal holds records raft.db lacks.
+// The caller holds wmu or mu.
+func (l *Log) journalPending() bool {
+	return l.jr != nil && l.jr.seq > 0
+}
+
+// journalFits reports whether a Save can go to the journal instead of a
+// checkpoint: the journal is on, the record fits, and the entries pending
+// afterwards (from pendFrom to last) stay within half the cache, so every
+// entry raft.db lacks is still served from memory. The caller holds wmu.
+func (l *Log) journalFits(pendFrom, last uint64, dataBytes int64, r *journalRecord) bool {
+	if l.jr == nil || l.cache.maxEntries <= 0 || !l.jr.fits(r.payloadLen()) {
+		return false
+	}
+	if pendFrom != 0 && last-pendFrom+1 > uint64(l.cache.maxEntries/2) {
+		return false
+	}
+	return l.pendBytes+dataBytes <= l.cache.maxBytes/2
+}
+
+// flushTx writes what the journal holds and raft.db lacks into tx: the
+// pending entries up to upTo, the removal of a stale suffix, a newer hard
+// state, and the consumed epoch. The caller holds wmu and calls
+// flushedLocked once tx has committed.
+func (l *Log) flushTx(tx *bolt.Tx, upTo uint64) error {
+	if !l.journalPending() {
+		return nil
+	}
+	b := tx.Bucket(bucketEntries)
+	b.FillPercent = 1.0
+	if l.pendFrom != 0 {
+		for i := l.pendFrom; i <= min(l.last, upTo); i++ {
+			if !l.cache.covers(i) {
+				return fmt.Errorf("pending entry %d is not cached (cache from %d)", i, l.cache.first())
+			}
+			if err := b.Put(indexKey(i), encodeEntry(l.cache.get(i))); err != nil {
+				return fmt.Errorf("put entry %d: %w", i, err)
+			}
+		}
+	}
+	for i := l.last + 1; i <= l.diskLast; i++ {
+		if err := b.Delete(indexKey(i)); err != nil {
+			return fmt.Errorf("delete entry %d: %w", i, err)
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	if l.hsDirty {
+		if err := meta.Put(keyHardState, encodeHardState(l.hs)); err != nil {
+			return fmt.Errorf("put hard state: %w", err)
+		}
+	}
+	return meta.Put(keyJournal, encodeJournalEpoch(l.jr.epoch))
+}
+
+// flushedLocked records that a transaction holding flushTx's writes
+// committed: raft.db holds the whole log and the journal starts a new epoch.
+// The caller holds wmu and mu, and has updated last.
+func (l *Log) flushedLocked(flushed bool) {
+	if flushed {
+		l.jr.restart(l.jr.epoch + 1)
+		l.hsDirty = false
+		l.checkpoints.Add(1)
+		l.journalBytes.Store(0)
+	}
+	l.pendFrom, l.pendBytes, l.diskLast = 0, 0, l.last
+}
+
+// checkpointLocked folds the journal into raft.db if it holds anything. The
+// caller holds wmu.
+func (l *Log) checkpointLocked() error {
+	if !l.journalPending() {
+		return nil
+	}
+	if err := l.update("checkpoint", func(tx *bolt.Tx) error {
+		return l.flushTx(tx, l.last)
+	}); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.flushedLocked(true)
+	l.mu.Unlock()
+	return nil
+}
