@@ -118,7 +118,7 @@
 //
 // Save is one write and one fdatasync of raft.wal, the journal: a bbolt
 // commit costs two fdatasyncs (dirty pages, then meta page) and about twice
-// the CPU. Every few thousand entries (half the cache), and with every other
+// the CPU. Every 256 entries (Options.CheckpointEntries), and with every other
 // write, a checkpoint folds the journal into raft.db in one bbolt commit
 // (FORMAT.md "Journal"). Because raft.db's freelist is never written
 // (NoFreelistSync) and allocation uses the hashmap freelist, a commit's cost

@@ -308,7 +308,7 @@ func journalHardState(path string, seq uint64, b []byte) (raftpb.HardState, erro
 // file replaced by hand) never matches its epochs and is never replayed.
 func firstJournalEpoch() uint64 {
 	var b [8]byte
-	_, _ = rand.Read(b[:]) // NB: crypto/rand.Read never returns an error
+	_, _ = rand.Read(b[:])                    // NB: crypto/rand.Read never returns an error
 	return binary.BigEndian.Uint64(b[:]) >> 1 // room to count up
 }
 
@@ -453,16 +453,18 @@ func (l *Log) journalPending() bool {
 
 // journalFits reports whether a Save can go to the journal instead of a
 // checkpoint: the journal is on, the record fits, and the entries pending
-// afterwards (from pendFrom to last) stay within half the cache, so every
-// entry raft.db lacks is still served from memory. The caller holds wmu.
+// afterwards (from pendFrom to last) stay within the checkpoint bounds and
+// half the cache, so every entry raft.db lacks is still served from memory.
+// The caller holds wmu.
 func (l *Log) journalFits(pendFrom, last uint64, dataBytes int64, r *journalRecord) bool {
 	if l.jr == nil || l.cache.maxEntries <= 0 || !l.jr.fits(r.payloadLen()) {
 		return false
 	}
-	if pendFrom != 0 && last-pendFrom+1 > uint64(l.cache.maxEntries/2) {
+	maxEntries := min(l.opts.CheckpointEntries, l.cache.maxEntries/2)
+	if pendFrom != 0 && last-pendFrom+1 > uint64(maxEntries) {
 		return false
 	}
-	return l.pendBytes+dataBytes <= l.cache.maxBytes/2
+	return l.pendBytes+dataBytes <= min(l.opts.CheckpointBytes, l.cache.maxBytes/2)
 }
 
 // flushTx writes what the journal holds and raft.db lacks into tx: the

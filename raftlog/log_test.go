@@ -177,6 +177,9 @@ func TestOptionsValidate(t *testing.T) {
 		{"rotation ratio of 1", raftlog.Options{RotateFreeRatio: 1}, "RotateFreeRatio"},
 		{"negative rotation minimum", raftlog.Options{RotateMinBytes: -1}, "RotateMinBytes"},
 		{"negative retry interval", raftlog.Options{RotateRetryInterval: -time.Second}, "RotateRetryInterval"},
+		{"journal disabled", raftlog.Options{JournalBytes: -1}, ""},
+		{"negative checkpoint entries", raftlog.Options{CheckpointEntries: -1}, "CheckpointEntries"},
+		{"negative checkpoint bytes", raftlog.Options{CheckpointBytes: -1}, "CheckpointBytes"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
