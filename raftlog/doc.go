@@ -51,6 +51,14 @@
 //     snapshot). Recording a snapshot also deletes superseded data files
 //     (Options.SnapshotsRetained).
 //
+// With raft's AsyncStorageWrites (the server's choice) the same order holds
+// per MsgStorageAppend: ApplySnapshot for its snapshot, Save its hard state
+// (Term, Vote, Commit) and entries, and only then deliver its Responses.
+// Consecutive appends may be merged into one Save (later entries replace
+// earlier ones from their first index, the last hard state wins), never
+// across one that carries a snapshot. CreateSnapshot(i) needs a Save whose
+// commit index is at least i first, which async apply can outrun.
+//
 // Any error from Save, ApplySnapshot, CreateSnapshot or Compact means the
 // state on disk is not what the caller asked for: stop the node. A failed
 // write transaction also makes the Log refuse further writes (ErrWriteFailed)

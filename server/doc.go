@@ -17,18 +17,28 @@
 //
 // Exactly one goroutine (node.run) touches the raft.RawNode. Everything
 // else reaches it through channels: proposals, received messages, read
-// requests, membership and transfer requests, transport reports. Each
-// iteration takes one input, drains what else is queued of the same kind
-// (so concurrent writers share a Ready: group commit), then handles the
-// Ready in this order:
+// requests, membership and transfer requests, transport reports, finished
+// log writes. Each iteration takes one input, drains what else is queued of
+// the same kind, then handles every Ready raft has. Raft runs with
+// AsyncStorageWrites, so a Ready is all messages:
 //
-//  1. A leader sends its messages first; it may append to followers while
-//     its own fsync runs (Raft thesis §10.2.1).
-//  2. Save the entries and hard state: one bbolt transaction, one fsync.
-//  3. Install an incoming snapshot, if any.
-//  4. A follower sends its messages now, after they are durable.
-//  5. Apply committed entries to the store, in order, and wake waiters.
-//  6. Answer read-index requests, then Advance.
+//  1. Messages to other members leave at once. Raft itself holds back
+//     whatever needs the local write first (a follower's acknowledgements,
+//     votes, the leader's count of itself) as responses to that write, so
+//     the leader appends to followers while its own fsync runs (Raft thesis
+//     §10.2.1).
+//  2. The append (entries, hard state, snapshot) goes to the log writer
+//     (logwriter.go), one goroutine that takes every append queued while it
+//     was busy and persists them in one bbolt transaction (group commit).
+//     When it is durable it sends the responses meant for other members and
+//     hands the rest back to the loop, which restores the store from a
+//     snapshot it carried and steps them.
+//  3. Committed entries (raft hands out only those also durable here) are
+//     applied to the store in the loop, in order, waking waiters.
+//  4. Read-index answers are matched to their waiting reads.
+//
+// So the loop keeps taking proposals and acknowledgements during an fsync,
+// and the next write carries all of them.
 //
 // # Requests
 //

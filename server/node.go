@@ -56,10 +56,13 @@ type node struct {
 	transferC chan transferRequest
 	snapDoneC chan snapResult
 	liveSnapC chan chan liveSnapshot // operator snapshots (admin.go)
-	stopC     chan struct{}
-	doneC     chan struct{}
-	stopOnce  sync.Once
-	wg        sync.WaitGroup // snapshot encoders and the publisher
+	appendQ   *appendQueue           // loop → log writer (logwriter.go)
+	// appendDoneC carries finished log writes back to the loop.
+	appendDoneC chan appendDone
+	stopC       chan struct{}
+	doneC       chan struct{}
+	stopOnce    sync.Once
+	wg          sync.WaitGroup // snapshot encoders, the publisher and the log writer
 
 	// removedC is closed when this member is removed from the cluster.
 	removedC    chan struct{}
@@ -81,6 +84,7 @@ type node struct {
 	confState      raftpb.ConfState
 	appliedIndex   uint64
 	snapIndex      uint64
+	durableCommit  uint64 // the commit index the log holds (log writer reports)
 	snapshotting   bool
 	snapWantedAt   uint64 // a snapshot at or after this index is due now (a member was added)
 	leaderGuard    uint64 // conf changes wait until this index is applied
@@ -159,6 +163,8 @@ func newNode(cfg Config, logger *slog.Logger, m *metrics, st *store.Store, hub *
 		transferC:    make(chan transferRequest),
 		snapDoneC:    make(chan snapResult, 1),
 		liveSnapC:    make(chan chan liveSnapshot),
+		appendQ:      newAppendQueue(),
+		appendDoneC:  make(chan appendDone),
 		stopC:        make(chan struct{}),
 		doneC:        make(chan struct{}),
 		removedC:     make(chan struct{}),
@@ -200,6 +206,7 @@ func (n *node) init() error {
 		return fmt.Errorf("read last index: %w", err)
 	}
 	fresh := raft.IsEmptyHardState(hs) && last == 0 && raft.IsEmptySnap(snap)
+	n.durableCommit = max(hs.Commit, n.snapIndex)
 
 	rc := &raft.Config{
 		ID:              n.id,
@@ -213,10 +220,14 @@ func (n *node) init() error {
 		// past it proposals are dropped and clients see Unavailable.
 		MaxUncommittedEntriesSize: 256 << 20,
 		MaxCommittedSizePerReady:  64 << 20,
-		CheckQuorum:               true,
-		PreVote:                   true,
-		ReadOnlyOption:            raft.ReadOnlySafe,
-		Logger:                    raftLogger{n.logger.With("component", "raft")},
+		// Log writes run on their own goroutine and batch across Readies
+		// (logwriter.go); raft holds back acknowledgements and applies
+		// until they are durable.
+		AsyncStorageWrites: true,
+		CheckQuorum:        true,
+		PreVote:            true,
+		ReadOnlyOption:     raft.ReadOnlySafe,
+		Logger:             raftLogger{n.logger.With("component", "raft")},
 	}
 	rn, err := raft.NewRawNode(rc)
 	if err != nil {
@@ -264,8 +275,10 @@ func (n *node) init() error {
 	return nil
 }
 
-// start launches the Raft loop.
+// start launches the Raft loop and the log writer.
 func (n *node) start() {
+	n.wg.Add(1)
+	go n.runLogWriter()
 	go n.run()
 }
 
@@ -298,6 +311,7 @@ func (n *node) run() {
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
 	for {
+		var err error
 		select {
 		case <-ticker.C:
 			n.rn.Tick()
@@ -319,20 +333,55 @@ func (n *node) run() {
 			n.saveSnapshot(s)
 		case r := <-n.liveSnapC:
 			r <- n.liveSnapshot()
+		case d := <-n.appendDoneC:
+			err = n.appendDone(d)
 		case <-n.stopC:
 			n.failReads(errStopped)
 			return
 		}
-		if n.rn.HasReady() {
-			if err := n.handleReady(); err != nil {
-				// NB: a failed fsync leaves the on-disk state unknown;
-				// carrying on could acknowledge writes that are not
-				// durable, so the node stops and the operator restarts it.
-				n.logger.Error("raft loop stopped", "err", err)
-				n.fatal.Store(&err)
-				n.failReads(err)
-				return
-			}
+		// NB: stepping the responses of local writes can make another
+		// Ready at once; waiting for the next input would stall it until
+		// the next tick.
+		for err == nil && n.rn.HasReady() {
+			err = n.handleReady()
+		}
+		if err != nil {
+			// NB: a failed fsync leaves the on-disk state unknown;
+			// carrying on could acknowledge writes that are not
+			// durable, so the node stops and the operator restarts it.
+			n.logger.Error("raft loop stopped", "err", err)
+			n.fatal.Store(&err)
+			n.failReads(err)
+			return
+		}
+	}
+}
+
+// appendDone takes a finished log write: the state machine catches up with
+// a persisted snapshot, then raft learns what is durable.
+func (n *node) appendDone(d appendDone) error {
+	if d.err != nil {
+		return d.err
+	}
+	n.observeWrite(d)
+	n.durableCommit = max(n.durableCommit, d.commit)
+	if d.snap != nil {
+		// NB: before the responses: stepping them tells raft the snapshot
+		// is applied, and it then hands out the entries after it.
+		if err := n.restoreSnapshot(*d.snap); err != nil {
+			return err
+		}
+	}
+	n.stepLocal(d.local)
+	return nil
+}
+
+// stepLocal steps messages raft addressed to this node's own storage
+// responses.
+func (n *node) stepLocal(msgs []raftpb.Message) {
+	for _, m := range msgs {
+		if err := n.rn.Step(m); err != nil {
+			n.logger.Debug("step local", "type", m.Type.String(), "err", err)
 		}
 	}
 }
@@ -418,42 +467,37 @@ func (n *node) handleReady() error {
 	if rd.SoftState != nil {
 		n.softStateChanged(rd.SoftState, rd.Entries)
 	}
-	st := n.status.Load()
-	isLeader := st.state == raft.StateLeader
-	if isLeader {
-		// NB: the leader may send appends before its own fsync (Raft
-		// thesis §10.2.1): commitment still needs a quorum of durable
-		// copies, and the leader counts itself only after Save returns.
-		n.transport.send(rd.Messages)
-	}
-	if !raft.IsEmptySnap(rd.Snapshot) {
-		// The snapshot goes first: the hard state saved next may commit
-		// up to its index, past anything the log held before.
-		if err := n.installSnapshot(rd.Snapshot); err != nil {
-			return err
+	n.publishHardState(rd)
+	// With AsyncStorageWrites, Entries, HardState, Snapshot and
+	// CommittedEntries arrive as messages to the local storage threads;
+	// raft already holds back every message that needs them durable (a
+	// follower's acknowledgements, votes, the leader's own MsgAppResp) as
+	// responses to the append, so the rest may leave now. The leader's
+	// appends thus go out before its own fsync (Raft thesis §10.2.1).
+	var applies []raftpb.Message
+	remote := make([]raftpb.Message, 0, len(rd.Messages))
+	for _, m := range rd.Messages {
+		switch m.To {
+		case raft.LocalAppendThread:
+			n.appendQ.push(m)
+		case raft.LocalApplyThread:
+			applies = append(applies, m)
+		default:
+			remote = append(remote, m)
 		}
 	}
-	n.publishHardState(rd)
-	// NB: committed entries are applied (and their callers answered)
-	// before this Ready's new entries are saved. Committed means durable
-	// on a quorum already, so this is safe, and it takes a whole bbolt
-	// commit off every write's path: without it, each commit waits for
-	// the fsync of the next batch.
-	if err := n.apply(rd.CommittedEntries); err != nil {
-		return err
-	}
-	if err := n.saveTimed(rd.HardState, rd.Entries, isLeader); err != nil {
-		return fmt.Errorf("persist ready: %w", err)
-	}
-	if !isLeader {
-		// A follower's acknowledgements promise durability: send them only
-		// after Save.
-		n.transport.send(rd.Messages)
+	n.transport.send(remote)
+	// Apply in the loop: committed entries raft hands out are durable here
+	// already, and conf changes need the RawNode.
+	for _, m := range applies {
+		if err := n.apply(m.Entries); err != nil {
+			return err
+		}
+		n.stepLocal(m.Responses)
 	}
 	for _, rs := range rd.ReadStates {
 		n.finishRead(rs)
 	}
-	n.rn.Advance(rd)
 	n.maybeSnapshot()
 	n.metrics.readyLatency.Observe(time.Since(start).Seconds())
 	return nil
@@ -516,10 +560,9 @@ func (n *node) leaderChanged() <-chan struct{} {
 	return n.leaderCh
 }
 
-func (n *node) installSnapshot(snap raftpb.Snapshot) error {
-	if err := n.log.ApplySnapshot(snap); err != nil {
-		return fmt.Errorf("persist snapshot at index %d: %w", snap.Metadata.Index, err)
-	}
+// restoreSnapshot brings the state machine to a snapshot from the leader,
+// once the log writer has persisted it.
+func (n *node) restoreSnapshot(snap raftpb.Snapshot) error {
 	if err := n.store.Restore(bytes.NewReader(snap.Data)); err != nil {
 		return fmt.Errorf("restore snapshot at index %d: %w", snap.Metadata.Index, err)
 	}
@@ -685,7 +728,10 @@ func (n *node) applyConfChange(index uint64, cc raftpb.ConfChangeV2) error {
 // writes go on meanwhile.
 func (n *node) maybeSnapshot() {
 	due := n.appliedIndex-n.snapIndex >= n.cfg.SnapshotEntries || n.snapWantedAt > n.snapIndex
-	if n.snapshotting || !due {
+	// NB: the log refuses a snapshot above the commit index it holds
+	// (raftlog.ErrNotCommitted), and the hard state that committed an
+	// applied entry may still be queued for the log writer.
+	if n.snapshotting || !due || n.durableCommit < n.appliedIndex {
 		return
 	}
 	n.snapshotting = true

@@ -103,24 +103,32 @@ func newSlowLeader(cfg SlowLeaderConfig, reg prometheus.Registerer) *slowLeader 
 	return sl
 }
 
-// saveTimed persists one Ready (after the injected disk delay, if any) and
-// feeds its latency to the slow-leader check.
-func (n *node) saveTimed(hs raftpb.HardState, ents []raftpb.Entry, isLeader bool) error {
+// saveTimed persists one write of the log writer (after the injected disk
+// delay, if any) and returns how long it took. It runs on the log writer
+// (logwriter.go); the loop feeds the latency of writes with entries to the
+// slow-leader check (observeWrite) when it gets the result.
+func (n *node) saveTimed(hs raftpb.HardState, ents []raftpb.Entry) (time.Duration, error) {
 	start := time.Now()
 	if d := n.cfg.Faults.DiskDelay(); d > 0 && len(ents) > 0 {
 		time.Sleep(d) // NB: the fault hook: a disk that takes d per write
 	}
 	if err := n.log.Save(hs, ents); err != nil {
-		return err
+		return 0, err
 	}
+	took := time.Since(start)
 	if len(ents) > 0 {
-		took := time.Since(start)
 		n.slow.saveTime.Observe(took.Seconds())
-		if isLeader {
-			n.slow.observe(start.Add(took), took)
-		}
 	}
-	return nil
+	return took, nil
+}
+
+// observeWrite runs in the loop for each finished log write with entries.
+// NB: only while leading: a follower's slow disk does not hold up the
+// cluster's writes (the leader needs only a quorum of acknowledgements).
+func (n *node) observeWrite(d appendDone) {
+	if d.wrote && n.status.Load().state == raft.StateLeader {
+		n.slow.observe(d.at, d.took)
+	}
 }
 
 func (sl *slowLeader) observe(now time.Time, took time.Duration) {

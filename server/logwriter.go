@@ -1,0 +1,196 @@
+package server
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// The log writer: Raft runs with AsyncStorageWrites, so the loop hands each
+// Ready's MsgStorageAppend to this goroutine instead of saving it inline,
+// and goes on stepping messages, taking proposals and applying while the
+// fsync runs. The writer takes every append queued meanwhile and persists
+// them in one raftlog.Save (group commit: one bbolt commit however many
+// Readies it covers). Only then does it deliver the messages' responses:
+// acknowledgements to other members go straight to the transport; the ones
+// addressed to this node (its own MsgAppResp as leader, the
+// MsgStorageAppendResp that marks entries stable) go back to the loop,
+// which steps them. So nothing is acknowledged, to a peer or to raft
+// itself, before it is durable, and raft applies only entries that are
+// both committed and stable here.
+
+// appendQueue is the loop → writer queue. NB: unbounded so the loop never
+// blocks on the writer while the writer blocks on the loop (appendDoneC);
+// raft's MaxUncommittedEntriesSize and MaxInflightMsgs bound what it holds.
+type appendQueue struct {
+	mu    sync.Mutex
+	msgs  []raftpb.Message
+	wakeC chan struct{} // capacity 1: "the queue is not empty"
+}
+
+func newAppendQueue() *appendQueue {
+	return &appendQueue{wakeC: make(chan struct{}, 1)}
+}
+
+func (q *appendQueue) push(m raftpb.Message) {
+	q.mu.Lock()
+	q.msgs = append(q.msgs, m)
+	q.mu.Unlock()
+	select {
+	case q.wakeC <- struct{}{}:
+	default:
+	}
+}
+
+func (q *appendQueue) takeAll() []raftpb.Message {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	msgs := q.msgs
+	q.msgs = nil
+	return msgs
+}
+
+// appendDone reports one write to the loop.
+type appendDone struct {
+	snap   *raftpb.Snapshot // persisted by this write: the loop restores the store from it
+	local  []raftpb.Message // responses addressed to this node, to step in order
+	commit uint64           // the commit index the log now holds (0: unchanged)
+	wrote  bool             // entries were written: took is a log-write latency
+	at     time.Time        // when the write finished
+	took   time.Duration
+	err    error
+}
+
+// appendBatch is what one raftlog write persists: consecutive
+// MsgStorageAppend messages merged.
+type appendBatch struct {
+	hs        raftpb.HardState
+	ents      []raftpb.Entry
+	snap      *raftpb.Snapshot
+	responses []raftpb.Message
+}
+
+// nextAppendBatch merges the longest prefix of msgs that one Save can
+// persist and returns the rest. A message carrying a snapshot is a batch on
+// its own (ApplySnapshot, then its entries and hard state), since the
+// snapshot replaces the log the earlier messages wrote to.
+//
+// Merging follows raft's own rules: a later message's hard state supersedes
+// an earlier one (it is the whole state, not a delta), and a later
+// message's entries replace every merged entry from their first index on
+// (a follower overwriting a conflicting suffix). Responses keep their
+// order. The entries of a single message are passed through; merged ones
+// are copied, never appended to raft's slices.
+func nextAppendBatch(msgs []raftpb.Message) (appendBatch, []raftpb.Message) {
+	var b appendBatch
+	n := 0
+	for _, m := range msgs {
+		if m.Snapshot != nil && n > 0 {
+			break
+		}
+		n++
+		if m.Snapshot != nil {
+			b.snap = m.Snapshot
+		}
+		if hs := (raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}); !raft.IsEmptyHardState(hs) {
+			b.hs = hs
+		}
+		b.ents = mergeEntries(b.ents, m.Entries)
+		b.responses = append(b.responses, m.Responses...)
+		if m.Snapshot != nil {
+			break
+		}
+	}
+	return b, msgs[n:]
+}
+
+// mergeEntries returns cur with next written over it from next's first
+// index. Either argument may be returned as is; a merge allocates.
+func mergeEntries(cur, next []raftpb.Entry) []raftpb.Entry {
+	if len(next) == 0 {
+		return cur
+	}
+	if len(cur) == 0 {
+		return next
+	}
+	first := next[0].Index
+	keep := len(cur)
+	switch {
+	case first <= cur[0].Index:
+		keep = 0
+	case first <= cur[len(cur)-1].Index:
+		keep = int(first - cur[0].Index)
+	}
+	// NB: a full copy every time: cur may be raft's unstable slice (the
+	// first message's), and appending to it could overwrite entries raft
+	// still holds. The merged slice is ours from then on.
+	out := make([]raftpb.Entry, 0, keep+len(next))
+	out = append(out, cur[:keep]...)
+	return append(out, next...)
+}
+
+// runLogWriter is the writer goroutine. It stops on stopC, after a failed
+// write (reported to the loop, which stops the node) or when the loop has
+// exited.
+func (n *node) runLogWriter() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.appendQ.wakeC:
+		case <-n.stopC:
+			return
+		case <-n.doneC:
+			return
+		}
+		msgs := n.appendQ.takeAll()
+		for len(msgs) > 0 {
+			var b appendBatch
+			b, msgs = nextAppendBatch(msgs)
+			d := n.writeAppend(b)
+			select {
+			case n.appendDoneC <- d:
+			case <-n.stopC:
+				return
+			case <-n.doneC:
+				return
+			}
+			if d.err != nil {
+				return
+			}
+		}
+	}
+}
+
+// writeAppend persists one batch and sends its responses to other members.
+func (n *node) writeAppend(b appendBatch) appendDone {
+	var d appendDone
+	if b.snap != nil {
+		if err := n.log.ApplySnapshot(*b.snap); err != nil {
+			d.err = fmt.Errorf("persist snapshot at index %d: %w", b.snap.Metadata.Index, err)
+			return d
+		}
+		d.snap = b.snap
+		d.commit = b.snap.Metadata.Index
+	}
+	took, err := n.saveTimed(b.hs, b.ents)
+	if err != nil {
+		d.err = fmt.Errorf("persist log: %w", err)
+		return d
+	}
+	d.at, d.took, d.wrote = time.Now(), took, len(b.ents) > 0
+	d.commit = max(d.commit, b.hs.Commit)
+	var remote []raftpb.Message
+	for _, m := range b.responses {
+		if m.To == n.id {
+			d.local = append(d.local, m)
+		} else {
+			remote = append(remote, m)
+		}
+	}
+	// Durable now: acknowledgements may leave.
+	n.transport.send(remote)
+	return d
+}
