@@ -24,7 +24,7 @@ const (
 	DefaultCacheBytes        = 64 << 20 // 64 MiB
 	DefaultSnapshotsRetained = 2
 	DefaultLockTimeout       = time.Second
-	DefaultJournalBytes      = 64 << 20 // 64 MiB
+	DefaultJournalBytes      = 8 << 20 // 8 MiB: room for CheckpointEntries one-page records and CheckpointBytes
 	DefaultCheckpointEntries = 256
 	DefaultCheckpointBytes   = 1 << 20 // 1 MiB
 
@@ -111,7 +111,7 @@ type Options struct {
 
 	// JournalBytes is the size of raft.wal, the journal that makes a Save
 	// durable with one fdatasync (FORMAT.md "Journal"), in bytes. 0 means
-	// DefaultJournalBytes (64 MiB). Negative disables the journal: every
+	// DefaultJournalBytes (8 MiB). Negative disables the journal: every
 	// Save is then a bbolt commit (two fdatasyncs). The journal is folded
 	// into raft.db (a checkpoint) when it is full, when its entries reach
 	// CheckpointEntries or CheckpointBytes (at most half of CacheEntries and
