@@ -37,8 +37,9 @@ import (
 //
 // NB: net/http's server cancels a request's context when the client
 // closes its connection, with a background read started for every
-// request. Here a request that is still running after watchDelay gets
-// that read (watch); quicker ones cost a timer Reset and Stop.
+// request. Here a request that is still running after one to two
+// watchDelays gets that read (watch); quicker ones cost two atomic
+// stores.
 
 // frontBufSize is the client read and write buffer: a request header
 // longer than this goes to net/http.
@@ -118,24 +119,75 @@ type frontConn struct {
 	req    *http.Request
 	url    url.URL
 	w      frontWriter
+	hook   clientHook // cuts the running fast-path exchange when ctx ends
 
 	dateSec int64 // unix second of date
 	date    []byte
 
-	// The client-gone watch (see watch).
-	src       watchReader // what br reads: a byte the watch read, then c
-	watchT    *time.Timer
-	watchDone chan struct{}
+	// rdl is the read deadline set on c (zero: none known), kept while it
+	// is within deadlineSlack after the one wanted (see readDeadline).
+	rdl time.Time
+
+	// The client-gone watch (see watchTick).
+	src        watchReader // what br reads: a byte the watch read, then c
+	watchT     *time.Timer
+	watchArmed atomic.Bool  // watchT will fire (or its tick is running)
+	watchReq   atomic.Int64 // number of the running watched request; 0: none; watching
+	watchSeen  atomic.Int64 // the request the last tick saw running
+	watchDone  chan struct{}
+	reqs       int64 // requests begun on the connection
 }
 
-// watchDelay is how long a request runs before its connection is watched
-// for the client going away. NB: most requests end well before it, and
-// cost only the timer's Reset and Stop; the watch costs a goroutine and a
-// blocked read.
+// watchDelay is the period of a busy connection's watch timer: a request
+// running at two ticks in a row (so for at least watchDelay) gets a watch
+// for the client going away. NB: most requests end well before, and cost
+// two atomic stores (a timer Reset and Stop per request cost more); the
+// timer keeps ticking while requests follow one another and stops at the
+// first tick that finds the connection idle; the watch costs a goroutine
+// and a blocked read.
 const watchDelay = 100 * time.Millisecond
 
-// watch runs (once per armed request, in the timer's goroutine) when a
-// request outlives watchDelay: it reads the client connection, which has
+// watching in frontConn.watchReq: a watch is reading the connection.
+const watching = -1
+
+// beginWatched marks request n running and watchable.
+func (fc *frontConn) beginWatched(n int64) {
+	fc.watchReq.Store(n)
+	if fc.watchArmed.CompareAndSwap(false, true) {
+		// NB: the request began before the timer was armed: it has run
+		// for at least watchDelay when the timer fires.
+		fc.watchSeen.Store(n)
+		fc.watchT.Reset(watchDelay)
+	}
+}
+
+// watchTick runs in the timer's goroutine. A request it also saw running
+// at the previous tick gets watched; otherwise it looks again in
+// watchDelay, or disarms when no request runs.
+func (fc *frontConn) watchTick() {
+	for {
+		n := fc.watchReq.Load()
+		if n > 0 {
+			if fc.watchSeen.Swap(n) != n {
+				fc.watchT.Reset(watchDelay)
+				return
+			}
+			if fc.watchReq.CompareAndSwap(n, watching) {
+				fc.watch()
+			}
+		}
+		// NB: disarm, then look again: a request that began after the
+		// load above either sees the timer disarmed and arms it, or is
+		// seen here.
+		fc.watchArmed.Store(false)
+		if fc.watchReq.Load() <= 0 || !fc.watchArmed.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}
+
+// watch runs (in the timer's goroutine) when a request has run for
+// watchDelay: it reads the client connection, which has
 // nothing to say until the response is out. EOF or an error other than
 // the deadline endWatch sets means the client went away: the connection's
 // context ends, which aborts the attempt (h1RoundTrip's hook). A byte that
@@ -143,6 +195,7 @@ const watchDelay = 100 * time.Millisecond
 func (fc *frontConn) watch() {
 	defer func() { fc.watchDone <- struct{}{} }()
 	n, err := fc.c.Read(fc.src.b[:])
+	fc.src.r.drained = false // this read took the socket's readiness
 	if n == 1 {
 		fc.src.has = true
 		return
@@ -153,21 +206,40 @@ func (fc *frontConn) watch() {
 	}
 }
 
-// endWatch disarms the watch, or stops a running one and waits for it.
-func (fc *frontConn) endWatch() {
-	if fc.watchT.Stop() {
+// endWatch ends watched request n, stopping its watch if one runs and
+// waiting for it.
+func (fc *frontConn) endWatch(n int64) {
+	if fc.watchReq.CompareAndSwap(n, 0) {
 		return
 	}
 	// NB: the past deadline also ends a watch that has not reached its
 	// read yet; the next request's read sets a deadline again.
 	fc.c.SetReadDeadline(aLongTimeAgo)
+	fc.rdl = time.Time{}
 	<-fc.watchDone
+	fc.watchReq.Store(0)
+}
+
+// deadlineSlack is how late a client read deadline may be, so that a busy
+// connection re-arms it only now and then: a timer update per request
+// cost more than the request's parsing. nginx lets its timers drift up to
+// 300 ms for the same reason (NGX_TIMER_LAZY_DELAY).
+func deadlineSlack(d time.Duration) time.Duration { return min(d/64, 250*time.Millisecond) }
+
+// readDeadline makes sure reads on c end between d and d plus its slack
+// from now.
+func (fc *frontConn) readDeadline(d time.Duration) {
+	want := time.Now().Add(d)
+	if fc.rdl.Before(want) || fc.rdl.After(want.Add(deadlineSlack(d))) {
+		fc.rdl = want.Add(deadlineSlack(d))
+		fc.c.SetReadDeadline(fc.rdl)
+	}
 }
 
 // watchReader is the client connection as br reads it: first the byte a
 // watch read, if any.
 type watchReader struct {
-	c   net.Conn
+	r   *connReader
 	b   [1]byte
 	has bool
 }
@@ -178,7 +250,7 @@ func (r *watchReader) Read(p []byte) (int, error) {
 		p[0] = r.b[0]
 		return 1, nil
 	}
-	return r.c.Read(p)
+	return r.r.Read(p)
 }
 
 func (f *front) track(c net.Conn) *frontConn {
@@ -243,9 +315,11 @@ func (f *front) closeAll() {
 
 func (f *front) serveConn(fc *frontConn) {
 	handedOff := false
+	stopHook := context.AfterFunc(fc.ctx, fc.hook.fire)
 	defer func() {
+		stopHook()
 		if fc.watchT != nil {
-			fc.watchT.Stop() // a running watch ends when c closes
+			fc.watchT.Stop() // no watch runs: endWatch waited for any
 		}
 		// As net/http does: a panicking request closes its connection,
 		// not the gateway.
@@ -260,10 +334,10 @@ func (f *front) serveConn(fc *frontConn) {
 		f.untrack(fc)
 	}()
 	g := f.g
-	fc.src.c = fc.c
+	fc.src.r = &connReader{c: fc.c}
 	fc.br = bufio.NewReaderSize(&fc.src, frontBufSize)
 	fc.watchDone = make(chan struct{}, 1)
-	fc.watchT = time.AfterFunc(time.Hour, fc.watch)
+	fc.watchT = time.AfterFunc(time.Hour, fc.watchTick)
 	fc.watchT.Stop()
 	fc.bw = bufio.NewWriterSize(fc.c, frontBufSize)
 	fc.req = (&http.Request{}).WithContext(fc.ctx)
@@ -277,7 +351,7 @@ func (f *front) serveConn(fc *frontConn) {
 			if first {
 				d = g.cfg.ReadHeaderTimeout
 			}
-			fc.c.SetReadDeadline(time.Now().Add(d))
+			fc.readDeadline(d)
 			if _, err := fc.br.Peek(1); err != nil {
 				return // idle timeout, EOF, or closed by shutdown
 			}
@@ -297,13 +371,14 @@ func (f *front) serveConn(fc *frontConn) {
 		fc.w.reset(fc.req)
 		// NB: a connection with a pipelined request buffered is not
 		// watched: the client is there, and its bytes belong to br.
+		fc.reqs++
 		watched := fc.br.Buffered() == 0
 		if watched {
-			fc.watchT.Reset(watchDelay)
+			fc.beginWatched(fc.reqs)
 		}
 		abort := g.handle(&fc.w, fc.req)
 		if watched {
-			fc.endWatch()
+			fc.endWatch(fc.reqs)
 		}
 		if abort || !fc.w.wroteHeader && fc.ctx.Err() != nil {
 			return
@@ -349,7 +424,7 @@ func (fc *frontConn) readRequest() (int, error) {
 		}
 		if !deadline {
 			deadline = true
-			fc.c.SetReadDeadline(time.Now().Add(fc.f.g.cfg.ReadHeaderTimeout))
+			fc.readDeadline(fc.f.g.cfg.ReadHeaderTimeout)
 		}
 		if _, err := fc.br.Peek(len(buf) + 1); err != nil {
 			return 0, err

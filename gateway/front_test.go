@@ -164,3 +164,62 @@ func TestFrontClientGoneAbortsAttempt(t *testing.T) {
 		t.Fatal("origin request still open 10s after the client went away")
 	}
 }
+
+// TestFrontClientGoneAbortsLaterAttempt: the client-gone watch also
+// covers a slow request that follows quick ones on the same connection,
+// where the connection's watch timer is already running from the quick
+// ones (it is re-armed lazily, not per request).
+func TestFrontClientGoneAbortsLaterAttempt(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	aborted := make(chan struct{}, 1)
+	o := startOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/slow" {
+			io.WriteString(w, "quick")
+			return
+		}
+		arrived <- struct{}{}
+		<-r.Context().Done()
+		aborted <- struct{}{}
+	}), false)
+	src := fakeWithRoute("svc")
+	idx := src.PutInstance(o.instance("svc", "o", nil))
+	cfg := testConfig(t, src)
+	cfg.ResponseHeaderTimeout = time.Minute // NB: not what ends it
+	g := startGateway(t, cfg)
+	g.WaitIndex(testCtx(t, 10*time.Second), idx)
+	c, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for i := range 20 {
+		if _, err := io.WriteString(c, "GET /quick HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("quick request %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || string(b) != "quick" {
+			t.Fatalf("quick request %d: %d %q, want 200 quick", i, resp.StatusCode, b)
+		}
+	}
+	if _, err := io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 10*time.Second)
+	select {
+	case <-arrived:
+	case <-ctx.Done():
+		t.Fatal("slow request never reached the origin")
+	}
+	c.Close()
+	select {
+	case <-aborted:
+	case <-ctx.Done():
+		t.Fatal("origin request still open 10s after the client went away")
+	}
+}

@@ -32,7 +32,8 @@ type h1conn struct {
 	c      net.Conn
 	br     *bufio.Reader
 	bw     *bufio.Writer
-	idleAt int64 // mono() when it went idle
+	idleAt int64     // mono() when it went idle
+	dl     time.Time // the deadline set on c (zero: none known), see h1Exchange
 
 	// Reused by every exchange on the connection (one at a time): valid
 	// until the connection goes back to its pool.
@@ -55,8 +56,8 @@ func fastPath(o *origin, r *http.Request) bool {
 }
 
 // getH1 returns an idle connection (reused true) or dials a new one.
-func (p *pool) getH1(ctx context.Context) (*h1conn, bool, error) {
-	now := mono()
+// now is mono().
+func (p *pool) getH1(ctx context.Context, now int64) (*h1conn, bool, error) {
 	p.h1.mu.Lock()
 	for n := len(p.h1.conns); n > 0; n = len(p.h1.conns) {
 		hc := p.h1.conns[n-1]
@@ -80,13 +81,14 @@ func (p *pool) getH1(ctx context.Context) (*h1conn, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	return &h1conn{c: c, br: bufio.NewReaderSize(c, 4<<10), bw: bufio.NewWriterSize(c, 4<<10)}, false, nil
+	return &h1conn{c: c, br: bufio.NewReaderSize(&connReader{c: c}, 4<<10), bw: bufio.NewWriterSize(c, 4<<10)}, false, nil
 }
 
 // putH1 returns hc to the idle list, or closes it when the pool is closed
-// or already keeps as many idle connections as the origin's limit.
-func (p *pool) putH1(hc *h1conn) {
-	hc.idleAt = mono()
+// or already keeps as many idle connections as the origin's limit. now is
+// mono().
+func (p *pool) putH1(hc *h1conn, now int64) {
+	hc.idleAt = now
 	p.h1.mu.Lock()
 	if p.closed.Load() || len(p.h1.conns) >= p.f.maxIdle {
 		p.h1.mu.Unlock()
@@ -123,27 +125,79 @@ func (p *pool) closeH1(minAge int64) {
 // before our request reached it: safe to send the request again.
 var errStaleConn = errors.New("gateway: origin closed an idle connection")
 
+// clientHook aborts the fast-path exchange running for a client
+// connection when the client goes away (its context ends): one
+// context.AfterFunc for the connection's life, where a hook per request
+// cost an allocation and a registration on the context each time.
+type clientHook struct {
+	mu    sync.Mutex
+	c     net.Conn // the running exchange's origin connection; nil between exchanges
+	fired bool     // the client is gone (for good)
+}
+
+// fire runs once, when the client's context ends.
+func (h *clientHook) fire() {
+	h.mu.Lock()
+	h.fired = true
+	if h.c != nil {
+		h.c.SetDeadline(aLongTimeAgo)
+	}
+	h.mu.Unlock()
+}
+
+// attach makes c the connection fire cuts (at once if it has fired).
+func (h *clientHook) attach(c net.Conn) {
+	h.mu.Lock()
+	h.c = c
+	if h.fired {
+		c.SetDeadline(aLongTimeAgo)
+	}
+	h.mu.Unlock()
+}
+
+// detach ends the exchange's hook; false if the hook may have cut its
+// connection.
+func (h *clientHook) detach() bool {
+	h.mu.Lock()
+	h.c = nil
+	fired := h.fired
+	h.mu.Unlock()
+	return !fired
+}
+
 // h1RoundTrip sends r (no body) on a fast-path connection of p and reads
 // the response header. On success the returned body owns the connection
-// until finishH1. path is the request-target to send.
-func (g *Gateway) h1RoundTrip(p *pool, r *http.Request, path string) (*http.Response, *h1Body, error) {
+// until finishH1. path is the request-target to send. hook, when not nil,
+// is r's client connection's (front.go); otherwise the exchange gets a
+// hook of its own on r's context.
+func (g *Gateway) h1RoundTrip(p *pool, r *http.Request, path string, hook *clientHook) (*http.Response, *h1Body, error) {
 	ctx := r.Context()
 	for try := 0; ; try++ {
-		hc, reused, err := p.getH1(ctx)
+		now := time.Now()
+		hc, reused, err := p.getH1(ctx, int64(now.Sub(epoch)))
 		if err != nil {
 			return nil, nil, err
 		}
 		// The client going away aborts the wait for the origin, and later
 		// the body copy.
-		stop := context.AfterFunc(ctx, func() { hc.c.SetDeadline(aLongTimeAgo) })
-		resp, err := g.h1Exchange(hc, r, path)
+		var stop func() bool
+		if hook != nil {
+			hook.attach(hc.c)
+		} else {
+			stop = context.AfterFunc(ctx, func() { hc.c.SetDeadline(aLongTimeAgo) })
+		}
+		resp, err := g.h1Exchange(hc, r, path, now)
 		if err == nil {
 			b := &hc.hb
-			*b = h1Body{body: resp.Body, hc: hc, idle: g.cfg.IdleTimeout, ctx: ctx, stop: stop}
+			*b = h1Body{body: resp.Body, hc: hc, idle: g.cfg.IdleTimeout, ctx: ctx, hook: hook, stop: stop}
 			resp.Body = b
 			return resp, b, nil
 		}
-		stop()
+		if hook != nil {
+			hook.detach()
+		} else {
+			stop()
+		}
 		hc.c.Close()
 		// NB: a keep-alive connection the origin closed while it sat idle
 		// fails at once with EOF or a reset before any byte of a response:
@@ -155,11 +209,19 @@ func (g *Gateway) h1RoundTrip(p *pool, r *http.Request, path string) (*http.Resp
 	}
 }
 
-// h1Exchange writes the request and reads the response header on hc.
-func (g *Gateway) h1Exchange(hc *h1conn, r *http.Request, path string) (*http.Response, error) {
+// h1Exchange writes the request and reads the response header on hc;
+// now is the attempt's start.
+func (g *Gateway) h1Exchange(hc *h1conn, r *http.Request, path string, now time.Time) (*http.Response, error) {
 	ctx := r.Context()
-	if err := hc.c.SetDeadline(time.Now().Add(g.cfg.ResponseHeaderTimeout)); err != nil {
-		return nil, err
+	// NB: the write and the response header share ResponseHeaderTimeout,
+	// late by at most its slack: a connection busy with one request after
+	// another re-arms its deadline only now and then.
+	d := g.cfg.ResponseHeaderTimeout
+	if want := now.Add(d); hc.dl.Before(want) || hc.dl.After(want.Add(deadlineSlack(d))) {
+		hc.dl = want.Add(deadlineSlack(d))
+		if err := hc.c.SetDeadline(hc.dl); err != nil {
+			return nil, err
+		}
 	}
 	writeH1Request(hc.bw, r, path)
 	if err := hc.bw.Flush(); err != nil {
@@ -334,6 +396,7 @@ type h1Body struct {
 	hc    *h1conn
 	idle  time.Duration
 	ctx   context.Context
+	hook  *clientHook // or stop
 	stop  func() bool
 	eof   bool
 	fault error // the origin's fault, if the body was cut
@@ -345,6 +408,7 @@ func (b *h1Body) Read(p []byte) (int, error) {
 	// reach the socket.
 	if b.hc.br.Buffered() == 0 {
 		b.hc.c.SetReadDeadline(time.Now().Add(b.idle))
+		b.hc.dl = time.Time{}
 	}
 	n, err := b.body.Read(p)
 	if err == io.EOF {
@@ -363,18 +427,28 @@ func (b *h1Body) Read(p []byte) (int, error) {
 func (b *h1Body) Close() error { return nil } // finishH1 decides
 
 // finishH1 ends a fast-path exchange: the connection goes back to the pool
-// when the body was read to its end and both sides allow keep-alive.
-func (p *pool) finishH1(b *h1Body, resp *http.Response) {
+// when the body was read to its end and both sides allow keep-alive. now
+// is mono().
+func (p *pool) finishH1(b *h1Body, resp *http.Response, now int64) {
 	// NB: if the client-gone hook has started it may still be about to
 	// set a past deadline on the connection; pooled, that would break the
 	// next request that takes it. Such a connection is closed instead.
-	unhooked := b.stop == nil || b.stop()
+	var unhooked bool
+	switch {
+	case b.hook != nil:
+		unhooked = b.hook.detach()
+	case b.stop != nil:
+		unhooked = b.stop()
+	default:
+		unhooked = true
+	}
 	b.body.Close()
 	// NB: the client's own Connection: close is hop-by-hop: it ends the
 	// client's connection, never the origin's.
 	if unhooked && b.eof && !resp.Close && b.hc.br.Buffered() == 0 {
-		// The deadline left on it is replaced before its next use.
-		p.putH1(b.hc)
+		// The deadline left on it is replaced before its next use, or
+		// kept when it suits (h1Exchange).
+		p.putH1(b.hc, now)
 		return
 	}
 	b.hc.c.Close()

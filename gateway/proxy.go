@@ -107,6 +107,9 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, t *table, re *ro
 		var a *attempt
 		if fastPath(p.origin, r) {
 			a = &attempt{p: p, parent: r.Context(), start: time.Now(), req: r, fast: true}
+			if fw, ok := w.(*frontWriter); ok {
+				a.hook = &fw.fc.hook
+			}
 		} else {
 			if hdr == nil {
 				hdr = outboundHeader(r)
@@ -153,7 +156,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, t *table, re *ro
 // error.
 func (g *Gateway) roundTrip(a *attempt, re *routeEntry) (*http.Response, error) {
 	if a.fast {
-		resp, b, err := g.h1RoundTrip(a.p, a.req, requestTarget(a.req, re))
+		resp, b, err := g.h1RoundTrip(a.p, a.req, requestTarget(a.req, re), a.hook)
 		a.resp, a.h1 = resp, b
 		return resp, err
 	}
@@ -200,6 +203,7 @@ type attempt struct {
 
 	// Fast path.
 	fast bool
+	hook *clientHook // the client connection's, when it is served by front.go
 	req  *http.Request
 	resp *http.Response
 	h1   *h1Body
@@ -244,9 +248,10 @@ func (g *Gateway) startAttempt(r *http.Request, re *routeEntry, p *pool, hdr htt
 // finishAttempt releases the origin's slot, records metrics and feeds the
 // outlier detector. status 0 means no response.
 func (g *Gateway) finishAttempt(svc *service, a *attempt, status int, failed bool) {
+	end := time.Now()
 	if a.fast {
 		if a.h1 != nil {
-			a.p.finishH1(a.h1, a.resp)
+			a.p.finishH1(a.h1, a.resp, int64(end.Sub(epoch)))
 		}
 	} else {
 		a.timer.stop()
@@ -257,7 +262,7 @@ func (g *Gateway) finishAttempt(svc *service, a *attempt, status int, failed boo
 	a.p.done()
 	if o.m != nil {
 		o.m.requests[classOf(status)].Inc()
-		o.m.latency.Observe(time.Since(a.start).Seconds())
+		o.m.latency.Observe(end.Sub(a.start).Seconds())
 	}
 	if !failed && !o.failing.Load() {
 		return // the common case: nothing to record, no clock read

@@ -216,6 +216,52 @@ func TestTimeoutsPerAttempt(t *testing.T) {
 	}
 }
 
+// TestHeaderTimeoutOnReusedConnection: the response-header timeout holds
+// in full for an attempt on a pooled connection that has just served
+// another request (fast-path connections keep a deadline across requests
+// when it still suits: never one that ends the attempt early).
+func TestHeaderTimeoutOnReusedConnection(t *testing.T) {
+	const header = 300 * time.Millisecond
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	o := startOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stall" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		io.WriteString(w, "quick")
+	}), false)
+	src := fakeWithRoute("svc")
+	idx := src.PutInstance(o.instance("svc", "o", nil))
+	cfg := testConfig(t, src)
+	cfg.Shards, cfg.Replication = 1, 1
+	cfg.ResponseHeaderTimeout = header
+	cfg.MaxRetries = 0 // one attempt: the timing below is that attempt's
+	g := startGateway(t, cfg)
+	g.WaitIndex(testCtx(t, 10*time.Second), idx)
+	c := httpClient(t)
+	for i := range 5 {
+		if resp, body := get(t, c, g, "x", "/quick"); resp.StatusCode != 200 || body != "quick" {
+			t.Fatalf("quick request %d: %d %q", i, resp.StatusCode, body)
+		}
+	}
+	start := time.Now()
+	resp, _ := get(t, c, g, "x", "/stall")
+	took := time.Since(start)
+	if resp.StatusCode != 504 {
+		t.Errorf("stalled request: status %d, want 504", resp.StatusCode)
+	}
+	if took < header || took > header+2*time.Second {
+		t.Errorf("stalled request answered after %v, want within [%v, %v]", took, header, header+2*time.Second)
+	}
+	if got := o.conns.Load(); got != 1 {
+		t.Errorf("origin connections = %d, want 1 (the stalled attempt reused the quick ones' connection)", got)
+	}
+}
+
 func readFull(r interface{ Read([]byte) (int, error) }, buf []byte) (int, error) {
 	n := 0
 	for n < len(buf) {
