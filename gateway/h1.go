@@ -39,6 +39,7 @@ type h1conn struct {
 	// until the connection goes back to its pool.
 	resp http.Response
 	hdr  http.Header
+	vals []string // hdr's values; NB: whoever keeps a value past the exchange copies it (frontWriter renders the header, net/http clones it)
 	body clBody
 	hb   h1Body
 }
@@ -297,7 +298,13 @@ func (hc *h1conn) parseResponse(b []byte, r *http.Request) *http.Response {
 	}
 	h := hc.hdr
 	clear(h)
-	vals := make([]string, strings.Count(rest, "\n"))
+	if n := strings.Count(rest, "\n"); cap(hc.vals) < n {
+		hc.vals = make([]string, n)
+	} else {
+		clear(hc.vals)
+		hc.vals = hc.vals[:n]
+	}
+	vals := hc.vals
 	nv := 0
 	cl := int64(-1)
 	closing := false
