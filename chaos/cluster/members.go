@@ -73,6 +73,16 @@ func (c *Cluster) Remove(ctx context.Context, n *Node) error {
 		}
 		sleep(ctx, 300*time.Millisecond)
 	}
+	// NB: a removal refused with an unknown outcome (the leader changed
+	// while it was in flight) may still commit after every attempt above
+	// saw the member listed; settle it before reporting a failure, or the
+	// slot keeps a node that the cluster has removed and that exits on start.
+	for settle := time.Now().Add(5 * time.Second); last != nil && ctx.Err() == nil && time.Now().Before(settle); {
+		sleep(ctx, 250*time.Millisecond)
+		if in, lerr := c.isMember(ctx, name); lerr == nil && !in {
+			last = nil
+		}
+	}
 	if last != nil {
 		return fmt.Errorf("remove member %s: %w", name, last)
 	}
