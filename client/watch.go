@@ -201,10 +201,16 @@ type Watch struct {
 	last   uint64 // resume point: every matching event ≤ last is queued or was returned
 	index  uint64 // Index of the last batch Next returned (or the start index)
 	paused bool   // the queue filled up: the stream stopped feeding this watch
-	err    error  // terminal error, returned once the queue is drained
-	done   error  // set by Close, the ctx or Client.Close: Next returns it at once
-	wake   chan struct{}
-	stop   func() bool // unregisters the ctx hook
+	// stale: the watch paused on the current stream, so deliver drops
+	// what that stream sends from then on, even after Next resumed the
+	// watch; the stream's copy must be canceled and the watch created
+	// again from last. Read and cleared by sync (streamStart), which does
+	// that.
+	stale bool
+	err   error // terminal error, returned once the queue is drained
+	done  error // set by Close, the ctx or Client.Close: Next returns it at once
+	wake  chan struct{}
+	stop  func() bool // unregisters the ctx hook
 
 	registered bool // added to mux; set before any other goroutine sees w
 }
@@ -363,14 +369,32 @@ func (w *Watch) startIndex() (uint64, bool) {
 	return w.last, w.done == nil && w.err == nil && !w.paused
 }
 
+// streamStart is startIndex for sync: it also reports, and clears,
+// whether the watch's copy on the current stream went stale (it paused and
+// dropped responses since) and must be created again from start.
+func (w *Watch) streamStart() (start uint64, ok, stale bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	stale, w.stale = w.stale, false
+	return w.last, w.done == nil && w.err == nil && !w.paused, stale
+}
+
 // deliver queues what resp carries for the watch, dropping events at or
 // below the resume point (a server replaying from an older index must not
 // produce duplicates). It reports whether the queue is now full, in which
-// case the caller must stop the watch on its stream.
+// case the caller must stop the watch on its stream. A paused watch, and a
+// stale one, drops resp (its events are above last, so the watch's next
+// create replays them) and stays stale.
 func (w *Watch) deliver(resp *lodestonepb.WatchResponse) (full bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.done != nil || w.err != nil || w.paused {
+	if w.done != nil || w.err != nil {
+		return false
+	}
+	if w.paused || w.stale {
+		// Paused, or resumed by Next but still on the stream that paused
+		// it: what that stream sends now follows a gap.
+		w.stale = true
 		return false
 	}
 	var evs []*lodestonepb.Event
@@ -406,7 +430,14 @@ func (w *Watch) deliver(resp *lodestonepb.WatchResponse) (full bool) {
 	w.last = top
 	signal(w.wake)
 	if w.queued >= w.set.buffer {
-		w.paused = true
+		// NB: stale as well as paused. Next may resume the watch before
+		// sync sees the pause; what the stream sent in between was
+		// dropped, so the stream's copy must go even then, and what it
+		// sends until it is gone must be dropped too. Without stale the
+		// watch stayed on the stream and took the next response after
+		// the gap (TestWatchSlowConsumerDoesNotBlockOthers hung waiting
+		// for the missing events).
+		w.paused, w.stale = true, true
 		return true
 	}
 	return false
@@ -797,17 +828,21 @@ func (m *watchMux) sync(s *session) error {
 	m.pending = nil
 	m.mu.Unlock()
 	for _, w := range todo {
-		start, ok := w.startIndex()
+		start, ok, stale := w.streamStart()
 		id, onStream := s.ids[w]
-		switch {
-		case !ok && onStream:
+		if onStream && (!ok || stale) {
+			// Ended, paused, or paused and resumed already: in every case
+			// the stream's copy stops here; a live watch is created
+			// again below from its resume point.
 			delete(s.ids, w)
 			delete(s.byID, id)
 			delete(s.created, id)
 			if err := s.stream.Send(&lodestonepb.WatchRequest{Request: &lodestonepb.WatchRequest_Cancel{Cancel: &lodestonepb.WatchCancel{WatchId: id}}}); err != nil {
 				return err
 			}
-		case ok && !onStream:
+			onStream = false
+		}
+		if ok && !onStream {
 			s.nextID++
 			id = s.nextID
 			s.ids[w], s.byID[id] = id, w

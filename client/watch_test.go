@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
@@ -283,6 +284,93 @@ func TestWatchSlowConsumerDoesNotBlockOthers(t *testing.T) {
 	}
 	if paused == 0 {
 		t.Errorf("the slow watch was never recreated from a later index: creates %v", l.Creates())
+	}
+}
+
+// sentRequests is a Watch stream that records what the client sends.
+type sentRequests struct {
+	grpc.ClientStream
+	reqs []*lodestonepb.WatchRequest
+}
+
+func (s *sentRequests) Send(r *lodestonepb.WatchRequest) error {
+	s.reqs = append(s.reqs, r)
+	return nil
+}
+
+func (s *sentRequests) Recv() (*lodestonepb.WatchResponse, error) {
+	panic("sentRequests: Recv")
+}
+
+// Regression for TestWatchSlowConsumerDoesNotBlockOthers hanging with
+// "Next after 78 of 100 events": a watch whose queue filled paused and
+// dropped what its stream sent next; when Next resumed it before the mux
+// synced, the watch took the stream's next response (after the dropped
+// ones) and the mux, seeing a live watch on the stream, left it there, so
+// the dropped events never came. Driven step by step: no goroutines, no
+// timing.
+func TestWatchResumedBeforeSyncIsCreatedAgain(t *testing.T) {
+	m := newWatchMux(nil)
+	defer m.cancel()
+	stream := &sentRequests{}
+	s := &session{stream: stream, byID: map[int64]*Watch{}, ids: map[*Watch]int64{}, created: map[int64]bool{}}
+	w := &Watch{mux: m, key: "svc/", wake: make(chan struct{}, 1), registered: true, last: 10, index: 10}
+	w.set.prefix, w.set.buffer, w.set.start = true, 2, 10
+	m.watches[w] = struct{}{}
+	m.pending = append(m.pending, w)
+	ev := func(idx uint64) *lodestonepb.Event {
+		return &lodestonepb.Event{Kv: &lodestonepb.KeyValue{Key: fmt.Appendf(nil, "svc/%d", idx), ModifyIndex: idx}}
+	}
+	handle := func(resp *lodestonepb.WatchResponse) {
+		t.Helper()
+		if err := m.handle(s, resp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustSync := func() {
+		t.Helper()
+		if err := m.sync(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	mustSync()
+	if got := len(stream.reqs); got != 1 || stream.reqs[0].GetCreate().GetStartIndex() != 10 {
+		t.Fatalf("first sync sent %v, want one create from 10", stream.reqs)
+	}
+	id := stream.reqs[0].GetCreate().GetWatchId()
+	handle(&lodestonepb.WatchResponse{WatchId: id, Created: true})
+	handle(&lodestonepb.WatchResponse{WatchId: id, Index: 11, Events: []*lodestonepb.Event{ev(11)}})
+	handle(&lodestonepb.WatchResponse{WatchId: id, Index: 12, Events: []*lodestonepb.Event{ev(12)}}) // full: paused
+	handle(&lodestonepb.WatchResponse{WatchId: id, Index: 13, Events: []*lodestonepb.Event{ev(13)}}) // dropped
+	ctx := context.Background()
+	if b, err := w.Next(ctx); err != nil || b.Index != 11 {
+		t.Fatalf("Next = %+v, %v; want the batch at 11", b, err) // resumes: 1 queued ≤ 2/2
+	}
+	handle(&lodestonepb.WatchResponse{WatchId: id, Index: 14, Events: []*lodestonepb.Event{ev(14)}}) // after the gap: dropped
+
+	stream.reqs = nil
+	mustSync()
+	if got := len(stream.reqs); got != 2 || stream.reqs[0].GetCancel().GetWatchId() != id ||
+		stream.reqs[1].GetCreate().GetStartIndex() != 12 {
+		t.Fatalf("sync after the resume sent %v, want a cancel of watch %d and a create from 12", stream.reqs, id)
+	}
+	id2 := stream.reqs[1].GetCreate().GetWatchId()
+	handle(&lodestonepb.WatchResponse{WatchId: id, Index: 15, Events: []*lodestonepb.Event{ev(15)}}) // the old copy: ignored
+	handle(&lodestonepb.WatchResponse{WatchId: id2, Created: true})
+	handle(&lodestonepb.WatchResponse{WatchId: id2, Index: 13, Events: []*lodestonepb.Event{ev(13)}})
+	var got []uint64
+	for range 2 {
+		b, err := w.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range b.Events {
+			got = append(got, e.GetKv().GetModifyIndex())
+		}
+	}
+	if want := []uint64{12, 13}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("events after the resume at %v, want %v (each once, no gap)", got, want)
 	}
 }
 

@@ -3,7 +3,12 @@ package watch
 // NewManual returns a Hub that starts no goroutines: its shards move only
 // when the test calls Sync (or Progress, which syncs first). Tests use it to
 // make interleavings deterministic.
-func NewManual(cfg Config) (*Hub, error) { return newHub(cfg, true) }
+func NewManual(cfg Config) (*Hub, error) { return newHub(cfg, true, nil) }
+
+// NewWithCatchUpHook returns a running Hub whose shard goroutines call f
+// after each catch-up with the log, before they run a requested progress
+// tick: a test can publish and request progress exactly there.
+func NewWithCatchUpHook(cfg Config, f func(shard int)) (*Hub, error) { return newHub(cfg, false, f) }
 
 // Sync steps every shard of a manual Hub until it has applied the whole log.
 func (h *Hub) Sync() {

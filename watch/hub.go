@@ -26,6 +26,9 @@ type Hub struct {
 	ids    atomic.Uint64 // watcher ids
 
 	manual    bool // tests: no goroutines, the test steps the shards
+	// afterCatchUp, tests only: a shard goroutine calls it between its
+	// catch-up with the log and its progress tick (see shard.run).
+	afterCatchUp func(shard int)
 	stopc     chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -34,10 +37,10 @@ type Hub struct {
 // New validates cfg, fills its zero fields with defaults, and starts the
 // shard goroutines and the progress timer. Close stops them.
 func New(cfg Config) (*Hub, error) {
-	return newHub(cfg, false)
+	return newHub(cfg, false, nil)
 }
 
-func newHub(cfg Config, manual bool) (*Hub, error) {
+func newHub(cfg Config, manual bool, afterCatchUp func(shard int)) (*Hub, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -48,6 +51,8 @@ func newHub(cfg Config, manual bool) (*Hub, error) {
 		logger: cfg.Logger,
 		manual: manual,
 		stopc:  make(chan struct{}),
+
+		afterCatchUp: afterCatchUp,
 	}
 	h.log.init(cfg.RetainEvents, cfg.RetainBytes)
 	h.metrics = newMetrics()
@@ -379,7 +384,8 @@ func (h *Hub) Wait(ctx context.Context, req Request, timeout time.Duration) (Wai
 }
 
 // Progress asks every shard to send a progress notification (the shard's
-// current index) to each of its idle watchers whose last Index is behind.
+// current index, which covers every Publish that returned before Progress
+// was called) to each of its idle watchers whose last Index is behind.
 // The progress timer calls it every Config.ProgressInterval; servers may
 // also call it, e.g. when a client requests progress. It does not wait.
 func (h *Hub) Progress() {

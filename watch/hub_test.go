@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -326,6 +327,50 @@ func TestPublishNeverWaits(t *testing.T) {
 	h.Sync() // the shards were behind retention: everyone is cut loose, nobody blocks
 	if got := h.ShardWatchers(); got[0]+got[1] != 0 {
 		t.Fatalf("watchers after lag: %v, want none", got)
+	}
+}
+
+// TestProgressCoversEarlierPublish: a progress notification requested
+// after a Publish reports at least that Publish's index. Regression for
+// TestShardsAgreeLive hanging: a shard took the progress request after its
+// catch-up with the log, so a request that arrived just after the catch-up
+// read the log was answered with the older index, and a watcher that
+// nothing newer matched waited forever. The hook makes that interleaving
+// happen every time: the apply loop publishes and a client requests
+// progress exactly between the shard's catch-up and its tick.
+func TestProgressCoversEarlierPublish(t *testing.T) {
+	ctx := testCtx(t)
+	var once sync.Once
+	var hub atomic.Pointer[watch.Hub]
+	h, err := watch.NewWithCatchUpHook(watch.Config{Shards: 1, Clock: watchtest.NewClock(time.Unix(0, 0)), ProgressInterval: -1}, func(int) {
+		h := hub.Load()
+		if h == nil || h.Index() < 1 {
+			return // not yet: wait for the test's Publish(1)
+		}
+		once.Do(func() {
+			h.Publish(2, nil) // nothing to apply: no wake-up of its own
+			h.Progress()
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	hub.Store(h)
+	w, err := h.Watch(ctx, watch.Request{Key: "a", FromNow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	h.Publish(1, []watch.Event{put("b", "v")}) // wakes the shard; not for w
+	nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	b, err := w.Next(nctx)
+	if err != nil {
+		t.Fatalf("Next: %v (no progress notification at all)", err)
+	}
+	if got, want := b.Index, uint64(2); got != want || len(b.Events) != 0 {
+		t.Fatalf("progress after Publish(2) then Progress: got %+v, want Index %d and no events", b, want)
 	}
 }
 

@@ -88,6 +88,15 @@ func newShard(h *Hub, id int, label string) *shard {
 func (s *shard) run(stop <-chan struct{}) {
 	defer s.h.wg.Done()
 	for {
+		// NB: take the progress request before the catch-up, not after
+		// it. Progress is called after the Publish it must cover, so a
+		// request seen here is answered with that Publish applied. Taken
+		// after the catch-up, the request could have arrived after the
+		// catch-up read the log: the tick then reported an older index,
+		// and a watcher that nothing newer matched waited forever for the
+		// index it was promised (TestShardsAgreeLive hung;
+		// TestProgressCoversEarlierPublish).
+		progress := s.progressReq.Swap(false)
 		for s.step() {
 			s.wakeChildren()
 			select {
@@ -97,7 +106,10 @@ func (s *shard) run(stop <-chan struct{}) {
 			}
 		}
 		s.wakeChildren()
-		if s.progressReq.Swap(false) {
+		if f := s.h.afterCatchUp; f != nil {
+			f(s.id)
+		}
+		if progress {
 			s.tick()
 		}
 		// NB: announce idleness, then re-check. A waker makes the new entry
