@@ -286,6 +286,26 @@ func decodeJournalPayload(p []byte) (r journalRecord, ok bool) {
 	return r, len(p) == 0
 }
 
+// countJournal counts the intact records of epoch in the journal at path,
+// read-only. A missing file holds none.
+func countJournal(path string, epoch uint64) (uint64, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("raftlog: open journal: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("raftlog: stat journal %s: %w", path, err)
+	}
+	j := &journal{f: f, path: path, size: fi.Size()}
+	n, _, err := j.replay(epoch, func(uint64, journalRecord) error { return nil })
+	return n, err
+}
+
 // close closes raft.wal.
 func (j *journal) close() error {
 	if err := j.f.Close(); err != nil {

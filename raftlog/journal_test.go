@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
@@ -114,8 +115,21 @@ func journaled(t *testing.T) (*raftlog.Log, string) {
 
 func TestJournalReplayAfterCrash(t *testing.T) {
 	_, dir := journaled(t)
-	l := mustOpen(t, crashCopy(t, dir), raftlog.Options{})
-	defer mustClose(t, l)
+	crashed := crashCopy(t, dir)
+	in, err := raftlog.Inspect(crashed, time.Second)
+	if err != nil || in.JournalRecords != 4 || in.Summary.LastIndex != 0 {
+		t.Fatalf("Inspect before replay: %d journal records, raft.db last index %d, %v; want 4, 0",
+			in.JournalRecords, in.Summary.LastIndex, err)
+	}
+	l := mustOpen(t, crashed, raftlog.Options{})
+	defer func() {
+		mustClose(t, l)
+		in, err := raftlog.Inspect(crashed, time.Second)
+		if err != nil || in.JournalRecords != 0 || in.Summary.LastIndex != 7 {
+			t.Fatalf("Inspect after replay and close: %d journal records, last index %d, %v; want 0, 7",
+				in.JournalRecords, in.Summary.LastIndex, err)
+		}
+	}()
 	assertLogInvariants(t, l)
 	if last, _ := l.LastIndex(); last != 7 {
 		t.Fatalf("LastIndex after replay = %d, want 7", last)

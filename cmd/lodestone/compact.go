@@ -102,6 +102,7 @@ type jsonInspect struct {
 	Entries          uint64          `json:"entries"`
 	FirstIndex       uint64          `json:"first_index"`
 	LastIndex        uint64          `json:"last_index"`
+	JournalRecords   uint64          `json:"journal_records"`
 	HardState        jsonHardState   `json:"hard_state"`
 	Snapshot         jsonSnapshotRef `json:"snapshot"`
 	Compact          bool            `json:"compact_recommended"`
@@ -116,7 +117,7 @@ func renderInspect(w io.Writer, format, dataDir string, r compact.Report) error 
 			Path: r.Path, FileBytes: r.FileBytes, LiveBytes: r.LiveBytes, FreePages: r.FreePages,
 			FreeBytes: r.FreeBytes, FreeShare: roundTo(r.FreeShare, 4), FreelistBytes: r.FreelistBytes,
 			CommitWriteBytes: r.CommitWriteBytes, PageSize: r.PageSize,
-			Entries: s.Entries, FirstIndex: s.FirstIndex, LastIndex: s.LastIndex,
+			Entries: s.Entries, FirstIndex: s.FirstIndex, LastIndex: s.LastIndex, JournalRecords: r.JournalRecords,
 			HardState: jsonHardState{s.HardState.Term, hexID(s.HardState.Vote), s.HardState.Commit},
 			Snapshot:  jsonSnapshotRef{s.SnapshotIndex, s.SnapshotTerm},
 			Compact:   r.Compact, ReclaimableBytes: r.Reclaimable,
@@ -134,6 +135,9 @@ func renderInspect(w io.Writer, format, dataDir string, r compact.Report) error 
 		entries = fmt.Sprintf("%d [%d, %d], checksums ok", s.Entries, s.FirstIndex, s.LastIndex)
 	}
 	tw.row("ENTRIES", entries)
+	if r.JournalRecords > 0 {
+		tw.row("JOURNAL", fmt.Sprintf("%d Saves in raft.wal not yet in raft.db (left by a crash; replayed when the node starts)", r.JournalRecords))
+	}
 	tw.row("HARD STATE", fmt.Sprintf("term %d, vote %s, commit %d", s.HardState.Term, hexID(s.HardState.Vote), s.HardState.Commit))
 	snap := "none"
 	if s.SnapshotIndex > 0 {
