@@ -3,35 +3,85 @@ package gateway
 import (
 	"net"
 	"runtime"
+	"syscall"
 )
 
-// connReader reads a connection, yielding to the other goroutines first
-// when the previous read left the socket empty.
+// connIO is a TCP connection as the fast path reads and writes it (the
+// client side in front.go, the origin side in h1.go). It differs from
+// the net.Conn in two ways, both for the cost of syscalls (~1 µs each on
+// the virtual machines the gateway runs on, more than parsing a request):
 //
-// NB: both sides of a proxied request read right after writing: the
-// origin's response is never there yet right after the request is written,
-// nor the client's next request right after the response. A read then
-// costs a syscall that fails with EAGAIN, a park and a wake-up by the
-// poller, and a second read (syscalls cost ~1 µs on the virtual machines
-// the gateway runs on). Yielding first lets the other connections' work
-// run meanwhile; under load the answer is there by the time this
-// goroutine runs again, and the read succeeds at once. When nothing else
-// is runnable, the yield returns at once and the read behaves as before.
-// (Waiting for readiness before the first read is not possible on a
-// net.Conn: every read resets the poller's readiness first.)
-type connReader struct {
-	c net.Conn
+//   - A read that follows a read that emptied the socket yields to the
+//     other goroutines first. NB: both sides of a proxied request read
+//     right after writing: the origin's response is never there yet
+//     right after the request is written, nor the client's next request
+//     right after the response. Reading at once costs a syscall that
+//     fails with EAGAIN, a park and a wake-up by the poller, then a
+//     second read. Under load, the other connections' work runs
+//     meanwhile and the data is there when this goroutine runs again;
+//     when nothing else is runnable the yield returns at once. (Waiting
+//     for readiness before the first read is not possible on a net.Conn:
+//     every read resets the poller's readiness before it starts.)
+//   - On Linux the socket syscalls are raw (connio_linux.go): the
+//     descriptor is non-blocking, so a syscall never blocks, and the
+//     runtime's syscall bookkeeping only invited the scheduler's monitor
+//     to hand the processor to another thread in the middle of a write
+//     (a thread switch, then futex wake-ups to switch back).
+//
+// Deadlines, Close, the poller's waits and the errors' Timeout() are the
+// net.Conn's (through its syscall.RawConn). Reads and writes may run
+// concurrently, each by one goroutine at a time.
+type connIO struct {
+	c  net.Conn
+	rc syscall.RawConn // nil: use c's Read and Write
 
 	// drained reports that the last read found the socket empty after
 	// it. Set false whenever something else may have read the socket.
 	drained bool
+
+	readFn, writeFn func(fd uintptr) bool // made once: a method value per call would allocate
+	rp              []byte
+	rn              int
+	rerr            syscall.Errno
+	wp              []byte
+	wn              int
+	werr            syscall.Errno
 }
 
-func (r *connReader) Read(p []byte) (int, error) {
-	if r.drained {
+// newConnIO returns the connIO of c; raw is the connection c wraps (c
+// itself unless c is a wrapper such as countedConn).
+func newConnIO(c, raw net.Conn) *connIO {
+	x := &connIO{c: c}
+	if rawIO {
+		if sc, ok := raw.(syscall.Conn); ok {
+			if rc, err := sc.SyscallConn(); err == nil {
+				x.rc = rc
+				x.readFn, x.writeFn = x.readRaw, x.writeRaw
+			}
+		}
+	}
+	return x
+}
+
+func (x *connIO) Read(p []byte) (int, error) {
+	if x.drained {
 		runtime.Gosched()
 	}
-	n, err := r.c.Read(p)
-	r.drained = err == nil && n < len(p)
+	n, err := x.read(p)
+	x.drained = err == nil && n < len(p)
+	return n, err
+}
+
+func (x *connIO) Write(p []byte) (int, error) {
+	if x.rc == nil {
+		return x.c.Write(p)
+	}
+	x.wp, x.wn, x.werr = p, 0, 0
+	err := x.rc.Write(x.writeFn)
+	n := x.wn
+	x.wp = nil
+	if err == nil && x.werr != 0 {
+		err = &net.OpError{Op: "write", Net: "tcp", Source: x.c.LocalAddr(), Addr: x.c.RemoteAddr(), Err: syscallError("write", x.werr)}
+	}
 	return n, err
 }

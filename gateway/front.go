@@ -111,6 +111,7 @@ const (
 type frontConn struct {
 	f      *front
 	c      net.Conn
+	io     *connIO // c as br and bw read and write it
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	state  atomic.Int32
@@ -195,7 +196,7 @@ func (fc *frontConn) watchTick() {
 func (fc *frontConn) watch() {
 	defer func() { fc.watchDone <- struct{}{} }()
 	n, err := fc.c.Read(fc.src.b[:])
-	fc.src.r.drained = false // this read took the socket's readiness
+	fc.io.drained = false // this read took the socket's readiness
 	if n == 1 {
 		fc.src.has = true
 		return
@@ -239,7 +240,7 @@ func (fc *frontConn) readDeadline(d time.Duration) {
 // watchReader is the client connection as br reads it: first the byte a
 // watch read, if any.
 type watchReader struct {
-	r   *connReader
+	r   *connIO
 	b   [1]byte
 	has bool
 }
@@ -334,12 +335,13 @@ func (f *front) serveConn(fc *frontConn) {
 		f.untrack(fc)
 	}()
 	g := f.g
-	fc.src.r = &connReader{c: fc.c}
+	fc.io = newConnIO(fc.c, fc.c)
+	fc.src.r = fc.io
 	fc.br = bufio.NewReaderSize(&fc.src, frontBufSize)
 	fc.watchDone = make(chan struct{}, 1)
 	fc.watchT = time.AfterFunc(time.Hour, fc.watchTick)
 	fc.watchT.Stop()
-	fc.bw = bufio.NewWriterSize(fc.c, frontBufSize)
+	fc.bw = bufio.NewWriterSize(fc.io, frontBufSize)
 	fc.req = (&http.Request{}).WithContext(fc.ctx)
 	fc.req.Header = make(http.Header, 8)
 	fc.req.RemoteAddr = fc.c.RemoteAddr().String()

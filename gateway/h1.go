@@ -82,7 +82,12 @@ func (p *pool) getH1(ctx context.Context, now int64) (*h1conn, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	return &h1conn{c: c, br: bufio.NewReaderSize(&connReader{c: c}, 4<<10), bw: bufio.NewWriterSize(c, 4<<10)}, false, nil
+	raw := c
+	if cc, ok := c.(*countedConn); ok {
+		raw = cc.Conn
+	}
+	x := newConnIO(c, raw)
+	return &h1conn{c: c, br: bufio.NewReaderSize(x, 4<<10), bw: bufio.NewWriterSize(x, 4<<10)}, false, nil
 }
 
 // putH1 returns hc to the idle list, or closes it when the pool is closed

@@ -1,0 +1,69 @@
+package gateway
+
+import (
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+const rawIO = true
+
+func (x *connIO) read(p []byte) (int, error) {
+	if x.rc == nil || len(p) == 0 {
+		return x.c.Read(p)
+	}
+	x.rp, x.rn, x.rerr = p, 0, 0
+	err := x.rc.Read(x.readFn)
+	n := x.rn
+	x.rp = nil
+	switch {
+	case err != nil:
+		return 0, err // a deadline or Close ended the wait
+	case x.rerr != 0:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: x.c.LocalAddr(), Addr: x.c.RemoteAddr(), Err: syscallError("read", x.rerr)}
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// readRaw is RawConn.Read's callback: false waits for readiness.
+func (x *connIO) readRaw(fd uintptr) bool {
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&x.rp[0])), uintptr(len(x.rp)))
+		switch e {
+		case 0:
+			x.rn = int(n)
+			return true
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		x.rerr = e
+		return true
+	}
+}
+
+// writeRaw is RawConn.Write's callback: it writes all of wp, waiting for
+// room (false) when the socket's buffer is full.
+func (x *connIO) writeRaw(fd uintptr) bool {
+	for x.wn < len(x.wp) {
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&x.wp[x.wn])), uintptr(len(x.wp)-x.wn))
+		switch e {
+		case 0:
+			x.wn += int(n)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			x.werr = e
+			return true
+		}
+	}
+	return true
+}
+
+func syscallError(op string, e syscall.Errno) error { return os.NewSyscallError(op, e) }

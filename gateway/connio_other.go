@@ -1,0 +1,18 @@
+//go:build !linux
+
+package gateway
+
+import (
+	"os"
+	"syscall"
+)
+
+// rawIO is false: connIO uses the net.Conn's Read and Write.
+const rawIO = false
+
+func (x *connIO) read(p []byte) (int, error) { return x.c.Read(p) }
+
+func (x *connIO) readRaw(fd uintptr) bool  { return true }
+func (x *connIO) writeRaw(fd uintptr) bool { return true }
+
+func syscallError(op string, e syscall.Errno) error { return os.NewSyscallError(op, e) }
