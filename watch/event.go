@@ -101,6 +101,9 @@ type Request struct {
 	// goroutine serve many watchers (a gRPC stream) instead of blocking in
 	// Next on each.
 	Ready *Ready
+	// Tag is the caller's, returned by Watcher.Tag (a gRPC stream keeps the
+	// client's watch id there instead of in a map of its own).
+	Tag int64
 }
 
 // Batch is what Next returns: events in index order, or a progress

@@ -213,7 +213,7 @@ func (h *Hub) watch(ctx context.Context, req Request) (*Watcher, error) {
 	if req.BufferSize > 0 {
 		capacity = req.BufferSize
 	}
-	w := &Watcher{key: req.Key, capacity: uint32(capacity), ctx: ctx, id: h.ids.Add(1), ready: req.Ready}
+	w := &Watcher{key: req.Key, capacity: uint32(capacity), ctx: ctx, id: h.ids.Add(1), ready: req.Ready, tag: req.Tag}
 	if req.Prefix {
 		w.opts |= optPrefix
 	}

@@ -39,6 +39,7 @@ type Watcher struct {
 	// selects on it, and the progress tick reaps watchers whose ctx is done.
 	ctx context.Context
 	id  uint64 // immutable, for logs
+	tag int64  // Request.Tag, immutable
 	// ready, if set, is told whenever Next has something new (see Ready).
 	ready *Ready // immutable
 	// queued: w is on ready's list; guarded by ready.mu.
@@ -47,6 +48,9 @@ type Watcher struct {
 
 // ID returns the watcher's hub-unique id (the "watcher" key in logs).
 func (w *Watcher) ID() uint64 { return w.id }
+
+// Tag returns Request.Tag.
+func (w *Watcher) Tag() int64 { return w.tag }
 
 // Next returns the next batch: buffered events, else a pending progress
 // notification, else the terminal error; if there is none of these it blocks
@@ -109,6 +113,14 @@ func (w *Watcher) nextUntil(ctx context.Context, timeout <-chan time.Time) (Batc
 			w.told = idx
 			w.mu.Unlock()
 			return Batch{Index: idx}, nil, false
+		}
+		if err := ctx.Err(); err != nil {
+			// NB: a poll (Next with a done ctx, as a Ready consumer drains)
+			// must not allocate the wake-up channel: a Ready watcher never
+			// blocks in Next, and 100k idle watchers would each keep one
+			// (~100 B) and be signalled through it on every delivery.
+			w.mu.Unlock()
+			return Batch{}, err, false
 		}
 		if w.wake == nil {
 			w.wake = make(chan struct{}, 1)
