@@ -849,6 +849,7 @@ func (m *watchMux) sync(s *session) error {
 			if err := s.stream.Send(&lodestonepb.WatchRequest{Request: &lodestonepb.WatchRequest_Create{Create: &lodestonepb.WatchCreate{
 				WatchId: id, Key: []byte(w.key), Prefix: w.set.prefix, StartIndex: start,
 				PrevKv: w.set.prevKV, NoPut: w.set.noPut, NoDelete: w.set.noDelete, Target: w.set.target(),
+				Grouped: true,
 			}}}); err != nil {
 				return err
 			}
@@ -870,6 +871,16 @@ func (m *watchMux) sync(s *session) error {
 
 // handle applies one response. A non-nil error ends the stream.
 func (m *watchMux) handle(s *session, resp *lodestonepb.WatchResponse) error {
+	if gs := resp.GetGroups(); len(gs) > 0 {
+		// Each group reads as a response of its own with only watch_id,
+		// index and events (WatchResponse.groups).
+		for _, g := range gs {
+			if err := m.handle(s, &lodestonepb.WatchResponse{WatchId: g.GetWatchId(), Index: g.GetIndex(), Events: g.GetEvents()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	id := resp.GetWatchId()
 	w := s.byID[id]
 	if w == nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 	"time"
+	"unsafe"
 
 	"google.golang.org/grpc/codes"
 	grpcpeer "google.golang.org/grpc/peer"
@@ -47,16 +48,6 @@ func toWatchKV(kv *lodestonepb.KeyValue) watch.KeyValue {
 	}
 }
 
-func fromWatchKV(kv *watch.KeyValue) *lodestonepb.KeyValue {
-	if kv == nil {
-		return nil
-	}
-	return &lodestonepb.KeyValue{
-		Key: []byte(kv.Key), Value: kv.Value, CreateIndex: kv.CreateIndex, ModifyIndex: kv.ModifyIndex,
-		LockIndex: kv.LockIndex, Flags: kv.Flags, Session: kv.Session,
-	}
-}
-
 // waitForChange blocks a read until what it selects changes after index or
 // the wait (plus up to 1/16 jitter, so synchronized clients spread out)
 // elapses. It never fails for a timeout; the caller then reads.
@@ -91,10 +82,20 @@ type watchStream struct {
 	stream  lodestonepb.Watch_WatchServer
 	conn    string
 	ready   *watch.Ready
-	watches map[int64]*watch.Watcher
-	ids     map[*watch.Watcher]int64
-	userAll map[*watch.Watcher]bool // user watches on every key: reserved keys filtered out
+	watches map[int64]*watch.Watcher // by watch id, which is also each watcher's Tag
+	userAll map[*watch.Watcher]bool  // user watches on every key: reserved keys filtered out
+	// grouped: the client understands WatchResponse.groups (a create said
+	// so); event and progress responses then go out as groups in out, one
+	// message per delivery round rather than one per watch.
+	grouped  bool
+	out      *lodestonepb.WatchResponse // groups not sent yet
+	outBytes int                        // rough encoded size of out
 }
+
+// maxGroupBytes bounds a grouped response (roughly: keys, values and a
+// fixed cost per event), far below a client's default 4 MiB receive limit.
+// A single watch's batch bigger than that still goes out whole.
+const maxGroupBytes = 256 << 10
 
 func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
@@ -105,7 +106,7 @@ func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
 	}
 	st := &watchStream{
 		svc: ws, stream: stream, conn: conn, ready: watch.NewReady(),
-		watches: map[int64]*watch.Watcher{}, ids: map[*watch.Watcher]int64{}, userAll: map[*watch.Watcher]bool{},
+		watches: map[int64]*watch.Watcher{}, userAll: map[*watch.Watcher]bool{},
 	}
 	defer st.closeAll()
 
@@ -191,9 +192,12 @@ func (st *watchStream) create(ctx context.Context, c *lodestonepb.WatchCreate) e
 	}
 	req := watch.Request{
 		Key: key, Prefix: prefix, StartIndex: c.StartIndex, FromNow: c.StartIndex == 0,
-		NoPut: c.NoPut, NoDelete: c.NoDelete, PrevKV: c.PrevKv, Ready: st.ready,
+		NoPut: c.NoPut, NoDelete: c.NoDelete, PrevKV: c.PrevKv, Ready: st.ready, Tag: c.WatchId,
 	}
-	w, err := s.hub.Watch(ctx, req)
+	// NB: not the stream's context: the stream closes every watcher it
+	// made when it ends (closeAll), and a watcher without a context skips
+	// a context check on every Next.
+	w, err := s.hub.Watch(context.Background(), req)
 	if err != nil {
 		st.svc.release(st.conn)
 		var ce *watch.CompactedError
@@ -206,7 +210,7 @@ func (st *watchStream) create(ctx context.Context, c *lodestonepb.WatchCreate) e
 		return refuse(err.Error())
 	}
 	st.watches[c.WatchId] = w
-	st.ids[w] = c.WatchId
+	st.grouped = st.grouped || c.Grouped
 	if key == "" {
 		st.userAll[w] = true
 	}
@@ -215,7 +219,10 @@ func (st *watchStream) create(ctx context.Context, c *lodestonepb.WatchCreate) e
 	}
 	// A replay from start_index may already be buffered; no wake-up comes
 	// for it.
-	return st.drain(w)
+	if err := st.drain(w); err != nil {
+		return err
+	}
+	return st.flush()
 }
 
 // hubKey maps a create request to the hub key or prefix it watches. User
@@ -257,14 +264,15 @@ func userEvents(evs []watch.Event) []watch.Event {
 	return out
 }
 
-// deliver sends what every ready watcher has.
+// deliver sends what every ready watcher has: on a grouped stream one
+// response per round (or per maxGroupBytes), else one per watch and batch.
 func (st *watchStream) deliver() error {
 	for _, w := range st.ready.Take() {
 		if err := st.drain(w); err != nil {
 			return err
 		}
 	}
-	return nil
+	return st.flush()
 }
 
 var doneCtx = func() context.Context {
@@ -273,10 +281,11 @@ var doneCtx = func() context.Context {
 	return ctx
 }()
 
-// drain sends every batch w has ready, without blocking on w.
+// drain queues (grouped) or sends every batch w has ready, without
+// blocking on w. The caller flushes.
 func (st *watchStream) drain(w *watch.Watcher) error {
-	id, ok := st.ids[w]
-	if !ok {
+	id := w.Tag()
+	if st.watches[id] != w {
 		return nil // canceled meanwhile
 	}
 	for {
@@ -287,25 +296,75 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 		if err != nil {
 			return st.ended(id, w, err)
 		}
-		if st.userAll[w] {
+		if len(st.userAll) > 0 && st.userAll[w] {
 			b.Events = userEvents(b.Events)
 		}
-		resp := &lodestonepb.WatchResponse{WatchId: id, Index: b.Index, Header: st.svc.s.kv.header(b.Index)}
-		if len(b.Events) > 0 {
-			resp.Events = make([]*lodestonepb.Event, len(b.Events))
-			for i := range b.Events {
-				ev := &b.Events[i]
-				pe := &lodestonepb.Event{Kv: fromWatchKV(&ev.KV), PrevKv: fromWatchKV(ev.PrevKV)}
-				if ev.Type == watch.Delete {
-					pe.Type = lodestonepb.Event_DELETE
-				}
-				resp.Events[i] = pe
+		evs, size := toPBEvents(b.Events)
+		if !st.grouped {
+			resp := &lodestonepb.WatchResponse{WatchId: id, Index: b.Index, Header: st.svc.s.kv.header(b.Index), Events: evs}
+			if err := st.send(resp); err != nil {
+				return err
+			}
+			continue
+		}
+		if st.out == nil {
+			st.out = &lodestonepb.WatchResponse{}
+		}
+		st.out.Groups = append(st.out.Groups, &lodestonepb.WatchGroup{WatchId: id, Index: b.Index, Events: evs})
+		if st.outBytes += size + 16; st.outBytes >= maxGroupBytes {
+			if err := st.flush(); err != nil {
+				return err
 			}
 		}
-		if err := st.send(resp); err != nil {
-			return err
-		}
 	}
+}
+
+// toPBEvents converts a batch for the wire, with three allocations per
+// batch rather than three per event, and returns a rough encoded size.
+// NB: keys are not copied: the KeyValue's Key aliases the hub's immutable
+// string, and the response is only marshalled (read), never modified.
+func toPBEvents(evs []watch.Event) ([]*lodestonepb.Event, int) {
+	if len(evs) == 0 {
+		return nil, 0
+	}
+	out := make([]*lodestonepb.Event, len(evs))
+	pes := make([]lodestonepb.Event, len(evs))
+	kvs := make([]lodestonepb.KeyValue, len(evs))
+	size := 0
+	for i := range evs {
+		ev := &evs[i]
+		kv := &kvs[i]
+		setPBKV(kv, &ev.KV)
+		pe := &pes[i]
+		pe.Kv = kv
+		if ev.PrevKV != nil {
+			pe.PrevKv = &lodestonepb.KeyValue{}
+			setPBKV(pe.PrevKv, ev.PrevKV)
+			size += len(ev.PrevKV.Key) + len(ev.PrevKV.Value) + len(ev.PrevKV.Session) + 40
+		}
+		if ev.Type == watch.Delete {
+			pe.Type = lodestonepb.Event_DELETE
+		}
+		out[i] = pe
+		size += len(ev.KV.Key) + len(ev.KV.Value) + len(ev.KV.Session) + 48
+	}
+	return out, size
+}
+
+func setPBKV(dst *lodestonepb.KeyValue, kv *watch.KeyValue) {
+	dst.Key = unsafe.Slice(unsafe.StringData(kv.Key), len(kv.Key))
+	dst.Value, dst.CreateIndex, dst.ModifyIndex = kv.Value, kv.CreateIndex, kv.ModifyIndex
+	dst.LockIndex, dst.Flags, dst.Session = kv.LockIndex, kv.Flags, kv.Session
+}
+
+// flush sends the queued groups, if any.
+func (st *watchStream) flush() error {
+	resp := st.out
+	if resp == nil {
+		return nil
+	}
+	st.out, st.outBytes = nil, 0
+	return st.sendNow(resp)
 }
 
 // ended tells the client why a watch stopped and how to go on.
@@ -326,7 +385,16 @@ func (st *watchStream) ended(id int64, w *watch.Watcher, err error) error {
 	return st.send(resp)
 }
 
+// send sends resp after any queued groups, which it must follow (a
+// watch's cancel comes after its last events).
 func (st *watchStream) send(resp *lodestonepb.WatchResponse) error {
+	if err := st.flush(); err != nil {
+		return err
+	}
+	return st.sendNow(resp)
+}
+
+func (st *watchStream) sendNow(resp *lodestonepb.WatchResponse) error {
 	if err := st.stream.Send(resp); err != nil {
 		return fmt.Errorf("send watch response: %w", err)
 	}
@@ -336,7 +404,6 @@ func (st *watchStream) send(resp *lodestonepb.WatchResponse) error {
 func (st *watchStream) drop(id int64, w *watch.Watcher) {
 	w.Close()
 	delete(st.watches, id)
-	delete(st.ids, w)
 	delete(st.userAll, w)
 	st.svc.release(st.conn)
 }

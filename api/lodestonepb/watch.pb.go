@@ -246,7 +246,13 @@ type WatchCreate struct {
 	NoPut      bool   `protobuf:"varint,6,opt,name=no_put,json=noPut,proto3" json:"no_put,omitempty"`
 	NoDelete   bool   `protobuf:"varint,7,opt,name=no_delete,json=noDelete,proto3" json:"no_delete,omitempty"`
 	// target selects what the watch follows; see WatchTarget.
-	Target        WatchTarget `protobuf:"varint,8,opt,name=target,proto3,enum=lodestone.v1.WatchTarget" json:"target,omitempty"`
+	Target WatchTarget `protobuf:"varint,8,opt,name=target,proto3,enum=lodestone.v1.WatchTarget" json:"target,omitempty"`
+	// grouped says the client understands WatchResponse.groups. Once a create
+	// on a stream sets it, the server may carry the event and progress
+	// responses of every watch on that stream in groups, so that one write
+	// waking many watches of a stream costs one message, not one per watch.
+	// Servers that predate it ignore it and send one response per watch.
+	Grouped       bool `protobuf:"varint,9,opt,name=grouped,proto3" json:"grouped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -335,6 +341,13 @@ func (x *WatchCreate) GetTarget() WatchTarget {
 		return x.Target
 	}
 	return WatchTarget_WATCH_TARGET_KV
+}
+
+func (x *WatchCreate) GetGrouped() bool {
+	if x != nil {
+		return x.Grouped
+	}
+	return false
 }
 
 type WatchCancel struct {
@@ -496,8 +509,15 @@ type WatchResponse struct {
 	CompactedIndex uint64 `protobuf:"varint,7,opt,name=compacted_index,json=compactedIndex,proto3" json:"compacted_index,omitempty"`
 	// index: the watch has seen every matching event up to and including it.
 	// A response with no events is a progress notification.
-	Index         uint64   `protobuf:"varint,8,opt,name=index,proto3" json:"index,omitempty"`
-	Events        []*Event `protobuf:"bytes,9,rep,name=events,proto3" json:"events,omitempty"`
+	Index  uint64   `protobuf:"varint,8,opt,name=index,proto3" json:"index,omitempty"`
+	Events []*Event `protobuf:"bytes,9,rep,name=events,proto3" json:"events,omitempty"`
+	// groups carries, on a grouped stream (WatchCreate.grouped), the event and
+	// progress responses of several watches in one message: each group reads
+	// exactly as a response with only watch_id, index and events set would.
+	// A response with groups has no other field set, not even header. Groups
+	// of one watch come in index order, in this message and across messages,
+	// and before any later response for that watch (e.g. its cancel).
+	Groups        []*WatchGroup `protobuf:"bytes,10,rep,name=groups,proto3" json:"groups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -595,6 +615,75 @@ func (x *WatchResponse) GetEvents() []*Event {
 	return nil
 }
 
+func (x *WatchResponse) GetGroups() []*WatchGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// WatchGroup is one watch's part of a grouped WatchResponse.
+type WatchGroup struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	WatchId int64                  `protobuf:"varint,1,opt,name=watch_id,json=watchId,proto3" json:"watch_id,omitempty"`
+	// index and events: as WatchResponse.index and WatchResponse.events.
+	Index         uint64   `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Events        []*Event `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchGroup) Reset() {
+	*x = WatchGroup{}
+	mi := &file_lodestone_v1_watch_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchGroup) ProtoMessage() {}
+
+func (x *WatchGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_watch_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchGroup.ProtoReflect.Descriptor instead.
+func (*WatchGroup) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_watch_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WatchGroup) GetWatchId() int64 {
+	if x != nil {
+		return x.WatchId
+	}
+	return 0
+}
+
+func (x *WatchGroup) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *WatchGroup) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
 var File_lodestone_v1_watch_proto protoreflect.FileDescriptor
 
 const file_lodestone_v1_watch_proto_rawDesc = "" +
@@ -604,7 +693,7 @@ const file_lodestone_v1_watch_proto_rawDesc = "" +
 	"\x06create\x18\x01 \x01(\v2\x19.lodestone.v1.WatchCreateH\x00R\x06create\x123\n" +
 	"\x06cancel\x18\x02 \x01(\v2\x19.lodestone.v1.WatchCancelH\x00R\x06cancel\x129\n" +
 	"\bprogress\x18\x03 \x01(\v2\x1b.lodestone.v1.WatchProgressH\x00R\bprogressB\t\n" +
-	"\arequest\"\xf3\x01\n" +
+	"\arequest\"\x8d\x02\n" +
 	"\vWatchCreate\x12\x19\n" +
 	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x16\n" +
@@ -614,7 +703,8 @@ const file_lodestone_v1_watch_proto_rawDesc = "" +
 	"\aprev_kv\x18\x05 \x01(\bR\x06prevKv\x12\x15\n" +
 	"\x06no_put\x18\x06 \x01(\bR\x05noPut\x12\x1b\n" +
 	"\tno_delete\x18\a \x01(\bR\bnoDelete\x121\n" +
-	"\x06target\x18\b \x01(\x0e2\x19.lodestone.v1.WatchTargetR\x06target\"(\n" +
+	"\x06target\x18\b \x01(\x0e2\x19.lodestone.v1.WatchTargetR\x06target\x12\x18\n" +
+	"\agrouped\x18\t \x01(\bR\agrouped\"(\n" +
 	"\vWatchCancel\x12\x19\n" +
 	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\"\x0f\n" +
 	"\rWatchProgress\"\xab\x01\n" +
@@ -625,7 +715,7 @@ const file_lodestone_v1_watch_proto_rawDesc = "" +
 	"\x04Type\x12\a\n" +
 	"\x03PUT\x10\x00\x12\n" +
 	"\n" +
-	"\x06DELETE\x10\x01\"\xca\x02\n" +
+	"\x06DELETE\x10\x01\"\xfc\x02\n" +
 	"\rWatchResponse\x124\n" +
 	"\x06header\x18\x01 \x01(\v2\x1c.lodestone.v1.ResponseHeaderR\x06header\x12\x19\n" +
 	"\bwatch_id\x18\x02 \x01(\x03R\awatchId\x12\x18\n" +
@@ -635,7 +725,14 @@ const file_lodestone_v1_watch_proto_rawDesc = "" +
 	"\fresync_index\x18\x06 \x01(\x04R\vresyncIndex\x12'\n" +
 	"\x0fcompacted_index\x18\a \x01(\x04R\x0ecompactedIndex\x12\x14\n" +
 	"\x05index\x18\b \x01(\x04R\x05index\x12+\n" +
-	"\x06events\x18\t \x03(\v2\x13.lodestone.v1.EventR\x06events*E\n" +
+	"\x06events\x18\t \x03(\v2\x13.lodestone.v1.EventR\x06events\x120\n" +
+	"\x06groups\x18\n" +
+	" \x03(\v2\x18.lodestone.v1.WatchGroupR\x06groups\"j\n" +
+	"\n" +
+	"WatchGroup\x12\x19\n" +
+	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12+\n" +
+	"\x06events\x18\x03 \x03(\v2\x13.lodestone.v1.EventR\x06events*E\n" +
 	"\vWatchTarget\x12\x13\n" +
 	"\x0fWATCH_TARGET_KV\x10\x00\x12!\n" +
 	"\x1dWATCH_TARGET_CATALOG_SERVICES\x10\x012M\n" +
@@ -655,7 +752,7 @@ func file_lodestone_v1_watch_proto_rawDescGZIP() []byte {
 }
 
 var file_lodestone_v1_watch_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lodestone_v1_watch_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_lodestone_v1_watch_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_lodestone_v1_watch_proto_goTypes = []any{
 	(WatchTarget)(0),       // 0: lodestone.v1.WatchTarget
 	(Event_Type)(0),        // 1: lodestone.v1.Event.Type
@@ -665,8 +762,9 @@ var file_lodestone_v1_watch_proto_goTypes = []any{
 	(*WatchProgress)(nil),  // 5: lodestone.v1.WatchProgress
 	(*Event)(nil),          // 6: lodestone.v1.Event
 	(*WatchResponse)(nil),  // 7: lodestone.v1.WatchResponse
-	(*KeyValue)(nil),       // 8: lodestone.v1.KeyValue
-	(*ResponseHeader)(nil), // 9: lodestone.v1.ResponseHeader
+	(*WatchGroup)(nil),     // 8: lodestone.v1.WatchGroup
+	(*KeyValue)(nil),       // 9: lodestone.v1.KeyValue
+	(*ResponseHeader)(nil), // 10: lodestone.v1.ResponseHeader
 }
 var file_lodestone_v1_watch_proto_depIdxs = []int32{
 	3,  // 0: lodestone.v1.WatchRequest.create:type_name -> lodestone.v1.WatchCreate
@@ -674,17 +772,19 @@ var file_lodestone_v1_watch_proto_depIdxs = []int32{
 	5,  // 2: lodestone.v1.WatchRequest.progress:type_name -> lodestone.v1.WatchProgress
 	0,  // 3: lodestone.v1.WatchCreate.target:type_name -> lodestone.v1.WatchTarget
 	1,  // 4: lodestone.v1.Event.type:type_name -> lodestone.v1.Event.Type
-	8,  // 5: lodestone.v1.Event.kv:type_name -> lodestone.v1.KeyValue
-	8,  // 6: lodestone.v1.Event.prev_kv:type_name -> lodestone.v1.KeyValue
-	9,  // 7: lodestone.v1.WatchResponse.header:type_name -> lodestone.v1.ResponseHeader
+	9,  // 5: lodestone.v1.Event.kv:type_name -> lodestone.v1.KeyValue
+	9,  // 6: lodestone.v1.Event.prev_kv:type_name -> lodestone.v1.KeyValue
+	10, // 7: lodestone.v1.WatchResponse.header:type_name -> lodestone.v1.ResponseHeader
 	6,  // 8: lodestone.v1.WatchResponse.events:type_name -> lodestone.v1.Event
-	2,  // 9: lodestone.v1.Watch.Watch:input_type -> lodestone.v1.WatchRequest
-	7,  // 10: lodestone.v1.Watch.Watch:output_type -> lodestone.v1.WatchResponse
-	10, // [10:11] is the sub-list for method output_type
-	9,  // [9:10] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	8,  // 9: lodestone.v1.WatchResponse.groups:type_name -> lodestone.v1.WatchGroup
+	6,  // 10: lodestone.v1.WatchGroup.events:type_name -> lodestone.v1.Event
+	2,  // 11: lodestone.v1.Watch.Watch:input_type -> lodestone.v1.WatchRequest
+	7,  // 12: lodestone.v1.Watch.Watch:output_type -> lodestone.v1.WatchResponse
+	12, // [12:13] is the sub-list for method output_type
+	11, // [11:12] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_lodestone_v1_watch_proto_init() }
@@ -704,7 +804,7 @@ func file_lodestone_v1_watch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lodestone_v1_watch_proto_rawDesc), len(file_lodestone_v1_watch_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

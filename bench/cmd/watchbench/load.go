@@ -163,64 +163,73 @@ func (w *watchers) err() error {
 // receive reads one stream until ctx ends, attributing each event.
 func (w *watchers) receive(ctx context.Context, s *wstream) {
 	defer w.wg.Done()
+	var rs []watchResp
 	for {
-		r, err := s.ws.Recv()
+		var err error
+		rs, err = s.ws.Recv(rs[:0])
 		if err != nil {
 			if ctx.Err() == nil {
 				w.fail(fmt.Errorf("stream %d: %w", s.idx, err))
 			}
 			return
 		}
-		if r.created && !w.seenCreated(r.id) {
-			w.created.Add(1)
-		}
-		if r.canceled && r.resync > 0 {
-			// Cut loose for falling behind: resume after the resync index,
-			// as a client does (no gap), and count it.
-			if p := w.cur.Load(); p != nil {
-				p.resyncs.Add(1)
-			}
-			slot := int(r.id - 1)
-			key, prefix := w.prefix, true
-			if slot < w.maxExact {
-				key, prefix = w.keys[slot%w.nkeys], false
-			}
-			if err := s.create(r.id, key, prefix, r.resync); err != nil && ctx.Err() == nil {
-				w.fail(fmt.Errorf("resume watch %d: %w", r.id, err))
-			}
-		} else if r.canceled {
-			w.canceled.Add(1)
-			w.fail(fmt.Errorf("watch %d canceled by the server: %s", r.id, r.reason))
-		}
-		if len(r.events) == 0 {
-			continue
-		}
 		now := time.Now()
-		p := w.cur.Load()
-		wid := r.id - 1
-		if wid < 0 || int(wid) >= len(w.lastIdx) {
-			w.fail(fmt.Errorf("event for unknown watch id %d", r.id))
+		for i := range rs {
+			w.handle(ctx, s, &rs[i], now)
+		}
+	}
+}
+
+// handle applies one watch's response received at now.
+func (w *watchers) handle(ctx context.Context, s *wstream, r *watchResp, now time.Time) {
+	if r.created && !w.seenCreated(r.id) {
+		w.created.Add(1)
+	}
+	if r.canceled && r.resync > 0 {
+		// Cut loose for falling behind: resume after the resync index,
+		// as a client does (no gap), and count it.
+		if p := w.cur.Load(); p != nil {
+			p.resyncs.Add(1)
+		}
+		slot := int(r.id - 1)
+		key, prefix := w.prefix, true
+		if slot < w.maxExact {
+			key, prefix = w.keys[slot%w.nkeys], false
+		}
+		if err := s.create(r.id, key, prefix, r.resync); err != nil && ctx.Err() == nil {
+			w.fail(fmt.Errorf("resume watch %d: %w", r.id, err))
+		}
+	} else if r.canceled {
+		w.canceled.Add(1)
+		w.fail(fmt.Errorf("watch %d canceled by the server: %s", r.id, r.reason))
+	}
+	if len(r.events) == 0 {
+		return
+	}
+	p := w.cur.Load()
+	wid := r.id - 1
+	if wid < 0 || int(wid) >= len(w.lastIdx) {
+		w.fail(fmt.Errorf("event for unknown watch id %d", r.id))
+		return
+	}
+	for _, ev := range r.events {
+		if ev.index <= w.lastIdx[wid] {
+			if p != nil {
+				p.dups.Add(1)
+			}
 			continue
 		}
-		for _, ev := range r.events {
-			if ev.index <= w.lastIdx[wid] {
-				if p != nil {
-					p.dups.Add(1)
-				}
-				continue
-			}
-			w.lastIdx[wid] = ev.index
-			ph, seq, ok := decodeValue(ev.value)
-			if !ok || p == nil || ph != p.id || seq >= p.totalN {
-				continue // the probe write, or an earlier phase's
-			}
-			p.recv[wid].Add(1)
-			if seq >= p.warmN {
-				lb := &p.lags[s.idx]
-				lb.mu.Lock()
-				lb.xs = append(lb.xs, now.Sub(p.intended(seq)))
-				lb.mu.Unlock()
-			}
+		w.lastIdx[wid] = ev.index
+		ph, seq, ok := decodeValue(ev.value)
+		if !ok || p == nil || ph != p.id || seq >= p.totalN {
+			continue // the probe write, or an earlier phase's
+		}
+		p.recv[wid].Add(1)
+		if seq >= p.warmN {
+			lb := &p.lags[s.idx]
+			lb.mu.Lock()
+			lb.xs = append(lb.xs, now.Sub(p.intended(seq)))
+			lb.mu.Unlock()
 		}
 	}
 }
@@ -323,6 +332,7 @@ type phaseResult struct {
 	dups     int64
 	resyncs  int64
 	drained  bool // every expected delivery arrived before the drain timeout
+	cpu      string
 }
 
 // runPhase drives rate writes/s for warmup+dur with puts spread over

@@ -50,6 +50,7 @@ var (
 	flagWorkDir    = flag.String("work-dir", "", "where binaries and data dirs go (default: the system temp dir)")
 	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep       = flag.Bool("keep", false, "keep binaries, data dirs and server logs")
+	flagPprof      = flag.String("pprof", "", "directory for a CPU profile of Lodestone's leader during each phase with the most watchers (runs the servers with --enable-pprof)")
 
 	// The broadcaster's own process runs this binary with these.
 	flagServeBroadcaster = flag.Bool("serve-broadcaster", false, "internal: serve the single-channel broadcaster and nothing else")
@@ -272,15 +273,26 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 		if !r.drained {
 			note += " NOT-DRAINED"
 		}
-		fmt.Printf("run rep=%d/%d system=%s watchers=%s writes=%d errors=%d write-p50=%sms write-p99=%sms lag-p50=%sms lag-p99=%sms due=%d delivered=%d extra=%d dups=%d%s\n",
+		fmt.Printf("run rep=%d/%d system=%s watchers=%s writes=%d errors=%d write-p50=%sms write-p99=%sms lag-p50=%sms lag-p99=%sms due=%d delivered=%d extra=%d dups=%d cpu=%s%s\n",
 			rep+1, *flagReps, sys.name, label, r.writes, r.errors,
 			harness.FormatValue(harness.Millis(harness.Percentile(r.writeLat, 50))), harness.FormatValue(harness.Millis(harness.Percentile(r.writeLat, 99))),
 			harness.FormatValue(harness.Millis(harness.Percentile(r.lag, 50))), harness.FormatValue(harness.Millis(harness.Percentile(r.lag, 99))),
-			r.expected, r.exact, r.extra, r.dups, note)
+			r.expected, r.exact, r.extra, r.dups, r.cpu, note)
 	}
 	phaseID := byte(1)
 	phase := func(w *watchers) (phaseResult, error) {
+		cpu := startCPU(d)
+		var prof func() error
+		if *flagPprof != "" && sys.name == "lodestone" && w != nil && w.exact == counts[len(counts)-1] {
+			prof = profileLeader(ctx, d, *flagWarmup+*flagDuration, filepath.Join(*flagPprof, fmt.Sprintf("leader-rep%d.pprof", rep+1)))
+		}
 		r, err := runPhase(ctx, phaseID, puts, w, *flagKeys, *flagRate, *flagWarmup, *flagDuration, *flagDrain)
+		r.cpu = cpu()
+		if prof != nil {
+			if perr := prof(); perr != nil {
+				logf("profile: %v", perr)
+			}
+		}
 		phaseID++
 		if err == nil && r.writes == 0 {
 			err = fmt.Errorf("no write was acknowledged (first error: %v)", r.firstErr)

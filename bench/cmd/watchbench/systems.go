@@ -42,6 +42,7 @@ type deployment struct {
 	dir     string
 	target  string // gRPC address writes and watches go to
 	metrics string // URL of the target process's Prometheus metrics
+	leader  int    // index in procs of the target process
 	clients []string
 }
 
@@ -51,8 +52,9 @@ type watchStream interface {
 	// now, or after index start when start > 0 (a resync). Not safe for
 	// concurrent use with itself.
 	Create(id int64, key []byte, prefix bool, start uint64) error
-	// Recv returns the next response. Only one goroutine may call it.
-	Recv() (watchResp, error)
+	// Recv appends the next message's responses to out (a grouped
+	// Lodestone response holds several). Only one goroutine may call it.
+	Recv(out []watchResp) ([]watchResp, error)
 }
 
 // watchResp is the part of a watch response the benchmark uses.
@@ -150,7 +152,7 @@ func startThree(ctx context.Context, name, bin, workDir, cpus string,
 		i, lerr := leader(qctx, d.clients)
 		cancel()
 		if lerr == nil {
-			d.target, d.metrics = d.clients[i], metrics(i, d.clients, https)
+			d.target, d.metrics, d.leader = d.clients[i], metrics(i, d.clients, https), i
 			break
 		}
 		if time.Now().After(deadline) {
@@ -236,19 +238,29 @@ type lodestoneStream struct {
 
 func (s lodestoneStream) Create(id int64, key []byte, prefix bool, start uint64) error {
 	return s.st.Send(&lodestonepb.WatchRequest{Request: &lodestonepb.WatchRequest_Create{Create: &lodestonepb.WatchCreate{
-		WatchId: id, Key: key, Prefix: prefix, StartIndex: start}}})
+		WatchId: id, Key: key, Prefix: prefix, StartIndex: start, Grouped: true}}})
 }
 
-func (s lodestoneStream) Recv() (watchResp, error) {
+func (s lodestoneStream) Recv(out []watchResp) ([]watchResp, error) {
 	r, err := s.st.Recv()
 	if err != nil {
-		return watchResp{}, err
+		return out, err
 	}
-	out := watchResp{id: r.GetWatchId(), created: r.GetCreated(), canceled: r.GetCanceled(), reason: r.GetCancelReason(), resync: r.GetResyncIndex()}
-	for _, ev := range r.GetEvents() {
-		out.events = append(out.events, watchEvent{index: ev.GetKv().GetModifyIndex(), value: ev.GetKv().GetValue()})
+	events := func(evs []*lodestonepb.Event) []watchEvent {
+		var xs []watchEvent
+		for _, ev := range evs {
+			xs = append(xs, watchEvent{index: ev.GetKv().GetModifyIndex(), value: ev.GetKv().GetValue()})
+		}
+		return xs
 	}
-	return out, nil
+	if gs := r.GetGroups(); len(gs) > 0 {
+		for _, g := range gs {
+			out = append(out, watchResp{id: g.GetWatchId(), events: events(g.GetEvents())})
+		}
+		return out, nil
+	}
+	return append(out, watchResp{id: r.GetWatchId(), created: r.GetCreated(), canceled: r.GetCanceled(), reason: r.GetCancelReason(),
+		resync: r.GetResyncIndex(), events: events(r.GetEvents())}), nil
 }
 
 func lodestoneSystem(bin string) system {
@@ -261,7 +273,7 @@ func lodestoneSystem(bin string) system {
 				func(i int, names, peers, clients, https []string, dataDir string) []string {
 					return []string{"server", "--name", names[i], "--data-dir", dataDir,
 						"--listen-peer", peers[i], "--listen-grpc", clients[i], "--listen-http", https[i],
-						"--initial-cluster", initialCluster(names, peers), "--log-level", "warn"}
+						"--initial-cluster", initialCluster(names, peers), "--log-level", "warn", "--enable-pprof=" + strconv.FormatBool(*flagPprof != "")}
 				},
 				func(ctx context.Context, clients []string) (int, error) {
 					var errs []error
@@ -313,19 +325,19 @@ func (s etcdStream) Create(id int64, key []byte, prefix bool, start uint64) erro
 	return s.st.Send(&etcdserverpb.WatchRequest{RequestUnion: &etcdserverpb.WatchRequest_CreateRequest{CreateRequest: cr}})
 }
 
-func (s etcdStream) Recv() (watchResp, error) {
+func (s etcdStream) Recv(out []watchResp) ([]watchResp, error) {
 	r, err := s.st.Recv()
 	if err != nil {
-		return watchResp{}, err
+		return out, err
 	}
-	out := watchResp{id: r.GetWatchId(), created: r.GetCreated(), canceled: r.GetCanceled(), reason: r.GetCancelReason()}
+	resp := watchResp{id: r.GetWatchId(), created: r.GetCreated(), canceled: r.GetCanceled(), reason: r.GetCancelReason()}
 	for _, ev := range r.GetEvents() {
 		if ev.Type != mvccpb.PUT {
 			continue
 		}
-		out.events = append(out.events, watchEvent{index: uint64(ev.Kv.ModRevision), value: ev.Kv.Value})
+		resp.events = append(resp.events, watchEvent{index: uint64(ev.Kv.ModRevision), value: ev.Kv.Value})
 	}
-	return out, nil
+	return append(out, resp), nil
 }
 
 func etcdSystem(bin string) system {

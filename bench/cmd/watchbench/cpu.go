@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+)
+
+// startCPU samples the CPU time of every server process and of the load
+// generator; the returned func reports each one's share of one CPU since
+// then, e.g. "leader=45%,f1=8%,f2=7%,loadgen=92%". A load generator near
+// 100% of its pinned CPUs times its own queueing, not the servers'.
+func startCPU(d *deployment) func() string {
+	t0 := time.Now()
+	before := make([]time.Duration, len(d.procs))
+	for i, p := range d.procs {
+		before[i], _ = harness.CPUTime(p.Pid())
+	}
+	self0 := selfCPU()
+	return func() string {
+		wall := time.Since(t0)
+		var parts []string
+		f := 0
+		for i, p := range d.procs {
+			now, err := harness.CPUTime(p.Pid())
+			name := "leader"
+			if i != d.leader {
+				f++
+				name = fmt.Sprintf("f%d", f)
+			}
+			if err != nil {
+				parts = append(parts, name+"=?")
+				continue
+			}
+			parts = append(parts, fmt.Sprintf("%s=%.0f%%", name, 100*float64(now-before[i])/float64(wall)))
+		}
+		parts = append(parts, fmt.Sprintf("loadgen=%.0f%%", 100*float64(selfCPU()-self0)/float64(wall)))
+		return strings.Join(parts, ",")
+	}
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// profileLeader starts a CPU profile of the leader (served with
+// --enable-pprof) for dur and returns a func that waits for it and writes
+// it to path.
+func profileLeader(ctx context.Context, d *deployment, dur time.Duration, path string) func() error {
+	url := strings.TrimSuffix(d.metrics, "/metrics") + fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(dur.Seconds()))
+	done := make(chan error, 1)
+	go func() {
+		done <- func() error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("GET %s: %s", url, resp.Status)
+			}
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return err
+			}
+			f, err := os.Create(path)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(f, resp.Body); err != nil {
+				f.Close()
+				return err
+			}
+			return f.Close()
+		}()
+	}()
+	return func() error { return <-done }
+}
