@@ -421,6 +421,9 @@ func (s *shard) link(w *Watcher) {
 		s.plenN[n]++
 	}
 	if head := m[w.key]; head != nil {
+		// NB: share the key's bytes with the watchers already on it: 100k
+		// watchers on 10k keys would otherwise each hold a copy.
+		w.key = head.key
 		w.next = head
 		head.prev = w
 	}

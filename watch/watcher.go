@@ -18,7 +18,7 @@ type Watcher struct {
 	// next, prev link the watchers of one key (or one prefix) in a shard;
 	// guarded by s.mu.
 	next, prev *Watcher
-	key        string // immutable
+	key        string // immutable once linked (link shares equal keys' bytes)
 	mu         sync.Mutex
 
 	opts     uint8  // opt* bits, immutable
