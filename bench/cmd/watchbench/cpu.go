@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +26,7 @@ func startCPU(d *deployment) func() string {
 		before[i], _ = harness.CPUTime(p.Pid())
 	}
 	self0 := selfCPU()
+	writes0 := syscw(d.procs[d.leader].Pid())
 	return func() string {
 		wall := time.Since(t0)
 		var parts []string
@@ -43,8 +45,25 @@ func startCPU(d *deployment) func() string {
 			parts = append(parts, fmt.Sprintf("%s=%.0f%%", name, 100*float64(now-before[i])/float64(wall)))
 		}
 		parts = append(parts, fmt.Sprintf("loadgen=%.0f%%", 100*float64(selfCPU()-self0)/float64(wall)))
+		parts = append(parts, fmt.Sprintf("leader-writes/s=%.0f", float64(syscw(d.procs[d.leader].Pid())-writes0)/wall.Seconds()))
 		return strings.Join(parts, ",")
 	}
+}
+
+// syscw returns the write system calls process pid has made (syscw in
+// /proc/<pid>/io), or 0 if unknown.
+func syscw(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 func selfCPU() time.Duration {
