@@ -213,7 +213,10 @@ func (h *Hub) watch(ctx context.Context, req Request) (*Watcher, error) {
 	if req.BufferSize > 0 {
 		capacity = req.BufferSize
 	}
-	w := &Watcher{key: req.Key, capacity: uint32(capacity), ctx: ctx, id: h.ids.Add(1), ready: req.Ready, tag: req.Tag}
+	w := &Watcher{key: req.Key, capacity: uint32(capacity), id: h.ids.Add(1), ready: req.Ready, tag: req.Tag}
+	if ctx != nil {
+		w.ctx = &ctx
+	}
 	if req.Prefix {
 		w.opts |= optPrefix
 	}

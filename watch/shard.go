@@ -374,7 +374,7 @@ func (s *shard) tick() {
 	processed := s.processed.Load()
 	occ := s.h.metrics.occupancy
 	s.each(func(w *Watcher) {
-		if w.ctx != nil && w.ctx.Err() != nil {
+		if w.ctx != nil && (*w.ctx).Err() != nil {
 			s.unlink(w)
 			if c := w.closeBuf(); c != nil {
 				s.wakes = append(s.wakes, c)
@@ -428,18 +428,19 @@ func (s *shard) link(w *Watcher) {
 		head.prev = w
 	}
 	m[w.key] = w
-	w.linked = true
 	s.n++
 }
 
 // unlink removes w from the shard's indexes. The caller holds s.mu.
 func (s *shard) unlink(w *Watcher) {
-	if !w.linked {
-		return
-	}
 	m := s.exact
 	if w.opts&optPrefix != 0 {
 		m = s.prefix
+	}
+	// NB: no "linked" flag (it would push the struct into the next size
+	// class): a linked watcher has a predecessor or heads its key's list.
+	if w.prev == nil && m[w.key] != w {
+		return
 	}
 	if w.prev != nil {
 		w.prev.next = w.next
@@ -460,7 +461,6 @@ func (s *shard) unlink(w *Watcher) {
 			s.plens = slices.Delete(slices.Clone(s.plens), i, i+1)
 		}
 	}
-	w.linked = false
 	s.n--
 }
 

@@ -9,7 +9,7 @@ import (
 // Watcher is one subscription. Next is called by one goroutine at a time;
 // Close may be called from any goroutine, any number of times.
 //
-// The struct is kept lean (≈160 B) because a server holds 100k of them: the
+// The struct is kept lean (160 B) because a server holds 100k of them: the
 // buffer and the wake-up channel are allocated only when first needed, and
 // the shard's indexes link watchers intrusively (next/prev) instead of
 // holding slices of them.
@@ -21,10 +21,12 @@ type Watcher struct {
 	key        string // immutable once linked (link shares equal keys' bytes)
 	mu         sync.Mutex
 
-	opts     uint8  // opt* bits, immutable
-	linked   bool   // in s's indexes; guarded by s.mu
-	closed   bool   // Close was called; guarded by mu
-	progress bool   // a progress notification is pending; guarded by mu
+	opts     uint8 // opt* bits, immutable
+	closed   bool  // Close was called; guarded by mu
+	progress bool  // a progress notification is pending; guarded by mu
+	// queued: w is on ready's list; guarded by ready.mu. (A byte of its
+	// own: the flags above are under other locks.)
+	queued   bool
 	capacity uint32 // buffer bound, immutable
 
 	after uint64 // immutable once linked: events with index ≤ after are not for us
@@ -34,16 +36,16 @@ type Watcher struct {
 	buf  []*Event      // undelivered events, shared and read-only; guarded by mu
 	wake chan struct{} // cap 1, made by the first Next that blocks; guarded by mu
 	err  error         // terminal error, delivered after buf drains; guarded by mu
-	// ctx is the context given to Watch, if it can be cancelled. NB: not a
-	// context.AfterFunc hook, which costs ~180 B per watcher; a blocked Next
-	// selects on it, and the progress tick reaps watchers whose ctx is done.
-	ctx context.Context
+	// ctx points to the context given to Watch, if it can be cancelled
+	// (else nil). NB: a pointer (8 B, boxed only for cancellable contexts)
+	// rather than the interface (16 B), and not a context.AfterFunc hook,
+	// which costs ~180 B per watcher; a blocked Next selects on it, and the
+	// progress tick reaps watchers whose ctx is done.
+	ctx *context.Context
 	id  uint64 // immutable, for logs
 	tag int64  // Request.Tag, immutable
 	// ready, if set, is told whenever Next has something new (see Ready).
 	ready *Ready // immutable
-	// queued: w is on ready's list; guarded by ready.mu.
-	queued bool
 }
 
 // ID returns the watcher's hub-unique id (the "watcher" key in logs).
@@ -71,9 +73,11 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 // nextUntil is Next with an optional timer: when timeout fires it returns
 // (Batch{Index: current}, nil, true).
 func (w *Watcher) nextUntil(ctx context.Context, timeout <-chan time.Time) (Batch, error, bool) {
+	var watchCtx context.Context
 	var watchDone <-chan struct{}
 	if w.ctx != nil {
-		watchDone = w.ctx.Done()
+		watchCtx = *w.ctx
+		watchDone = watchCtx.Done()
 	}
 	for {
 		w.mu.Lock()
@@ -81,10 +85,10 @@ func (w *Watcher) nextUntil(ctx context.Context, timeout <-chan time.Time) (Batc
 			w.mu.Unlock()
 			return Batch{}, ErrClosed, false
 		}
-		if w.ctx != nil && w.ctx.Err() != nil {
+		if watchCtx != nil && watchCtx.Err() != nil {
 			w.mu.Unlock()
 			w.Close()
-			return Batch{}, w.ctx.Err(), false
+			return Batch{}, watchCtx.Err(), false
 		}
 		if len(w.buf) > 0 {
 			evs := w.buf
@@ -132,7 +136,7 @@ func (w *Watcher) nextUntil(ctx context.Context, timeout <-chan time.Time) (Batc
 		case <-wake:
 		case <-watchDone:
 			w.Close()
-			return Batch{}, w.ctx.Err(), false
+			return Batch{}, watchCtx.Err(), false
 		case <-ctx.Done():
 			// Prefer data that raced with the cancellation.
 			select {
