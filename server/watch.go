@@ -75,6 +75,8 @@ type watchService struct {
 
 	mu      sync.Mutex
 	perConn map[string]int // live watches by client connection
+
+	wire wireCache
 }
 
 type watchStream struct {
@@ -276,7 +278,7 @@ func (st *watchStream) hubKey(c *lodestonepb.WatchCreate) (key string, prefix bo
 
 // userEvents drops the store's reserved event keys from a batch of a user
 // watch on every key (the only user watch whose range contains them).
-func userEvents(evs []watch.Event) []watch.Event {
+func userEvents(evs []*watch.Event) []*watch.Event {
 	out := evs[:0:0]
 	for i := range evs {
 		if !store.IsReservedKey([]byte(evs[i].KV.Key)) {
@@ -311,7 +313,7 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 		return nil // canceled meanwhile
 	}
 	for {
-		b, err := w.Next(doneCtx)
+		b, err := w.NextShared(doneCtx)
 		if errors.Is(err, context.Canceled) {
 			return nil // nothing more right now
 		}
@@ -321,7 +323,7 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 		if len(st.userAll) > 0 && st.userAll[w] {
 			b.Events = userEvents(b.Events)
 		}
-		evs, size := toPBEvents(b.Events)
+		evs, size := st.svc.wire.toPBEvents(b.Events, w.WantsPrevKV())
 		if !st.grouped {
 			resp := &lodestonepb.WatchResponse{WatchId: id, Index: b.Index, Header: st.svc.s.kv.header(b.Index), Events: evs}
 			if err := st.send(resp); err != nil {
@@ -341,36 +343,76 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 	}
 }
 
-// toPBEvents converts a batch for the wire, with three allocations per
-// batch rather than three per event, and returns a rough encoded size.
-// NB: keys are not copied: the KeyValue's Key aliases the hub's immutable
-// string, and the response is only marshalled (read), never modified.
-func toPBEvents(evs []watch.Event) ([]*lodestonepb.Event, int) {
+// wireCache converts each recent event to its wire form (without
+// prev_kv) once for every stream that sends it: a write seen by 100 prefix
+// watchers on 100 streams is converted once, not 100 times. It is keyed by
+// the hub's shared *watch.Event (NextShared) and remembers the last
+// wireCacheSize events, so its memory is fixed (~2 MiB) whatever the
+// hub retains; an older event is converted again if it is sent again.
+// NB: sharing one message between streams is safe because marshalling only
+// reads it (the size cache it writes is atomic in protobuf-go).
+type wireCache struct {
+	mu   sync.Mutex
+	m    map[*watch.Event]*lodestonepb.Event
+	ring [wireCacheSize]*watch.Event // insertion order, for eviction
+	next int
+}
+
+const wireCacheSize = 8192
+
+func (c *wireCache) get(ev *watch.Event) *lodestonepb.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pe, ok := c.m[ev]; ok {
+		return pe
+	}
+	if c.m == nil {
+		c.m = make(map[*watch.Event]*lodestonepb.Event, wireCacheSize)
+	}
+	if old := c.ring[c.next]; old != nil {
+		delete(c.m, old)
+	}
+	pe := newPBEvent(ev, false)
+	c.ring[c.next] = ev
+	c.next = (c.next + 1) % wireCacheSize
+	c.m[ev] = pe
+	return pe
+}
+
+// toPBEvents converts a batch for the wire, through the cache unless
+// prev_kv is wanted and present, and returns a rough encoded size.
+func (c *wireCache) toPBEvents(evs []*watch.Event, prev bool) ([]*lodestonepb.Event, int) {
 	if len(evs) == 0 {
 		return nil, 0
 	}
 	out := make([]*lodestonepb.Event, len(evs))
-	pes := make([]lodestonepb.Event, len(evs))
-	kvs := make([]lodestonepb.KeyValue, len(evs))
 	size := 0
-	for i := range evs {
-		ev := &evs[i]
-		kv := &kvs[i]
-		setPBKV(kv, &ev.KV)
-		pe := &pes[i]
-		pe.Kv = kv
-		if ev.PrevKV != nil {
-			pe.PrevKv = &lodestonepb.KeyValue{}
-			setPBKV(pe.PrevKv, ev.PrevKV)
-			size += len(ev.PrevKV.Key) + len(ev.PrevKV.Value) + len(ev.PrevKV.Session) + 40
-		}
-		if ev.Type == watch.Delete {
-			pe.Type = lodestonepb.Event_DELETE
-		}
-		out[i] = pe
+	for i, ev := range evs {
 		size += len(ev.KV.Key) + len(ev.KV.Value) + len(ev.KV.Session) + 48
+		if prev && ev.PrevKV != nil {
+			out[i] = newPBEvent(ev, true)
+			size += len(ev.PrevKV.Key) + len(ev.PrevKV.Value) + len(ev.PrevKV.Session) + 40
+			continue
+		}
+		out[i] = c.get(ev)
 	}
 	return out, size
+}
+
+// newPBEvent converts one event, with prev_kv if prev.
+// NB: the key is not copied: the KeyValue's Key aliases the hub's
+// immutable string, and the message is only ever marshalled (read).
+func newPBEvent(ev *watch.Event, prev bool) *lodestonepb.Event {
+	pe := &lodestonepb.Event{Kv: &lodestonepb.KeyValue{}}
+	setPBKV(pe.Kv, &ev.KV)
+	if prev && ev.PrevKV != nil {
+		pe.PrevKv = &lodestonepb.KeyValue{}
+		setPBKV(pe.PrevKv, ev.PrevKV)
+	}
+	if ev.Type == watch.Delete {
+		pe.Type = lodestonepb.Event_DELETE
+	}
+	return pe
 }
 
 func setPBKV(dst *lodestonepb.KeyValue, kv *watch.KeyValue) {

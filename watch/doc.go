@@ -46,8 +46,11 @@
 //     (nil events is fine and advances Index). The store must already show
 //     the change: a woken reader re-reads the store.
 //  4. Serve watchers: Watch for streams, Wait for one-shot blocking reads.
-//     Each Watcher is read by one goroutine (Next) and closed exactly when
-//     its consumer is done (Close, or cancel the ctx given to Watch).
+//     Each Watcher is read by one goroutine (Next, or NextShared for a
+//     consumer that converts the events anyway and must not modify them)
+//     and closed exactly when its consumer is done (Close, or cancel the
+//     ctx given to Watch). One goroutine may serve many watchers through a
+//     Ready list.
 //  5. Close the Hub after the apply loop has stopped. Close waits for every
 //     goroutine the Hub started.
 //

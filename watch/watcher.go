@@ -70,9 +70,43 @@ func (w *Watcher) Next(ctx context.Context) (Batch, error) {
 	return b, err
 }
 
+// SharedBatch is what NextShared returns: Batch with the hub's events.
+type SharedBatch struct {
+	Index  uint64
+	Events []*Event
+}
+
+// NextShared is Next without the copy, for a consumer that converts the
+// events anyway: Events point at the hub's shared events, which nobody may
+// modify; the caller owns the slice, not the events. PrevKV is left as
+// published: if WantsPrevKV is false the caller must ignore it.
+func (w *Watcher) NextShared(ctx context.Context) (SharedBatch, error) {
+	idx, evs, err, _ := w.nextRaw(ctx, nil)
+	return SharedBatch{Index: idx, Events: evs}, err
+}
+
+// WantsPrevKV reports Request.PrevKV.
+func (w *Watcher) WantsPrevKV() bool { return w.opts&optPrevKV != 0 }
+
 // nextUntil is Next with an optional timer: when timeout fires it returns
 // (Batch{Index: current}, nil, true).
 func (w *Watcher) nextUntil(ctx context.Context, timeout <-chan time.Time) (Batch, error, bool) {
+	idx, evs, err, timedOut := w.nextRaw(ctx, timeout)
+	if len(evs) == 0 {
+		return Batch{Index: idx}, err, timedOut
+	}
+	out := make([]Event, len(evs))
+	for i, p := range evs {
+		out[i] = *p
+		if w.opts&optPrevKV == 0 {
+			out[i].PrevKV = nil
+		}
+	}
+	return Batch{Index: idx, Events: out}, err, timedOut
+}
+
+// nextRaw is nextUntil returning the buffer itself (the hub's events).
+func (w *Watcher) nextRaw(ctx context.Context, timeout <-chan time.Time) (uint64, []*Event, error, bool) {
 	var watchCtx context.Context
 	var watchDone <-chan struct{}
 	if w.ctx != nil {
@@ -83,12 +117,12 @@ func (w *Watcher) nextUntil(ctx context.Context, timeout <-chan time.Time) (Batc
 		w.mu.Lock()
 		if w.closed {
 			w.mu.Unlock()
-			return Batch{}, ErrClosed, false
+			return 0, nil, ErrClosed, false
 		}
 		if watchCtx != nil && watchCtx.Err() != nil {
 			w.mu.Unlock()
 			w.Close()
-			return Batch{}, watchCtx.Err(), false
+			return 0, nil, watchCtx.Err(), false
 		}
 		if len(w.buf) > 0 {
 			evs := w.buf
@@ -97,26 +131,19 @@ func (w *Watcher) nextUntil(ctx context.Context, timeout <-chan time.Time) (Batc
 			w.told = idx
 			w.progress = false
 			w.mu.Unlock()
-			out := make([]Event, len(evs))
-			for i, p := range evs {
-				out[i] = *p
-				if w.opts&optPrevKV == 0 {
-					out[i].PrevKV = nil
-				}
-			}
-			return Batch{Index: idx, Events: out}, nil, false
+			return idx, evs, nil, false
 		}
 		if w.err != nil {
 			err := w.err
 			w.mu.Unlock()
-			return Batch{}, err, false
+			return 0, nil, err, false
 		}
 		if w.progress {
 			w.progress = false
 			idx := w.indexLocked(0)
 			w.told = idx
 			w.mu.Unlock()
-			return Batch{Index: idx}, nil, false
+			return idx, nil, nil, false
 		}
 		if err := ctx.Err(); err != nil {
 			// NB: a poll (Next with a done ctx, as a Ready consumer drains)
@@ -124,7 +151,7 @@ func (w *Watcher) nextUntil(ctx context.Context, timeout <-chan time.Time) (Batc
 			// blocks in Next, and 100k idle watchers would each keep one
 			// (~100 B) and be signalled through it on every delivery.
 			w.mu.Unlock()
-			return Batch{}, err, false
+			return 0, nil, err, false
 		}
 		if w.wake == nil {
 			w.wake = make(chan struct{}, 1)
@@ -136,7 +163,7 @@ func (w *Watcher) nextUntil(ctx context.Context, timeout <-chan time.Time) (Batc
 		case <-wake:
 		case <-watchDone:
 			w.Close()
-			return Batch{}, watchCtx.Err(), false
+			return 0, nil, watchCtx.Err(), false
 		case <-ctx.Done():
 			// Prefer data that raced with the cancellation.
 			select {
@@ -144,7 +171,7 @@ func (w *Watcher) nextUntil(ctx context.Context, timeout <-chan time.Time) (Batc
 				continue
 			default:
 			}
-			return Batch{}, ctx.Err(), false
+			return 0, nil, ctx.Err(), false
 		case <-timeout:
 			w.mu.Lock()
 			if len(w.buf) > 0 || w.err != nil || w.closed {
@@ -154,7 +181,7 @@ func (w *Watcher) nextUntil(ctx context.Context, timeout <-chan time.Time) (Batc
 			}
 			idx := w.indexLocked(0)
 			w.mu.Unlock()
-			return Batch{Index: idx}, nil, true
+			return idx, nil, nil, true
 		}
 	}
 }
