@@ -84,6 +84,12 @@ type Config struct {
 	// MaxWatchesPerConnection bounds the watches of one client connection
 	// over all its streams. Default 100000.
 	MaxWatchesPerConnection int
+	// WatchDeliveryInterval is the grid a watch stream's deliveries are
+	// aligned to: each stream sends at most one message per interval, and
+	// the streams of a connection send at the same instants, so gRPC writes
+	// them in one system call. It adds up to one interval of delivery lag.
+	// Zero sends each batch at once. Default 5ms; at most 1s.
+	WatchDeliveryInterval time.Duration
 	// MaxBlockingWait caps (and is the default for) how long a blocking
 	// read waits for a change. Default 5m, as Consul.
 	MaxBlockingWait time.Duration
@@ -139,6 +145,7 @@ func DefaultConfig() Config {
 		Watch:                   watch.DefaultConfig(),
 		MaxWatchesPerStream:     10000,
 		MaxWatchesPerConnection: 100000,
+		WatchDeliveryInterval:   5 * time.Millisecond,
 		MaxBlockingWait:         5 * time.Minute,
 		SlowLeader:              DefaultSlowLeaderConfig(),
 		Catalog:                 DefaultCatalogConfig(),
@@ -209,6 +216,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxWatchesPerStream <= 0 || c.MaxWatchesPerConnection < c.MaxWatchesPerStream {
 		return bad("max-watches-per-stream", "must be positive and at most max-watches-per-connection (%d), got %d", c.MaxWatchesPerConnection, c.MaxWatchesPerStream)
+	}
+	if c.WatchDeliveryInterval < 0 || c.WatchDeliveryInterval > time.Second {
+		return bad("watch-delivery-interval", "must be between 0 (send at once) and 1s, got %v", c.WatchDeliveryInterval)
 	}
 	if c.MaxBlockingWait <= 0 {
 		return bad("max-blocking-wait", "must be positive")

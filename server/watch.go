@@ -134,10 +134,15 @@ func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
 	defer wg.Wait()
 	defer cancel()
 
-	// Deliveries happen on a process-wide grid of watchDeliveryInterval:
+	// Deliveries happen on a process-wide grid (Config.WatchDeliveryInterval):
 	// a wake-up waits for the next grid point (readyC is off meanwhile, the
 	// timer on), so a stream sends at most one message per interval and the
-	// streams of a connection send at the same instants.
+	// streams of a connection send at the same instants. That costs up to
+	// one interval of lag (half on average); in exchange a stream whose
+	// watchers see many writes sends one message per interval rather than
+	// one per write, and gRPC writes a connection's messages to the socket
+	// in one system call instead of one each.
+	interval := ws.s.cfg.WatchDeliveryInterval
 	readyC := st.ready.C()
 	timer := time.NewTimer(0)
 	<-timer.C
@@ -156,7 +161,7 @@ func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
 			return err
 		case <-readyC:
 			now := time.Now()
-			timer.Reset(now.Truncate(watchDeliveryInterval).Add(watchDeliveryInterval).Sub(now))
+			timer.Reset(now.Truncate(interval).Add(interval).Sub(now))
 			readyC, timerC = nil, timer.C
 		case <-timerC:
 			readyC, timerC = st.ready.C(), nil
@@ -168,14 +173,6 @@ func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
 		}
 	}
 }
-
-// watchDeliveryInterval is the grid deliveries are aligned to. It costs
-// up to that much delivery latency (half on average). In exchange a stream
-// whose watchers see many writes sends one message per interval rather
-// than one per write, and the streams sharing a connection hand their
-// messages to gRPC's writer together, so it writes them to the socket in
-// one system call instead of one each.
-var watchDeliveryInterval = 5 * time.Millisecond // a variable for BenchmarkWatchFanout
 
 func (st *watchStream) handle(ctx context.Context, req *lodestonepb.WatchRequest) error {
 	switch r := req.Request.(type) {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -402,20 +403,18 @@ func BenchmarkWatchFanout(b *testing.B) {
 		watchers bool
 		interval time.Duration
 	}{
-		{"none", false, watchDeliveryInterval},
+		{"none", false, DefaultConfig().WatchDeliveryInterval},
 		{"grid=0", true, 0},
 		{"grid=2ms", true, 2 * time.Millisecond},
 		{"grid=5ms", true, 5 * time.Millisecond},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			defer func(d time.Duration) { watchDeliveryInterval = d }(watchDeliveryInterval)
-			watchDeliveryInterval = tc.interval
-			benchWatchFanout(b, tc.watchers)
+			benchWatchFanout(b, tc.watchers, tc.interval)
 		})
 	}
 }
 
-func benchWatchFanout(b *testing.B, watchers bool) {
+func benchWatchFanout(b *testing.B, watchers bool, interval time.Duration) {
 	const (
 		streams  = 100
 		conns    = 2
@@ -427,6 +426,7 @@ func benchWatchFanout(b *testing.B, watchers bool) {
 	c := newTestCluster(b, 1, func(cfg *Config) {
 		cfg.MaxWatchesPerConnection = exact + prefixes
 		cfg.MaxWatchesPerStream = exact
+		cfg.WatchDeliveryInterval = interval
 	})
 	lead := c.waitLeader()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -532,4 +532,64 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// The delivery grid bounds how many messages a busy stream sends, at most
+// one per grid point, and with an interval of 0 each batch goes out at
+// once; either way every event arrives once and in order.
+func TestWatchDeliveryInterval(t *testing.T) {
+	for _, interval := range []time.Duration{0, 100 * time.Millisecond} {
+		t.Run(interval.String(), func(t *testing.T) {
+			c := newTestCluster(t, 1, func(cfg *Config) { cfg.WatchDeliveryInterval = interval })
+			lead := c.waitLeader()
+			w := openWatch(t, c, lead)
+			w.create(&lodestonepb.WatchCreate{WatchId: 1, Key: []byte("grid/"), Prefix: true})
+			const n = 30
+			start := time.Now()
+			for i := range n {
+				put(t, c.kv(lead), fmt.Sprintf("grid/%02d", i), "v")
+			}
+			var evs []*lodestonepb.Event
+			msgs := 0
+			for len(evs) < n {
+				evs = append(evs, w.recv().Events...)
+				msgs++
+			}
+			elapsed := time.Since(start)
+			for i, ev := range evs {
+				if want := fmt.Sprintf("grid/%02d", i); string(ev.Kv.Key) != want {
+					t.Fatalf("event %d is for %s, want %s (each once, in order)", i, ev.Kv.Key, want)
+				}
+			}
+			if len(evs) != n {
+				t.Fatalf("got %d events, want %d", len(evs), n)
+			}
+			if interval > 0 {
+				if limit := int(elapsed/interval) + 2; msgs > limit {
+					t.Fatalf("%d messages in %v on a %v grid, want at most %d", msgs, elapsed, interval, limit)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigWatchDeliveryInterval(t *testing.T) {
+	for _, tc := range []struct {
+		interval time.Duration
+		ok       bool
+	}{{0, true}, {time.Second, true}, {-time.Millisecond, false}, {2 * time.Second, false}} {
+		cfg := DefaultConfig()
+		cfg.Name, cfg.DataDir = "a", t.TempDir()
+		cfg.ListenPeer, cfg.ListenGRPC, cfg.ListenHTTP = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"
+		cfg.InitialCluster = map[string]string{"a": "127.0.0.1:1"}
+		cfg.WatchDeliveryInterval = tc.interval
+		err := cfg.Validate()
+		var ce *ConfigError
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("interval %v refused: %v", tc.interval, err)
+		case !tc.ok && (!errors.As(err, &ce) || ce.Field != "watch-delivery-interval"):
+			t.Errorf("interval %v: got %v, want a ConfigError on watch-delivery-interval", tc.interval, err)
+		}
+	}
 }
