@@ -619,6 +619,7 @@ type frontWriter struct {
 	hdr         []byte   // rendered status line and header fields
 	pending     []byte   // body held back while the length is unknown
 	err         error
+	end         time.Time // when the handler finished (handle sets it), for Date
 }
 
 // pendingMax is how much body of unknown length is held back to be sent
@@ -636,6 +637,7 @@ func (w *frontWriter) reset(r *http.Request) {
 	w.hdr = w.hdr[:0]
 	w.pending = w.pending[:0]
 	w.err = nil
+	w.end = time.Time{}
 }
 
 func (w *frontWriter) Header() http.Header { return w.h }
@@ -802,7 +804,7 @@ func (w *frontWriter) commit(sniff []byte, cl int) {
 	}
 	if !w.hasDate {
 		bw.WriteString("Date: ")
-		bw.Write(w.fc.httpDate())
+		bw.Write(w.fc.httpDate(w.end))
 		bw.WriteString("\r\n")
 	}
 	if cl >= 0 {
@@ -868,9 +870,12 @@ func (w *frontWriter) finish() error {
 	return bw.Flush()
 }
 
-// httpDate returns the Date header value, formatted once a second.
-func (fc *frontConn) httpDate() []byte {
-	now := time.Now()
+// httpDate returns the Date header value, formatted once a second, for
+// now (the zero time: read the clock).
+func (fc *frontConn) httpDate(now time.Time) []byte {
+	if now.IsZero() {
+		now = time.Now()
+	}
 	if s := now.Unix(); s != fc.dateSec || fc.date == nil {
 		fc.dateSec = s
 		fc.date = now.UTC().AppendFormat(fc.date[:0], http.TimeFormat)

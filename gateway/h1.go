@@ -34,6 +34,8 @@ type h1conn struct {
 	bw     *bufio.Writer
 	idleAt int64     // mono() when it went idle
 	dl     time.Time // the deadline set on c (zero: none known), see h1Exchange
+	ra     string    // the last request's RemoteAddr, and its host (clientIP)
+	raIP   string
 
 	// Reused by every exchange on the connection (one at a time): valid
 	// until the connection goes back to its pool.
@@ -229,7 +231,7 @@ func (g *Gateway) h1Exchange(hc *h1conn, r *http.Request, path string, now time.
 			return nil, err
 		}
 	}
-	writeH1Request(hc.bw, r, path)
+	writeH1Request(hc.bw, r, path, hc.clientIP(r.RemoteAddr))
 	if err := hc.bw.Flush(); err != nil {
 		return nil, classify(ctx, err, true)
 	}
@@ -466,11 +468,25 @@ func (p *pool) finishH1(b *h1Body, resp *http.Response, now int64) {
 	b.hc.c.Close()
 }
 
+// clientIP returns the host part of remoteAddr ("" if it has none),
+// remembering the last one: requests on one origin connection mostly come
+// from one client connection.
+func (hc *h1conn) clientIP(remoteAddr string) string {
+	if remoteAddr != hc.ra {
+		hc.ra, hc.raIP = remoteAddr, ""
+		if ip, _, err := net.SplitHostPort(remoteAddr); err == nil {
+			hc.raIP = ip
+		}
+	}
+	return hc.raIP
+}
+
 // writeH1Request writes r's request line and headers for the origin: the
-// end-to-end headers as received, plus X-Forwarded-For/-Proto/-Host and
-// "Te: trailers" when asked; no body (fast path only). Header values were
-// validated by net/http when it parsed the request.
-func writeH1Request(bw *bufio.Writer, r *http.Request, path string) {
+// end-to-end headers as received, plus X-Forwarded-For (when ip, r's
+// client address, is known), X-Forwarded-Proto/-Host and "Te: trailers"
+// when asked; no body (fast path only). Header values were validated by
+// net/http when it parsed the request.
+func writeH1Request(bw *bufio.Writer, r *http.Request, path, ip string) {
 	bw.WriteString(r.Method)
 	bw.WriteByte(' ')
 	bw.WriteString(path)
@@ -495,7 +511,7 @@ func writeH1Request(bw *bufio.Writer, r *http.Request, path string) {
 			bw.WriteString("\r\n")
 		}
 	}
-	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+	if ip != "" {
 		bw.WriteString("X-Forwarded-For: ")
 		for _, prior := range r.Header["X-Forwarded-For"] {
 			bw.WriteString(prior)

@@ -50,9 +50,13 @@ func (g *Gateway) handle(w http.ResponseWriter, r *http.Request) (abort bool) {
 		return false
 	}
 	status, abort := g.proxy(w, r, t, re, slot)
+	end := time.Now()
 	if re.m != nil {
 		re.m.requests[classOf(status)].Inc()
-		re.m.latency.Observe(time.Since(start).Seconds())
+		re.m.latency.Observe(end.Sub(start).Seconds())
+	}
+	if fw, ok := w.(*frontWriter); ok {
+		fw.end = end // NB: one clock read for the latency and the Date header
 	}
 	return abort
 }
