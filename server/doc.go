@@ -61,6 +61,18 @@
 // wait on the watch hub for the events of exactly what they read and
 // re-check the store's index for it on every wake-up (consulapi.Block).
 //
+// # Watch streams
+//
+// One goroutine per Watch stream sends everything: the hub puts the
+// stream's watchers that have something on the stream's Ready list, and
+// the goroutine drains them at the next point of a process-wide grid
+// (Config.WatchDeliveryInterval, --watch-delivery-interval, 5 ms by
+// default), so a busy stream sends one message per interval and the
+// streams of a connection hand gRPC's writer their messages together. A
+// stream whose client set WatchCreate.grouped gets one response per round
+// with a group per woken watch; others get one response per watch and
+// batch.
+//
 // Session TTLs are the leader's job: while this node leads, one goroutine
 // (runSessionTTL) sleeps until the earliest TTL deadline the store
 // reports, wakes early for session events, and proposes SessionInvalidate
