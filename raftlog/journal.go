@@ -12,7 +12,6 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
-	"golang.org/x/sys/unix"
 )
 
 // The journal (raft.wal) makes a Save durable with one fdatasync of one
@@ -59,10 +58,10 @@ func openJournal(path string, size int64) (*journal, error) {
 	}
 	j.size = fi.Size()
 	if j.size < size {
-		if err := unix.Fallocate(j.fd, 0, 0, size); err != nil {
+		if unsupported, err := preallocate(j.fd, size); err != nil {
 			// NB: a filesystem without fallocate gets a sparse file; writes
 			// then also allocate blocks, which fdatasync must record.
-			if !errors.Is(err, unix.EOPNOTSUPP) {
+			if !unsupported {
 				_ = f.Close()
 				return nil, fmt.Errorf("raftlog: preallocate journal %s to %d bytes: %w", path, size, err)
 			}
@@ -139,7 +138,7 @@ func (j *journal) append(r *journalRecord) (int64, error) {
 	if _, err := j.f.WriteAt(b, j.off); err != nil {
 		return 0, fmt.Errorf("write journal %s at %d: %w", j.path, j.off, err)
 	}
-	if err := unix.Fdatasync(j.fd); err != nil {
+	if err := datasync(j.fd); err != nil {
 		return 0, fmt.Errorf("fdatasync journal %s: %w", j.path, err)
 	}
 	span := recordSpan(n)

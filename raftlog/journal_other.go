@@ -1,0 +1,17 @@
+//go:build !linux
+
+package raftlog
+
+import (
+	"errors"
+	"syscall"
+)
+
+// preallocate reports unsupported: the journal then extends the file with
+// Truncate, and each write may also allocate blocks.
+func preallocate(int, int64) (unsupported bool, err error) {
+	return true, errors.ErrUnsupported
+}
+
+// datasync falls back to fsync where fdatasync is not available.
+func datasync(fd int) error { return syscall.Fsync(fd) }
