@@ -25,13 +25,13 @@ type Hub struct {
 	rr     atomic.Uint64 // round-robin shard assignment
 	ids    atomic.Uint64 // watcher ids
 
-	manual    bool // tests: no goroutines, the test steps the shards
+	manual bool // tests: no goroutines, the test steps the shards
 	// afterCatchUp, tests only: a shard goroutine calls it between its
 	// catch-up with the log and its progress tick (see shard.run).
 	afterCatchUp func(shard int)
-	stopc     chan struct{}
-	wg        sync.WaitGroup
-	closeOnce sync.Once
+	stopc        chan struct{}
+	wg           sync.WaitGroup
+	closeOnce    sync.Once
 }
 
 // New validates cfg, fills its zero fields with defaults, and starts the
