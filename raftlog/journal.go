@@ -533,15 +533,28 @@ func (l *Log) flushedLocked(flushed bool) {
 	l.pendFrom, l.pendBytes, l.diskLast = 0, 0, l.last
 }
 
+// commitTx runs one raft.db write transaction that carries what the
+// journal holds (flushTx, entries up to upTo) and then fn: no raft.db
+// transaction leaves the journal behind it. flushed tells the caller to call
+// flushedLocked once its in-memory view is updated. The caller holds wmu.
+func (l *Log) commitTx(step string, upTo uint64, fn func(*bolt.Tx) error) (flushed bool, err error) {
+	flushed = l.journalPending()
+	err = l.update(step, func(tx *bolt.Tx) error {
+		if err := l.flushTx(tx, upTo); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+	return flushed, err
+}
+
 // checkpointLocked folds the journal into raft.db if it holds anything. The
 // caller holds wmu.
 func (l *Log) checkpointLocked() error {
 	if !l.journalPending() {
 		return nil
 	}
-	if err := l.update("checkpoint", func(tx *bolt.Tx) error {
-		return l.flushTx(tx, l.last)
-	}); err != nil {
+	if _, err := l.commitTx("checkpoint", l.last, func(*bolt.Tx) error { return nil }); err != nil {
 		return err
 	}
 	l.mu.Lock()

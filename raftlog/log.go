@@ -953,17 +953,13 @@ func (l *Log) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 		}
 		return nil
 	}
-	flushed := l.journalPending()
 	upTo := newLast
 	if len(ents) > 0 {
-		upTo = ents[0].Index - 1
+		upTo = ents[0].Index - 1 // the rest of the pending entries ents replaces
 	}
 	allocBefore := pageAlloc(l.db)
 	start := time.Now()
-	err := l.update("save", func(tx *bolt.Tx) error {
-		if err := l.flushTx(tx, upTo); err != nil {
-			return err
-		}
+	flushed, err := l.commitTx("save", upTo, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketEntries)
 		// NB: keys arrive in ascending order, so fill pages completely
 		// instead of bbolt's default 50% split.
@@ -1164,11 +1160,7 @@ func (l *Log) recordSnapshot(rec snapRecord, replace bool) error {
 	if replace && hs.Commit < i {
 		hs.Commit = i
 	}
-	flushed := l.journalPending()
-	if err := l.update("record snapshot", func(tx *bolt.Tx) error {
-		if err := l.flushTx(tx, l.last); err != nil {
-			return err
-		}
+	flushed, err := l.commitTx("record snapshot", l.last, func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		if err := meta.Put(keySnapshot, encodeSnapRecord(rec)); err != nil {
 			return fmt.Errorf("put snapshot: %w", err)
@@ -1194,7 +1186,8 @@ func (l *Log) recordSnapshot(rec snapRecord, replace bool) error {
 			return fmt.Errorf("put compacted: %w", err)
 		}
 		return nil
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	l.mu.Lock()
@@ -1236,11 +1229,7 @@ func (l *Log) Compact(compactIndex uint64) error {
 		return fmt.Errorf("%w: compact %d beyond last index %d", ErrCompactBeyondSnapshot, compactIndex, l.last)
 	}
 	c := compacted{compactIndex, l.terms.term(compactIndex)}
-	flushed := l.journalPending()
-	if err := l.update("compact", func(tx *bolt.Tx) error {
-		if err := l.flushTx(tx, l.last); err != nil {
-			return err
-		}
+	flushed, err := l.commitTx("compact", l.last, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketEntries)
 		for i := l.prev.index + 1; i <= compactIndex; i++ {
 			if err := b.Delete(indexKey(i)); err != nil {
@@ -1251,7 +1240,8 @@ func (l *Log) Compact(compactIndex uint64) error {
 			return fmt.Errorf("put compacted: %w", err)
 		}
 		return nil
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	l.mu.Lock()
@@ -1406,12 +1396,9 @@ func (l *Log) Close() error {
 	if (l.hsDirty || l.journalPending()) && l.writableLocked() == nil {
 		// A clean shutdown keeps the latest commit index and leaves the
 		// journal empty.
-		flushed := l.journalPending()
 		hs := l.hs
-		flushErr = l.update("flush on close", func(tx *bolt.Tx) error {
-			if err := l.flushTx(tx, l.last); err != nil {
-				return err
-			}
+		var flushed bool
+		flushed, flushErr = l.commitTx("flush on close", l.last, func(tx *bolt.Tx) error {
 			return tx.Bucket(bucketMeta).Put(keyHardState, encodeHardState(hs))
 		})
 		if flushErr == nil {
