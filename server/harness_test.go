@@ -74,6 +74,16 @@ func testConfig(opts ...clusterOption) Config {
 	return cfg
 }
 
+// singleMemberConfig is a valid configuration of a one-member cluster that
+// is never started, for tests of Validate.
+func singleMemberConfig(t *testing.T) Config {
+	cfg := DefaultConfig()
+	cfg.Name, cfg.DataDir = "a", t.TempDir()
+	cfg.ListenPeer, cfg.ListenGRPC, cfg.ListenHTTP = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"
+	cfg.InitialCluster = map[string]string{"a": "127.0.0.1:1"}
+	return cfg
+}
+
 func newTestCluster(t testing.TB, n int, opts ...clusterOption) *testCluster {
 	t.Helper()
 	c := &testCluster{

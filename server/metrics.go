@@ -25,6 +25,7 @@ type metrics struct {
 	snapshotIndex    prometheus.Gauge
 	peerSent         *prometheus.CounterVec
 	peerDropped      *prometheus.CounterVec
+	peerMerged       *prometheus.CounterVec
 	requests         *prometheus.CounterVec // gRPC by method and code
 }
 
@@ -65,12 +66,15 @@ func newMetrics() *metrics {
 		peerDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "lodestone", Name: "peer_messages_dropped_total", Help: "Raft messages dropped because the peer's queue was full.",
 		}, []string{"peer"}),
+		peerMerged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "peer_commit_notices_merged_total", Help: "Entry-less commit appends not sent because the next append to the peer carried the same news.",
+		}, []string{"peer"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "lodestone", Name: "grpc_requests_total", Help: "Client gRPC requests by method and status code.",
 		}, []string{"method", "code"}),
 	}
 	reg.MustRegister(m.proposals, m.proposalBatch, m.commitLatency, m.applyLatency, m.readIndexLatency, m.readyLatency,
 		m.leaderChanges, m.isLeader, m.term, m.commitIndex, m.appliedIndex, m.snapshots, m.snapshotIndex,
-		m.peerSent, m.peerDropped, m.requests)
+		m.peerSent, m.peerDropped, m.peerMerged, m.requests)
 	return m
 }

@@ -238,6 +238,7 @@ func (n *node) init() error {
 
 	n.transport = newTransport(n.id, n.logger, n.metrics, n.deliver, n.proposalsDropped)
 	n.transport.removedSelf = n.markRemoved
+	n.transport.commitHold = n.cfg.CommitNoticeHold
 	for name, addr := range n.cfg.InitialCluster {
 		if err := n.transport.setPeer(MemberID(name), addr); err != nil {
 			return err

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/grpcwin"
 	"github.com/lodestone-kv/lodestone/raftlog"
 	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/store"
@@ -141,19 +142,19 @@ func (s *Server) Store() *store.Store { return s.store }
 // Start begins serving; it returns at once. Done reports when the server
 // stops by itself (removed from the cluster or a fatal disk error).
 func (s *Server) Start() {
-	s.peerSrv = grpc.NewServer(
+	s.peerSrv = grpc.NewServer(append(grpcwin.PeerServerOptions(),
 		grpc.MaxRecvMsgSize(peerMaxMsgBytes), grpc.MaxSendMsgSize(peerMaxMsgBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
-	)
+	)...)
 	lodestonepb.RegisterPeerServer(s.peerSrv, &peerService{s: s})
 
-	s.grpcSrv = grpc.NewServer(
+	s.grpcSrv = grpc.NewServer(append(grpcwin.ServerOptions(),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
 		grpc.MaxConcurrentStreams(s.cfg.MaxStreamsPerConnection),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(s.countRequests, s.admitUnary),
 		grpc.ChainStreamInterceptor(s.admitStream),
-	)
+	)...)
 	lodestonepb.RegisterKVServer(s.grpcSrv, s.kv)
 	lodestonepb.RegisterClusterServer(s.grpcSrv, &clusterService{s: s})
 	lodestonepb.RegisterWatchServer(s.grpcSrv, &watchService{s: s})

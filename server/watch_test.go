@@ -578,10 +578,7 @@ func TestConfigWatchDeliveryInterval(t *testing.T) {
 		interval time.Duration
 		ok       bool
 	}{{0, true}, {time.Second, true}, {-time.Millisecond, false}, {2 * time.Second, false}} {
-		cfg := DefaultConfig()
-		cfg.Name, cfg.DataDir = "a", t.TempDir()
-		cfg.ListenPeer, cfg.ListenGRPC, cfg.ListenHTTP = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"
-		cfg.InitialCluster = map[string]string{"a": "127.0.0.1:1"}
+		cfg := singleMemberConfig(t)
 		cfg.WatchDeliveryInterval = tc.interval
 		err := cfg.Validate()
 		var ce *ConfigError

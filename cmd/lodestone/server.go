@@ -81,6 +81,7 @@ func addTuningFlags(cmd *cobra.Command, cfg *server.Config) {
 	f.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "most concurrent client connections")
 	f.IntVar(&cfg.MaxWatchesPerStream, "max-watches-per-stream", cfg.MaxWatchesPerStream, "most watches on one Watch stream")
 	f.IntVar(&cfg.MaxWatchesPerConnection, "max-watches-per-connection", cfg.MaxWatchesPerConnection, "most watches over all streams of one client connection")
+	f.DurationVar(&cfg.CommitNoticeHold, "commit-notice-hold", cfg.CommitNoticeHold, "how long the leader may hold an entry-less commit append for the next append to the same follower (0: send at once)")
 	f.DurationVar(&cfg.WatchDeliveryInterval, "watch-delivery-interval", cfg.WatchDeliveryInterval, "grid watch deliveries are aligned to: at most one message per stream per interval (0: send at once)")
 	f.Uint32Var(&cfg.MaxStreamsPerConnection, "max-streams-per-connection", cfg.MaxStreamsPerConnection, "most concurrent requests per client connection")
 	f.BoolVar(&cfg.EnablePprof, "enable-pprof", cfg.EnablePprof, "serve Go's profiler under /debug/pprof/ on the HTTP listener")

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+	"github.com/lodestone-kv/lodestone/internal/grpcwin"
 )
 
 // system is one store under test: how to start a member and how to talk to
@@ -186,7 +187,7 @@ func (c *cluster) logTails() string { return harness.LogTails(c.sys.name, c.proc
 
 // dial opens one gRPC connection with the options both systems share.
 func dial(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("passthrough:///"+addr, append(grpcwin.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
