@@ -35,13 +35,21 @@ func newLimiter(max, maxQueue int, maxWait time.Duration) *limiter {
 	return &limiter{max: int64(max), maxQueue: maxQueue, maxWait: maxWait}
 }
 
+// tryAcquire takes a slot if one is free at once.
+func (l *limiter) tryAcquire() bool {
+	if l.inflight.Add(1) <= l.max {
+		return true
+	}
+	l.inflight.Add(-1)
+	return false
+}
+
 // acquire takes a slot, waiting up to maxWait; ErrOverloaded when none
 // came, ctx.Err() when ctx ended first.
 func (l *limiter) acquire(ctx context.Context) error {
-	if l.inflight.Add(1) <= l.max {
+	if l.tryAcquire() {
 		return nil
 	}
-	l.inflight.Add(-1)
 	if l.maxQueue < 0 || l.maxWait <= 0 {
 		return ErrOverloaded
 	}

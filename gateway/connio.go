@@ -38,6 +38,9 @@ type connIO struct {
 	// drained reports that the last read found the socket empty after
 	// it. Set false whenever something else may have read the socket.
 	drained bool
+	// writeWaited reports that a write since the user cleared it waited
+	// for room in the socket's buffer (or may have: not raw).
+	writeWaited bool
 
 	readFn, writeFn func(fd uintptr) bool // made once: a method value per call would allocate
 	rp              []byte
@@ -74,6 +77,7 @@ func (x *connIO) Read(p []byte) (int, error) {
 
 func (x *connIO) Write(p []byte) (int, error) {
 	if x.rc == nil {
+		x.writeWaited = true
 		return x.c.Write(p)
 	}
 	x.wp, x.wn, x.werr = p, 0, 0

@@ -57,6 +57,7 @@ func (x *connIO) writeRaw(fd uintptr) bool {
 			x.wn += int(n)
 		case syscall.EINTR:
 		case syscall.EAGAIN:
+			x.writeWaited = true
 			return false
 		default:
 			x.werr = e

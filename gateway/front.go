@@ -228,9 +228,12 @@ func (fc *frontConn) endWatch(n int64) {
 func deadlineSlack(d time.Duration) time.Duration { return min(d/64, 250*time.Millisecond) }
 
 // readDeadline makes sure reads on c end between d and d plus its slack
-// from now.
-func (fc *frontConn) readDeadline(d time.Duration) {
-	want := time.Now().Add(d)
+// from now (zero: read the clock).
+func (fc *frontConn) readDeadline(d time.Duration, now time.Time) {
+	if now.IsZero() {
+		now = time.Now()
+	}
+	want := now.Add(d)
 	if fc.rdl.Before(want) || fc.rdl.After(want.Add(deadlineSlack(d))) {
 		fc.rdl = want.Add(deadlineSlack(d))
 		fc.c.SetReadDeadline(fc.rdl)
@@ -347,13 +350,14 @@ func (f *front) serveConn(fc *frontConn) {
 	fc.req.RemoteAddr = fc.c.RemoteAddr().String()
 	fc.w.fc = fc
 	fc.w.h = make(http.Header, 8)
+	var now time.Time // the end of the last response, if nothing waited since
 	for first := true; ; first = false {
 		if fc.br.Buffered() == 0 {
 			d := g.cfg.ClientIdleTimeout
 			if first {
 				d = g.cfg.ReadHeaderTimeout
 			}
-			fc.readDeadline(d)
+			fc.readDeadline(d, now)
 			if _, err := fc.br.Peek(1); err != nil {
 				return // idle timeout, EOF, or closed by shutdown
 			}
@@ -385,8 +389,13 @@ func (f *front) serveConn(fc *frontConn) {
 		if abort || !fc.w.wroteHeader && fc.ctx.Err() != nil {
 			return
 		}
+		fc.io.writeWaited = false
 		if err := fc.w.finish(); err != nil || fc.w.close {
 			return
+		}
+		now = fc.w.now
+		if fc.io.writeWaited {
+			now = time.Time{}
 		}
 		fc.state.Store(connIdle)
 		if f.shutdown.Load() {
@@ -426,7 +435,7 @@ func (fc *frontConn) readRequest() (int, error) {
 		}
 		if !deadline {
 			deadline = true
-			fc.readDeadline(fc.f.g.cfg.ReadHeaderTimeout)
+			fc.readDeadline(fc.f.g.cfg.ReadHeaderTimeout, time.Time{})
 		}
 		if _, err := fc.br.Peek(len(buf) + 1); err != nil {
 			return 0, err
@@ -619,7 +628,7 @@ type frontWriter struct {
 	hdr         []byte   // rendered status line and header fields
 	pending     []byte   // body held back while the length is unknown
 	err         error
-	end         time.Time // when the handler finished (handle sets it), for Date
+	now         time.Time // a recent clock reading for Date (zero: read the clock); handle sets it
 }
 
 // pendingMax is how much body of unknown length is held back to be sent
@@ -637,7 +646,7 @@ func (w *frontWriter) reset(r *http.Request) {
 	w.hdr = w.hdr[:0]
 	w.pending = w.pending[:0]
 	w.err = nil
-	w.end = time.Time{}
+	w.now = time.Time{}
 }
 
 func (w *frontWriter) Header() http.Header { return w.h }
@@ -804,7 +813,7 @@ func (w *frontWriter) commit(sniff []byte, cl int) {
 	}
 	if !w.hasDate {
 		bw.WriteString("Date: ")
-		bw.Write(w.fc.httpDate(w.end))
+		bw.Write(w.fc.httpDate(w.now))
 		bw.WriteString("\r\n")
 	}
 	if cl >= 0 {

@@ -177,11 +177,13 @@ func (h *clientHook) detach() bool {
 // the response header. On success the returned body owns the connection
 // until finishH1. path is the request-target to send. hook, when not nil,
 // is r's client connection's (front.go); otherwise the exchange gets a
-// hook of its own on r's context.
-func (g *Gateway) h1RoundTrip(p *pool, r *http.Request, path string, hook *clientHook) (*http.Response, *h1Body, error) {
+// hook of its own on r's context. now is the attempt's start.
+func (g *Gateway) h1RoundTrip(p *pool, r *http.Request, path string, hook *clientHook, now time.Time) (*http.Response, *h1Body, error) {
 	ctx := r.Context()
 	for try := 0; ; try++ {
-		now := time.Now()
+		if try > 0 {
+			now = time.Now()
+		}
 		hc, reused, err := p.getH1(ctx, int64(now.Sub(epoch)))
 		if err != nil {
 			return nil, nil, err
@@ -197,7 +199,7 @@ func (g *Gateway) h1RoundTrip(p *pool, r *http.Request, path string, hook *clien
 		resp, err := g.h1Exchange(hc, r, path, now)
 		if err == nil {
 			b := &hc.hb
-			*b = h1Body{body: resp.Body, hc: hc, idle: g.cfg.IdleTimeout, ctx: ctx, hook: hook, stop: stop}
+			*b = h1Body{body: resp.Body, hc: hc, idle: g.cfg.IdleTimeout, ctx: ctx, hook: hook, stop: stop, at: time.Now()}
 			resp.Body = b
 			return resp, b, nil
 		}
@@ -412,6 +414,7 @@ type h1Body struct {
 	ctx   context.Context
 	hook  *clientHook // or stop
 	stop  func() bool
+	at    time.Time // when the response header was in
 	eof   bool
 	fault error // the origin's fault, if the body was cut
 }

@@ -32,12 +32,20 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) handle(w http.ResponseWriter, r *http.Request) (abort bool) {
 	g.handlers.Add(1)
 	defer g.handlers.Done()
+	// NB: a request reads the clock about three times (here, for a Date
+	// header the origin left out, and at its end): each read costs as
+	// much as parsing a small header. What runs in between without
+	// waiting uses the reading before it.
 	start := time.Now()
-	if err := g.admit.acquire(r.Context()); err != nil {
-		if errors.Is(err, ErrOverloaded) {
-			g.shed(w, shedOverload)
+	now := start
+	if !g.admit.tryAcquire() {
+		if err := g.admit.acquire(r.Context()); err != nil {
+			if errors.Is(err, ErrOverloaded) {
+				g.shed(w, shedOverload)
+			}
+			return false
 		}
-		return false
+		now = time.Now() // queued
 	}
 	slot := &admission{l: g.admit}
 	defer slot.release()
@@ -49,14 +57,16 @@ func (g *Gateway) handle(w http.ResponseWriter, r *http.Request) (abort bool) {
 		http.Error(w, "no route for "+hostOnly(r.Host)+r.URL.Path, http.StatusNotFound)
 		return false
 	}
-	status, abort := g.proxy(w, r, t, re, slot)
-	end := time.Now()
+	status, abort, end := g.proxy(w, r, t, re, slot, now)
+	if end.IsZero() {
+		end = time.Now()
+	}
 	if re.m != nil {
 		re.m.requests[classOf(status)].Inc()
 		re.m.latency.Observe(end.Sub(start).Seconds())
 	}
 	if fw, ok := w.(*frontWriter); ok {
-		fw.end = end // NB: one clock read for the latency and the Date header
+		fw.now = end // for a Date header not written yet
 	}
 	return abort
 }
@@ -75,18 +85,30 @@ func (a *admission) release() {
 	}
 }
 
-// proxy runs the attempts and returns the status the client got (0: none)
-// and whether the response was cut short.
-func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, t *table, re *routeEntry, slot *admission) (int, bool) {
+// clockAt returns the gateway Clock's time for t, a time just read from
+// package time: t itself when the Clock is the system's.
+func (g *Gateway) clockAt(t time.Time) time.Time {
+	if _, ok := g.clock.(systemClock); ok {
+		return t
+	}
+	return g.clock.Now()
+}
+
+// proxy runs the attempts, the first at now, and returns the status the
+// client got (0: none), whether the response was cut short, and when the
+// last attempt ended (zero: unknown).
+func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, t *table, re *routeEntry, slot *admission, now time.Time) (int, bool, time.Time) {
 	svc := t.services[re.Service]
 	if svc == nil {
 		g.shed(w, shedNoOrigin)
-		return http.StatusServiceUnavailable, false
+		return http.StatusServiceUnavailable, false, time.Time{}
 	}
 	shard := rand.IntN(len(svc.shards))
 	if isUpgrade(r) {
-		return g.proxyUpgrade(w, r, svc, re, shard, slot)
+		status, abort := g.proxyUpgrade(w, r, svc, re, shard, slot)
+		return status, abort, time.Time{}
 	}
+	fw, _ := w.(*frontWriter)
 	g.budget.deposit()
 	retriable := g.cfg.MaxRetries > 0 && idempotent(r.Method) && noBody(r)
 	var hdr http.Header  // the outbound header of the Transport path, built once if needed
@@ -98,20 +120,21 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, t *table, re *ro
 			// attempt: an origin deregistered meanwhile must not get it.
 			if svc = g.table.Load().services[re.Service]; svc == nil {
 				g.shed(w, shedNoOrigin)
-				return http.StatusServiceUnavailable, false
+				return http.StatusServiceUnavailable, false, time.Time{}
 			}
 			shard = min(shard, len(svc.shards)-1)
+			now = time.Now()
 		}
-		p := svc.choose(shard, g.clock.Now().UnixNano(), exclude, rand.IntN)
+		p := svc.choose(shard, g.clockAt(now).UnixNano(), exclude, rand.IntN)
 		if p == nil {
 			g.shed(w, shedSaturated)
-			return http.StatusServiceUnavailable, false
+			return http.StatusServiceUnavailable, false, time.Time{}
 		}
 		mayRetry := retriable && try < g.cfg.MaxRetries
 		var a *attempt
 		if fastPath(p.origin, r) {
-			a = &attempt{p: p, parent: r.Context(), start: time.Now(), req: r, fast: true}
-			if fw, ok := w.(*frontWriter); ok {
+			a = &attempt{p: p, parent: r.Context(), start: now, req: r, fast: true}
+			if fw != nil {
 				a.hook = &fw.fc.hook
 			}
 		} else {
@@ -123,9 +146,9 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, t *table, re *ro
 		resp, err := g.roundTrip(a, re)
 		if err != nil {
 			clientGone := r.Context().Err() != nil
-			g.finishAttempt(svc, a, 0, !clientGone)
+			end := g.finishAttempt(svc, a, 0, !clientGone)
 			if clientGone {
-				return 0, false
+				return 0, false, end
 			}
 			g.log.Debug("gateway: attempt failed", "route", re.Name, "origin", p.origin.String(), "attempt", try, "err", err)
 			if mayRetry && g.retry(re) {
@@ -137,7 +160,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, t *table, re *ro
 				status = http.StatusGatewayTimeout
 			}
 			http.Error(w, http.StatusText(status), status)
-			return status, false
+			return status, false, end
 		}
 		if retryStatus(resp.StatusCode) && mayRetry && g.retry(re) {
 			drain(resp.Body)
@@ -148,9 +171,12 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, t *table, re *ro
 		// NB: the fast path reuses resp once its connection is pooled
 		// (in finishAttempt): read nothing of it after that.
 		status := resp.StatusCode
+		if a.fast && fw != nil {
+			fw.now = a.h1.at
+		}
 		originFault, abort := g.writeResponse(w, resp, a)
-		g.finishAttempt(svc, a, status, status >= 500 || originFault)
-		return status, abort
+		end := g.finishAttempt(svc, a, status, status >= 500 || originFault)
+		return status, abort, end
 	}
 }
 
@@ -160,7 +186,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, t *table, re *ro
 // error.
 func (g *Gateway) roundTrip(a *attempt, re *routeEntry) (*http.Response, error) {
 	if a.fast {
-		resp, b, err := g.h1RoundTrip(a.p, a.req, requestTarget(a.req, re), a.hook)
+		resp, b, err := g.h1RoundTrip(a.p, a.req, requestTarget(a.req, re), a.hook, a.start)
 		a.resp, a.h1 = resp, b
 		return resp, err
 	}
@@ -250,8 +276,9 @@ func (g *Gateway) startAttempt(r *http.Request, re *routeEntry, p *pool, hdr htt
 }
 
 // finishAttempt releases the origin's slot, records metrics and feeds the
-// outlier detector. status 0 means no response.
-func (g *Gateway) finishAttempt(svc *service, a *attempt, status int, failed bool) {
+// outlier detector, and returns when the attempt ended. status 0 means no
+// response.
+func (g *Gateway) finishAttempt(svc *service, a *attempt, status int, failed bool) time.Time {
 	end := time.Now()
 	if a.fast {
 		if a.h1 != nil {
@@ -269,9 +296,9 @@ func (g *Gateway) finishAttempt(svc *service, a *attempt, status int, failed boo
 		o.m.latency.Observe(end.Sub(a.start).Seconds())
 	}
 	if !failed && !o.failing.Load() {
-		return // the common case: nothing to record, no clock read
+		return end // the common case: nothing to record
 	}
-	res, d := recordResult(g.cfg.Outlier, svc, o, failed, g.clock.Now())
+	res, d := recordResult(g.cfg.Outlier, svc, o, failed, g.clockAt(end))
 	switch res {
 	case outcomeEjected:
 		g.stats.ejections.Add(1)
@@ -282,6 +309,7 @@ func (g *Gateway) finishAttempt(svc *service, a *attempt, status int, failed boo
 	case outcomeCapped:
 		g.log.Debug("gateway: origin not ejected: service at its ejection cap", "service", o.state.name, "origin", o.inst.ID)
 	}
+	return end
 }
 
 // writeResponse streams resp to w. originFault reports a body cut short by
