@@ -652,56 +652,12 @@ func (w *frontWriter) reset(r *http.Request) {
 func (w *frontWriter) Header() http.Header { return w.h }
 
 func (w *frontWriter) WriteHeader(code int) {
-	if w.wroteHeader || code < 100 || code > 999 {
+	if !w.begin(code) {
 		return
 	}
-	w.wroteHeader = true
-	w.status = code
-	bodyOK := code >= 200 && code != http.StatusNoContent && code != http.StatusNotModified
-	w.noBody = w.head || !bodyOK
-	b := append(w.hdr[:0], "HTTP/1.1 "...)
-	b = strconv.AppendInt(b, int64(code), 10)
-	b = append(b, ' ')
-	b = append(b, http.StatusText(code)...)
-	b = append(b, "\r\n"...)
+	b := w.hdr
 	for k, vv := range w.h {
-		switch k {
-		case "Transfer-Encoding":
-			continue // the framing is ours
-		case "Trailer":
-			for _, v := range vv {
-				for f := range strings.SplitSeq(v, ",") {
-					if f = textproto.TrimString(f); f != "" {
-						w.trailers = append(w.trailers, http.CanonicalHeaderKey(f))
-					}
-				}
-			}
-			if w.noBody {
-				continue
-			}
-		case "Content-Length":
-			if !bodyOK {
-				continue
-			}
-			w.hasCL = true
-		case "Content-Type":
-			if code == http.StatusNotModified {
-				continue
-			}
-			w.hasType = true
-		case "Content-Encoding":
-			w.hasType = w.hasType || len(vv) > 0 && vv[0] != "" // NB: never sniff encoded bodies
-		case "Date":
-			w.hasDate = true
-		case "Connection":
-			for _, v := range vv {
-				if hasToken(v, "close") {
-					w.close = true
-				}
-			}
-			continue
-		}
-		if strings.HasPrefix(k, http.TrailerPrefix) || !httpguts.ValidHeaderFieldName(k) {
+		if !w.note(k, vv) || strings.HasPrefix(k, http.TrailerPrefix) || !httpguts.ValidHeaderFieldName(k) {
 			continue
 		}
 		for _, v := range vv {
@@ -712,6 +668,88 @@ func (w *frontWriter) WriteHeader(code int) {
 		}
 	}
 	w.hdr = b
+}
+
+// writeFields is WriteHeader for a header given as the end-to-end fields
+// of a response parsed by the fast path (hfield: valid names and values),
+// without a header map to fill and then walk.
+func (w *frontWriter) writeFields(code int, fields []hfield) {
+	if !w.begin(code) {
+		return
+	}
+	b := w.hdr
+	for _, f := range fields {
+		vv := [1]string{f.v}
+		if isHop(f.k) || !w.note(f.k, vv[:]) {
+			continue
+		}
+		b = append(b, f.k...)
+		b = append(b, ": "...)
+		b = append(b, f.v...)
+		b = append(b, "\r\n"...)
+	}
+	w.hdr = b
+}
+
+// begin starts the response's header with its status line; false if the
+// header is written already or code is invalid.
+func (w *frontWriter) begin(code int) bool {
+	if w.wroteHeader || code < 100 || code > 999 {
+		return false
+	}
+	w.wroteHeader = true
+	w.status = code
+	w.noBody = w.head || !bodyAllowed(code)
+	b := append(w.hdr[:0], "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	b = append(b, ' ')
+	b = append(b, http.StatusText(code)...)
+	w.hdr = append(b, "\r\n"...)
+	return true
+}
+
+func bodyAllowed(code int) bool {
+	return code >= 200 && code != http.StatusNoContent && code != http.StatusNotModified
+}
+
+// note records what header field k (values vv) means for the framing
+// and reports whether it is written as it is.
+func (w *frontWriter) note(k string, vv []string) bool {
+	switch k {
+	case "Transfer-Encoding":
+		return false // the framing is ours
+	case "Trailer":
+		for _, v := range vv {
+			for f := range strings.SplitSeq(v, ",") {
+				if f = textproto.TrimString(f); f != "" {
+					w.trailers = append(w.trailers, http.CanonicalHeaderKey(f))
+				}
+			}
+		}
+		return !w.noBody
+	case "Content-Length":
+		if !bodyAllowed(w.status) {
+			return false
+		}
+		w.hasCL = true
+	case "Content-Type":
+		if w.status == http.StatusNotModified {
+			return false
+		}
+		w.hasType = true
+	case "Content-Encoding":
+		w.hasType = w.hasType || len(vv) > 0 && vv[0] != "" // NB: never sniff encoded bodies
+	case "Date":
+		w.hasDate = true
+	case "Connection":
+		for _, v := range vv {
+			if hasToken(v, "close") {
+				w.close = true
+			}
+		}
+		return false
+	}
+	return true
 }
 
 // appendHeaderValue appends v with CR and LF replaced by spaces and

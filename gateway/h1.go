@@ -39,12 +39,16 @@ type h1conn struct {
 
 	// Reused by every exchange on the connection (one at a time): valid
 	// until the connection goes back to its pool.
-	resp http.Response
-	hdr  http.Header
-	vals []string // hdr's values; NB: whoever keeps a value past the exchange copies it (frontWriter renders the header, net/http clones it)
-	body clBody
-	hb   h1Body
+	resp   http.Response
+	fields []hfield // the response's header fields, in order
+	hdr    http.Header
+	vals   []string // hdr's values; NB: whoever keeps a value past the exchange copies it (frontWriter renders the header, net/http clones it)
+	body   clBody
+	hb     h1Body
 }
+
+// hfield is one header field: canonical name, trimmed and valid value.
+type hfield struct{ k, v string }
 
 // h1idle is a pool's idle fast-path connections, most recently used last.
 type h1idle struct {
@@ -196,7 +200,9 @@ func (g *Gateway) h1RoundTrip(p *pool, r *http.Request, path string, hook *clien
 		} else {
 			stop = context.AfterFunc(ctx, func() { hc.c.SetDeadline(aLongTimeAgo) })
 		}
-		resp, err := g.h1Exchange(hc, r, path, now)
+		// NB: a client connection of front.go renders the response
+		// header straight from its fields (frontWriter.writeFields).
+		resp, err := g.h1Exchange(hc, r, path, now, hook != nil)
 		if err == nil {
 			b := &hc.hb
 			*b = h1Body{body: resp.Body, hc: hc, idle: g.cfg.IdleTimeout, ctx: ctx, hook: hook, stop: stop, at: time.Now()}
@@ -220,8 +226,8 @@ func (g *Gateway) h1RoundTrip(p *pool, r *http.Request, path string, hook *clien
 }
 
 // h1Exchange writes the request and reads the response header on hc;
-// now is the attempt's start.
-func (g *Gateway) h1Exchange(hc *h1conn, r *http.Request, path string, now time.Time) (*http.Response, error) {
+// now is the attempt's start; fieldsOnly is readResponse's.
+func (g *Gateway) h1Exchange(hc *h1conn, r *http.Request, path string, now time.Time, fieldsOnly bool) (*http.Response, error) {
 	ctx := r.Context()
 	// NB: the write and the response header share ResponseHeaderTimeout,
 	// late by at most its slack: a connection busy with one request after
@@ -238,7 +244,7 @@ func (g *Gateway) h1Exchange(hc *h1conn, r *http.Request, path string, now time.
 		return nil, classify(ctx, err, true)
 	}
 	for {
-		resp, err := hc.readResponse(r)
+		resp, err := hc.readResponse(r, fieldsOnly)
 		if err != nil {
 			return nil, classify(ctx, err, hc.br.Buffered() == 0)
 		}
@@ -253,14 +259,16 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // readResponse reads a response header on hc. A plain one (HTTP/1.1, a
 // final status with a body framed by one Content-Length, not to HEAD) is
-// parsed into hc's reused Response and header map; anything else is left
-// to http.ReadResponse.
-func (hc *h1conn) readResponse(r *http.Request) (*http.Response, error) {
+// parsed into hc's reused Response and fields; anything else is left to
+// http.ReadResponse. fieldsOnly leaves a plain response's Header nil when
+// its fields can be sent on as they are (no Connection field): the
+// caller renders hc.fields.
+func (hc *h1conn) readResponse(r *http.Request, fieldsOnly bool) (*http.Response, error) {
 	for {
 		buf, _ := hc.br.Peek(hc.br.Buffered())
 		end, bare := headerEnd(buf)
 		if end >= 0 {
-			if resp := hc.parseResponse(buf[:end], r); resp != nil {
+			if resp := hc.parseResponse(buf[:end], r, fieldsOnly); resp != nil {
 				hc.br.Discard(end)
 				return resp, nil
 			}
@@ -281,7 +289,7 @@ func (hc *h1conn) readResponse(r *http.Request) (*http.Response, error) {
 
 // parseResponse parses a whole plain response header (see readResponse)
 // into hc.resp, or returns nil.
-func (hc *h1conn) parseResponse(b []byte, r *http.Request) *http.Response {
+func (hc *h1conn) parseResponse(b []byte, r *http.Request, fieldsOnly bool) *http.Response {
 	if r.Method == http.MethodHead || len(b) < 16 || string(b[:9]) != "HTTP/1.1 " {
 		return nil
 	}
@@ -302,21 +310,10 @@ func (hc *h1conn) parseResponse(b []byte, r *http.Request) *http.Response {
 	if code < 200 || code == http.StatusNoContent || code == http.StatusNotModified {
 		return nil
 	}
-	if hc.hdr == nil {
-		hc.hdr = make(http.Header, 8)
-	}
-	h := hc.hdr
-	clear(h)
-	if n := strings.Count(rest, "\n"); cap(hc.vals) < n {
-		hc.vals = make([]string, n)
-	} else {
-		clear(hc.vals)
-		hc.vals = hc.vals[:n]
-	}
-	vals := hc.vals
-	nv := 0
+	clear(hc.fields)
+	fields := hc.fields[:0]
 	cl := int64(-1)
-	closing := false
+	closing, conn := false, false
 	for {
 		var k, value string
 		var end, ok bool
@@ -336,20 +333,17 @@ func (hc *h1conn) parseResponse(b []byte, r *http.Request) *http.Response {
 			return nil
 		case "Connection":
 			closing = closing || hasToken(value, "close")
+			conn = true
 		}
-		if nv == len(vals) {
-			return nil
-		}
-		vals[nv] = value
-		if vv := h[k]; vv != nil {
-			h[k] = append(vv, value)
-		} else {
-			h[k] = vals[nv : nv+1 : nv+1]
-		}
-		nv++
+		fields = append(fields, hfield{k, value})
 	}
+	hc.fields = fields
 	if cl < 0 {
 		return nil
+	}
+	var h http.Header
+	if !fieldsOnly || conn {
+		h = hc.header()
 	}
 	hc.body = clBody{r: hc.br, n: cl}
 	hc.resp = http.Response{
@@ -357,6 +351,26 @@ func (hc *h1conn) parseResponse(b []byte, r *http.Request) *http.Response {
 		Header: h, Body: &hc.body, ContentLength: cl, Close: closing, Request: r,
 	}
 	return &hc.resp
+}
+
+// header returns hc.fields as hc's reused header map.
+func (hc *h1conn) header() http.Header {
+	if hc.hdr == nil {
+		hc.hdr = make(http.Header, 8)
+	}
+	h := hc.hdr
+	clear(h)
+	clear(hc.vals)
+	hc.vals = append(hc.vals[:0], make([]string, len(hc.fields))...)
+	for i, f := range hc.fields {
+		hc.vals[i] = f.v
+		if vv := h[f.k]; vv != nil {
+			h[f.k] = append(vv, f.v)
+		} else {
+			h[f.k] = hc.vals[i : i+1 : i+1]
+		}
+	}
+	return h
 }
 
 // clBody reads a body of n bytes from r; the last bytes come with io.EOF.

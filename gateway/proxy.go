@@ -318,16 +318,21 @@ func (g *Gateway) finishAttempt(svc *service, a *attempt, status int, failed boo
 func (g *Gateway) writeResponse(w http.ResponseWriter, resp *http.Response, a *attempt) (originFault, abort bool) {
 	defer resp.Body.Close()
 	h := w.Header()
-	copyHeader(h, resp.Header)
 	announced := len(resp.Trailer)
-	if announced > 0 {
-		keys := make([]string, 0, announced)
-		for k := range resp.Trailer {
-			keys = append(keys, k)
+	if fw, ok := w.(*frontWriter); ok && resp.Header == nil && a.h1 != nil {
+		// The fast path left the header as its fields (h1conn.readResponse).
+		fw.writeFields(resp.StatusCode, a.h1.hc.fields)
+	} else {
+		copyHeader(h, resp.Header)
+		if announced > 0 {
+			keys := make([]string, 0, announced)
+			for k := range resp.Trailer {
+				keys = append(keys, k)
+			}
+			h.Add("Trailer", strings.Join(keys, ", "))
 		}
-		h.Add("Trailer", strings.Join(keys, ", "))
+		w.WriteHeader(resp.StatusCode)
 	}
-	w.WriteHeader(resp.StatusCode)
 	// NB: flush as we go when the length is unknown (server-sent events,
 	// streamed downloads): the client must see bytes as the origin sends
 	// them, never a whole buffered body.

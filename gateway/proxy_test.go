@@ -415,3 +415,71 @@ func TestHeadersSameOnBothPaths(t *testing.T) {
 		t.Errorf("fast path forwarded %v, Transport path %v", get, post)
 	}
 }
+
+// TestResponseHeadersSameOnBothPaths: a response's header reaches the
+// client the same through the HTTP/1.1 fast path (a GET on a client
+// connection of the fast path, whose plain answers are rendered from
+// their fields) and through the Transport path (a POST with a body):
+// end-to-end fields kept with every value, hop-by-hop ones and those
+// named in Connection dropped, a missing Content-Type sniffed.
+func TestResponseHeadersSameOnBothPaths(t *testing.T) {
+	o := startOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		h := w.Header()
+		h["Content-Type"] = nil // NB: no sniffing at the origin
+		h.Add("Set-Cookie", "a=1")
+		h.Add("Set-Cookie", "b=2")
+		h.Set("X-End", "kept")
+		h.Set("Keep-Alive", "timeout=5")
+		h.Set("Proxy-Authenticate", "Basic")
+		if r.URL.Query().Get("conn") != "" {
+			h.Set("Connection", "X-Drop")
+			h.Set("X-Drop", "1")
+		}
+		io.WriteString(w, "<html><body>hi</body></html>")
+	}), false)
+	src := fakeWithRoute("svc")
+	idx := src.PutInstance(o.instance("svc", "o", nil))
+	g := startGateway(t, testConfig(t, src))
+	g.WaitIndex(testCtx(t, 10*time.Second), idx)
+	c := httpClient(t)
+	for _, query := range []string{"", "?conn=1"} {
+		seen := map[string]http.Header{}
+		for _, method := range []string{"GET", "POST"} {
+			var body io.Reader
+			if method == "POST" {
+				body = strings.NewReader("payload")
+			}
+			req, _ := http.NewRequest(method, "http://"+g.Addr()+"/r"+query, body)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b := readAll(t, resp); b != "<html><body>hi</body></html>" {
+				t.Fatalf("%s %s: body %q", method, query, b)
+			}
+			h := resp.Header
+			for _, k := range []string{"Keep-Alive", "Proxy-Authenticate", "X-Drop"} {
+				if v := h.Get(k); v != "" {
+					t.Errorf("%s %s: client got hop-by-hop %s: %q", method, query, k, v)
+				}
+			}
+			if got := h["Set-Cookie"]; len(got) != 2 || got[0] != "a=1" || got[1] != "b=2" {
+				t.Errorf("%s %s: Set-Cookie %q, want [a=1 b=2]", method, query, got)
+			}
+			if got := h.Get("X-End"); got != "kept" {
+				t.Errorf("%s %s: X-End %q, want kept", method, query, got)
+			}
+			if got := h.Get("Content-Type"); got != "text/html; charset=utf-8" {
+				t.Errorf("%s %s: Content-Type %q, want the sniffed text/html; charset=utf-8", method, query, got)
+			}
+			if h.Get("Date") == "" || h.Get("Content-Length") != "28" {
+				t.Errorf("%s %s: Date %q, Content-Length %q", method, query, h.Get("Date"), h.Get("Content-Length"))
+			}
+			seen[method] = h
+		}
+		if get, post := seen["GET"], seen["POST"]; len(get) != len(post) {
+			t.Errorf("%s: fast path answered %v, Transport path %v", query, get, post)
+		}
+	}
+}
