@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
-	"github.com/lodestone-kv/lodestone/internal/grpcwin"
 )
 
 // system is one store under test: how to start a member and how to talk to
@@ -31,6 +30,9 @@ type system struct {
 	leader func(ctx context.Context, clients []string) (string, error)
 	// put returns a put function bound to one gRPC connection to the leader.
 	put func(conn *grpc.ClientConn) func(ctx context.Context, key, value []byte) error
+	// dialOptions are the connection options of the system's own Go
+	// client, so each side runs as its users run it.
+	dialOptions []grpc.DialOption
 }
 
 // cluster is three running members of one system.
@@ -121,7 +123,7 @@ func (c *cluster) waitLeader(ctx context.Context, timeout time.Duration) (string
 // probe retries one put on the leader until it is acknowledged, so the
 // measured run starts on a cluster that commits.
 func (c *cluster) probe(ctx context.Context, timeout time.Duration) error {
-	conn, err := dial(c.leader)
+	conn, err := dial(c.leader, c.sys.dialOptions...)
 	if err != nil {
 		return err
 	}
@@ -186,8 +188,8 @@ func (c *cluster) cpuTime() time.Duration {
 func (c *cluster) logTails() string { return harness.LogTails(c.sys.name, c.procs, 1500) }
 
 // dial opens one gRPC connection with the options both systems share.
-func dial(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient("passthrough:///"+addr, append(grpcwin.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+func dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient("passthrough:///"+addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}

@@ -186,7 +186,7 @@ func runOnce(ctx context.Context, sys system, workDir string, n int) (_ harness.
 	nconn := (n + *flagPerConn - 1) / *flagPerConn
 	puts := make([]func(context.Context, []byte, []byte) error, nconn)
 	for i := range nconn {
-		conn, err := dial(c.leader)
+		conn, err := dial(c.leader, sys.dialOptions...)
 		if err != nil {
 			return harness.Result{}, "", err
 		}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/grpcwin"
 )
 
 // logLevel is given to the servers of both systems: warnings and errors
@@ -33,7 +34,10 @@ func initialCluster(names, peers []string) string {
 func lodestoneSystem(bin string) system {
 	return system{
 		name: "lodestone",
-		bin:  bin,
+		// client/ dials with fixed flow-control windows; clientv3 keeps
+		// gRPC's defaults (bandwidth estimation on).
+		dialOptions: grpcwin.DialOptions(),
+		bin:         bin,
 		args: func(i int, names, peers, clients, http []string, dataDir string) []string {
 			return []string{"server",
 				"--name", names[i],
@@ -76,7 +80,7 @@ func lodestoneSystem(bin string) system {
 
 // etcdSystem runs etcdnode members (embedded etcd, fsync on). Leader
 // discovery uses clientv3's Status; puts use etcd's raw generated KV stub
-// over the same kind of plain gRPC connection Lodestone gets, so neither
+// over a plain gRPC connection, as Lodestone's puts do, so neither
 // side pays for a client library's retry and balancing layers.
 func etcdSystem(bin string) system {
 	return system{

@@ -125,7 +125,7 @@ func openWatchers(ctx context.Context, sys system, target string, nconns, nstrea
 		w.keys = append(w.keys, fmt.Appendf(nil, "disc/svc-%05d", k))
 	}
 	for range nconns {
-		c, err := dial(target)
+		c, err := dial(target, sys.dialOptions...)
 		if err != nil {
 			w.close()
 			return nil, err

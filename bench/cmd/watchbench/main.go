@@ -257,7 +257,7 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 	}()
 	var puts []func(context.Context, []byte, []byte) error
 	for range *flagWriteConns {
-		c, err := dial(d.target)
+		c, err := dial(d.target, sys.dialOptions...)
 		if err != nil {
 			return sample{}, err
 		}

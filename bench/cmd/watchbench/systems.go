@@ -34,6 +34,9 @@ type system struct {
 	put func(conn *grpc.ClientConn) func(ctx context.Context, key, value []byte) error
 	// open opens one watch stream on conn.
 	open func(ctx context.Context, conn *grpc.ClientConn) (watchStream, error)
+	// dialOptions are the connection options of the system's own Go
+	// client, so each side runs as its users run it.
+	dialOptions []grpc.DialOption
 }
 
 // deployment is a running system: where to send writes and watches (the
@@ -73,8 +76,8 @@ type watchEvent struct {
 	value []byte
 }
 
-func dial(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient("passthrough:///"+addr, append(grpcwin.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+func dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient("passthrough:///"+addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
@@ -267,8 +270,11 @@ func (s lodestoneStream) Recv(out []watchResp) ([]watchResp, error) {
 func lodestoneSystem(bin string) system {
 	return system{
 		name: "lodestone",
-		put:  lodestonePut,
-		open: lodestoneOpen,
+		// client/ dials with fixed flow-control windows; clientv3 keeps
+		// gRPC's defaults (bandwidth estimation on).
+		dialOptions: grpcwin.DialOptions(),
+		put:         lodestonePut,
+		open:        lodestoneOpen,
 		start: func(ctx context.Context, workDir string) (*deployment, error) {
 			return startThree(ctx, "lodestone", bin, workDir, *flagServerCPUs,
 				func(i int, names, peers, clients, https []string, dataDir string) []string {
@@ -391,8 +397,10 @@ func etcdSystem(bin string) system {
 func broadcasterSystem(self string) system {
 	return system{
 		name: "broadcaster",
-		put:  lodestonePut,
-		open: lodestoneOpen,
+		// It speaks Lodestone's API, so Lodestone's client options.
+		dialOptions: grpcwin.DialOptions(),
+		put:         lodestonePut,
+		open:        lodestoneOpen,
 		start: func(ctx context.Context, workDir string) (_ *deployment, err error) {
 			dir, err := os.MkdirTemp(workDir, "broadcaster-")
 			if err != nil {
