@@ -482,7 +482,7 @@ func (fc *frontConn) parse(b []byte) bool {
 	r := fc.req
 	h := r.Header
 	clear(h)
-	vals := make([]string, strings.Count(rest, "\n"))
+	var vals []string // made at the first field kept in h (Host is not)
 	nv := 0
 	host, hosts := "", 0
 	r.Close = false
@@ -508,6 +508,9 @@ func (fc *frontConn) parse(b []byte) bool {
 			if hasToken(value, "close") {
 				r.Close = true
 			}
+		}
+		if vals == nil {
+			vals = make([]string, strings.Count(rest, "\n")+1)
 		}
 		if nv == len(vals) {
 			return false // cannot happen: one value per line

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -260,9 +261,11 @@ var aLongTimeAgo = time.Unix(1, 0)
 // readResponse reads a response header on hc. A plain one (HTTP/1.1, a
 // final status with a body framed by one Content-Length, not to HEAD) is
 // parsed into hc's reused Response and fields; anything else is left to
-// http.ReadResponse. fieldsOnly leaves a plain response's Header nil when
-// its fields can be sent on as they are (no Connection field): the
-// caller renders hc.fields.
+// http.ReadResponse. fieldsOnly is for a caller that renders the header
+// before it reads the body (frontWriter): a plain response's Header is
+// then nil when its fields can be sent on as they are (no Connection
+// field, the caller renders hc.fields), and the strings of the header
+// are views of hc.br's buffer, valid until the next read from it.
 func (hc *h1conn) readResponse(r *http.Request, fieldsOnly bool) (*http.Response, error) {
 	for {
 		buf, _ := hc.br.Peek(hc.br.Buffered())
@@ -293,7 +296,12 @@ func (hc *h1conn) parseResponse(b []byte, r *http.Request, fieldsOnly bool) *htt
 	if r.Method == http.MethodHead || len(b) < 16 || string(b[:9]) != "HTTP/1.1 " {
 		return nil
 	}
-	s := string(b) // NB: the one string allocation; the rest are substrings
+	var s string // NB: the rest are substrings
+	if fieldsOnly {
+		s = unsafe.String(&b[0], len(b))
+	} else {
+		s = string(b)
+	}
 	line, rest, _ := strings.Cut(s, "\r\n")
 	status := line[9:]
 	if len(status) < 3 || len(status) > 3 && status[3] != ' ' {
