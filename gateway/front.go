@@ -481,7 +481,9 @@ func (fc *frontConn) parse(b []byte) bool {
 	}
 	r := fc.req
 	h := r.Header
-	clear(h)
+	if len(h) > 0 {
+		clear(h) // NB: clear costs even on an empty map once it had entries
+	}
 	var vals []string // made at the first field kept in h (Host is not)
 	nv := 0
 	host, hosts := "", 0

@@ -594,9 +594,21 @@ func nextHeaderLine(rest string) (key, value, tail string, end, ok bool) {
 	if !found || !httpguts.ValidHeaderFieldName(name) {
 		return "", "", tail, false, false
 	}
-	value = strings.Trim(value, " \t")
+	value = trimOWS(value)
 	if !httpguts.ValidHeaderFieldValue(value) {
 		return "", "", tail, false, false
 	}
 	return textproto.CanonicalMIMEHeaderKey(name), value, tail, false, true
+}
+
+// trimOWS trims the spaces and tabs around a header value (strings.Trim
+// with a cutset builds the set on every call).
+func trimOWS(v string) string {
+	for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
+		v = v[1:]
+	}
+	for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
+		v = v[:len(v)-1]
+	}
+	return v
 }
