@@ -350,7 +350,7 @@ func (f *front) serveConn(fc *frontConn) {
 	fc.req.RemoteAddr = fc.c.RemoteAddr().String()
 	fc.w.fc = fc
 	fc.w.h = make(http.Header, 8)
-	var now time.Time // the end of the last response, if nothing waited since
+	var now time.Time // the end of the last response, if no write waited since the request began
 	for first := true; ; first = false {
 		if fc.br.Buffered() == 0 {
 			d := g.cfg.ClientIdleTimeout
@@ -378,6 +378,7 @@ func (f *front) serveConn(fc *frontConn) {
 		// NB: a connection with a pipelined request buffered is not
 		// watched: the client is there, and its bytes belong to br.
 		fc.reqs++
+		fc.io.writeWaited = false
 		watched := fc.br.Buffered() == 0
 		if watched {
 			fc.beginWatched(fc.reqs)
@@ -389,7 +390,6 @@ func (f *front) serveConn(fc *frontConn) {
 		if abort || !fc.w.wroteHeader && fc.ctx.Err() != nil {
 			return
 		}
-		fc.io.writeWaited = false
 		if err := fc.w.finish(); err != nil || fc.w.close {
 			return
 		}

@@ -430,15 +430,16 @@ func isConnReset(err error) bool {
 // h1Body reads a fast-path response body with the idle timeout on every
 // read and knows, at EOF, whether its connection can be reused.
 type h1Body struct {
-	body  io.ReadCloser
-	hc    *h1conn
-	idle  time.Duration
-	ctx   context.Context
-	hook  *clientHook // or stop
-	stop  func() bool
-	at    time.Time // when the response header was in
-	eof   bool
-	fault error // the origin's fault, if the body was cut
+	body   io.ReadCloser
+	hc     *h1conn
+	idle   time.Duration
+	ctx    context.Context
+	hook   *clientHook // or stop
+	stop   func() bool
+	at     time.Time // when the response header was in
+	waited bool      // a read went to the socket after at
+	eof    bool
+	fault  error // the origin's fault, if the body was cut
 }
 
 func (b *h1Body) Read(p []byte) (int, error) {
@@ -448,6 +449,7 @@ func (b *h1Body) Read(p []byte) (int, error) {
 	if b.hc.br.Buffered() == 0 {
 		b.hc.c.SetReadDeadline(time.Now().Add(b.idle))
 		b.hc.dl = time.Time{}
+		b.waited = true
 	}
 	n, err := b.body.Read(p)
 	if err == io.EOF {
