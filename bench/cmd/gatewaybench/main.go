@@ -55,6 +55,9 @@ var (
 	flagKeep       = flag.Bool("keep", false, "keep configs and logs after the run")
 )
 
+// addedFloorMS is the least added latency reported: wrk's resolution.
+const addedFloorMS = 0.001
+
 func main() {
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: cd bench && go run ./cmd/gatewaybench [flags]\n\n")
@@ -383,7 +386,10 @@ func report(results map[string][]measurement, systems []string) {
 		return harness.Median(xs)
 	}
 	// Added latency: per repetition, the system's minus direct's in the
-	// same repetition; then the median.
+	// same repetition; then the median, floored at wrk's resolution (1µs):
+	// within noise a proxy's percentile can come out below direct's, and a
+	// negative peer figure would turn the ratio negative, which reads as
+	// met whatever Lodestone added.
 	added := func(sys string, f func(measurement) float64) float64 {
 		var xs []float64
 		for i, m := range results[sys] {
@@ -391,13 +397,13 @@ func report(results map[string][]measurement, systems []string) {
 				xs = append(xs, f(m)-f(results["direct"][i]))
 			}
 		}
-		return harness.Median(xs)
+		return max(harness.Median(xs), addedFloorMS)
 	}
 	fmt.Printf("setup: one origin (a minimal HTTP/1.1 keep-alive responder, %d-byte body) on 127.0.0.1; wrk -t1: throughput run -c%d for %v, latency run -c%d paced with delay()=%dms for %v, after a %v warm-up; %d repetitions, system order rotated; medians reported\n",
 		*flagBody, *flagConns, *flagDuration, *flagLatConns, *flagPacing, *flagDuration, *flagWarmup, *flagReps)
 	fmt.Printf("pinning: every proxy under `taskset -c %s`; wrk, the origin, the registry and gatewaybench under CPU list %s; machine has %d CPUs; lodestone = gateway.Run with DefaultConfig (what `lodestone gateway` runs), nginx 1 worker + upstream keepalive, haproxy nbthread 1 + http-reuse always, reverseproxy = httputil.ReverseProxy\n",
 		*flagProxyCPUs, *flagClientCPUs, runtime.NumCPU())
-	fmt.Printf("added latency = system's paced-run percentile minus direct's, per repetition, median over repetitions\n")
+	fmt.Printf("added latency = system's paced-run percentile minus direct's, per repetition, median over repetitions, at least %.3fms\n", addedFloorMS)
 	for _, sys := range systems {
 		fmt.Printf("median system=%s rps=%.0f paced_p50=%.3fms paced_p99=%.3fms\n", sys,
 			med(sys, func(m measurement) float64 { return m.rps }),
