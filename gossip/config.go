@@ -175,15 +175,17 @@ func (c *Config) key() ([]byte, error) {
 
 // DetectionBound is an upper bound on how long after a member of a pool of
 // n dies every other member has declared it failed: one probe round over
-// the others, the probe timeout, the longest suspicion timeout and a few
-// gossip rounds to spread the verdict. It errs long; memberlist's
+// the others, the failed probe itself (memberlist waits out the whole
+// ProbeInterval for indirect acks before it suspects, not just
+// ProbeTimeout), the longest suspicion timeout and a few gossip rounds to
+// spread the verdict. It errs long; memberlist's
 // awareness back-off (a member that misses its own deadlines probes less
 // often) can still exceed it on a starved host.
 func (c Config) DetectionBound(n int) time.Duration {
 	n = max(n, 2)
 	scale := math.Max(1, math.Log10(float64(n)))
 	suspicion := time.Duration(float64(c.SuspicionMult) * scale * float64(c.ProbeInterval))
-	return time.Duration(n-1)*c.ProbeInterval + c.ProbeTimeout +
+	return time.Duration(n)*c.ProbeInterval +
 		time.Duration(c.SuspicionMaxTimeoutMult)*suspicion + 4*c.GossipInterval
 }
 

@@ -41,7 +41,8 @@
 // # Detection time
 //
 // A member that dies is probed by some member within about
-// (n-1)×ProbeInterval, the probe fails after ProbeTimeout, then it is
+// (n-1)×ProbeInterval; the probe fails at the end of that ProbeInterval
+// (a direct ping waits ProbeTimeout, indirect pings the rest), then it is
 // suspected for SuspicionMult×max(1,log10 n)×ProbeInterval (up to
 // SuspicionMaxTimeoutMult times that while confirmations are missing)
 // before it is declared failed; the declaration reaches everyone by gossip

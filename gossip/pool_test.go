@@ -206,5 +206,5 @@ func TestPoolDetectionIsConfigurable(t *testing.T) {
 func ExampleConfig_DetectionBound() {
 	c := DefaultConfig()
 	fmt.Println(c.DetectionBound(3))
-	// Output: 27.3s
+	// Output: 27.8s
 }

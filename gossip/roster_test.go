@@ -132,8 +132,8 @@ func TestConfigValidate(t *testing.T) {
 
 func TestDetectionBound(t *testing.T) {
 	c := DefaultConfig()
-	// 2 members: 1 probe interval, the probe timeout, 6×4×1s suspicion, 4 gossip rounds.
-	if got, want := c.DetectionBound(2), time.Second+500*time.Millisecond+24*time.Second+800*time.Millisecond; got != want {
+	// 2 members: 1 probe round, the failed probe's interval, 6×4×1s suspicion, 4 gossip rounds.
+	if got, want := c.DetectionBound(2), time.Second+time.Second+24*time.Second+800*time.Millisecond; got != want {
 		t.Fatalf("got %v, want %v", got, want)
 	}
 	if c.DetectionBound(100) <= c.DetectionBound(10) {
