@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -82,18 +81,11 @@ func profileLeader(ctx context.Context, d *deployment, dur time.Duration, path s
 	done := make(chan error, 1)
 	go func() {
 		done <- func() error {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-			if err != nil {
-				return err
-			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := harness.Get(ctx, url)
 			if err != nil {
 				return err
 			}
 			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("GET %s: %s", url, resp.Status)
-			}
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 				return err
 			}

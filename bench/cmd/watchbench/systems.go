@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -428,11 +427,7 @@ func broadcasterSystem(self string) system {
 
 // scrape reads the named metrics (first sample of each) from a metrics URL.
 func scrape(ctx context.Context, url string, names ...string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := harness.Get(ctx, url)
 	if err != nil {
 		return nil, err
 	}
