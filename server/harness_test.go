@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -82,6 +83,27 @@ func singleMemberConfig(t *testing.T) Config {
 	cfg.ListenPeer, cfg.ListenGRPC, cfg.ListenHTTP = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"
 	cfg.InitialCluster = map[string]string{"a": "127.0.0.1:1"}
 	return cfg
+}
+
+// checkDurationField validates singleMemberConfig with each of good and
+// bad set by set: good must pass, bad must fail with a ConfigError on field.
+func checkDurationField(t *testing.T, field string, set func(*Config, time.Duration), good, bad []time.Duration) {
+	t.Helper()
+	for _, d := range good {
+		cfg := singleMemberConfig(t)
+		set(&cfg, d)
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("%s %v refused: %v", field, d, err)
+		}
+	}
+	for _, d := range bad {
+		cfg := singleMemberConfig(t)
+		set(&cfg, d)
+		var ce *ConfigError
+		if err := cfg.Validate(); !errors.As(err, &ce) || ce.Field != field {
+			t.Errorf("%s %v: got %v, want a ConfigError on %s", field, d, err, field)
+		}
+	}
 }
 
 func newTestCluster(t testing.TB, n int, opts ...clusterOption) *testCluster {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"reflect"
 	"slices"
 	"testing"
@@ -127,19 +126,7 @@ func TestCommitNoticesMergeUnderSteadyWrites(t *testing.T) {
 }
 
 func TestConfigCommitNoticeHold(t *testing.T) {
-	for _, tc := range []struct {
-		hold time.Duration
-		ok   bool
-	}{{0, true}, {50 * time.Millisecond, true}, {-time.Millisecond, false}, {100 * time.Millisecond, false}} {
-		cfg := singleMemberConfig(t) // heartbeat: one 100ms tick
-		cfg.CommitNoticeHold = tc.hold
-		err := cfg.Validate()
-		var ce *ConfigError
-		switch {
-		case tc.ok && err != nil:
-			t.Errorf("hold %v refused: %v", tc.hold, err)
-		case !tc.ok && (!errors.As(err, &ce) || ce.Field != "commit-notice-hold"):
-			t.Errorf("hold %v: got %v, want a ConfigError on commit-notice-hold", tc.hold, err)
-		}
-	}
+	// singleMemberConfig's heartbeat is one 100ms tick.
+	checkDurationField(t, "commit-notice-hold", func(c *Config, d time.Duration) { c.CommitNoticeHold = d },
+		[]time.Duration{0, 50 * time.Millisecond}, []time.Duration{-time.Millisecond, 100 * time.Millisecond})
 }

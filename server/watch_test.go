@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -574,19 +573,6 @@ func TestWatchDeliveryInterval(t *testing.T) {
 }
 
 func TestConfigWatchDeliveryInterval(t *testing.T) {
-	for _, tc := range []struct {
-		interval time.Duration
-		ok       bool
-	}{{0, true}, {time.Second, true}, {-time.Millisecond, false}, {2 * time.Second, false}} {
-		cfg := singleMemberConfig(t)
-		cfg.WatchDeliveryInterval = tc.interval
-		err := cfg.Validate()
-		var ce *ConfigError
-		switch {
-		case tc.ok && err != nil:
-			t.Errorf("interval %v refused: %v", tc.interval, err)
-		case !tc.ok && (!errors.As(err, &ce) || ce.Field != "watch-delivery-interval"):
-			t.Errorf("interval %v: got %v, want a ConfigError on watch-delivery-interval", tc.interval, err)
-		}
-	}
+	checkDurationField(t, "watch-delivery-interval", func(c *Config, d time.Duration) { c.WatchDeliveryInterval = d },
+		[]time.Duration{0, time.Second}, []time.Duration{-time.Millisecond, 2 * time.Second})
 }
