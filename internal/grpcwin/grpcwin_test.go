@@ -89,16 +89,19 @@ func serverPings(t *testing.T, sopts []grpc.ServerOption, dopts []grpc.DialOptio
 			t.Errorf("serve: %v", err)
 		}
 	}()
-	defer func() { srv.Stop(); served.Wait() }()
 
 	plis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		srv.Stop()
+		served.Wait()
 		t.Fatal(err)
 	}
 	pc := &pingCounter{lis: plis, to: lis.Addr().String()}
 	pc.wg.Add(1)
 	go pc.serve()
-	defer func() { plis.Close(); srv.Stop(); pc.wg.Wait() }()
+	// NB: stopping the server closes its side of each relayed connection,
+	// which ends the relay's copies.
+	defer func() { plis.Close(); srv.Stop(); pc.wg.Wait(); served.Wait() }()
 
 	conn, err := grpc.NewClient("passthrough:///"+plis.Addr().String(),
 		append(dopts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
