@@ -283,6 +283,7 @@ func (t *transport) streamTo(ctx context.Context, client lodestonepb.PeerClient,
 		return fmt.Errorf("open stream: %w", err)
 	}
 	label := fmt.Sprintf("%x", p.id)
+	sentTotal, mergedTotal := t.metrics.peerSent.WithLabelValues(label), t.metrics.peerMerged.WithLabelValues(label)
 	batch := &lodestonepb.RaftBatch{}
 	var (
 		msgs  []raftpb.Message
@@ -315,7 +316,7 @@ func (t *transport) streamTo(ctx context.Context, client lodestonepb.PeerClient,
 		wasHolding := hold.holding
 		msgs, merged := hold.next(msgs, expired, t.commitHold > 0)
 		if merged > 0 {
-			t.metrics.peerMerged.WithLabelValues(label).Add(float64(merged))
+			mergedTotal.Add(float64(merged))
 		}
 		switch {
 		case !hold.holding:
@@ -349,7 +350,7 @@ func (t *transport) streamTo(ctx context.Context, client lodestonepb.PeerClient,
 			}
 			return fmt.Errorf("send: %w", err)
 		}
-		t.metrics.peerSent.WithLabelValues(label).Add(float64(len(batch.Msgs)))
+		sentTotal.Add(float64(len(batch.Msgs)))
 	}
 }
 
