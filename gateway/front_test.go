@@ -33,10 +33,7 @@ func TestFrontConnection(t *testing.T) {
 			fmt.Fprintf(w, "%s %s body=%q x=%q", r.Method, r.URL.RequestURI(), body, r.Header.Get("X-Big"))
 		}
 	}), false)
-	src := fakeWithRoute("svc")
-	idx := src.PutInstance(o.instance("svc", "o", nil))
-	g := startGateway(t, testConfig(t, src))
-	g.WaitIndex(testCtx(t, 10*time.Second), idx)
+	g, _ := gatewayTo(t, o, "o")
 
 	get := func(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n" }
 	big := strings.Repeat("b", 6<<10)

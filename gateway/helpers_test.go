@@ -313,6 +313,19 @@ func nameHandler(name string) http.Handler {
 }
 
 // fakeWithRoute returns a fake source with route "all" → service.
+// gatewayTo starts a gateway whose route "svc" has o as its one instance
+// (id) and waits until its table holds it.
+func gatewayTo(t *testing.T, o *origin, id string) (*gateway.Gateway, *gatewaytest.Source) {
+	t.Helper()
+	src := fakeWithRoute("svc")
+	idx := src.PutInstance(o.instance("svc", id, nil))
+	g := startGateway(t, testConfig(t, src))
+	if err := g.WaitIndex(testCtx(t, 10*time.Second), idx); err != nil {
+		t.Fatal(err)
+	}
+	return g, src
+}
+
 func fakeWithRoute(service string) *gatewaytest.Source {
 	src := gatewaytest.NewSource()
 	src.PutRoute(gateway.Route{Name: "all", PathPrefix: "/", Service: service})

@@ -191,10 +191,7 @@ func TestAdminAnswersWhileSaturated(t *testing.T) {
 // with its labels, after some traffic.
 func TestMetricsExported(t *testing.T) {
 	o := startOrigin(t, nameHandler("o"), false)
-	src := fakeWithRoute("svc")
-	idx := src.PutInstance(o.instance("svc", "o1", nil))
-	g := startGateway(t, testConfig(t, src))
-	g.WaitIndex(testCtx(t, 10*time.Second), idx)
+	g, src := gatewayTo(t, o, "o1")
 	c := httpClient(t)
 	for range 5 {
 		get(t, c, g, "x", "/")

@@ -184,10 +184,7 @@ func TestWebSocketPassesThrough(t *testing.T) {
 			brw.Flush()
 		}
 	}), false)
-	src := fakeWithRoute("svc")
-	idx := src.PutInstance(o.instance("svc", "o1", nil))
-	g := startGateway(t, testConfig(t, src))
-	g.WaitIndex(testCtx(t, 10*time.Second), idx)
+	g, _ := gatewayTo(t, o, "o1")
 
 	conn, err := net.Dial("tcp", g.Addr())
 	if err != nil {
@@ -250,10 +247,7 @@ func TestBodiesStream(t *testing.T) {
 			fmt.Fprintf(w, "%s%s", buf, rest)
 		}
 	}), false)
-	src := fakeWithRoute("svc")
-	idx := src.PutInstance(o.instance("svc", "o1", nil))
-	g := startGateway(t, testConfig(t, src))
-	g.WaitIndex(testCtx(t, 10*time.Second), idx)
+	g, _ := gatewayTo(t, o, "o1")
 	c := httpClient(t)
 
 	resp, err := c.Get("http://" + g.Addr() + "/down")

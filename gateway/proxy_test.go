@@ -362,10 +362,7 @@ func TestHeadersSameOnBothPaths(t *testing.T) {
 		h.Set("X-Path", r.URL.RequestURI())
 		json.NewEncoder(w).Encode(h)
 	}), false)
-	src := fakeWithRoute("svc")
-	idx := src.PutInstance(o.instance("svc", "o", nil))
-	g := startGateway(t, testConfig(t, src))
-	g.WaitIndex(testCtx(t, 10*time.Second), idx)
+	g, _ := gatewayTo(t, o, "o")
 	c := httpClient(t)
 	seen := map[string]http.Header{}
 	for _, method := range []string{"GET", "POST"} {
@@ -438,10 +435,7 @@ func TestResponseHeadersSameOnBothPaths(t *testing.T) {
 		}
 		io.WriteString(w, "<html><body>hi</body></html>")
 	}), false)
-	src := fakeWithRoute("svc")
-	idx := src.PutInstance(o.instance("svc", "o", nil))
-	g := startGateway(t, testConfig(t, src))
-	g.WaitIndex(testCtx(t, 10*time.Second), idx)
+	g, _ := gatewayTo(t, o, "o")
 	c := httpClient(t)
 	for _, query := range []string{"", "?conn=1"} {
 		seen := map[string]http.Header{}
