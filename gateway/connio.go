@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"net"
 	"runtime"
 	"syscall"
@@ -21,7 +22,9 @@ import (
 //     meanwhile and the data is there when this goroutine runs again;
 //     when nothing else is runnable the yield returns at once. (Waiting
 //     for readiness before the first read is not possible on a net.Conn:
-//     every read resets the poller's readiness before it starts.)
+//     every read resets the poller's readiness before it starts; a
+//     request to an origin is written inside the wait instead, see
+//     flushAwait.)
 //   - On Linux the socket syscalls are raw (connio_linux.go): the
 //     descriptor is non-blocking, so a syscall never blocks, and the
 //     runtime's syscall bookkeeping only invited the scheduler's monitor
@@ -43,6 +46,10 @@ type connIO struct {
 	writeWaited bool
 
 	readFn, writeFn func(fd uintptr) bool // made once: a method value per call would allocate
+	sendFn          func(fd uintptr) bool
+	sendW           *bufio.Writer // what sendFn flushes, and how it went
+	sent            bool
+	sendErr         error
 	rp              []byte
 	rn              int
 	rerr            syscall.Errno
@@ -59,7 +66,7 @@ func newConnIO(c, raw net.Conn) *connIO {
 		if sc, ok := raw.(syscall.Conn); ok {
 			if rc, err := sc.SyscallConn(); err == nil {
 				x.rc = rc
-				x.readFn, x.writeFn = x.readRaw, x.writeRaw
+				x.readFn, x.writeFn, x.sendFn = x.readRaw, x.writeRaw, x.sendThenWait
 			}
 		}
 	}
@@ -88,4 +95,39 @@ func (x *connIO) Write(p []byte) (int, error) {
 		err = &net.OpError{Op: "write", Net: "tcp", Source: x.c.LocalAddr(), Addr: x.c.RemoteAddr(), Err: syscallError("write", x.werr)}
 	}
 	return n, err
+}
+
+// flushAwait flushes w, a writer onto x, and waits until x has something
+// to read: for a request whose answer cannot come before it is sent.
+// NB: a read right after the write costs a syscall that fails with EAGAIN
+// (the peer has not answered yet) and a park; the yield before it
+// (Read) only sometimes lets the answer arrive first. Here the write runs
+// inside the wait: RawConn.Read forgets the poller's readiness before its
+// first callback, and every readiness from then on, the answer's included,
+// ends the wait, so nothing needs reading to find out. The read that
+// follows finds the answer (or the error or EOF that ended the wait).
+func (x *connIO) flushAwait(w *bufio.Writer) error {
+	if x.rc == nil {
+		return w.Flush()
+	}
+	x.sendW, x.sent, x.sendErr = w, false, nil
+	err := x.rc.Read(x.sendFn)
+	x.sendW = nil
+	x.drained = false
+	if x.sendErr != nil {
+		return x.sendErr
+	}
+	return err
+}
+
+// sendThenWait is flushAwait's RawConn.Read callback: the first call
+// writes and asks to wait (false) unless the write failed; the next one,
+// after readiness, ends the wait.
+func (x *connIO) sendThenWait(uintptr) bool {
+	if x.sent {
+		return true
+	}
+	x.sent = true
+	x.sendErr = x.sendW.Flush()
+	return x.sendErr != nil
 }

@@ -31,6 +31,7 @@ import (
 // h1conn is one keep-alive connection of a pool's fast path.
 type h1conn struct {
 	c      net.Conn
+	io     *connIO // c as br and bw read and write it
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	idleAt int64     // mono() when it went idle
@@ -94,7 +95,7 @@ func (p *pool) getH1(ctx context.Context, now int64) (*h1conn, bool, error) {
 		raw = cc.Conn
 	}
 	x := newConnIO(c, raw)
-	return &h1conn{c: c, br: bufio.NewReaderSize(x, 4<<10), bw: bufio.NewWriterSize(x, 4<<10)}, false, nil
+	return &h1conn{c: c, io: x, br: bufio.NewReaderSize(x, 4<<10), bw: bufio.NewWriterSize(x, 4<<10)}, false, nil
 }
 
 // putH1 returns hc to the idle list, or closes it when the pool is closed
@@ -241,7 +242,7 @@ func (g *Gateway) h1Exchange(hc *h1conn, r *http.Request, path string, now time.
 		}
 	}
 	writeH1Request(hc.bw, r, path, hc.clientIP(r.RemoteAddr))
-	if err := hc.bw.Flush(); err != nil {
+	if err := hc.io.flushAwait(hc.bw); err != nil {
 		return nil, classify(ctx, err, true)
 	}
 	for {
