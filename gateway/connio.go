@@ -22,9 +22,11 @@ import (
 //     meanwhile and the data is there when this goroutine runs again;
 //     when nothing else is runnable the yield returns at once. (Waiting
 //     for readiness before the first read is not possible on a net.Conn:
-//     every read resets the poller's readiness before it starts; a
-//     request to an origin is written inside the wait instead, see
-//     flushAwait.)
+//     every read resets the poller's readiness before it starts. So a
+//     request to an origin is written inside the wait for its answer,
+//     see flushAwait, and on Linux a client connection is served from
+//     inside one long wait, see frontConn.serveRaw; the yield is left to
+//     body reads and to platforms without raw access.)
 //   - On Linux the socket syscalls are raw (connio_linux.go): the
 //     descriptor is non-blocking, so a syscall never blocks, and the
 //     runtime's syscall bookkeeping only invited the scheduler's monitor

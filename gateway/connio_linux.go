@@ -29,6 +29,12 @@ func (x *connIO) read(p []byte) (int, error) {
 	return n, nil
 }
 
+// readFD reads from the non-blocking descriptor fd into p (not empty).
+func readFD(fd uintptr, p []byte) (int, syscall.Errno) {
+	n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	return int(n), e
+}
+
 // readRaw is RawConn.Read's callback: false waits for readiness.
 func (x *connIO) readRaw(fd uintptr) bool {
 	for {

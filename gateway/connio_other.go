@@ -15,4 +15,7 @@ func (x *connIO) read(p []byte) (int, error) { return x.c.Read(p) }
 func (x *connIO) readRaw(fd uintptr) bool  { return true }
 func (x *connIO) writeRaw(fd uintptr) bool { return true }
 
+// readFD is never called: without rawIO no connIO has a RawConn.
+func readFD(fd uintptr, p []byte) (int, syscall.Errno) { return 0, syscall.EINVAL }
+
 func syscallError(op string, e syscall.Errno) error { return os.NewSyscallError(op, e) }

@@ -25,7 +25,9 @@ import (
 // connection reads a request, proxies it and writes the response, then
 // reads the next: no per-request goroutine, no background read, no
 // per-request header map (the connection's request and response headers
-// are reused), one write syscall per small response.
+// are reused), one write syscall per small response. On Linux the whole
+// loop runs inside one RawConn.Read of the connection (serveRaw), so the
+// connection is read when the poller says it has bytes, never to find out.
 //
 // Only plain requests take it: HTTP/1.1, origin-form target, no body
 // (no Content-Length other than 0, no Transfer-Encoding), no Upgrade or
@@ -38,8 +40,8 @@ import (
 // NB: net/http's server cancels a request's context when the client
 // closes its connection, with a background read started for every
 // request. Here a request that is still running after one to two
-// watchDelays gets that read (watch); quicker ones cost two atomic
-// stores.
+// watchDelays gets a look at the connection every watchDelay (watchTick);
+// quicker ones cost two atomic stores.
 
 // frontBufSize is the client read and write buffer: a request header
 // longer than this goes to net/http.
@@ -111,8 +113,8 @@ const (
 type frontConn struct {
 	f      *front
 	c      net.Conn
-	io     *connIO // c as br and bw read and write it
-	br     *bufio.Reader
+	io     *connIO // c as in is filled from it and bw writes it
+	in     inBuf
 	bw     *bufio.Writer
 	state  atomic.Int32
 	ctx    context.Context
@@ -129,27 +131,49 @@ type frontConn struct {
 	// is within deadlineSlack after the one wanted (see readDeadline).
 	rdl time.Time
 
+	// Where advance is between calls.
+	inHeader    bool      // bytes of a request arrived; its header is not whole yet
+	hdrDeadline bool      // the header's ReadHeaderTimeout is set
+	served      bool      // a request was answered (the next wait is idle)
+	now         time.Time // the end of the last response, if no write waited since the request began
+
 	// The client-gone watch (see watchTick).
-	src        watchReader // what br reads: a byte the watch read, then c
 	watchT     *time.Timer
 	watchArmed atomic.Bool  // watchT will fire (or its tick is running)
-	watchReq   atomic.Int64 // number of the running watched request; 0: none; watching
+	watchReq   atomic.Int64 // number of the running watched request; 0: none
 	watchSeen  atomic.Int64 // the request the last tick saw running
-	watchDone  chan struct{}
-	reqs       int64 // requests begun on the connection
+	reqs       int64        // requests begun on the connection
+}
+
+// inBuf is the client connection's read buffer: bytes b[r:w] are read
+// and not consumed.
+type inBuf struct {
+	b    []byte
+	r, w int
+}
+
+func (b *inBuf) buffered() []byte { return b.b[b.r:b.w] }
+
+// space returns the room left for reading, moving what is buffered to
+// the front first when that makes room.
+func (b *inBuf) space() []byte {
+	if b.r == b.w {
+		b.r, b.w = 0, 0
+	} else if b.w == len(b.b) && b.r > 0 {
+		b.w = copy(b.b, b.b[b.r:b.w])
+		b.r = 0
+	}
+	return b.b[b.w:]
 }
 
 // watchDelay is the period of a busy connection's watch timer: a request
-// running at two ticks in a row (so for at least watchDelay) gets a watch
-// for the client going away. NB: most requests end well before, and cost
-// two atomic stores (a timer Reset and Stop per request cost more); the
-// timer keeps ticking while requests follow one another and stops at the
-// first tick that finds the connection idle; the watch costs a goroutine
-// and a blocked read.
+// running at two ticks in a row (so for at least watchDelay) gets its
+// client connection looked at for the client going away, at that tick and
+// every one after. NB: most requests end well before, and cost two atomic
+// stores (a timer Reset and Stop per request cost more); the timer keeps
+// ticking while requests follow one another and stops at the first tick
+// that finds the connection idle; a look costs one non-blocking peek.
 const watchDelay = 100 * time.Millisecond
-
-// watching in frontConn.watchReq: a watch is reading the connection.
-const watching = -1
 
 // beginWatched marks request n running and watchable.
 func (fc *frontConn) beginWatched(n int64) {
@@ -162,20 +186,21 @@ func (fc *frontConn) beginWatched(n int64) {
 	}
 }
 
-// watchTick runs in the timer's goroutine. A request it also saw running
-// at the previous tick gets watched; otherwise it looks again in
-// watchDelay, or disarms when no request runs.
+// watchTick runs in the timer's goroutine. When a request it also saw
+// running at the previous tick finds the client gone (clientGone), the
+// connection's context ends, which aborts the attempt (h1RoundTrip's
+// hook); otherwise it looks again in watchDelay, or disarms when no
+// request runs.
 func (fc *frontConn) watchTick() {
 	for {
 		n := fc.watchReq.Load()
 		if n > 0 {
-			if fc.watchSeen.Swap(n) != n {
-				fc.watchT.Reset(watchDelay)
-				return
+			if fc.watchSeen.Swap(n) == n && clientGone(fc.c) {
+				fc.cancel()
+				return // NB: stays armed: the connection is ending
 			}
-			if fc.watchReq.CompareAndSwap(n, watching) {
-				fc.watch()
-			}
+			fc.watchT.Reset(watchDelay)
+			return
 		}
 		// NB: disarm, then look again: a request that began after the
 		// load above either sees the timer disarmed and arms it, or is
@@ -185,40 +210,6 @@ func (fc *frontConn) watchTick() {
 			return
 		}
 	}
-}
-
-// watch runs (in the timer's goroutine) when a request has run for
-// watchDelay: it reads the client connection, which has
-// nothing to say until the response is out. EOF or an error other than
-// the deadline endWatch sets means the client went away: the connection's
-// context ends, which aborts the attempt (h1RoundTrip's hook). A byte that
-// does arrive (a pipelined request) is kept for br.
-func (fc *frontConn) watch() {
-	defer func() { fc.watchDone <- struct{}{} }()
-	n, err := fc.c.Read(fc.src.b[:])
-	fc.io.drained = false // this read took the socket's readiness
-	if n == 1 {
-		fc.src.has = true
-		return
-	}
-	var ne net.Error
-	if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
-		fc.cancel()
-	}
-}
-
-// endWatch ends watched request n, stopping its watch if one runs and
-// waiting for it.
-func (fc *frontConn) endWatch(n int64) {
-	if fc.watchReq.CompareAndSwap(n, 0) {
-		return
-	}
-	// NB: the past deadline also ends a watch that has not reached its
-	// read yet; the next request's read sets a deadline again.
-	fc.c.SetReadDeadline(aLongTimeAgo)
-	fc.rdl = time.Time{}
-	<-fc.watchDone
-	fc.watchReq.Store(0)
 }
 
 // deadlineSlack is how late a client read deadline may be, so that a busy
@@ -238,23 +229,6 @@ func (fc *frontConn) readDeadline(d time.Duration, now time.Time) {
 		fc.rdl = want.Add(deadlineSlack(d))
 		fc.c.SetReadDeadline(fc.rdl)
 	}
-}
-
-// watchReader is the client connection as br reads it: first the byte a
-// watch read, if any.
-type watchReader struct {
-	r   *connIO
-	b   [1]byte
-	has bool
-}
-
-func (r *watchReader) Read(p []byte) (int, error) {
-	if r.has && len(p) > 0 {
-		r.has = false
-		p[0] = r.b[0]
-		return 1, nil
-	}
-	return r.r.Read(p)
 }
 
 func (f *front) track(c net.Conn) *frontConn {
@@ -323,7 +297,7 @@ func (f *front) serveConn(fc *frontConn) {
 	defer func() {
 		stopHook()
 		if fc.watchT != nil {
-			fc.watchT.Stop() // no watch runs: endWatch waited for any
+			fc.watchT.Stop()
 		}
 		// As net/http does: a panicking request closes its connection,
 		// not the gateway.
@@ -337,11 +311,8 @@ func (f *front) serveConn(fc *frontConn) {
 		}
 		f.untrack(fc)
 	}()
-	g := f.g
 	fc.io = newConnIO(fc.c, fc.c)
-	fc.src.r = fc.io
-	fc.br = bufio.NewReaderSize(&fc.src, frontBufSize)
-	fc.watchDone = make(chan struct{}, 1)
+	fc.in.b = make([]byte, frontBufSize)
 	fc.watchT = time.AfterFunc(time.Hour, fc.watchTick)
 	fc.watchT.Stop()
 	fc.bw = bufio.NewWriterSize(fc.io, frontBufSize)
@@ -350,101 +321,169 @@ func (f *front) serveConn(fc *frontConn) {
 	fc.req.RemoteAddr = fc.c.RemoteAddr().String()
 	fc.w.fc = fc
 	fc.w.h = make(http.Header, 8)
-	var now time.Time // the end of the last response, if no write waited since the request began
-	for first := true; ; first = false {
-		if fc.br.Buffered() == 0 {
-			d := g.cfg.ClientIdleTimeout
-			if first {
-				d = g.cfg.ReadHeaderTimeout
+	var step frontStep
+	if fc.io.rc != nil {
+		step = fc.serveRaw(fc.io.rc)
+	} else {
+		step = fc.serveReads()
+	}
+	if step == stepHandoff {
+		handedOff = f.handoff(fc)
+	}
+}
+
+// frontStep is what advance leaves the connection to do.
+type frontStep int
+
+const (
+	stepWait    frontStep = iota // read more: the deadline for it is set
+	stepStop                     // close the connection
+	stepHandoff                  // hand it, with what is buffered, to net/http
+)
+
+// serveRaw serves the connection inside one RawConn.Read: the callback
+// reads what arrived, serves every whole request (advance), and waits
+// for the poller (false) once a read left the socket empty.
+//
+// NB: RawConn.Read forgets the poller's readiness only when it begins.
+// Readiness that comes while a request is served (the next request, the
+// client's close) is kept, and the wait that follows ends at once. So the
+// connection is never read to find out whether the client sent anything:
+// such a read, right after the response went out, failed with EAGAIN for
+// most requests and cost a syscall and a park. Nothing else reads the
+// connection meanwhile: the client-gone watch only peeks (clientGone).
+func (fc *frontConn) serveRaw(rc syscall.RawConn) frontStep {
+	step := fc.advance() // the first request's deadline
+	if step != stepWait {
+		return step
+	}
+	err := rc.Read(func(fd uintptr) bool {
+		for {
+			p := fc.in.space()
+			n, errno := readFD(fd, p)
+			switch {
+			case errno == syscall.EAGAIN:
+				return false
+			case errno == syscall.EINTR:
+				continue
+			case errno != 0 || n == 0:
+				step = stepStop // EOF or a reset
+				return true
 			}
-			fc.readDeadline(d, now)
-			if _, err := fc.br.Peek(1); err != nil {
-				return // idle timeout, EOF, or closed by shutdown
+			fc.in.w += n
+			if step = fc.advance(); step != stepWait {
+				return true
+			}
+			if n < len(p) {
+				return false // the socket is empty
 			}
 		}
-		if !fc.state.CompareAndSwap(connIdle, connActive) {
-			return
+	})
+	if err != nil {
+		return stepStop // a deadline, or Close by shutdown
+	}
+	return step
+}
+
+// serveReads is serveRaw for a connection without raw access: blocking
+// reads through connIO.
+func (fc *frontConn) serveReads() frontStep {
+	for {
+		if step := fc.advance(); step != stepWait {
+			return step
 		}
-		n, err := fc.readRequest()
+		n, err := fc.io.Read(fc.in.space())
+		fc.in.w += n
 		if err != nil {
-			return // timeout or EOF in the middle of a header
-		}
-		if n < 0 {
-			handedOff = f.handoff(fc)
-			return
-		}
-		fc.br.Discard(n)
-		fc.w.reset(fc.req)
-		// NB: a connection with a pipelined request buffered is not
-		// watched: the client is there, and its bytes belong to br.
-		fc.reqs++
-		fc.io.writeWaited = false
-		watched := fc.br.Buffered() == 0
-		if watched {
-			fc.beginWatched(fc.reqs)
-		}
-		abort := g.handle(&fc.w, fc.req)
-		if watched {
-			fc.endWatch(fc.reqs)
-		}
-		if abort || !fc.w.wroteHeader && fc.ctx.Err() != nil {
-			return
-		}
-		if err := fc.w.finish(); err != nil || fc.w.close {
-			return
-		}
-		now = fc.w.now
-		if fc.io.writeWaited {
-			now = time.Time{}
-		}
-		fc.state.Store(connIdle)
-		if f.shutdown.Load() {
-			return
+			return stepStop // idle timeout, EOF, or closed by shutdown
 		}
 	}
+}
+
+// advance serves the whole requests in fc.in, in order, and sets the
+// read deadline for what it waits for next. Plain requests are proxied
+// here; the first one that is not goes to net/http (stepHandoff).
+func (fc *frontConn) advance() frontStep {
+	cfg := &fc.f.g.cfg
+	for {
+		buf := fc.in.buffered()
+		if !fc.inHeader {
+			if len(buf) == 0 {
+				d := cfg.ClientIdleTimeout
+				if !fc.served {
+					d = cfg.ReadHeaderTimeout
+				}
+				fc.readDeadline(d, fc.now)
+				return stepWait
+			}
+			if !fc.state.CompareAndSwap(connIdle, connActive) {
+				return stepStop
+			}
+			fc.inHeader, fc.hdrDeadline = true, false
+		}
+		end, bare := headerEnd(buf)
+		if bare {
+			return stepHandoff
+		}
+		if end < 0 {
+			if len(buf) == len(fc.in.b) {
+				return stepHandoff // too long for the fast path
+			}
+			if !fc.hdrDeadline {
+				fc.hdrDeadline = true
+				fc.readDeadline(cfg.ReadHeaderTimeout, time.Time{})
+			}
+			return stepWait
+		}
+		if !fc.parse(buf[:end]) {
+			return stepHandoff
+		}
+		fc.in.r += end
+		fc.inHeader = false
+		if !fc.serve() {
+			return stepStop
+		}
+	}
+}
+
+// serve proxies the request parsed into fc.req and writes its response;
+// false ends the connection.
+func (fc *frontConn) serve() bool {
+	fc.w.reset(fc.req)
+	// NB: a connection with a pipelined request buffered is not
+	// watched: the client is there.
+	fc.reqs++
+	fc.io.writeWaited = false
+	watched := len(fc.in.buffered()) == 0
+	if watched {
+		fc.beginWatched(fc.reqs)
+	}
+	abort := fc.f.g.handle(&fc.w, fc.req)
+	if watched {
+		fc.watchReq.Store(0)
+	}
+	if abort || !fc.w.wroteHeader && fc.ctx.Err() != nil {
+		return false
+	}
+	if err := fc.w.finish(); err != nil || fc.w.close {
+		return false
+	}
+	fc.served = true
+	fc.now = fc.w.now
+	if fc.io.writeWaited {
+		fc.now = time.Time{}
+	}
+	fc.state.Store(connIdle)
+	return !fc.f.shutdown.Load()
 }
 
 // handoff gives fc, with what it has buffered, to the net/http server.
 func (f *front) handoff(fc *frontConn) bool {
 	c := net.Conn(fc.c)
-	if n := fc.br.Buffered(); n > 0 {
-		b, _ := fc.br.Peek(n)
+	if b := fc.in.buffered(); len(b) > 0 {
 		c = &prefixConn{Conn: fc.c, prefix: bytes.Clone(b)}
 	}
 	return f.slow.hand(c)
-}
-
-// readRequest reads and parses a request header into fc.req: its length
-// in the buffer, or -1 when the request is not for the fast path.
-func (fc *frontConn) readRequest() (int, error) {
-	deadline := false
-	var buf []byte
-	end := -1
-	for {
-		buf, _ = fc.br.Peek(fc.br.Buffered())
-		var bare bool
-		end, bare = headerEnd(buf)
-		if bare {
-			return -1, nil
-		}
-		if end >= 0 {
-			break
-		}
-		if len(buf) == fc.br.Size() {
-			return -1, nil // too long for the fast path
-		}
-		if !deadline {
-			deadline = true
-			fc.readDeadline(fc.f.g.cfg.ReadHeaderTimeout, time.Time{})
-		}
-		if _, err := fc.br.Peek(len(buf) + 1); err != nil {
-			return 0, err
-		}
-	}
-	if !fc.parse(buf[:end]) {
-		return -1, nil
-	}
-	return end, nil
 }
 
 // headerEnd returns the length of the header in b up to and including its
