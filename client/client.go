@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
-	"github.com/lodestone-kv/lodestone/internal/grpcwin"
+	"github.com/lodestone-kv/lodestone/internal/grpcopt"
 )
 
 // Client talks to a Lodestone cluster. It is safe for concurrent use.
@@ -118,7 +118,7 @@ func (c *Client) conn(ep string) (*grpc.ClientConn, error) {
 			MinConnectTimeout: c.cfg.DialTimeout,
 		}),
 	}
-	opts = append(opts, grpcwin.DialOptions()...)
+	opts = append(opts, grpcopt.DialOptions()...)
 	opts = append(opts, c.cfg.DialOptions...)
 	cc, err := grpc.NewClient(ep, opts...)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
-	"github.com/lodestone-kv/lodestone/internal/grpcwin"
+	"github.com/lodestone-kv/lodestone/internal/grpcopt"
 	"github.com/lodestone-kv/lodestone/raftlog"
 	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/store"
@@ -142,13 +142,13 @@ func (s *Server) Store() *store.Store { return s.store }
 // Start begins serving; it returns at once. Done reports when the server
 // stops by itself (removed from the cluster or a fatal disk error).
 func (s *Server) Start() {
-	s.peerSrv = grpc.NewServer(append(grpcwin.PeerServerOptions(),
+	s.peerSrv = grpc.NewServer(append(grpcopt.PeerServerOptions(),
 		grpc.MaxRecvMsgSize(peerMaxMsgBytes), grpc.MaxSendMsgSize(peerMaxMsgBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 	)...)
 	lodestonepb.RegisterPeerServer(s.peerSrv, &peerService{s: s})
 
-	s.grpcSrv = grpc.NewServer(append(grpcwin.ServerOptions(),
+	s.grpcSrv = grpc.NewServer(append(grpcopt.ServerOptions(),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
 		grpc.MaxConcurrentStreams(s.cfg.MaxStreamsPerConnection),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),

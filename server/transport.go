@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
-	"github.com/lodestone-kv/lodestone/internal/grpcwin"
+	"github.com/lodestone-kv/lodestone/internal/grpcopt"
 )
 
 // The peer transport keeps one gRPC client stream per peer for ordinary
@@ -121,7 +121,7 @@ func (t *transport) setPeer(id uint64, addr string) error {
 		}
 		t.stopPeerLocked(p)
 	}
-	conn, err := grpc.NewClient(addr, append(grpcwin.PeerDialOptions(),
+	conn, err := grpc.NewClient(addr, append(grpcopt.PeerDialOptions(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(peerMaxMsgBytes), grpc.MaxCallSendMsgSize(peerMaxMsgBytes)),
 		// NB: gRPC's default reconnect backoff grows to two minutes; a

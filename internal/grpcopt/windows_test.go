@@ -1,4 +1,4 @@
-package grpcwin_test
+package grpcopt_test
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/lodestone-kv/lodestone/internal/grpcwin"
+	"github.com/lodestone-kv/lodestone/internal/grpcopt"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -128,10 +128,10 @@ func TestFixedWindowsSendNoPings(t *testing.T) {
 	if n := serverPings(t, nil, nil); n == 0 {
 		t.Fatal("default options: the server sent no ping; the counter is broken")
 	}
-	if n := serverPings(t, grpcwin.ServerOptions(), grpcwin.DialOptions()); n != 0 {
+	if n := serverPings(t, grpcopt.ServerOptions(), grpcopt.DialOptions()); n != 0 {
 		t.Fatalf("client windows: the server sent %d pings, want 0", n)
 	}
-	if n := serverPings(t, grpcwin.PeerServerOptions(), grpcwin.PeerDialOptions()); n != 0 {
+	if n := serverPings(t, grpcopt.PeerServerOptions(), grpcopt.PeerDialOptions()); n != 0 {
 		t.Fatalf("peer windows: the server sent %d pings, want 0", n)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
-	"github.com/lodestone-kv/lodestone/internal/grpcwin"
+	"github.com/lodestone-kv/lodestone/internal/grpcopt"
 )
 
 // logLevel is given to the servers of both systems: warnings and errors
@@ -36,7 +36,7 @@ func lodestoneSystem(bin string) system {
 		name: "lodestone",
 		// client/ dials with fixed flow-control windows; clientv3 keeps
 		// gRPC's defaults (bandwidth estimation on).
-		dialOptions: grpcwin.DialOptions(),
+		dialOptions: grpcopt.DialOptions(),
 		bin:         bin,
 		args: func(i int, names, peers, clients, http []string, dataDir string) []string {
 			return []string{"server",

@@ -20,7 +20,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
-	"github.com/lodestone-kv/lodestone/internal/grpcwin"
+	"github.com/lodestone-kv/lodestone/internal/grpcopt"
 )
 
 // system is one store under test. Everything else (ports, pinning,
@@ -271,7 +271,7 @@ func lodestoneSystem(bin string) system {
 		name: "lodestone",
 		// client/ dials with fixed flow-control windows; clientv3 keeps
 		// gRPC's defaults (bandwidth estimation on).
-		dialOptions: grpcwin.DialOptions(),
+		dialOptions: grpcopt.DialOptions(),
 		put:         lodestonePut,
 		open:        lodestoneOpen,
 		start: func(ctx context.Context, workDir string) (*deployment, error) {
@@ -397,7 +397,7 @@ func broadcasterSystem(self string) system {
 	return system{
 		name: "broadcaster",
 		// It speaks Lodestone's API, so Lodestone's client options.
-		dialOptions: grpcwin.DialOptions(),
+		dialOptions: grpcopt.DialOptions(),
 		put:         lodestonePut,
 		open:        lodestoneOpen,
 		start: func(ctx context.Context, workDir string) (_ *deployment, err error) {
