@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -61,25 +62,18 @@ func nextIndex(last, got uint64) (next uint64, changed bool) {
 	return got, true
 }
 
-// phase is one write window: write seq has an intended start base +
-// seq*period and goes to key seq mod the key count.
+// phase is one write window; write seq goes to key seq mod the key count.
 type phase struct {
-	id            byte
-	base          time.Time
-	period        time.Duration
-	warmN, totalN int           // writes before the window; in all
-	acked         []atomic.Bool // by write number
-	seen          []atomic.Bool // by write number: a query read its value
+	harness.WritePhase
+	acked []bool        // by write number; set once the writer has answered
+	seen  []atomic.Bool // by write number: a query read its value
 }
 
 func newPhase(id byte, rate int, warmup, dur time.Duration) *phase {
-	period := time.Second / time.Duration(rate)
-	total := int((warmup + dur) / period)
-	return &phase{id: id, period: period, warmN: int(warmup / period), totalN: total,
-		acked: make([]atomic.Bool, total), seen: make([]atomic.Bool, total)}
+	p := &phase{WritePhase: harness.NewWritePhase(id, rate, warmup, dur)}
+	p.seen = make([]atomic.Bool, p.TotalN)
+	return p
 }
-
-func (p *phase) intended(seq int) time.Time { return p.base.Add(time.Duration(seq) * p.period) }
 
 // writer puts through the Consul KV API of one server.
 type writer struct {
@@ -146,69 +140,39 @@ func (w *writer) populate(ctx context.Context, nkeys int) error {
 
 // writeResult is what one phase's writes measured.
 type writeResult struct {
-	lat        []time.Duration // acknowledged window writes, from intended start, ascending
-	acked      int             // acknowledged writes, warm-up included
-	errors     int
-	firstErr   error
-	loadgenCPU time.Duration // this process's CPU time during the phase
+	lat       []time.Duration // acknowledged window writes, from intended start, ascending
+	acked     int             // acknowledged writes, warm-up included
+	errors    int
+	firstErr  error
+	writerCPU time.Duration // the writer child's CPU time during the phase
+	queryCPU  time.Duration // this process's (the queries') CPU time during the phase
 }
 
-// run drives p's writes open loop over nkeys keys. q, if not nil, is told
-// the phase so it can attribute what it reads.
-func (w *writer) run(ctx context.Context, p *phase, nkeys int, q *queries) (writeResult, error) {
-	cpu0, _ := harness.CPUTime(os.Getpid())
-	p.base = time.Now().Add(50 * time.Millisecond)
+// runWrites has wr drive p's writes, open loop. q, if not nil, is told the
+// phase first so it can attribute what it reads.
+func runWrites(ctx context.Context, wr *harness.Writer, p *phase, q *queries) (writeResult, error) {
+	self0, _ := harness.CPUTime(os.Getpid())
+	writer0, _ := harness.CPUTime(wr.Proc().Pid())
 	if q != nil {
 		q.cur.Store(p)
 	}
-	var next atomic.Int64
-	lats := make([][]time.Duration, writeWorkers)
-	var errCount atomic.Int64
-	var firstErr atomic.Pointer[error]
-	var wg sync.WaitGroup
-	for wi := range writeWorkers {
-		wg.Go(func() {
-			for seq := int(next.Add(1) - 1); seq < p.totalN && ctx.Err() == nil; seq = int(next.Add(1) - 1) {
-				at := p.intended(seq)
-				if sleepCtx(ctx, time.Until(at)) != nil {
-					return
-				}
-				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				err := w.put(pctx, keyName(seq%nkeys), encodeValue(p.id, seq))
-				cancel()
-				lat := time.Since(at)
-				if err != nil {
-					errCount.Add(1)
-					firstErr.CompareAndSwap(nil, &err)
-					continue
-				}
-				p.acked[seq].Store(true)
-				if seq >= p.warmN {
-					lats[wi] = append(lats[wi], lat)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
+	res, err := wr.Run(ctx, p.WritePhase)
+	if err != nil {
 		return writeResult{}, err
 	}
-	var r writeResult
-	for _, l := range lats {
-		r.lat = append(r.lat, l...)
+	r := writeResult{lat: res.Latencies, errors: len(res.Failed)}
+	if r.errors > 0 {
+		r.firstErr = errors.New(res.FirstErr)
 	}
-	slices.Sort(r.lat)
-	for i := range p.acked {
-		if p.acked[i].Load() {
+	p.acked = make([]bool, p.TotalN)
+	for seq := range p.acked {
+		if p.acked[seq] = res.Acked(seq); p.acked[seq] {
 			r.acked++
 		}
 	}
-	r.errors = int(errCount.Load())
-	if e := firstErr.Load(); e != nil {
-		r.firstErr = *e
-	}
-	cpu1, _ := harness.CPUTime(os.Getpid())
-	r.loadgenCPU = cpu1 - cpu0
+	self1, _ := harness.CPUTime(os.Getpid())
+	writer1, _ := harness.CPUTime(wr.Proc().Pid())
+	r.queryCPU, r.writerCPU = self1-self0, writer1-writer0
 	return r, nil
 }
 
@@ -390,12 +354,12 @@ func (q *queries) get(ctx context.Context, url string, index uint64) (uint64, []
 func (q *queries) observe(val []byte, now time.Time) {
 	ph, seq, ok := decodeValue(val)
 	p := q.cur.Load()
-	if !ok || p == nil || ph != p.id || seq >= p.totalN {
+	if !ok || p == nil || ph != p.ID || seq >= p.TotalN {
 		return // the population, or another phase's write
 	}
-	if p.seen[seq].CompareAndSwap(false, true) && seq >= p.warmN {
+	if p.seen[seq].CompareAndSwap(false, true) && seq >= p.WarmN {
 		q.mu.Lock()
-		q.wake = append(q.wake, now.Sub(p.intended(seq)))
+		q.wake = append(q.wake, now.Sub(p.Intended(seq)))
 		q.mu.Unlock()
 	}
 }
@@ -417,7 +381,7 @@ func (q *queries) finish(ctx context.Context) queryCounts {
 	p := q.cur.Load()
 	pending := func() (due, seen int64) {
 		for i := range p.acked {
-			if p.acked[i].Load() {
+			if p.acked[i] {
 				due++
 				if p.seen[i].Load() {
 					seen++

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +37,11 @@ var (
 	flagWorkDir    = flag.String("work-dir", "", "where the binary and data dirs go (default: the system temp dir)")
 	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep       = flag.Bool("keep", false, "keep the binary, data dirs and server logs")
+
+	// The writer child runs this binary with these (and -queries):
+	// writes come from their own process, see harness.ServeWrites.
+	flagServeWriter = flag.Bool("serve-writer", false, "internal: run write phases read from stdin and nothing else")
+	flagTarget      = flag.String("target", "", "internal: -serve-writer's server URL")
 )
 
 // Targets: the issue "Consul-compatible catalog, health, sessions and KV
@@ -48,7 +54,23 @@ const (
 )
 
 func main() {
-	harness.Main("blockingbench", "servers stopped and temp dirs removed", run)
+	harness.Main("blockingbench", "servers stopped and temp dirs removed", func(ctx context.Context) error {
+		if *flagServeWriter {
+			return serveWriter(ctx, *flagTarget, *flagQueries)
+		}
+		return run(ctx)
+	})
+}
+
+// serveWriter puts the writes of each phase read from stdin through the
+// Consul KV API at target, write seq to key seq mod nkeys, and answers
+// with what they measured on stdout.
+func serveWriter(ctx context.Context, target string, nkeys int) error {
+	w := newWriter(target)
+	defer w.close()
+	return harness.ServeWrites(ctx, os.Stdin, os.Stdout, func(ctx context.Context, id byte, seq int) error {
+		return w.put(ctx, keyName(seq%nkeys), encodeValue(id, seq))
+	})
 }
 
 // sample is what one repetition measured.
@@ -164,12 +186,26 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 	if err := w.populate(ctx, n); err != nil {
 		return sample{}, err
 	}
+	self, err := os.Executable()
+	if err != nil {
+		return sample{}, err
+	}
+	wr, err := harness.StartWriter("writer", self, []string{"-serve-writer", "-target", c.https[c.leader], "-queries", strconv.Itoa(n)},
+		filepath.Join(workDir, fmt.Sprintf("writer-rep%d.log", rep+1)), *flagClientCPUs)
+	if err != nil {
+		return sample{}, err
+	}
+	defer func() {
+		if werr := wr.Stop(); werr != nil && err == nil {
+			err = fmt.Errorf("writer: %w", werr)
+		}
+	}()
 	var s sample
 	phase := func(label string, id byte, q *queries) (writeResult, error) {
 		p := newPhase(id, *flagRate, *flagWarmup, *flagDuration)
 		cpu0 := c.cpu()
 		t0 := time.Now()
-		r, err := w.run(ctx, p, n, q)
+		r, err := runWrites(ctx, wr, p, q)
 		if err == nil && r.acked == 0 {
 			err = fmt.Errorf("phase %s: no write was acknowledged (first error: %v)", label, r.firstErr)
 		}
@@ -183,9 +219,9 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		if r.errors > 0 {
 			note = fmt.Sprintf(" first-error=%q", r.firstErr.Error())
 		}
-		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms server-cpu=%.0f%% loadgen-cpu=%.0f%%%s\n",
+		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms server-cpu=%.0f%% writer-cpu=%.0f%% query-cpu=%.0f%%%s\n",
 			rep+1, *flagReps, label, r.acked, r.errors, ms(harness.Percentile(r.lat, 50)), ms(harness.Percentile(r.lat, 99)),
-			100*(c.cpu()-cpu0).Seconds()/time.Since(t0).Seconds(), 100*r.loadgenCPU.Seconds()/time.Since(t0).Seconds(), note)
+			100*(c.cpu()-cpu0).Seconds()/time.Since(t0).Seconds(), 100*r.writerCPU.Seconds()/time.Since(t0).Seconds(), 100*r.queryCPU.Seconds()/time.Since(t0).Seconds(), note)
 		return r, nil
 	}
 

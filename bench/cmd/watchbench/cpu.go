@@ -14,17 +14,19 @@ import (
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
 )
 
-// startCPU samples the CPU time of every server process and of the load
-// generator; the returned func reports each one's share of one CPU since
-// then, e.g. "leader=45%,f1=8%,f2=7%,loadgen=92%". A load generator near
-// 100% of its pinned CPUs times its own queueing, not the servers'.
-func startCPU(d *deployment) func() string {
+// startCPU samples the CPU time of every server process, of the load
+// generator (the watchers) and of the writer child; the returned func
+// reports each one's share of one CPU since then, e.g.
+// "leader=45%,f1=8%,f2=7%,loadgen=92%,writer=9%". A writer near 100% of
+// its pinned CPUs times its own queueing, not the servers'.
+func startCPU(d *deployment, writer *harness.Proc) func() string {
 	t0 := time.Now()
 	before := make([]time.Duration, len(d.procs))
 	for i, p := range d.procs {
 		before[i], _ = harness.CPUTime(p.Pid())
 	}
 	self0 := selfCPU()
+	writer0, _ := harness.CPUTime(writer.Pid())
 	writes0 := syscw(d.procs[d.leader].Pid())
 	return func() string {
 		wall := time.Since(t0)
@@ -44,6 +46,9 @@ func startCPU(d *deployment) func() string {
 			parts = append(parts, fmt.Sprintf("%s=%.0f%%", name, 100*float64(now-before[i])/float64(wall)))
 		}
 		parts = append(parts, fmt.Sprintf("loadgen=%.0f%%", 100*float64(selfCPU()-self0)/float64(wall)))
+		if now, err := harness.CPUTime(writer.Pid()); err == nil {
+			parts = append(parts, fmt.Sprintf("writer=%.0f%%", 100*float64(now-writer0)/float64(wall)))
+		}
 		parts = append(parts, fmt.Sprintf("leader-writes/s=%.0f", float64(syscw(d.procs[d.leader].Pid())-writes0)/wall.Seconds()))
 		return strings.Join(parts, ",")
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/lodestone-kv/lodestone/bench/internal/harness"
 )
 
 // The workload, in numbers (DESIGN.md "Watch fan-out"; the service-
@@ -47,14 +50,9 @@ func keyOf(seq, nkeys int) int { return int(uint64(seq) * 7919 % uint64(nkeys)) 
 // phase is what one measured write window records. The watchers' receive
 // goroutines write recv and lags; the driver reads them after the drain.
 type phase struct {
-	id     byte
-	base   time.Time     // intended time of write 0
-	period time.Duration // between intended writes
-	warmN  int           // writes before the measured window
-	totalN int           // writes in all
+	harness.WritePhase
 
 	recv    []atomic.Int32 // events received per watcher id
-	acked   []atomic.Int32 // acknowledged writes per key
 	dups    atomic.Int64   // events at or below a watcher's last index
 	resyncs atomic.Int64   // watches the server cut loose (and we resumed)
 	lags    []lagBuf       // per stream
@@ -64,8 +62,6 @@ type lagBuf struct {
 	mu sync.Mutex
 	xs []time.Duration
 }
-
-func (p *phase) intended(seq int) time.Time { return p.base.Add(time.Duration(seq) * p.period) }
 
 // watchers is the load generator's side of every watch.
 type watchers struct {
@@ -221,14 +217,14 @@ func (w *watchers) handle(ctx context.Context, s *wstream, r *watchResp, now tim
 		}
 		w.lastIdx[wid] = ev.index
 		ph, seq, ok := decodeValue(ev.value)
-		if !ok || p == nil || ph != p.id || seq >= p.totalN {
+		if !ok || p == nil || ph != p.ID || seq >= p.TotalN {
 			continue // the probe write, or an earlier phase's
 		}
 		p.recv[wid].Add(1)
-		if seq >= p.warmN {
+		if seq >= p.WarmN {
 			lb := &p.lags[s.idx]
 			lb.mu.Lock()
-			lb.xs = append(lb.xs, now.Sub(p.intended(seq)))
+			lb.xs = append(lb.xs, now.Sub(p.Intended(seq)))
 			lb.mu.Unlock()
 		}
 	}
@@ -335,78 +331,31 @@ type phaseResult struct {
 	cpu      string
 }
 
-// runPhase drives rate writes/s for warmup+dur with puts spread over
-// conns, waits up to drainFor after the last write for the watchers to
-// receive every event, and checks the counts per watcher. w may be nil (no
-// watchers).
-func runPhase(ctx context.Context, id byte, puts []func(context.Context, []byte, []byte) error, w *watchers,
+// runPhase has wr drive rate writes/s for warmup+dur, waits up to drainFor
+// after the last write for the watchers to receive every event, and
+// checks the counts per watcher. w may be nil (no watchers).
+func runPhase(ctx context.Context, id byte, wr *harness.Writer, w *watchers,
 	nkeys, rate int, warmup, dur, drainFor time.Duration) (phaseResult, error) {
-	period := time.Second / time.Duration(rate)
-	p := &phase{id: id, period: period, warmN: int(warmup / period), totalN: int((warmup + dur) / period),
-		acked: make([]atomic.Int32, nkeys)}
+	p := &phase{WritePhase: harness.NewWritePhase(id, rate, warmup, dur)}
 	if w != nil {
 		p.recv = make([]atomic.Int32, w.slots())
 		p.lags = make([]lagBuf, len(w.streams))
 		w.cur.Store(p)
 	}
-	p.base = time.Now().Add(50 * time.Millisecond)
-
-	const workers = 256
-	var next atomic.Int64
-	lats := make([][]time.Duration, workers)
-	var errCount atomic.Int64
-	var firstErr atomic.Pointer[error]
-	var wg sync.WaitGroup
-	for wi := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				seq := int(next.Add(1) - 1)
-				if seq >= p.totalN || ctx.Err() != nil {
-					return
-				}
-				at := p.intended(seq)
-				if d := time.Until(at); d > 0 {
-					if sleepCtx(ctx, d) != nil {
-						return
-					}
-				}
-				k := keyOf(seq, nkeys)
-				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				err := puts[seq%len(puts)](pctx, fmt.Appendf(nil, "disc/svc-%05d", k), encodeValue(id, seq))
-				cancel()
-				lat := time.Since(at)
-				if err != nil {
-					errCount.Add(1)
-					firstErr.CompareAndSwap(nil, &err)
-					continue
-				}
-				p.acked[k].Add(1)
-				if seq >= p.warmN {
-					lats[wi] = append(lats[wi], lat)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
+	wres, err := wr.Run(ctx, p.WritePhase)
+	if err != nil {
 		return phaseResult{}, err
 	}
-	var res phaseResult
-	for _, l := range lats {
-		res.writeLat = append(res.writeLat, l...)
+	res := phaseResult{writeLat: wres.Latencies, errors: len(wres.Failed)}
+	if len(wres.Failed) > 0 {
+		res.firstErr = errors.New(wres.FirstErr)
 	}
-	slices.Sort(res.writeLat)
-	res.errors = int(errCount.Load())
-	if e := firstErr.Load(); e != nil {
-		res.firstErr = *e
-	}
-	var perKey []int64
-	for k := range p.acked {
-		n := int64(p.acked[k].Load())
-		perKey = append(perKey, n)
-		res.writes += int(n)
+	perKey := make([]int64, nkeys)
+	for seq := range p.TotalN {
+		if wres.Acked(seq) {
+			perKey[keyOf(seq, nkeys)]++
+			res.writes++
+		}
 	}
 	if w == nil {
 		res.drained = true

@@ -50,12 +50,19 @@ var (
 	flagWorkDir    = flag.String("work-dir", "", "where binaries and data dirs go (default: the system temp dir)")
 	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep       = flag.Bool("keep", false, "keep binaries, data dirs and server logs")
+	flagLodeArgs   = flag.String("lodestone-args", "", "extra flags for every Lodestone server, space-separated (for experiments, e.g. \"--watch-delivery-interval 0\")")
 	flagPprof      = flag.String("pprof", "", "directory for a CPU profile of Lodestone's leader during each phase with the most watchers (runs the servers with --enable-pprof)")
 
 	// The broadcaster's own process runs this binary with these.
 	flagServeBroadcaster = flag.Bool("serve-broadcaster", false, "internal: serve the single-channel broadcaster and nothing else")
 	flagGRPC             = flag.String("grpc", "", "internal: -serve-broadcaster's gRPC address")
 	flagHTTP             = flag.String("http", "", "internal: -serve-broadcaster's metrics address")
+
+	// The writer child runs this binary with these (and -write-conns,
+	// -keys): writes come from their own process, see harness.ServeWrites.
+	flagServeWriter = flag.Bool("serve-writer", false, "internal: run write phases read from stdin and nothing else")
+	flagSystem      = flag.String("system", "", "internal: -serve-writer's system")
+	flagTarget      = flag.String("target", "", "internal: -serve-writer's gRPC address")
 )
 
 // Targets (the issue "Sharded watch fan-out").
@@ -69,6 +76,9 @@ func main() {
 	harness.Main("watchbench", "servers stopped and temp dirs removed", func(ctx context.Context) error {
 		if *flagServeBroadcaster {
 			return serveBroadcaster(ctx, *flagGRPC, *flagHTTP)
+		}
+		if *flagServeWriter {
+			return serveWriter(ctx, *flagSystem, *flagTarget)
 		}
 		return run(ctx)
 	})
@@ -96,6 +106,36 @@ func serveBroadcaster(ctx context.Context, grpcAddr, httpAddr string) error {
 	gs.Stop()
 	b.Close()
 	return err
+}
+
+// serveWriter puts the writes of each phase read from stdin to target over
+// -write-conns connections, spread over -keys keys (keyOf), and answers
+// with what they measured on stdout.
+func serveWriter(ctx context.Context, name, target string) error {
+	var sys system
+	switch name {
+	case "lodestone":
+		sys = lodestoneSystem("")
+	case "etcd":
+		sys = etcdSystem("")
+	case "broadcaster":
+		sys = broadcasterSystem("")
+	default:
+		return fmt.Errorf("-system: unknown system %q", name)
+	}
+	var puts []func(context.Context, []byte, []byte) error
+	for range *flagWriteConns {
+		c, err := dial(target, sys.dialOptions...)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		puts = append(puts, sys.put(c))
+	}
+	return harness.ServeWrites(ctx, os.Stdin, os.Stdout, func(ctx context.Context, id byte, seq int) error {
+		k := keyOf(seq, *flagKeys)
+		return puts[seq%len(puts)](ctx, fmt.Appendf(nil, "disc/svc-%05d", k), encodeValue(id, seq))
+	})
 }
 
 // sample is what one repetition of one system measured.
@@ -255,15 +295,21 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 			err = fmt.Errorf("stop: %w", serr)
 		}
 	}()
-	var puts []func(context.Context, []byte, []byte) error
-	for range *flagWriteConns {
-		c, err := dial(d.target, sys.dialOptions...)
-		if err != nil {
-			return sample{}, err
-		}
-		defer c.Close()
-		puts = append(puts, sys.put(c))
+	self, err := os.Executable()
+	if err != nil {
+		return sample{}, err
 	}
+	wr, err := harness.StartWriter("writer", self, []string{"-serve-writer", "-system", sys.name, "-target", d.target,
+		"-write-conns", strconv.Itoa(*flagWriteConns), "-keys", strconv.Itoa(*flagKeys)},
+		filepath.Join(d.dir, "writer.log"), *flagClientCPUs)
+	if err != nil {
+		return sample{}, err
+	}
+	defer func() {
+		if werr := wr.Stop(); werr != nil && err == nil {
+			err = fmt.Errorf("writer: %w", werr)
+		}
+	}()
 	var s sample
 	report := func(label string, r phaseResult) {
 		note := ""
@@ -281,12 +327,12 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 	}
 	phaseID := byte(1)
 	phase := func(w *watchers) (phaseResult, error) {
-		cpu := startCPU(d)
+		cpu := startCPU(d, wr.Proc())
 		var prof func() error
 		if *flagPprof != "" && sys.name == "lodestone" && w != nil && w.exact == counts[len(counts)-1] {
 			prof = profileLeader(ctx, d, *flagWarmup+*flagDuration, filepath.Join(*flagPprof, fmt.Sprintf("leader-rep%d.pprof", rep+1)))
 		}
-		r, err := runPhase(ctx, phaseID, puts, w, *flagKeys, *flagRate, *flagWarmup, *flagDuration, *flagDrain)
+		r, err := runPhase(ctx, phaseID, wr, w, *flagKeys, *flagRate, *flagWarmup, *flagDuration, *flagDrain)
 		r.cpu = cpu()
 		if prof != nil {
 			if perr := prof(); perr != nil {

@@ -277,9 +277,10 @@ func lodestoneSystem(bin string) system {
 		start: func(ctx context.Context, workDir string) (*deployment, error) {
 			return startThree(ctx, "lodestone", bin, workDir, *flagServerCPUs,
 				func(i int, names, peers, clients, https []string, dataDir string) []string {
-					return []string{"server", "--name", names[i], "--data-dir", dataDir,
+					args := []string{"server", "--name", names[i], "--data-dir", dataDir,
 						"--listen-peer", peers[i], "--listen-grpc", clients[i], "--listen-http", https[i],
 						"--initial-cluster", initialCluster(names, peers), "--log-level", "warn", "--enable-pprof=" + strconv.FormatBool(*flagPprof != "")}
+					return append(args, strings.Fields(*flagLodeArgs)...)
 				},
 				func(ctx context.Context, clients []string) (int, error) {
 					var errs []error

@@ -3,17 +3,37 @@ package harness
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// writerChildEnv makes the test binary TestWriterChild's writer child.
+const writerChildEnv = "HARNESS_TEST_WRITER_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(writerChildEnv) != "" {
+		err := ServeWrites(context.Background(), os.Stdin, os.Stdout, func(_ context.Context, id byte, seq int) error {
+			if seq%7 == 3 {
+				return fmt.Errorf("write %d of phase %d refused", seq, id)
+			}
+			return nil
+		})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func ms(xs ...int) []time.Duration {
 	out := make([]time.Duration, len(xs))
@@ -244,5 +264,58 @@ func TestStopEscalatesToKill(t *testing.T) {
 		if err := p.Stop(time.Second); err != nil {
 			t.Errorf("second Stop of %s = %v, want nil", p.Name, err)
 		}
+	}
+}
+
+// A writer child runs phase after phase on its own schedule and reports
+// every failed write and the latency of every timed one.
+func TestWriterChild(t *testing.T) {
+	t.Setenv(writerChildEnv, "1")
+	w, err := StartWriter("writer", os.Args[0], nil, filepath.Join(t.TempDir(), "writer.log"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := byte(1); id <= 2; id++ {
+		p := NewWritePhase(id, 1000, 20*time.Millisecond, 50*time.Millisecond)
+		if p.TotalN != 70 || p.WarmN != 20 {
+			t.Fatalf("phase: %d writes, %d warm-up; want 70, 20", p.TotalN, p.WarmN)
+		}
+		start := time.Now()
+		r, err := w.Run(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end := p.Intended(p.TotalN - 1); time.Now().Before(end) || start.After(p.Base) {
+			t.Errorf("phase %d ran %v-%v; its writes were due %v-%v", id, start, time.Now(), p.Base, end)
+		}
+		var failed []int
+		timed := 0
+		for seq := range p.TotalN {
+			switch {
+			case seq%7 == 3:
+				failed = append(failed, seq)
+			case seq >= p.WarmN:
+				timed++
+			}
+			if r.Acked(seq) == (seq%7 == 3) {
+				t.Errorf("phase %d: Acked(%d) = %v", id, seq, r.Acked(seq))
+			}
+		}
+		if !slices.Equal(r.Failed, failed) {
+			t.Errorf("phase %d: failed %v, want %v", id, r.Failed, failed)
+		}
+		if len(r.Latencies) != timed || !slices.IsSorted(r.Latencies) || r.Latencies[0] < 0 {
+			t.Errorf("phase %d: %d latencies (sorted %v, first %v), want %d sorted, none negative",
+				id, len(r.Latencies), slices.IsSorted(r.Latencies), r.Latencies[0], timed)
+		}
+		if !strings.HasSuffix(r.FirstErr, fmt.Sprintf("of phase %d refused", id)) {
+			t.Errorf("phase %d: first error %q, want a refused write of this phase", id, r.FirstErr)
+		}
+	}
+	if err := w.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if exited, err := w.Proc().Exited(); !exited || err != nil {
+		t.Errorf("after Stop: exited %v (%v), want a clean exit", exited, err)
 	}
 }

@@ -28,6 +28,11 @@ type Proc struct {
 // is killed by the kernel if the benchmark dies without stopping it
 // (Pdeathsig), so no server outlives a crashed run.
 func Start(name, bin string, args []string, logPath, cpus string) (*Proc, error) {
+	return start(name, bin, args, logPath, cpus, nil, nil)
+}
+
+// start is Start with the child's stdin and stdout (nil: none, and the log).
+func start(name, bin string, args []string, logPath, cpus string, stdin, stdout *os.File) (*Proc, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("create log for %s: %w", name, err)
@@ -39,6 +44,12 @@ func Start(name, bin string, args []string, logPath, cpus string) (*Proc, error)
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = logf
+	if stdout != nil {
+		cmd.Stdout = stdout
+	}
+	if stdin != nil {
+		cmd.Stdin = stdin
+	}
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,231 @@
+package harness
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Open-loop writes from a process of their own.
+//
+// The watch and blocking-query benchmarks time writes while thousands of
+// events or query answers per second arrive. If one process did both, it
+// would time its own scheduler as much as the server: pinned to one CPU,
+// the Go runtime polls the network only when its one P runs out of work
+// or when sysmon gets to it, so a write's response can sit unread behind
+// the decoding goroutines for up to 10 ms. In a fleet the writers are not
+// the watchers either. So those benchmarks start a writer child (this
+// file's ServeWrites, in their own binary) and drive it one phase at a
+// time (Writer.Run): one JSON WritePhase per line on its stdin, one JSON
+// WriteResult per line back on its stdout.
+
+// WritePhase is one open-loop write window: write seq is due at Base +
+// seq*Period, whether or not earlier writes have returned, and its latency
+// counts from then. Writes before WarmN are sent and checked, not timed.
+type WritePhase struct {
+	ID     byte          `json:"id"`
+	Base   time.Time     `json:"base"`
+	Period time.Duration `json:"period"`
+	WarmN  int           `json:"warm_n"`
+	TotalN int           `json:"total_n"`
+}
+
+// NewWritePhase is phase id of rate writes/s for warmup, then dur timed,
+// starting far enough ahead for a writer child to have it in time.
+func NewWritePhase(id byte, rate int, warmup, dur time.Duration) WritePhase {
+	period := time.Second / time.Duration(rate)
+	return WritePhase{ID: id, Base: time.Now().Add(100 * time.Millisecond), Period: period,
+		WarmN: int(warmup / period), TotalN: int((warmup + dur) / period)}
+}
+
+// Intended is when write seq is due.
+func (p WritePhase) Intended(seq int) time.Time { return p.Base.Add(time.Duration(seq) * p.Period) }
+
+// WriteResult is what one phase's writes measured.
+type WriteResult struct {
+	Latencies []time.Duration `json:"latencies"` // acknowledged writes from WarmN on, ascending
+	Failed    []int           `json:"failed"`    // writes not acknowledged, ascending
+	FirstErr  string          `json:"first_err,omitempty"`
+}
+
+// Acked reports whether write seq was acknowledged.
+func (r WriteResult) Acked(seq int) bool {
+	_, failed := slices.BinarySearch(r.Failed, seq)
+	return !failed
+}
+
+// WriteFunc sends write seq of phase id and returns once it is
+// acknowledged. It must return when ctx ends.
+type WriteFunc func(ctx context.Context, id byte, seq int) error
+
+// writeWorkers bounds the writes in flight; an open loop needs enough of
+// them to ride out a server stall without falling behind its schedule.
+const writeWorkers = 256
+
+// RunWrites drives p's writes open loop through write and returns what
+// they measured, or ctx.Err() if ctx ended first.
+func RunWrites(ctx context.Context, p WritePhase, write WriteFunc) (WriteResult, error) {
+	var next atomic.Int64
+	lats := make([][]time.Duration, writeWorkers)
+	failed := make([][]int, writeWorkers)
+	var firstErr atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for wi := range writeWorkers {
+		wg.Go(func() {
+			for seq := int(next.Add(1) - 1); seq < p.TotalN && ctx.Err() == nil; seq = int(next.Add(1) - 1) {
+				at := p.Intended(seq)
+				if d := time.Until(at); d > 0 {
+					t := time.NewTimer(d)
+					select {
+					case <-ctx.Done():
+						t.Stop()
+						return
+					case <-t.C:
+					}
+				}
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				err := write(wctx, p.ID, seq)
+				cancel()
+				lat := time.Since(at)
+				switch {
+				case err != nil:
+					failed[wi] = append(failed[wi], seq)
+					firstErr.CompareAndSwap(nil, &err)
+				case seq >= p.WarmN:
+					lats[wi] = append(lats[wi], lat)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return WriteResult{}, err
+	}
+	var r WriteResult
+	for wi := range writeWorkers {
+		r.Latencies = append(r.Latencies, lats[wi]...)
+		r.Failed = append(r.Failed, failed[wi]...)
+	}
+	slices.Sort(r.Latencies)
+	slices.Sort(r.Failed)
+	if e := firstErr.Load(); e != nil {
+		r.FirstErr = (*e).Error()
+	}
+	return r, nil
+}
+
+// ServeWrites is the writer child's main loop: it runs each WritePhase
+// read from in with RunWrites and answers with its WriteResult on out,
+// until in ends (nil) or ctx does.
+func ServeWrites(ctx context.Context, in io.Reader, out io.Writer, write WriteFunc) error {
+	dec := json.NewDecoder(bufio.NewReader(in))
+	enc := json.NewEncoder(out)
+	for {
+		var p WritePhase
+		if err := dec.Decode(&p); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("writer: read phase: %w", err)
+		}
+		r, err := RunWrites(ctx, p, write)
+		if err != nil {
+			return err
+		}
+		if err := enc.Encode(r); err != nil {
+			return fmt.Errorf("writer: send result: %w", err)
+		}
+	}
+}
+
+// Writer is a writer child process (ServeWrites) started by StartWriter.
+type Writer struct {
+	proc *Proc
+	in   *os.File // the child's stdin
+	out  *os.File // the child's stdout
+	dec  *json.Decoder
+}
+
+// StartWriter starts bin with args as a writer child, its stderr going to
+// logPath, pinned to cpus when not empty (see Start).
+func StartWriter(name, bin string, args []string, logPath, cpus string) (*Writer, error) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	p, err := start(name, bin, args, logPath, cpus, inR, outW)
+	// The child holds its own ends now (or never will).
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return nil, err
+	}
+	return &Writer{proc: p, in: inW, out: outR, dec: json.NewDecoder(bufio.NewReader(outR))}, nil
+}
+
+// Proc is the child process, for its pid, logs and exit status.
+func (w *Writer) Proc() *Proc { return w.proc }
+
+// Run has the child drive p and returns its result. A Writer runs one
+// phase at a time. If ctx ends first the child is stopped, since its
+// answer can no longer be matched to a request.
+func (w *Writer) Run(ctx context.Context, p WritePhase) (WriteResult, error) {
+	if err := json.NewEncoder(w.in).Encode(p); err != nil {
+		return WriteResult{}, fmt.Errorf("%s: send phase: %w%s", w.proc.Name, err, LogTails("", []*Proc{w.proc}, 1500))
+	}
+	type answer struct {
+		r   WriteResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		var a answer
+		a.err = w.dec.Decode(&a.r)
+		done <- a
+	}()
+	select {
+	case a := <-done:
+		if a.err != nil {
+			return WriteResult{}, fmt.Errorf("%s: read result: %w%s", w.proc.Name, a.err, LogTails("", []*Proc{w.proc}, 1500))
+		}
+		return a.r, nil
+	case <-ctx.Done():
+		err := w.Stop()
+		<-done // the stopped child's stdout is at EOF
+		return WriteResult{}, errors.Join(ctx.Err(), err)
+	}
+}
+
+// Stop ends the child: its stdin is closed, so it exits once the phase it
+// runs (if any) is done; it is signalled if it has not exited within 10
+// seconds. It is safe to call twice.
+func (w *Writer) Stop() error {
+	w.in.Close()
+	var err error
+	select {
+	case <-w.proc.done:
+		if w.proc.err != nil {
+			err = fmt.Errorf("%s: %w%s", w.proc.Name, w.proc.err, LogTails("", []*Proc{w.proc}, 1500))
+		}
+	case <-time.After(10 * time.Second):
+		err = w.proc.Stop(10 * time.Second)
+	}
+	w.out.Close()
+	return err
+}
