@@ -29,16 +29,16 @@ func (x *connIO) read(p []byte) (int, error) {
 	return n, nil
 }
 
-// readFD reads from the non-blocking descriptor fd into p (not empty).
+// readFD reads from the non-blocking socket fd into p (not empty).
 func readFD(fd uintptr, p []byte) (int, syscall.Errno) {
-	n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	n, _, e := syscall.RawSyscall6(sysRecv, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), 0, 0, 0)
 	return int(n), e
 }
 
 // readRaw is RawConn.Read's callback: false waits for readiness.
 func (x *connIO) readRaw(fd uintptr) bool {
 	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&x.rp[0])), uintptr(len(x.rp)))
+		n, _, e := syscall.RawSyscall6(sysRecv, fd, uintptr(unsafe.Pointer(&x.rp[0])), uintptr(len(x.rp)), 0, 0, 0)
 		switch e {
 		case 0:
 			x.rn = int(n)
@@ -57,7 +57,7 @@ func (x *connIO) readRaw(fd uintptr) bool {
 // room (false) when the socket's buffer is full.
 func (x *connIO) writeRaw(fd uintptr) bool {
 	for x.wn < len(x.wp) {
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&x.wp[x.wn])), uintptr(len(x.wp)-x.wn))
+		n, _, e := syscall.RawSyscall6(sysSend, fd, uintptr(unsafe.Pointer(&x.wp[x.wn])), uintptr(len(x.wp)-x.wn), sendFlags, 0, 0)
 		switch e {
 		case 0:
 			x.wn += int(n)
