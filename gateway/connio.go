@@ -47,6 +47,20 @@ type connIO struct {
 	// for room in the socket's buffer (or may have: not raw).
 	writeWaited bool
 
+	// fd is the socket while its owner keeps it open (-1: unknown): reads
+	// and writes then try the syscall before the RawConn, whose locking
+	// and readiness reset cost more than the syscall's own overhead. The
+	// RawConn still does every wait, so deadlines and Close end waits as
+	// before. NB: without the RawConn's reference, a Close by another
+	// goroutine could free the number for another socket meanwhile: fd
+	// is set only where no other goroutine closes the connection (an
+	// origin connection is closed by its one user; a client connection's
+	// descriptor is held by the RawConn.Read its loop runs in).
+	fd int
+	// ready reports that the poller said the socket is readable since
+	// the last read (flushAwait): the next read tries the syscall first.
+	ready bool
+
 	readFn, writeFn func(fd uintptr) bool // made once: a method value per call would allocate
 	sendFn          func(fd uintptr) bool
 	sendW           *bufio.Writer // what sendFn flushes, and how it went
@@ -63,7 +77,7 @@ type connIO struct {
 // newConnIO returns the connIO of c; raw is the connection c wraps (c
 // itself unless c is a wrapper such as countedConn).
 func newConnIO(c, raw net.Conn) *connIO {
-	x := &connIO{c: c}
+	x := &connIO{c: c, fd: -1}
 	if rawIO {
 		if sc, ok := raw.(syscall.Conn); ok {
 			if rc, err := sc.SyscallConn(); err == nil {
@@ -73,6 +87,13 @@ func newConnIO(c, raw net.Conn) *connIO {
 		}
 	}
 	return x
+}
+
+// own sets x.fd for a connection only its one user closes.
+func (x *connIO) own() {
+	if x.rc != nil {
+		x.rc.Control(func(fd uintptr) { x.fd = int(fd) })
+	}
 }
 
 func (x *connIO) Read(p []byte) (int, error) {
@@ -90,7 +111,10 @@ func (x *connIO) Write(p []byte) (int, error) {
 		return x.c.Write(p)
 	}
 	x.wp, x.wn, x.werr = p, 0, 0
-	err := x.rc.Write(x.writeFn)
+	var err error
+	if x.fd < 0 || !x.writeRaw(uintptr(x.fd)) {
+		err = x.rc.Write(x.writeFn) // NB: goes on from wn
+	}
 	n := x.wn
 	x.wp = nil
 	if err == nil && x.werr != 0 {
@@ -119,6 +143,7 @@ func (x *connIO) flushAwait(w *bufio.Writer) error {
 	if x.sendErr != nil {
 		return x.sendErr
 	}
+	x.ready = err == nil
 	return err
 }
 

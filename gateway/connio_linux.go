@@ -15,7 +15,11 @@ func (x *connIO) read(p []byte) (int, error) {
 		return x.c.Read(p)
 	}
 	x.rp, x.rn, x.rerr = p, 0, 0
-	err := x.rc.Read(x.readFn)
+	var err error
+	if !x.ready || x.fd < 0 || !x.readRaw(uintptr(x.fd)) {
+		err = x.rc.Read(x.readFn)
+	}
+	x.ready = false
 	n := x.rn
 	x.rp = nil
 	switch {

@@ -358,6 +358,7 @@ func (fc *frontConn) serveRaw(rc syscall.RawConn) frontStep {
 		return step
 	}
 	err := rc.Read(func(fd uintptr) bool {
+		fc.io.fd = int(fd) // held open by this Read
 		for {
 			p := fc.in.space()
 			n, errno := readFD(fd, p)
@@ -379,6 +380,7 @@ func (fc *frontConn) serveRaw(rc syscall.RawConn) frontStep {
 			}
 		}
 	})
+	fc.io.fd = -1
 	if err != nil {
 		return stepStop // a deadline, or Close by shutdown
 	}

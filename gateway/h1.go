@@ -95,6 +95,7 @@ func (p *pool) getH1(ctx context.Context, now int64) (*h1conn, bool, error) {
 		raw = cc.Conn
 	}
 	x := newConnIO(c, raw)
+	x.own() // NB: a connection in use is closed only by its user
 	return &h1conn{c: c, io: x, br: bufio.NewReaderSize(x, 4<<10), bw: bufio.NewWriterSize(x, 4<<10)}, false, nil
 }
 
