@@ -92,7 +92,8 @@ func TestCatalogGRPCBlockingHealthAndSessions(t *testing.T) {
 	}
 }
 
-// gauge reads an unlabelled gauge from a server's registry.
+// gauge reads a metric from a server's registry, summed over its labels: a
+// gauge's or counter's value, a histogram's count of observations.
 func gauge(t *testing.T, s *Server, name string) float64 {
 	t.Helper()
 	mfs, err := s.Registry().Gather()
@@ -118,6 +119,8 @@ func metricValue(m *dto.Metric) float64 {
 		return m.GetGauge().GetValue()
 	case m.GetCounter() != nil:
 		return m.GetCounter().GetValue()
+	case m.GetHistogram() != nil:
+		return float64(m.GetHistogram().GetSampleCount())
 	}
 	return 0
 }

@@ -29,6 +29,13 @@ func (b consulBackend) Barrier(ctx context.Context) error {
 	return nil
 }
 
+func (b consulBackend) LeaderBarrier(ctx context.Context) error {
+	if err := b.s.node.leaderRead(ctx); err != nil {
+		return toStatus(err)
+	}
+	return nil
+}
+
 func (b consulBackend) Store() *store.Store  { return b.s.store }
 func (b consulBackend) Hub() *watch.Hub      { return b.s.hub }
 func (b consulBackend) Limits() store.Limits { return b.s.cfg.Limits }

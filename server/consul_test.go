@@ -249,3 +249,40 @@ func TestConsulTxnAllOrNothing(t *testing.T) {
 		t.Fatalf("status leader: %q %v", leader, err)
 	}
 }
+
+// Consul's default consistency mode reads the leader's committed state
+// with no quorum round; ?consistent pays for one (ReadIndex), and so does
+// the default mode on a follower, which cannot know the commit index
+// without asking. All three see the acknowledged write.
+func TestConsulDefaultModeReadsWithoutQuorumRound(t *testing.T) {
+	c := newTestCluster(t, 3)
+	lead := c.waitLeader()
+	fol := c.follower()
+	leader, follower := consulClient(t, c, lead).KV(), consulClient(t, c, fol).KV()
+	if _, err := follower.Put(&consul.KVPair{Key: "mode", Value: []byte("v1")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	const rounds, served = "lodestone_read_index_latency_seconds", "lodestone_leader_reads_total"
+	read := func(kv *consul.KV, name string, q *consul.QueryOptions) (dRounds, dServed float64) {
+		t.Helper()
+		s := c.servers[name]
+		r0, s0 := gauge(t, s, rounds), gauge(t, s, served)
+		pair, _, err := kv.Get("mode", q)
+		if err != nil || pair == nil || string(pair.Value) != "v1" {
+			t.Fatalf("get on %s (%+v): %v, %v; want v1", name, q, pair, err)
+		}
+		return gauge(t, s, rounds) - r0, gauge(t, s, served) - s0
+	}
+	if r, s := read(leader, lead, nil); r != 0 || s != 1 {
+		t.Errorf("default mode on the leader: %v ReadIndex rounds, %v leader reads; want 0, 1", r, s)
+	}
+	if r, s := read(leader, lead, &consul.QueryOptions{RequireConsistent: true}); r != 1 || s != 0 {
+		t.Errorf("?consistent on the leader: %v ReadIndex rounds, %v leader reads; want 1, 0", r, s)
+	}
+	if r, s := read(follower, fol, nil); r != 1 || s != 0 {
+		t.Errorf("default mode on a follower: %v ReadIndex rounds, %v leader reads; want 1, 0", r, s)
+	}
+	if r, s := read(follower, fol, &consul.QueryOptions{AllowStale: true}); r != 0 || s != 0 {
+		t.Errorf("?stale on a follower: %v ReadIndex rounds, %v leader reads; want 0, 0", r, s)
+	}
+}

@@ -15,6 +15,7 @@ type metrics struct {
 	commitLatency    prometheus.Histogram // propose → applied on the proposer
 	applyLatency     prometheus.Histogram // one batch of committed entries
 	readIndexLatency prometheus.Histogram
+	leaderReads      prometheus.Counter   // default-mode Consul reads served by the leader without a round
 	readyLatency     prometheus.Histogram // one whole Ready: save, send, apply
 	leaderChanges    prometheus.Counter
 	isLeader         prometheus.Gauge
@@ -51,6 +52,10 @@ func newMetrics() *metrics {
 		applyLatency:     latency("apply_latency_seconds", "Applying one batch of committed entries to the state machine."),
 		readIndexLatency: latency("read_index_latency_seconds", "Linearizable read: ReadIndex confirmation plus wait for apply."),
 		readyLatency:     latency("ready_latency_seconds", "Handling one Raft Ready: persist, send, apply."),
+		leaderReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "leader_reads_total",
+			Help: "Consul-API reads in the default consistency mode served by the leader from its applied state, without a ReadIndex round.",
+		}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "lodestone", Name: "leader_changes_total", Help: "Leader changes seen by this node.",
 		}),
@@ -73,7 +78,7 @@ func newMetrics() *metrics {
 			Namespace: "lodestone", Name: "grpc_requests_total", Help: "Client gRPC requests by method and status code.",
 		}, []string{"method", "code"}),
 	}
-	reg.MustRegister(m.proposals, m.proposalBatch, m.commitLatency, m.applyLatency, m.readIndexLatency, m.readyLatency,
+	reg.MustRegister(m.proposals, m.proposalBatch, m.commitLatency, m.applyLatency, m.readIndexLatency, m.leaderReads, m.readyLatency,
 		m.leaderChanges, m.isLeader, m.term, m.commitIndex, m.appliedIndex, m.snapshots, m.snapshotIndex,
 		m.peerSent, m.peerDropped, m.peerMerged, m.requests)
 	return m

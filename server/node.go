@@ -101,6 +101,9 @@ type nodeStatus struct {
 	term   uint64
 	commit uint64
 	state  raft.StateType
+	// termStart is, on a leader, the index of its election entry: once
+	// commit reaches it the leader holds every committed entry.
+	termStart uint64
 }
 
 type proposal struct {
@@ -522,7 +525,6 @@ func (n *node) softStateChanged(ss *raft.SoftState, ents []raftpb.Entry) {
 	next := *prev
 	next.lead = ss.Lead
 	next.state = ss.RaftState
-	n.status.Store(&next)
 	if ss.RaftState == raft.StateLeader && prev.state != raft.StateLeader {
 		// Raft refuses conf changes until it has applied everything up to
 		// its election; so do we, to answer callers instead of dropping.
@@ -530,10 +532,12 @@ func (n *node) softStateChanged(ss *raft.SoftState, ents []raftpb.Entry) {
 		if len(ents) > 0 {
 			n.leaderGuard = max(n.leaderGuard, ents[len(ents)-1].Index)
 		}
+		next.termStart = n.leaderGuard
 		n.metrics.isLeader.Set(1)
 	} else if ss.RaftState != raft.StateLeader {
 		n.metrics.isLeader.Set(0)
 	}
+	n.status.Store(&next)
 	if ss.RaftState != raft.StateLeader {
 		n.confInFlight = 0
 	}
@@ -894,6 +898,23 @@ func (n *node) readIndex(ctx context.Context) (uint64, error) {
 	}
 	n.metrics.readIndexLatency.Observe(time.Since(start).Seconds())
 	return res.index, nil
+}
+
+// leaderRead is Consul's default consistency mode: on a leader that has
+// committed an entry of its own term it waits only for its own commit
+// index to be applied, with no quorum round; elsewhere it is readIndex.
+// NB: such a read is stale only on a leader cut off from the quorum that
+// has not yet noticed, which with CheckQuorum is at most an election
+// timeout: Consul's default mode makes the same trade for the same cost
+// (no round per read), and ?consistent still pays for the round.
+func (n *node) leaderRead(ctx context.Context) error {
+	st := n.status.Load()
+	if st.state != raft.StateLeader || st.commit < st.termStart {
+		_, err := n.readIndex(ctx)
+		return err
+	}
+	n.metrics.leaderReads.Inc()
+	return n.waitApplied(ctx, st.commit)
 }
 
 func (n *node) waitApplied(ctx context.Context, index uint64) error {
