@@ -95,6 +95,7 @@ type measurement struct {
 	p50, p99         float64 // ms, paced latency run
 	pacedRPS         float64
 	proxyCPU         float64 // share of one core the proxy used in the throughput run; -1 if none
+	clientCPU        float64 // busy share of the -client-cpus cores in the throughput run; -1 if unknown
 	errors, non2xx   int64
 	satErrs, satNon2 int64
 }
@@ -203,13 +204,16 @@ func run(ctx context.Context) error {
 				return fmt.Errorf("%s: %w", sys, err)
 			}
 			results[sys] = append(results[sys], m)
-			fmt.Printf("run rep=%d/%d system=%s rps=%.0f sat_p50=%.3fms sat_p99=%.3fms paced_rps=%.0f paced_p50=%.3fms paced_p99=%.3fms proxy_cpu=%s errors=%d non2xx=%d\n",
-				rep+1, *flagReps, sys, m.rps, m.satP50, m.satP99, m.pacedRPS, m.p50, m.p99, cpuString(m.proxyCPU), m.errors+m.satErrs, m.non2xx+m.satNon2)
+			fmt.Printf("run rep=%d/%d system=%s rps=%.0f sat_p50=%.3fms sat_p99=%.3fms paced_rps=%.0f paced_p50=%.3fms paced_p99=%.3fms proxy_cpu=%s client_cpu=%s errors=%d non2xx=%d\n",
+				rep+1, *flagReps, sys, m.rps, m.satP50, m.satP99, m.pacedRPS, m.p50, m.p99, cpuString(m.proxyCPU), cpuString(m.clientCPU), m.errors+m.satErrs, m.non2xx+m.satNon2)
 		}
 	}
 	report(results, systems)
 	return nil
 }
+
+// errNoClientCPUs: the load generator is not pinned, its cores unknown.
+var errNoClientCPUs = errors.New("no -client-cpus")
 
 func cpuString(c float64) string {
 	if c < 0 {
@@ -231,10 +235,15 @@ func (e *env) measure(ctx context.Context, sys string) (measurement, error) {
 	if _, err := runWrk(ctx, *flagClientCPUs, target, e.flat, *flagConns, max(*flagWarmup, time.Second)); err != nil {
 		return measurement{}, err
 	}
-	m := measurement{proxyCPU: -1}
+	m := measurement{proxyCPU: -1, clientCPU: -1}
 	var cpu0 time.Duration
 	if proc != nil {
 		cpu0, _ = harness.CPUTime(proc.Pid())
+	}
+	var busy0, total0 uint64
+	var coreErr error = errNoClientCPUs
+	if *flagClientCPUs != "" {
+		busy0, total0, coreErr = coreTimes(*flagClientCPUs)
 	}
 	start := time.Now()
 	sat, err := runWrk(ctx, *flagClientCPUs, target, e.flat, *flagConns, *flagDuration)
@@ -244,6 +253,11 @@ func (e *env) measure(ctx context.Context, sys string) (measurement, error) {
 	if proc != nil {
 		if cpu1, err := harness.CPUTime(proc.Pid()); err == nil {
 			m.proxyCPU = float64(cpu1-cpu0) / float64(time.Since(start))
+		}
+	}
+	if coreErr == nil {
+		if busy1, total1, err := coreTimes(*flagClientCPUs); err == nil && total1 > total0 {
+			m.clientCPU = float64(busy1-busy0) / float64(total1-total0)
 		}
 	}
 	paced, err := runWrk(ctx, *flagClientCPUs, target, e.paced, *flagLatConns, *flagDuration)
@@ -405,10 +419,12 @@ func report(results map[string][]measurement, systems []string) {
 		*flagProxyCPUs, *flagClientCPUs, runtime.NumCPU())
 	fmt.Printf("added latency = system's paced-run percentile minus direct's, per repetition, median over repetitions, at least %.3fms\n", addedFloorMS)
 	for _, sys := range systems {
-		fmt.Printf("median system=%s rps=%.0f paced_p50=%.3fms paced_p99=%.3fms\n", sys,
+		fmt.Printf("median system=%s rps=%.0f paced_p50=%.3fms paced_p99=%.3fms proxy_cpu=%s client_cpu=%s\n", sys,
 			med(sys, func(m measurement) float64 { return m.rps }),
 			med(sys, func(m measurement) float64 { return m.p50 }),
-			med(sys, func(m measurement) float64 { return m.p99 }))
+			med(sys, func(m measurement) float64 { return m.p99 }),
+			cpuString(med(sys, func(m measurement) float64 { return m.proxyCPU })),
+			cpuString(med(sys, func(m measurement) float64 { return m.clientCPU })))
 	}
 	if len(results["lodestone"]) == 0 || len(results["direct"]) == 0 {
 		logf("no BENCH lines: they need the direct and lodestone systems")
