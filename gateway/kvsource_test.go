@@ -24,12 +24,12 @@ import (
 // registry is a real single-node Lodestone server in this process, with
 // fixed addresses so it can be stopped and started again (an outage).
 type registry struct {
-	t              *testing.T
-	dir            string
-	grpc, peer     string
-	srv            *server.Server
-	logs           *slog.Logger
-	stopped, fresh bool
+	t          *testing.T
+	dir        string
+	grpc, peer string
+	srv        *server.Server
+	logs       *slog.Logger
+	stopped    bool
 }
 
 func freeAddr(t *testing.T) string { return testnet.FreeAddr(t) }

@@ -178,17 +178,6 @@ func (t *transport) peerAddr(id uint64) (string, bool) {
 	return p.addr, true
 }
 
-// peerConn returns the connection to a peer, for forwarding requests.
-func (t *transport) peerConn(id uint64) (*grpc.ClientConn, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	p, ok := t.peers[id]
-	if !ok {
-		return nil, false
-	}
-	return p.conn, true
-}
-
 // send queues messages without blocking. MsgSnap goes on its own stream.
 func (t *transport) send(msgs []raftpb.Message) {
 	for _, m := range msgs {

@@ -101,12 +101,11 @@ type measurement struct {
 }
 
 type env struct {
-	tmp, self      string
-	origin         string // host:port
-	registry       string
-	flat, paced    string
-	procs          []*harness.Proc
-	instanceMarker string
+	tmp, self   string
+	origin      string // host:port
+	registry    string
+	flat, paced string
+	procs       []*harness.Proc
 }
 
 func run(ctx context.Context) error {
