@@ -82,12 +82,9 @@ type writer struct {
 	client *http.Client
 }
 
-// writeWorkers bounds the writes in flight (and so the writer's
-// connections); an open loop needs enough to ride out a stall.
-const writeWorkers = 256
-
+// newWriter keeps a connection per write a writer can have in flight.
 func newWriter(base string) *writer {
-	tr := &http.Transport{MaxIdleConnsPerHost: writeWorkers, IdleConnTimeout: time.Minute}
+	tr := &http.Transport{MaxIdleConnsPerHost: harness.WriteWorkers, IdleConnTimeout: time.Minute}
 	return &writer{base: base, tr: tr, client: &http.Client{Transport: tr}}
 }
 

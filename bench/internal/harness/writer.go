@@ -66,19 +66,19 @@ func (r WriteResult) Acked(seq int) bool {
 // acknowledged. It must return when ctx ends.
 type WriteFunc func(ctx context.Context, id byte, seq int) error
 
-// writeWorkers bounds the writes in flight; an open loop needs enough of
+// WriteWorkers bounds the writes in flight; an open loop needs enough of
 // them to ride out a server stall without falling behind its schedule.
-const writeWorkers = 256
+const WriteWorkers = 256
 
 // RunWrites drives p's writes open loop through write and returns what
 // they measured, or ctx.Err() if ctx ended first.
 func RunWrites(ctx context.Context, p WritePhase, write WriteFunc) (WriteResult, error) {
 	var next atomic.Int64
-	lats := make([][]time.Duration, writeWorkers)
-	failed := make([][]int, writeWorkers)
+	lats := make([][]time.Duration, WriteWorkers)
+	failed := make([][]int, WriteWorkers)
 	var firstErr atomic.Pointer[error]
 	var wg sync.WaitGroup
-	for wi := range writeWorkers {
+	for wi := range WriteWorkers {
 		wg.Go(func() {
 			for seq := int(next.Add(1) - 1); seq < p.TotalN && ctx.Err() == nil; seq = int(next.Add(1) - 1) {
 				at := p.Intended(seq)
@@ -110,7 +110,7 @@ func RunWrites(ctx context.Context, p WritePhase, write WriteFunc) (WriteResult,
 		return WriteResult{}, err
 	}
 	var r WriteResult
-	for wi := range writeWorkers {
+	for wi := range WriteWorkers {
 		r.Latencies = append(r.Latencies, lats[wi]...)
 		r.Failed = append(r.Failed, failed[wi]...)
 	}
