@@ -7,13 +7,13 @@ import (
 	"io"
 	"sync"
 	"time"
-	"unsafe"
 
 	"google.golang.org/grpc/codes"
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/grpcopt"
 	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
@@ -89,16 +89,20 @@ type watchStream struct {
 	// grouped: the client understands WatchResponse.groups (a create said
 	// so); event and progress responses then go out as groups in out, one
 	// message per delivery round rather than one per watch.
-	grouped  bool
-	out      *lodestonepb.WatchResponse // groups not sent yet
-	outBytes int                        // rough encoded size of out
-	spare    *lodestonepb.WatchResponse // out's message, reused once sent (flush)
+	grouped bool
+	out     []byte // groups not sent yet, in wire form (watchwire.go)
+	scratch []byte // a group's fields while out takes them
+	resp    []byte // an ungrouped response being built
 }
 
-// maxGroupBytes bounds a grouped response (roughly: keys, values and a
-// fixed cost per event), far below a client's default 4 MiB receive limit.
-// A single watch's batch bigger than that still goes out whole.
+// maxGroupBytes bounds a grouped response, far below a client's default
+// 4 MiB receive limit. A single watch's batch bigger than that still goes
+// out whole.
 const maxGroupBytes = 256 << 10
+
+// maxKeptBuffer is the most a stream keeps of a buffer between rounds, so
+// a stream that once sent a large catch-up does not pin it.
+const maxKeptBuffer = 2 * maxGroupBytes
 
 func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
@@ -321,26 +325,19 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 		if len(st.userAll) > 0 && st.userAll[w] {
 			b.Events = userEvents(b.Events)
 		}
+		prev := w.WantsPrevKV()
 		if !st.grouped {
-			evs, _ := st.svc.wire.appendPBEvents(nil, b.Events, w.WantsPrevKV())
-			resp := &lodestonepb.WatchResponse{WatchId: id, Index: b.Index, Header: st.svc.s.kv.header(b.Index), Events: evs}
-			if err := st.send(resp); err != nil {
+			st.resp = st.svc.wire.appendResponse(st.resp[:0], st.svc.s.kv.header(b.Index), id, b.Index, b.Events, prev)
+			err := st.sendWire(st.resp)
+			st.resp = trimBuffer(st.resp)
+			if err != nil {
 				return err
 			}
 			continue
 		}
-		if st.out == nil {
-			if st.spare == nil {
-				st.spare = &lodestonepb.WatchResponse{}
-			}
-			st.out = st.spare
-		}
-		g := groupPool.Get().(*lodestonepb.WatchGroup)
-		g.WatchId, g.Index = id, b.Index
-		var size int
-		g.Events, size = st.svc.wire.appendPBEvents(g.Events, b.Events, w.WantsPrevKV())
-		st.out.Groups = append(st.out.Groups, g)
-		if st.outBytes += size + 16; st.outBytes >= maxGroupBytes {
+		st.out, st.scratch = st.svc.wire.appendGroup(st.out, st.scratch, id, b.Index, b.Events, prev)
+		st.scratch = trimBuffer(st.scratch)
+		if len(st.out) >= maxGroupBytes {
 			if err := st.flush(); err != nil {
 				return err
 			}
@@ -348,116 +345,23 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 	}
 }
 
-// wireCache converts each recent event to its wire form (without
-// prev_kv) once for every stream that sends it: a write seen by 100 prefix
-// watchers on 100 streams is converted once, not 100 times. It is keyed by
-// the hub's shared *watch.Event (NextShared) and remembers the last
-// wireCacheSize events, so its memory is fixed (~2 MiB) whatever the
-// hub retains; an older event is converted again if it is sent again.
-// NB: sharing one message between streams is safe because marshalling only
-// reads it (the size cache it writes is atomic in protobuf-go).
-type wireCache struct {
-	mu   sync.Mutex
-	m    map[*watch.Event]*lodestonepb.Event
-	ring [wireCacheSize]*watch.Event // insertion order, for eviction
-	next int
-}
-
-const wireCacheSize = 8192
-
-func (c *wireCache) get(ev *watch.Event) *lodestonepb.Event {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if pe, ok := c.m[ev]; ok {
-		return pe
-	}
-	if c.m == nil {
-		c.m = make(map[*watch.Event]*lodestonepb.Event, wireCacheSize)
-	}
-	if old := c.ring[c.next]; old != nil {
-		delete(c.m, old)
-	}
-	pe := newPBEvent(ev, false)
-	c.ring[c.next] = ev
-	c.next = (c.next + 1) % wireCacheSize
-	c.m[ev] = pe
-	return pe
-}
-
-// appendPBEvents appends a batch converted for the wire to dst, through
-// the cache unless prev_kv is wanted and present, and returns it with a
-// rough encoded size of the batch.
-func (c *wireCache) appendPBEvents(dst []*lodestonepb.Event, evs []*watch.Event, prev bool) ([]*lodestonepb.Event, int) {
-	size := 0
-	for _, ev := range evs {
-		size += len(ev.KV.Key) + len(ev.KV.Value) + len(ev.KV.Session) + 48
-		if prev && ev.PrevKV != nil {
-			dst = append(dst, newPBEvent(ev, true))
-			size += len(ev.PrevKV.Key) + len(ev.PrevKV.Value) + len(ev.PrevKV.Session) + 40
-			continue
-		}
-		dst = append(dst, c.get(ev))
-	}
-	return dst, size
-}
-
-// newPBEvent converts one event, with prev_kv if prev.
-// NB: the key is not copied: the KeyValue's Key aliases the hub's
-// immutable string, and the message is only ever marshalled (read).
-func newPBEvent(ev *watch.Event, prev bool) *lodestonepb.Event {
-	pe := &lodestonepb.Event{Kv: &lodestonepb.KeyValue{}}
-	setPBKV(pe.Kv, &ev.KV)
-	if prev && ev.PrevKV != nil {
-		pe.PrevKv = &lodestonepb.KeyValue{}
-		setPBKV(pe.PrevKv, ev.PrevKV)
-	}
-	if ev.Type == watch.Delete {
-		pe.Type = lodestonepb.Event_DELETE
-	}
-	return pe
-}
-
-func setPBKV(dst *lodestonepb.KeyValue, kv *watch.KeyValue) {
-	dst.Key = unsafe.Slice(unsafe.StringData(kv.Key), len(kv.Key))
-	dst.Value, dst.CreateIndex, dst.ModifyIndex = kv.Value, kv.CreateIndex, kv.ModifyIndex
-	dst.LockIndex, dst.Flags, dst.Session = kv.LockIndex, kv.Flags, kv.Session
-}
-
-// flush sends the queued groups, if any, then recycles them.
+// flush sends the queued groups, if any.
 func (st *watchStream) flush() error {
-	resp := st.out
-	if resp == nil {
+	if len(st.out) == 0 {
 		return nil
 	}
-	st.out, st.outBytes = nil, 0
-	err := st.sendNow(resp)
-	for _, g := range resp.Groups {
-		recycleGroup(g)
-	}
-	clear(resp.Groups)
-	resp.Groups = resp.Groups[:0]
+	err := st.sendWire(st.out)
+	st.out = trimBuffer(st.out)
 	return err
 }
 
-// groupPool holds the groups of sent responses for the next delivery
-// round: gRPC has marshalled a message by the time Send returns, so its
-// parts can be refilled rather than collected. A stream delivers up to
-// one round per WatchDeliveryInterval with a group per ready watch, and on
-// a leader fanning out 100k events/s these groups, their event slices and
-// the responses were a tenth of all bytes allocated.
-var groupPool = sync.Pool{New: func() any { return new(lodestonepb.WatchGroup) }}
-
-// maxPooledEvents keeps a group that carried a large catch-up batch out of
-// the pool, so the pool does not pin its slice.
-const maxPooledEvents = 1024
-
-func recycleGroup(g *lodestonepb.WatchGroup) {
-	if cap(g.Events) > maxPooledEvents {
-		return
+// trimBuffer empties b for reuse, or drops it if it grew past
+// maxKeptBuffer.
+func trimBuffer(b []byte) []byte {
+	if cap(b) > maxKeptBuffer {
+		return nil
 	}
-	clear(g.Events) // drop the references to shared events
-	g.WatchId, g.Index, g.Events = 0, 0, g.Events[:0]
-	groupPool.Put(g)
+	return b[:0]
 }
 
 // ended tells the client why a watch stopped and how to go on.
@@ -489,6 +393,15 @@ func (st *watchStream) send(resp *lodestonepb.WatchResponse) error {
 
 func (st *watchStream) sendNow(resp *lodestonepb.WatchResponse) error {
 	if err := st.stream.Send(resp); err != nil {
+		return fmt.Errorf("send watch response: %w", err)
+	}
+	return nil
+}
+
+// sendWire sends a WatchResponse already in wire form; the codec copies
+// it, so b can be reused at once.
+func (st *watchStream) sendWire(b []byte) error {
+	if err := st.stream.SendMsg(grpcopt.Encoded(b)); err != nil {
 		return fmt.Errorf("send watch response: %w", err)
 	}
 	return nil

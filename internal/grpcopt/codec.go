@@ -26,7 +26,20 @@ type Codec struct{}
 // threshold), and drops smaller ones to the collector.
 const poolMin = 1<<10 + 1
 
+// Encoded is a message already in protobuf wire form, passed to SendMsg
+// in place of the message by a sender that builds it from parts encoded
+// once and shared (a watch event sent on a hundred streams). Marshal
+// copies it into a pooled buffer, so the sender may reuse it as soon as
+// SendMsg returns.
+type Encoded []byte
+
 func (Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if e, ok := v.(Encoded); ok {
+		pool := mem.DefaultBufferPool()
+		buf := pool.Get(max(len(e), poolMin))
+		*buf = (*buf)[:copy(*buf, e)]
+		return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+	}
 	m := messageOf(v)
 	if m == nil {
 		return nil, fmt.Errorf("grpcopt: cannot marshal %T: not a protobuf message", v)

@@ -46,3 +46,36 @@ func TestCodecPoolsSmallMessagesAndRoundTrips(t *testing.T) {
 		t.Error("unmarshalling garbage: want an error")
 	}
 }
+
+// An Encoded message goes out as its bytes, copied into a pooled buffer:
+// the sender's slice can be overwritten as soon as Marshal returns.
+func TestCodecSendsEncodedBytesAsACopy(t *testing.T) {
+	var c grpcopt.Codec
+	for _, n := range []int{0, 10, 5000} {
+		in := &lodestonepb.KeyValue{Key: []byte("k"), Value: bytes.Repeat([]byte{'v'}, n)}
+		wire, err := proto.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := c.Marshal(grpcopt.Encoded(wire))
+		if err != nil {
+			t.Fatalf("%d-byte value: %v", n, err)
+		}
+		for i := range wire {
+			wire[i] = 0xff
+		}
+		for _, b := range data {
+			if _, unpooled := b.(mem.SliceBuffer); unpooled {
+				t.Errorf("%d-byte value: copied into an unpooled buffer", n)
+			}
+		}
+		out := &lodestonepb.KeyValue{}
+		if err := c.Unmarshal(data, out); err != nil {
+			t.Fatalf("%d-byte value: unmarshal: %v", n, err)
+		}
+		data.Free()
+		if !proto.Equal(in, out) {
+			t.Errorf("%d-byte value: the bytes sent changed with the sender's slice", n)
+		}
+	}
+}
