@@ -34,12 +34,16 @@ type Config struct {
 	WatcherBuffer int
 
 	// ProgressInterval is how often idle watchers get a progress
-	// notification with the current index, measured on Clock; the same
-	// round closes unread watchers whose Watch context is done and samples
-	// buffer occupancy. Default (0): 10s. Negative disables the timer;
-	// Hub.Progress still works. Shorter means fresher resume points for
-	// quiet watchers at the cost of one pass over every watcher per
-	// interval (spread over the shards).
+	// notification with the current index, measured on Clock: a watcher
+	// that heard nothing (no event, no progress) since the previous round
+	// is told the current index, so a quiet watcher's resume point is at
+	// most about two intervals old, and one that gets events is not told
+	// again. The same round closes unread watchers whose Watch context is
+	// done and samples buffer occupancy. Default (0): 10s. Negative
+	// disables the timer; Hub.Progress still works (and tells every
+	// watcher behind). Shorter means fresher resume points for quiet
+	// watchers at the cost of one pass over every watcher per interval
+	// (spread over the shards).
 	ProgressInterval time.Duration
 
 	// Clock is the time source for progress timers, Wait timeouts and the

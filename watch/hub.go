@@ -80,7 +80,7 @@ func (h *Hub) progressLoop(every time.Duration) {
 		t := h.clock.NewTimer(every)
 		select {
 		case <-t.C():
-			h.Progress()
+			h.progress(roundIdle)
 		case <-h.stopc:
 			t.Stop()
 			return
@@ -389,19 +389,22 @@ func (h *Hub) Wait(ctx context.Context, req Request, timeout time.Duration) (Wai
 // Progress asks every shard to send a progress notification (the shard's
 // current index, which covers every Publish that returned before Progress
 // was called) to each of its idle watchers whose last Index is behind.
-// The progress timer calls it every Config.ProgressInterval; servers may
-// also call it, e.g. when a client requests progress. It does not wait.
-func (h *Hub) Progress() {
+// Servers call it when a client requests progress. It does not wait. (The
+// progress timer's rounds skip watchers that heard anything since the
+// previous timer round; see Config.ProgressInterval.)
+func (h *Hub) Progress() { h.progress(roundAll) }
+
+func (h *Hub) progress(mode uint32) {
 	if h.manual {
 		for _, s := range h.shards {
 			for s.step() {
 			}
-			s.tick()
+			s.tick(mode)
 		}
 		return
 	}
 	for _, s := range h.shards {
-		s.progressReq.Store(true)
+		s.progressReq.Or(mode)
 		s.wake()
 	}
 }

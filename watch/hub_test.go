@@ -582,6 +582,64 @@ func TestProgressFakeClock(t *testing.T) {
 	}
 }
 
+// TestProgressTimerSkipsWatchersThatHeard: a timer round tells only the
+// watchers that heard nothing since the previous timer round; one that got
+// an event in between is not told again. Hub.Progress tells every watcher
+// behind.
+func TestProgressTimerSkipsWatchersThatHeard(t *testing.T) {
+	ctx := testCtx(t)
+	clk := watchtest.NewClock(time.Unix(1000, 0))
+	// One shard: b's notification is flushed after the round decided a's.
+	h := newHub(t, watch.Config{Shards: 1, Clock: clk, ProgressInterval: 10 * time.Second})
+	a, err := h.Watch(ctx, watch.Request{Key: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.Watch(ctx, watch.Request{Key: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(w *watch.Watcher, progress bool, index uint64) {
+		t.Helper()
+		got, err := w.Next(ctx)
+		if err != nil || got.IsProgress() != progress || got.Index != index {
+			t.Fatalf("got %s, %v; want index %d (progress: %v)", formatBatch(got), err, index, progress)
+		}
+	}
+	nothingFor := func(w *watch.Watcher, name string) {
+		t.Helper()
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		if got, err := w.Next(done); !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s: got %s, %v; want nothing pending", name, formatBatch(got), err)
+		}
+	}
+	round := func() {
+		t.Helper()
+		clk.BlockUntilTimers(1)
+		clk.Advance(10 * time.Second)
+	}
+
+	h.Publish(1, []watch.Event{put("a", "1")})
+	next(a, false, 1)
+	h.Publish(2, []watch.Event{put("c", "2")})
+	round() // a heard index 1 since the hub started: skipped; b: told 2
+	next(b, true, 2)
+	nothingFor(a, "a after the first round")
+
+	h.Publish(3, []watch.Event{put("b", "3")})
+	next(b, false, 3)
+	h.Publish(4, []watch.Event{put("c", "4")})
+	round() // a heard nothing since round 1: told 4; b heard 3: skipped
+	next(a, true, 4)
+	nothingFor(b, "b after the second round")
+
+	h.Publish(5, nil)
+	h.Progress() // explicit: every watcher behind
+	next(a, true, 5)
+	next(b, true, 5)
+}
+
 // TestWait: the blocking-query helper returns on a change after the start
 // index (also one that happened before Wait was called), times out on the
 // hub's clock with the index up to which nothing happened, and treats a

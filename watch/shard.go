@@ -35,7 +35,7 @@ type shard struct {
 	// Wake-up protocol with Publish (see run and wake).
 	_           [64]byte // NB: keep the flags Publish reads off the cache lines the shard writes
 	idle        atomic.Bool
-	progressReq atomic.Bool
+	progressReq atomic.Uint32 // requested progress rounds: roundIdle|roundAll
 	_           [64]byte
 	notify      chan struct{} // cap 1
 
@@ -50,6 +50,9 @@ type shard struct {
 	plenN     map[int]int         // prefix length → watchers
 	n         int                 // linked watchers
 	closed    bool
+	// lastRound is processed as of the last timer round (roundIdle); only
+	// the stepping goroutine uses it.
+	lastRound uint64
 
 	// Scratch of the stepping goroutine.
 	entries   []logEntry
@@ -96,7 +99,7 @@ func (s *shard) run(stop <-chan struct{}) {
 		// and a watcher that nothing newer matched waited forever for the
 		// index it was promised (TestShardsAgreeLive hung;
 		// TestProgressCoversEarlierPublish).
-		progress := s.progressReq.Swap(false)
+		progress := s.progressReq.Swap(0)
 		for s.step() {
 			s.wakeChildren()
 			select {
@@ -109,8 +112,8 @@ func (s *shard) run(stop <-chan struct{}) {
 		if f := s.h.afterCatchUp; f != nil {
 			f(s.id)
 		}
-		if progress {
-			s.tick()
+		if progress != 0 {
+			s.tick(progress)
 		}
 		// NB: announce idleness, then re-check. A waker makes the new entry
 		// visible (Publish stores nextA; a parent shard has read it), then
@@ -118,7 +121,7 @@ func (s *shard) run(stop <-chan struct{}) {
 		// consistent atomics one of us sees the other, so no wake-up is lost
 		// and nobody sends to a busy shard.
 		s.idle.Store(true)
-		if s.h.log.nextA.Load() > s.cursor || s.progressReq.Load() {
+		if s.h.log.nextA.Load() > s.cursor || s.progressReq.Load() != 0 {
 			s.idle.Store(false)
 			continue
 		}
@@ -365,13 +368,36 @@ func (s *shard) cutRestore(index uint64) {
 	})
 }
 
-// tick is a progress round: every idle watcher (empty buffer) whose last
-// reported Index is behind the shard's processed index gets a progress
-// notification. It also samples buffer occupancy and closes watchers whose
-// Watch context is done. O(watchers in shard).
-func (s *shard) tick() {
+// Progress rounds, as tick's mode.
+const (
+	// roundIdle is the timer's round: it tells only watchers that heard
+	// nothing (no event, no progress) since the previous timer round. A
+	// watcher that got an event within the interval already holds a
+	// resume point that recent; telling it again would be a notification
+	// per watcher per interval for nothing, and at 100k watchers that
+	// burst of notifications is what a round cost the write path.
+	roundIdle uint32 = 1 << iota
+	// roundAll is Hub.Progress: every watcher whose last Index is behind.
+	roundAll
+)
+
+// tick is a progress round (see roundIdle and roundAll): an idle watcher
+// (empty buffer) whose last reported Index is behind the shard's
+// processed index gets a progress notification. It also samples buffer
+// occupancy and closes watchers whose Watch context is done.
+// O(watchers in shard).
+func (s *shard) tick(mode uint32) {
 	s.mu.Lock()
 	processed := s.processed.Load()
+	// heard ≤ cutoff: nothing newer than the last timer round reached the
+	// watcher (roundIdle); every watcher behind qualifies for roundAll.
+	cutoff := processed
+	if mode&roundAll == 0 {
+		cutoff = s.lastRound
+	}
+	if mode&roundIdle != 0 {
+		s.lastRound = processed
+	}
 	occ := s.h.metrics.occupancy
 	s.each(func(w *Watcher) {
 		if w.ctx != nil && (*w.ctx).Err() != nil {
@@ -383,7 +409,7 @@ func (s *shard) tick() {
 		}
 		w.mu.Lock()
 		occ.Observe(float64(len(w.buf)) / float64(w.capacity))
-		if len(w.buf) == 0 && w.err == nil && !w.progress && max(w.told, w.after) < processed {
+		if heard := max(w.told, w.after); len(w.buf) == 0 && w.err == nil && !w.progress && heard < processed && heard <= cutoff {
 			w.progress = true
 			s.queueWake(w)
 		}
