@@ -38,12 +38,15 @@ type Config struct {
 	// that heard nothing (no event, no progress) since the previous round
 	// is told the current index, so a quiet watcher's resume point is at
 	// most about two intervals old, and one that gets events is not told
-	// again. The same round closes unread watchers whose Watch context is
-	// done and samples buffer occupancy. Default (0): 10s. Negative
-	// disables the timer; Hub.Progress still works (and tells every
-	// watcher behind). Shorter means fresher resume points for quiet
-	// watchers at the cost of one pass over every watcher per interval
-	// (spread over the shards).
+	// again. A round is spread over the interval: every interval/16 the
+	// watchers of one sixteenth (by watcher id) are visited, so 100k quiet
+	// watchers cost 16 small bursts of notifications, not one large one.
+	// The same visits close unread watchers whose Watch context is done
+	// and sample buffer occupancy. Default (0): 10s. Negative disables the
+	// timer; Hub.Progress still works (and tells every watcher behind at
+	// once). Shorter means fresher resume points for quiet watchers at the
+	// cost of one pass over every watcher per interval/16 (spread over the
+	// shards; a pass skips the watchers of other slices unlocked).
 	ProgressInterval time.Duration
 
 	// Clock is the time source for progress timers, Wait timeouts and the

@@ -27,3 +27,16 @@ func (h *Hub) Retained() (entries int, events int, floor, last uint64) {
 
 // ShardOf returns the shard a watcher was assigned to.
 func (w *Watcher) ShardOf() int { return w.s.id }
+
+// TimerRounds runs n of the progress timer's slice rounds on a manual Hub,
+// as n firings of its timer would; ProgressSlices of them make one
+// ProgressInterval.
+func (h *Hub) TimerRounds(n int) {
+	for range n {
+		h.sliceRounds.Add(1)
+		h.progress(roundIdle)
+	}
+}
+
+// ProgressSlices is how many timer rounds make one interval.
+const ProgressSlices = progressSlices

@@ -26,6 +26,9 @@ type Hub struct {
 	ids    atomic.Uint64 // watcher ids
 
 	manual bool // tests: no goroutines, the test steps the shards
+	// sliceRounds counts the progress timer's firings; firing n is the
+	// timer round of slice n mod progressSlices (shard.tick).
+	sliceRounds atomic.Uint64
 	// afterCatchUp, tests only: a shard goroutine calls it between its
 	// catch-up with the log and its progress tick (see shard.run).
 	afterCatchUp func(shard int)
@@ -73,13 +76,15 @@ func newHub(cfg Config, manual bool, afterCatchUp func(shard int)) (*Hub, error)
 	return h, nil
 }
 
-// progressLoop calls Progress every interval on the hub's Clock.
+// progressLoop runs a timer round of one slice of the watchers every
+// interval/progressSlices on the hub's Clock.
 func (h *Hub) progressLoop(every time.Duration) {
 	defer h.wg.Done()
 	for {
-		t := h.clock.NewTimer(every)
+		t := h.clock.NewTimer(max(every/progressSlices, 1))
 		select {
 		case <-t.C():
+			h.sliceRounds.Add(1)
 			h.progress(roundIdle)
 		case <-h.stopc:
 			t.Stop()
@@ -397,9 +402,10 @@ func (h *Hub) Progress() { h.progress(roundAll) }
 func (h *Hub) progress(mode uint32) {
 	if h.manual {
 		for _, s := range h.shards {
+			fired := h.sliceRounds.Load()
 			for s.step() {
 			}
-			s.tick(mode)
+			s.tick(mode, fired)
 		}
 		return
 	}

@@ -552,6 +552,15 @@ func TestCancelledWatcherIsReaped(t *testing.T) {
 	keep.Close()
 }
 
+// advanceInterval moves clk through one progress interval, one timer
+// round (a slice of it) at a time.
+func advanceInterval(clk *watchtest.Clock, every time.Duration) {
+	for range watch.ProgressSlices {
+		clk.BlockUntilTimers(1)
+		clk.Advance(every / watch.ProgressSlices)
+	}
+}
+
 // TestProgressFakeClock: the progress timer runs on the hub's Clock; an
 // idle watcher learns the current index when the test moves time.
 func TestProgressFakeClock(t *testing.T) {
@@ -565,8 +574,7 @@ func TestProgressFakeClock(t *testing.T) {
 	for i := uint64(1); i <= 5; i++ {
 		h.Publish(i, []watch.Event{put("busy", "v")})
 	}
-	clk.BlockUntilTimers(1)
-	clk.Advance(10 * time.Second)
+	advanceInterval(clk, 10*time.Second)
 	b, err := w.Next(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -575,22 +583,23 @@ func TestProgressFakeClock(t *testing.T) {
 		t.Fatalf("got %s, want progress index=5", formatBatch(b))
 	}
 	h.Publish(7, nil) // an index with no events still moves progress
-	clk.BlockUntilTimers(1)
-	clk.Advance(10 * time.Second)
+	advanceInterval(clk, 10*time.Second)
 	if b, err = w.Next(ctx); err != nil || b.Index != 7 {
 		t.Fatalf("got %s, %v; want progress index=7", formatBatch(b), err)
 	}
 }
 
 // TestProgressTimerSkipsWatchersThatHeard: a timer round tells only the
-// watchers that heard nothing since the previous timer round; one that got
-// an event in between is not told again. Hub.Progress tells every watcher
-// behind.
+// watchers that heard nothing since the previous timer round of their
+// slice; one that got an event in between is not told again. Hub.Progress
+// tells every watcher behind.
 func TestProgressTimerSkipsWatchersThatHeard(t *testing.T) {
 	ctx := testCtx(t)
-	clk := watchtest.NewClock(time.Unix(1000, 0))
-	// One shard: b's notification is flushed after the round decided a's.
-	h := newHub(t, watch.Config{Shards: 1, Clock: clk, ProgressInterval: 10 * time.Second})
+	h, err := watch.NewManual(watch.Config{Shards: 2, ProgressInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
 	a, err := h.Watch(ctx, watch.Request{Key: "a"})
 	if err != nil {
 		t.Fatal(err)
@@ -614,30 +623,78 @@ func TestProgressTimerSkipsWatchersThatHeard(t *testing.T) {
 			t.Fatalf("%s: got %s, %v; want nothing pending", name, formatBatch(got), err)
 		}
 	}
-	round := func() {
-		t.Helper()
-		clk.BlockUntilTimers(1)
-		clk.Advance(10 * time.Second)
-	}
+	interval := func() { h.TimerRounds(watch.ProgressSlices) }
 
 	h.Publish(1, []watch.Event{put("a", "1")})
+	h.Sync()
 	next(a, false, 1)
 	h.Publish(2, []watch.Event{put("c", "2")})
-	round() // a heard index 1 since the hub started: skipped; b: told 2
+	interval() // a heard index 1 since the hub started: skipped; b: told 2
 	next(b, true, 2)
-	nothingFor(a, "a after the first round")
+	nothingFor(a, "a after the first interval")
 
 	h.Publish(3, []watch.Event{put("b", "3")})
+	h.Sync()
 	next(b, false, 3)
 	h.Publish(4, []watch.Event{put("c", "4")})
-	round() // a heard nothing since round 1: told 4; b heard 3: skipped
+	interval() // a heard nothing since its slice's last round: told 4; b heard 3: skipped
 	next(a, true, 4)
-	nothingFor(b, "b after the second round")
+	nothingFor(b, "b after the second interval")
 
 	h.Publish(5, nil)
 	h.Progress() // explicit: every watcher behind
 	next(a, true, 5)
 	next(b, true, 5)
+}
+
+// TestProgressTimerRoundsAreSliced: one timer round visits one slice of
+// the watchers, so a round's notifications are a sixteenth of an
+// interval's; every quiet watcher is told once per interval.
+func TestProgressTimerRoundsAreSliced(t *testing.T) {
+	ctx := testCtx(t)
+	h, err := watch.NewManual(watch.Config{Shards: 3, ProgressInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	const n = 10 * watch.ProgressSlices
+	var ws []*watch.Watcher
+	for i := range n {
+		w, err := h.Watch(ctx, watch.Request{Key: fmt.Sprintf("quiet/%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	h.Publish(1, []watch.Event{put("busy", "1")})
+	h.Sync()
+	told := map[int]int{} // watcher → progress notifications
+	take := func() int {
+		got := 0
+		for i, w := range ws {
+			done, cancel := context.WithCancel(ctx)
+			cancel()
+			if b, err := w.Next(done); err == nil {
+				if !b.IsProgress() || b.Index != 1 {
+					t.Fatalf("watcher %d: got %s, want progress index=1", i, formatBatch(b))
+				}
+				told[i]++
+				got++
+			}
+		}
+		return got
+	}
+	for r := range watch.ProgressSlices {
+		h.TimerRounds(1)
+		if got := take(); got != n/watch.ProgressSlices {
+			t.Fatalf("timer round %d told %d watchers, want one slice: %d", r, got, n/watch.ProgressSlices)
+		}
+	}
+	for i := range ws {
+		if told[i] != 1 {
+			t.Fatalf("watcher %d told %d times in one interval, want once", i, told[i])
+		}
+	}
 }
 
 // TestWait: the blocking-query helper returns on a change after the start

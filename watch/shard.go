@@ -50,9 +50,11 @@ type shard struct {
 	plenN     map[int]int         // prefix length → watchers
 	n         int                 // linked watchers
 	closed    bool
-	// lastRound is processed as of the last timer round (roundIdle); only
-	// the stepping goroutine uses it.
-	lastRound uint64
+	// Timer rounds (roundIdle), for the stepping goroutine only: how many
+	// of the hub's slice rounds this shard has run, and processed as of
+	// each slice's last round.
+	slicesDone uint64
+	lastRound  [progressSlices]uint64
 
 	// Scratch of the stepping goroutine.
 	entries   []logEntry
@@ -100,6 +102,7 @@ func (s *shard) run(stop <-chan struct{}) {
 		// index it was promised (TestShardsAgreeLive hung;
 		// TestProgressCoversEarlierPublish).
 		progress := s.progressReq.Swap(0)
+		fired := s.h.sliceRounds.Load() // NB: before the catch-up too, for the same reason
 		for s.step() {
 			s.wakeChildren()
 			select {
@@ -113,7 +116,7 @@ func (s *shard) run(stop <-chan struct{}) {
 			f(s.id)
 		}
 		if progress != 0 {
-			s.tick(progress)
+			s.tick(progress, fired)
 		}
 		// NB: announce idleness, then re-check. A waker makes the new entry
 		// visible (Publish stores nextA; a parent shard has read it), then
@@ -381,31 +384,50 @@ const (
 	roundAll
 )
 
+// progressSlices is how many slices a timer round is cut into: the hub's
+// timer fires every ProgressInterval/progressSlices and each firing
+// visits the watchers of one slice (by watcher id), so the notifications
+// of 100k quiet watchers go out as 16 small bursts per interval instead
+// of one large one.
+const progressSlices = 16
+
 // tick is a progress round (see roundIdle and roundAll): an idle watcher
 // (empty buffer) whose last reported Index is behind the shard's
 // processed index gets a progress notification. It also samples buffer
-// occupancy and closes watchers whose Watch context is done.
-// O(watchers in shard).
-func (s *shard) tick(mode uint32) {
+// occupancy and closes watchers whose Watch context is done. A timer
+// round covers the slices whose turn came since the shard's last one, up
+// to fired (Hub.sliceRounds, read before the catch-up that preceded this
+// call). O(watchers in shard).
+func (s *shard) tick(mode uint32, fired uint64) {
 	s.mu.Lock()
 	processed := s.processed.Load()
-	// heard ≤ cutoff: nothing newer than the last timer round reached the
-	// watcher (roundIdle); every watcher behind qualifies for roundAll.
-	cutoff := processed
-	if mode&roundAll == 0 {
-		cutoff = s.lastRound
-	}
+	var slices uint32 // bit i: slice i's timer round is due
 	if mode&roundIdle != 0 {
-		s.lastRound = processed
+		for r := max(s.slicesDone, fired-min(fired, progressSlices)); r < fired; r++ {
+			slices |= 1 << (r % progressSlices)
+		}
+		s.slicesDone = fired
 	}
+	all := mode&roundAll != 0
 	occ := s.h.metrics.occupancy
 	s.each(func(w *Watcher) {
+		slice := w.id % progressSlices
+		if !all && slices&(1<<slice) == 0 {
+			return
+		}
 		if w.ctx != nil && (*w.ctx).Err() != nil {
 			s.unlink(w)
 			if c := w.closeBuf(); c != nil {
 				s.wakes = append(s.wakes, c)
 			}
 			return
+		}
+		// heard ≤ cutoff: nothing newer than the slice's last timer round
+		// reached the watcher (roundIdle); roundAll tells every watcher
+		// behind.
+		cutoff := processed
+		if !all {
+			cutoff = s.lastRound[slice]
 		}
 		w.mu.Lock()
 		occ.Observe(float64(len(w.buf)) / float64(w.capacity))
@@ -415,6 +437,11 @@ func (s *shard) tick(mode uint32) {
 		}
 		w.mu.Unlock()
 	})
+	for i := range progressSlices {
+		if slices&(1<<i) != 0 {
+			s.lastRound[i] = processed
+		}
+	}
 	s.mu.Unlock()
 	s.flush()
 }
