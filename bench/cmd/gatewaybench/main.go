@@ -43,6 +43,7 @@ var (
 	flagRole       = flag.String("role", "", "internal: run as origin, gateway or reverseproxy (the benchmark starts itself in these roles)")
 	flagReps       = flag.Int("reps", 3, "repetitions; medians are reported (use an odd number)")
 	flagDuration   = flag.Duration("duration", 10*time.Second, "measured window of each wrk run (whole seconds)")
+	flagSlices     = flag.Int("slices", 5, "slices the throughput run is cut into, taken by the systems in turn (-duration/-slices whole seconds each)")
 	flagWarmup     = flag.Duration("warmup", 2*time.Second, "wrk warm-up before each system's measured runs")
 	flagConns      = flag.Int("conns", 64, "wrk connections of the throughput run")
 	flagLatConns   = flag.Int("latency-conns", 16, "wrk connections of the paced latency run")
@@ -111,6 +112,9 @@ type env struct {
 func run(ctx context.Context) error {
 	if *flagReps < 1 || *flagDuration < time.Second {
 		return fmt.Errorf("-reps must be >= 1 and -duration >= 1s")
+	}
+	if *flagSlices < 1 || int(flagDuration.Seconds()) / *flagSlices < 1 {
+		return fmt.Errorf("-slices must be >= 1 and at most -duration in seconds")
 	}
 	systems := strings.Split(*flagSystems, ",")
 	for _, s := range systems {
@@ -196,12 +200,13 @@ func run(ctx context.Context) error {
 		for range rep % len(order) {
 			order = append(order[1:], order[0])
 		}
-		for _, sys := range order {
-			logf("rep %d/%d: %s", rep+1, *flagReps, sys)
-			m, err := e.measure(ctx, sys)
-			if err != nil {
-				return fmt.Errorf("%s: %w", sys, err)
-			}
+		logf("rep %d/%d: %s", rep+1, *flagReps, strings.Join(order, ", "))
+		ms, err := e.measureRep(ctx, order)
+		if err != nil {
+			return err
+		}
+		for i, sys := range order {
+			m := ms[i]
 			results[sys] = append(results[sys], m)
 			fmt.Printf("run rep=%d/%d system=%s rps=%.0f sat_p50=%.3fms sat_p99=%.3fms paced_rps=%.0f paced_p50=%.3fms paced_p99=%.3fms proxy_cpu=%s client_cpu=%s errors=%d non2xx=%d\n",
 				rep+1, *flagReps, sys, m.rps, m.satP50, m.satP99, m.pacedRPS, m.p50, m.p99, cpuString(m.proxyCPU), cpuString(m.clientCPU), m.errors+m.satErrs, m.non2xx+m.satNon2)
@@ -221,23 +226,96 @@ func cpuString(c float64) string {
 	return fmt.Sprintf("%.0f%%", 100*c)
 }
 
-// measure starts sys (unless direct), runs the warm-up, the throughput run
-// and the paced latency run against it, and stops it.
-func (e *env) measure(ctx context.Context, sys string) (measurement, error) {
-	target, proc, err := e.startSystem(ctx, sys)
-	if err != nil {
-		return measurement{}, err
+// sysRun is one system through one repetition: its target, its process
+// (nil for direct) and what its throughput slices added up to.
+type sysRun struct {
+	sys, target string
+	proc        *harness.Proc
+	requests    int64
+	wrkTime     time.Duration // the slices' durations as wrk measured them
+	cpu, wall   time.Duration // the proxy's CPU time and the wall time over the slices
+	cpuOK       bool
+	busy, total uint64 // the client cores' busy and total ticks over the slices
+	coreOK      bool
+	p50s, p99s  []float64 // ms, per slice
+	errs, non2  int64
+}
+
+// measureRep starts every system in order, warms each up, runs the
+// throughput run as -slices slices taken in turn (system after system,
+// the first one rotating each slice), then each system's paced latency
+// run, and stops them all. NB: every system is loaded in the same few
+// seconds. Run one after another for 10 s each, the systems met
+// different phases of the host's speed: on the shared two-core VM the
+// CPU cost of a request (wrk's, the origin's and the proxy's alike)
+// moves by up to 1.5x within a minute: the same nginx, loaded in
+// back-to-back 3 s runs, gave 0.84-1.05 of its own requests/s.
+func (e *env) measureRep(ctx context.Context, order []string) ([]measurement, error) {
+	runs := make([]*sysRun, 0, len(order))
+	defer func() {
+		for _, r := range runs {
+			if r.proc != nil {
+				r.proc.Stop(10 * time.Second)
+			}
+		}
+	}()
+	for _, sys := range order {
+		target, proc, err := e.startSystem(ctx, sys)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sys, err)
+		}
+		runs = append(runs, &sysRun{sys: sys, target: target, proc: proc})
 	}
-	if proc != nil {
-		defer proc.Stop(10 * time.Second)
+	for _, r := range runs {
+		if _, err := runWrk(ctx, *flagClientCPUs, r.target, e.flat, *flagConns, max(*flagWarmup, time.Second)); err != nil {
+			return nil, fmt.Errorf("%s: %w", r.sys, err)
+		}
 	}
-	if _, err := runWrk(ctx, *flagClientCPUs, target, e.flat, *flagConns, max(*flagWarmup, time.Second)); err != nil {
-		return measurement{}, err
+	slice := time.Duration(int(flagDuration.Seconds()) / *flagSlices) * time.Second
+	for i := range *flagSlices {
+		for j := range runs {
+			r := runs[(i+j)%len(runs)]
+			if err := e.satSlice(ctx, r, slice); err != nil {
+				return nil, fmt.Errorf("%s: %w", r.sys, err)
+			}
+		}
 	}
-	m := measurement{proxyCPU: -1, clientCPU: -1}
+	ms := make([]measurement, len(runs))
+	for i, r := range runs {
+		paced, err := runWrk(ctx, *flagClientCPUs, r.target, e.paced, *flagLatConns, *flagDuration)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", r.sys, err)
+		}
+		m := measurement{proxyCPU: -1, clientCPU: -1}
+		if r.wrkTime > 0 {
+			m.rps = float64(r.requests) / r.wrkTime.Seconds()
+		}
+		m.satP50, m.satP99 = harness.Median(r.p50s), harness.Median(r.p99s)
+		m.satErrs, m.satNon2 = r.errs, r.non2
+		if r.cpuOK && r.wall > 0 {
+			m.proxyCPU = float64(r.cpu) / float64(r.wall)
+		}
+		if r.coreOK && r.total > 0 {
+			m.clientCPU = float64(r.busy) / float64(r.total)
+		}
+		m.pacedRPS, m.p50, m.p99 = paced.rps, harness.Millis(paced.p50), harness.Millis(paced.p99)
+		m.errors, m.non2xx = paced.errors, paced.non2xx
+		ms[i] = m
+	}
+	for _, r := range runs {
+		if exited, werr := procExited(r.proc); exited {
+			return nil, fmt.Errorf("%s exited during the run: %v\n%s", r.sys, werr, r.proc.LogTail(2000))
+		}
+	}
+	return ms, nil
+}
+
+// satSlice runs one throughput slice of d against r and adds it to r.
+func (e *env) satSlice(ctx context.Context, r *sysRun, d time.Duration) error {
 	var cpu0 time.Duration
-	if proc != nil {
-		cpu0, _ = harness.CPUTime(proc.Pid())
+	var cpuErr error = errors.New("no process")
+	if r.proc != nil {
+		cpu0, cpuErr = harness.CPUTime(r.proc.Pid())
 	}
 	var busy0, total0 uint64
 	var coreErr error = errNoClientCPUs
@@ -245,32 +323,32 @@ func (e *env) measure(ctx context.Context, sys string) (measurement, error) {
 		busy0, total0, coreErr = coreTimes(*flagClientCPUs)
 	}
 	start := time.Now()
-	sat, err := runWrk(ctx, *flagClientCPUs, target, e.flat, *flagConns, *flagDuration)
+	sat, err := runWrk(ctx, *flagClientCPUs, r.target, e.flat, *flagConns, d)
 	if err != nil {
-		return m, err
+		return err
 	}
-	if proc != nil {
-		if cpu1, err := harness.CPUTime(proc.Pid()); err == nil {
-			m.proxyCPU = float64(cpu1-cpu0) / float64(time.Since(start))
+	wall := time.Since(start)
+	if cpuErr == nil {
+		if cpu1, err := harness.CPUTime(r.proc.Pid()); err == nil {
+			r.cpu += cpu1 - cpu0
+			r.wall += wall
+			r.cpuOK = true
 		}
 	}
 	if coreErr == nil {
 		if busy1, total1, err := coreTimes(*flagClientCPUs); err == nil && total1 > total0 {
-			m.clientCPU = float64(busy1-busy0) / float64(total1-total0)
+			r.busy += busy1 - busy0
+			r.total += total1 - total0
+			r.coreOK = true
 		}
 	}
-	paced, err := runWrk(ctx, *flagClientCPUs, target, e.paced, *flagLatConns, *flagDuration)
-	if err != nil {
-		return m, err
-	}
-	if exited, werr := procExited(proc); exited {
-		return m, fmt.Errorf("exited during the run: %v\n%s", werr, proc.LogTail(2000))
-	}
-	m.rps, m.satP50, m.satP99 = sat.rps, harness.Millis(sat.p50), harness.Millis(sat.p99)
-	m.satErrs, m.satNon2 = sat.errors, sat.non2xx
-	m.pacedRPS, m.p50, m.p99 = paced.rps, harness.Millis(paced.p50), harness.Millis(paced.p99)
-	m.errors, m.non2xx = paced.errors, paced.non2xx
-	return m, nil
+	r.requests += sat.requests
+	r.wrkTime += sat.duration
+	r.p50s = append(r.p50s, harness.Millis(sat.p50))
+	r.p99s = append(r.p99s, harness.Millis(sat.p99))
+	r.errs += sat.errors
+	r.non2 += sat.non2xx
+	return nil
 }
 
 func procExited(p *harness.Proc) (bool, error) {
@@ -412,8 +490,8 @@ func report(results map[string][]measurement, systems []string) {
 		}
 		return max(harness.Median(xs), addedFloorMS)
 	}
-	fmt.Printf("setup: one origin (a minimal HTTP/1.1 keep-alive responder, %d-byte body) on 127.0.0.1; wrk -t1: throughput run -c%d for %v, latency run -c%d paced with delay()=%dms for %v, after a %v warm-up; %d repetitions, system order rotated; medians reported\n",
-		*flagBody, *flagConns, *flagDuration, *flagLatConns, *flagPacing, *flagDuration, *flagWarmup, *flagReps)
+	fmt.Printf("setup: one origin (a minimal HTTP/1.1 keep-alive responder, %d-byte body) on 127.0.0.1; wrk -t1: throughput run -c%d for %v in %d slices the systems take in turn, latency run -c%d paced with delay()=%dms for %v, after a %v warm-up; %d repetitions, system order rotated; medians reported\n",
+		*flagBody, *flagConns, time.Duration(int(flagDuration.Seconds()) / *flagSlices * *flagSlices)*time.Second, *flagSlices, *flagLatConns, *flagPacing, *flagDuration, *flagWarmup, *flagReps)
 	fmt.Printf("pinning: every proxy under `taskset -c %s`; wrk, the origin, the registry and gatewaybench under CPU list %s; machine has %d CPUs; lodestone = gateway.Run with DefaultConfig (what `lodestone gateway` runs), nginx 1 worker + upstream keepalive, haproxy nbthread 1 + http-reuse always, reverseproxy = httputil.ReverseProxy\n",
 		*flagProxyCPUs, *flagClientCPUs, runtime.NumCPU())
 	fmt.Printf("added latency = system's paced-run percentile minus direct's, per repetition, median over repetitions, at least %.3fms\n", addedFloorMS)
