@@ -114,7 +114,9 @@ func New(cfg Config) (*Gateway, error) {
 			return o
 		},
 		newPool: func(shard int, o *origin) *pool {
-			return &pool{shard: shard, origin: o, f: g.factory}
+			p := &pool{shard: shard, origin: o, f: g.factory}
+			o.addPool(p)
+			return p
 		},
 		newRoute: func(r Route) *routeEntry {
 			return &routeEntry{Route: r, m: g.m.forRoute(r.Name)}

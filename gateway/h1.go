@@ -66,26 +66,27 @@ func fastPath(o *origin, r *http.Request) bool {
 
 // getH1 returns an idle connection (reused true) or dials a new one.
 // now is mono().
+//
+// NB: with no idle connection of its own, the pool borrows one from
+// another shard's pool to the same origin before it dials (the
+// connection then goes back to this pool). A request picks its shard at
+// random, so each shard's pool grew to the most requests its shard ever
+// had in flight at once: 64 requests in flight to one origin over the
+// 16 default shards kept 189 connections open to it (nginx: 64).
 func (p *pool) getH1(ctx context.Context, now int64) (*h1conn, bool, error) {
-	p.h1.mu.Lock()
-	for n := len(p.h1.conns); n > 0; n = len(p.h1.conns) {
-		hc := p.h1.conns[n-1]
-		p.h1.conns[n-1] = nil
-		p.h1.conns = p.h1.conns[:n-1]
-		if now-hc.idleAt < int64(p.f.poolIdle) {
-			p.h1.mu.Unlock()
-			return hc, true, nil
-		}
-		// The newest is too old: so are all the others.
-		stale := append(p.h1.conns, hc)
-		p.h1.conns = nil
-		p.h1.mu.Unlock()
-		for _, s := range stale {
-			s.c.Close()
-		}
-		p.h1.mu.Lock()
+	if hc := p.idleH1(now); hc != nil {
+		return hc, true, nil
 	}
-	p.h1.mu.Unlock()
+	if ps := p.origin.pools.Load(); ps != nil {
+		for _, q := range *ps {
+			if q == p {
+				continue
+			}
+			if hc := q.idleH1(now); hc != nil {
+				return hc, true, nil
+			}
+		}
+	}
 	c, err := p.dial(ctx, "tcp", p.origin.host)
 	if err != nil {
 		return nil, false, err
@@ -97,6 +98,32 @@ func (p *pool) getH1(ctx context.Context, now int64) (*h1conn, bool, error) {
 	x := newConnIO(c, raw)
 	x.own() // NB: a connection in use is closed only by its user
 	return &h1conn{c: c, io: x, br: bufio.NewReaderSize(x, 4<<10), bw: bufio.NewWriterSize(x, 4<<10)}, false, nil
+}
+
+// idleH1 takes p's most recently used idle connection, closing those
+// idle longer than the pool's idle timeout; nil if none is left. now is
+// mono().
+func (p *pool) idleH1(now int64) *h1conn {
+	p.h1.mu.Lock()
+	for n := len(p.h1.conns); n > 0; n = len(p.h1.conns) {
+		hc := p.h1.conns[n-1]
+		p.h1.conns[n-1] = nil
+		p.h1.conns = p.h1.conns[:n-1]
+		if now-hc.idleAt < int64(p.f.poolIdle) {
+			p.h1.mu.Unlock()
+			return hc
+		}
+		// The newest is too old: so are all the others.
+		stale := append(p.h1.conns, hc)
+		p.h1.conns = nil
+		p.h1.mu.Unlock()
+		for _, s := range stale {
+			s.c.Close()
+		}
+		p.h1.mu.Lock()
+	}
+	p.h1.mu.Unlock()
+	return nil
 }
 
 // putH1 returns hc to the idle list, or closes it when the pool is closed

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,13 @@ type origin struct {
 	mu  sync.Mutex // guards out; taken by requests on the failure path only
 	out outlierState
 
+	// pools is every open pool to the origin (one per shard that holds
+	// it), for a pool with no idle fast-path connection to borrow one
+	// from (getH1). Copied on write under poolsMu: pools open and close
+	// with table updates, requests only Load.
+	poolsMu sync.Mutex
+	pools   atomic.Pointer[[]*pool]
+
 	m *originMetrics // nil in table-only tests
 }
 
@@ -57,6 +65,28 @@ func newBareOrigin(st *serviceState, in Instance, seq uint32, limit int) *origin
 }
 
 func (o *origin) String() string { return o.state.name + "/" + o.inst.ID }
+
+// addPool records p, a new pool to o.
+func (o *origin) addPool(p *pool) {
+	o.poolsMu.Lock()
+	var next []*pool
+	if old := o.pools.Load(); old != nil {
+		next = append(next, *old...)
+	}
+	next = append(next, p)
+	o.pools.Store(&next)
+	o.poolsMu.Unlock()
+}
+
+// removePool forgets p (if recorded).
+func (o *origin) removePool(p *pool) {
+	o.poolsMu.Lock()
+	if old := o.pools.Load(); old != nil && slices.Contains(*old, p) {
+		next := slices.DeleteFunc(slices.Clone(*old), func(q *pool) bool { return q == p })
+		o.pools.Store(&next)
+	}
+	o.poolsMu.Unlock()
+}
 
 // acquire takes an in-flight slot if the origin is under its limit.
 func (o *origin) acquire() bool {
@@ -119,6 +149,7 @@ func (p *pool) transport(ctx context.Context) (*http.Transport, error) {
 // last one to finish closes what it leaves idle (see done).
 func (p *pool) close() {
 	p.closed.Store(true)
+	p.origin.removePool(p)
 	p.closeH1(0)
 	if tr := p.tr.Load(); tr != nil {
 		tr.CloseIdleConnections()
