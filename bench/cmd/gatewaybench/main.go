@@ -243,13 +243,14 @@ type sysRun struct {
 
 // measureRep starts every system in order, warms each up, runs the
 // throughput run as -slices slices taken in turn (system after system,
-// the first one rotating each slice), then each system's paced latency
-// run, and stops them all. NB: every system is loaded in the same few
-// seconds. Run one after another for 10 s each, the systems met
-// different phases of the host's speed: on the shared two-core VM the
-// CPU cost of a request (wrk's, the origin's and the proxy's alike)
-// moves by up to 1.5x within a minute: the same nginx, loaded in
-// back-to-back 3 s runs, gave 0.84-1.05 of its own requests/s.
+// the first one rotating each slice), stops them all, then runs each
+// system's paced latency run with that system alone (pacedRun). NB:
+// every system is loaded in the same few seconds. Run one after another
+// for 10 s each, the systems met different phases of the host's speed:
+// on the shared two-core VM the CPU cost of a request (wrk's, the
+// origin's and the proxy's alike) moves by up to 1.5x within a minute:
+// the same nginx, loaded in back-to-back 3 s runs, gave 0.84-1.05 of
+// its own requests/s.
 func (e *env) measureRep(ctx context.Context, order []string) ([]measurement, error) {
 	runs := make([]*sysRun, 0, len(order))
 	defer func() {
@@ -280,9 +281,18 @@ func (e *env) measureRep(ctx context.Context, order []string) ([]measurement, er
 			}
 		}
 	}
+	for _, r := range runs {
+		if exited, werr := procExited(r.proc); exited {
+			return nil, fmt.Errorf("%s exited during the run: %v\n%s", r.sys, werr, r.proc.LogTail(2000))
+		}
+		if r.proc != nil {
+			r.proc.Stop(10 * time.Second)
+			r.proc = nil
+		}
+	}
 	ms := make([]measurement, len(runs))
 	for i, r := range runs {
-		paced, err := runWrk(ctx, *flagClientCPUs, r.target, e.paced, *flagLatConns, *flagDuration)
+		paced, err := e.pacedRun(ctx, r.sys)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", r.sys, err)
 		}
@@ -302,12 +312,32 @@ func (e *env) measureRep(ctx context.Context, order []string) ([]measurement, er
 		m.errors, m.non2xx = paced.errors, paced.non2xx
 		ms[i] = m
 	}
-	for _, r := range runs {
-		if exited, werr := procExited(r.proc); exited {
-			return nil, fmt.Errorf("%s exited during the run: %v\n%s", r.sys, werr, r.proc.LogTail(2000))
-		}
-	}
 	return ms, nil
+}
+
+// pacedRun starts sys alone, warms it up, runs the paced latency run
+// against it and stops it. NB: alone, as before the throughput slices:
+// idle proxies still wake now and then on the proxy core (timers), which
+// a 99th percentile can show.
+func (e *env) pacedRun(ctx context.Context, sys string) (wrkResult, error) {
+	target, proc, err := e.startSystem(ctx, sys)
+	if err != nil {
+		return wrkResult{}, err
+	}
+	if proc != nil {
+		defer proc.Stop(10 * time.Second)
+	}
+	if _, err := runWrk(ctx, *flagClientCPUs, target, e.flat, *flagConns, max(*flagWarmup, time.Second)); err != nil {
+		return wrkResult{}, err
+	}
+	paced, err := runWrk(ctx, *flagClientCPUs, target, e.paced, *flagLatConns, *flagDuration)
+	if err != nil {
+		return wrkResult{}, err
+	}
+	if exited, werr := procExited(proc); exited {
+		return wrkResult{}, fmt.Errorf("exited during the run: %v\n%s", werr, proc.LogTail(2000))
+	}
+	return paced, nil
 }
 
 // satSlice runs one throughput slice of d against r and adds it to r.
