@@ -41,7 +41,7 @@ import (
 
 var (
 	flagRole       = flag.String("role", "", "internal: run as origin, gateway or reverseproxy (the benchmark starts itself in these roles)")
-	flagReps       = flag.Int("reps", 3, "repetitions; medians are reported (use an odd number)")
+	flagReps       = flag.Int("reps", 5, "repetitions; medians are reported (use an odd number)")
 	flagDuration   = flag.Duration("duration", 10*time.Second, "measured window of each wrk run (whole seconds)")
 	flagSlices     = flag.Int("slices", 5, "slices the throughput run is cut into, taken by the systems in turn (-duration/-slices whole seconds each)")
 	flagWarmup     = flag.Duration("warmup", 2*time.Second, "wrk warm-up before each system's measured runs")
