@@ -57,8 +57,6 @@ func TestDataDriven(t *testing.T) {
 				h.Close()
 			}
 		}()
-		done, cancel := context.WithCancel(context.Background())
-		cancel()
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			var out strings.Builder
 			switch d.Cmd {
@@ -122,7 +120,7 @@ func TestDataDriven(t *testing.T) {
 				}
 				printed := false
 				for {
-					b, err := w.Next(done)
+					b, err := w.Next(doneCtx)
 					if errors.Is(err, context.Canceled) {
 						if !printed {
 							fmt.Fprintf(&out, "%s: nothing\n", name)

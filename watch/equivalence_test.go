@@ -53,8 +53,6 @@ func runWorkload(t *testing.T, seed uint64, shards int) string {
 	}
 	var subs []*sub
 	var out strings.Builder
-	done, cancel := context.WithCancel(context.Background())
-	cancel()
 	var index uint64
 	fail := func(format string, args ...any) {
 		t.Helper()
@@ -120,7 +118,7 @@ func runWorkload(t *testing.T, seed uint64, shards int) string {
 			i := rng.IntN(len(subs))
 			s := subs[i]
 			for !s.done {
-				b, err := s.w.Next(done)
+				b, err := s.w.Next(doneCtx)
 				if errors.Is(err, context.Canceled) {
 					break
 				}

@@ -28,6 +28,14 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// doneCtx is already cancelled: Next with it returns only what is ready
+// (else context.Canceled), without waiting.
+var doneCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
 func newHub(t *testing.T, cfg watch.Config) *watch.Hub {
 	t.Helper()
 	if cfg.Clock == nil {
@@ -617,9 +625,7 @@ func TestProgressTimerSkipsWatchersThatHeard(t *testing.T) {
 	}
 	nothingFor := func(w *watch.Watcher, name string) {
 		t.Helper()
-		done, cancel := context.WithCancel(ctx)
-		cancel()
-		if got, err := w.Next(done); !errors.Is(err, context.Canceled) {
+		if got, err := w.Next(doneCtx); !errors.Is(err, context.Canceled) {
 			t.Fatalf("%s: got %s, %v; want nothing pending", name, formatBatch(got), err)
 		}
 	}
@@ -672,9 +678,7 @@ func TestProgressTimerRoundsAreSliced(t *testing.T) {
 	take := func() int {
 		got := 0
 		for i, w := range ws {
-			done, cancel := context.WithCancel(ctx)
-			cancel()
-			if b, err := w.Next(done); err == nil {
+			if b, err := w.Next(doneCtx); err == nil {
 				if !b.IsProgress() || b.Index != 1 {
 					t.Fatalf("watcher %d: got %s, want progress index=1", i, formatBatch(b))
 				}

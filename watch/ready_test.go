@@ -1,7 +1,6 @@
 package watch_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/lodestone-kv/lodestone/watch"
@@ -26,8 +25,6 @@ func TestReadyListsOnlyWatchersWithNews(t *testing.T) {
 	h.Publish(2, []watch.Event{{Type: watch.Put, KV: watch.KeyValue{Key: "c"}}})
 	h.Publish(3, []watch.Event{{Type: watch.Put, KV: watch.KeyValue{Key: "a"}}})
 
-	done, cancel := context.WithCancel(context.Background())
-	cancel()
 	got := map[string][]uint64{}
 	for len(got["a"]) < 2 || len(got["c"]) < 1 {
 		select {
@@ -37,7 +34,7 @@ func TestReadyListsOnlyWatchersWithNews(t *testing.T) {
 		}
 		for _, w := range ready.Take() {
 			for {
-				b, err := w.Next(done)
+				b, err := w.Next(doneCtx)
 				if err != nil {
 					break
 				}
