@@ -49,7 +49,10 @@ type shard struct {
 	plens     []int               // distinct prefix lengths present, ascending
 	plenN     map[int]int         // prefix length → watchers
 	n         int                 // linked watchers
-	closed    bool
+	// slices heads each progress slice's list of linked watchers (by
+	// watcher id, see progressSlices), linked through snext and sprev.
+	slices [progressSlices]*Watcher
+	closed bool
 	// Timer rounds (roundIdle), for the stepping goroutine only: how many
 	// of the hub's slice rounds this shard has run, and processed as of
 	// each slice's last round.
@@ -397,7 +400,8 @@ const progressSlices = 16
 // occupancy and closes watchers whose Watch context is done. A timer
 // round covers the slices whose turn came since the shard's last one, up
 // to fired (Hub.sliceRounds, read before the catch-up that preceded this
-// call). O(watchers in shard).
+// call). O(watchers visited): a timer round visits only its slices'
+// watchers.
 func (s *shard) tick(mode uint32, fired uint64) {
 	s.mu.Lock()
 	processed := s.processed.Load()
@@ -409,12 +413,12 @@ func (s *shard) tick(mode uint32, fired uint64) {
 		s.slicesDone = fired
 	}
 	all := mode&roundAll != 0
+	if all {
+		slices = 1<<progressSlices - 1
+	}
 	occ := s.h.metrics.occupancy
-	s.each(func(w *Watcher) {
+	s.eachIn(slices, func(w *Watcher) {
 		slice := w.id % progressSlices
-		if !all && slices&(1<<slice) == 0 {
-			return
-		}
 		if w.ctx != nil && (*w.ctx).Err() != nil {
 			s.unlink(w)
 			if c := w.closeBuf(); c != nil {
@@ -449,13 +453,21 @@ func (s *shard) tick(mode uint32, fired uint64) {
 // each calls f for every linked watcher; f may unlink the watcher it is
 // given. The caller holds s.mu.
 func (s *shard) each(f func(*Watcher)) {
-	for _, m := range []map[string]*Watcher{s.exact, s.prefix} {
-		for _, head := range m {
-			for w := head; w != nil; {
-				nx := w.next
-				f(w)
-				w = nx
-			}
+	s.eachIn(1<<progressSlices-1, f)
+}
+
+// eachIn calls f for every linked watcher of the progress slices whose bits
+// are set in mask; f may unlink the watcher it is given. The caller holds
+// s.mu.
+func (s *shard) eachIn(mask uint32, f func(*Watcher)) {
+	for i := range progressSlices {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		for w := s.slices[i]; w != nil; {
+			nx := w.snext
+			f(w)
+			w = nx
 		}
 	}
 }
@@ -481,6 +493,12 @@ func (s *shard) link(w *Watcher) {
 		head.prev = w
 	}
 	m[w.key] = w
+	i := w.id % progressSlices
+	if head := s.slices[i]; head != nil {
+		w.snext = head
+		head.sprev = w
+	}
+	s.slices[i] = w
 	s.n++
 }
 
@@ -506,6 +524,15 @@ func (s *shard) unlink(w *Watcher) {
 		w.next.prev = w.prev
 	}
 	w.next, w.prev = nil, nil
+	if w.sprev != nil {
+		w.sprev.snext = w.snext
+	} else {
+		s.slices[w.id%progressSlices] = w.snext
+	}
+	if w.snext != nil {
+		w.snext.sprev = w.sprev
+	}
+	w.snext, w.sprev = nil, nil
 	if w.opts&optPrefix != 0 {
 		n := len(w.key)
 		if s.plenN[n]--; s.plenN[n] == 0 {

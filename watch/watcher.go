@@ -18,8 +18,12 @@ type Watcher struct {
 	// next, prev link the watchers of one key (or one prefix) in a shard;
 	// guarded by s.mu.
 	next, prev *Watcher
-	key        string // immutable once linked (link shares equal keys' bytes)
-	mu         sync.Mutex
+	// snext, sprev link the watchers of one progress slice in a shard
+	// (shard.slices), so a timer round visits only its slice; guarded by
+	// s.mu.
+	snext, sprev *Watcher
+	key          string // immutable once linked (link shares equal keys' bytes)
+	mu           sync.Mutex
 
 	opts     uint8 // opt* bits, immutable
 	closed   bool  // Close was called; guarded by mu
