@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -38,6 +39,9 @@ func startCPU(d *deployment, writer *harness.Proc) func() string {
 			if i != d.leader {
 				f++
 				name = fmt.Sprintf("f%d", f)
+			}
+			if i == d.watcher && len(d.procs) > 1 {
+				name += "(watches)"
 			}
 			if err != nil {
 				parts = append(parts, name+"=?")
@@ -78,11 +82,29 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// profileLeader starts a CPU profile of the leader (served with
-// --enable-pprof) for dur and returns a func that waits for it and writes
-// it to path.
-func profileLeader(ctx context.Context, d *deployment, dur time.Duration, path string) func() error {
-	url := strings.TrimSuffix(d.metrics, "/metrics") + fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(dur.Seconds()))
+// profileMembers starts a CPU profile of the leader, and of the watch
+// member if that is another process (both served with --enable-pprof), for
+// dur, and returns a func that waits for them and writes them to
+// dir/leader-NAME.pprof and dir/watches-NAME.pprof.
+func profileMembers(ctx context.Context, d *deployment, dur time.Duration, dir, name string) func() error {
+	waits := []func() error{profile(ctx, d.metrics, dur, filepath.Join(dir, "leader-"+name+".pprof"))}
+	if d.watchMetrics != d.metrics {
+		waits = append(waits, profile(ctx, d.watchMetrics, dur, filepath.Join(dir, "watches-"+name+".pprof")))
+	}
+	return func() error {
+		var errs []error
+		for _, wait := range waits {
+			errs = append(errs, wait())
+		}
+		return errors.Join(errs...)
+	}
+}
+
+// profile starts a CPU profile of the process whose metrics are at
+// metricsURL, for dur, and returns a func that waits for it and writes it
+// to path.
+func profile(ctx context.Context, metricsURL string, dur time.Duration, path string) func() error {
+	url := strings.TrimSuffix(metricsURL, "/metrics") + fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(dur.Seconds()))
 	done := make(chan error, 1)
 	go func() {
 		done <- func() error {

@@ -33,25 +33,26 @@ import (
 )
 
 var (
-	flagReps       = flag.Int("reps", 3, "repetitions per system; medians are reported (use an odd number)")
-	flagDuration   = flag.Duration("duration", 5*time.Second, "measured write window of each phase")
-	flagWarmup     = flag.Duration("warmup", time.Second, "writes before each window (delivered and checked, not timed)")
-	flagRate       = flag.Int("rate", 1000, "writes per second (open loop: each write has its intended start time)")
-	flagKeys       = flag.Int("keys", 10000, "keys under the prefix disc/")
-	flagWatchers   = flag.String("watchers", "10000,100000", "exact-key watcher counts, ascending (a run with none always comes first)")
-	flagPrefixes   = flag.Int("prefix-watchers", 100, "watchers of the whole prefix, attached with the streams")
-	flagStreams    = flag.Int("streams", 1000, "watch streams the watchers are spread over")
-	flagConns      = flag.Int("conns", 10, "gRPC connections the streams are spread over")
-	flagWriteConns = flag.Int("write-conns", 8, "gRPC connections the writes are spread over")
-	flagDrain      = flag.Duration("drain", 15*time.Second, "how long after the last write every event must have arrived")
-	flagServerCPUs = flag.String("server-cpus", "1", `taskset CPU list for every server process ("" = no pinning)`)
-	flagClientCPUs = flag.String("client-cpus", "0", `CPU list the load generator pins itself to ("" = no pinning)`)
-	flagSystems    = flag.String("systems", "lodestone,etcd,broadcaster", "systems to run; peer comparisons need lodestone and the peer")
-	flagWorkDir    = flag.String("work-dir", "", "where binaries and data dirs go (default: the system temp dir)")
-	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
-	flagKeep       = flag.Bool("keep", false, "keep binaries, data dirs and server logs")
-	flagLodeArgs   = flag.String("lodestone-args", "", "extra flags for every Lodestone server, space-separated (for experiments, e.g. \"--watch-delivery-interval 0\")")
-	flagPprof      = flag.String("pprof", "", "directory for a CPU profile of Lodestone's leader during each phase with the most watchers (runs the servers with --enable-pprof)")
+	flagReps        = flag.Int("reps", 3, "repetitions per system; medians are reported (use an odd number)")
+	flagDuration    = flag.Duration("duration", 5*time.Second, "measured write window of each phase")
+	flagWarmup      = flag.Duration("warmup", time.Second, "writes before each window (delivered and checked, not timed)")
+	flagRate        = flag.Int("rate", 1000, "writes per second (open loop: each write has its intended start time)")
+	flagKeys        = flag.Int("keys", 10000, "keys under the prefix disc/")
+	flagWatchers    = flag.String("watchers", "10000,100000", "exact-key watcher counts, ascending (a run with none always comes first)")
+	flagPrefixes    = flag.Int("prefix-watchers", 100, "watchers of the whole prefix, attached with the streams")
+	flagStreams     = flag.Int("streams", 1000, "watch streams the watchers are spread over")
+	flagConns       = flag.Int("conns", 10, "gRPC connections the streams are spread over")
+	flagWriteConns  = flag.Int("write-conns", 8, "gRPC connections the writes are spread over")
+	flagDrain       = flag.Duration("drain", 15*time.Second, "how long after the last write every event must have arrived")
+	flagServerCPUs  = flag.String("server-cpus", "1", `taskset CPU list for every server process ("" = no pinning)`)
+	flagClientCPUs  = flag.String("client-cpus", "0", `CPU list the load generator pins itself to ("" = no pinning)`)
+	flagSystems     = flag.String("systems", "lodestone,etcd,broadcaster", "systems to run; peer comparisons need lodestone and the peer")
+	flagWorkDir     = flag.String("work-dir", "", "where binaries and data dirs go (default: the system temp dir)")
+	flagRoot        = flag.String("root", "..", "the lodestone module root, relative to bench/")
+	flagKeep        = flag.Bool("keep", false, "keep binaries, data dirs and server logs")
+	flagLodeArgs    = flag.String("lodestone-args", "", "extra flags for every Lodestone server, space-separated (for experiments, e.g. \"--watch-delivery-interval 0\")")
+	flagPprof       = flag.String("pprof", "", "directory for CPU profiles of Lodestone's leader (and of the watch member, if not the leader) during every phase (runs the servers with --enable-pprof)")
+	flagWatchMember = flag.String("watch-member", "leader", `member the watch streams go to: "leader" or "follower" (writes always go to the leader)`)
 
 	// The broadcaster's own process runs this binary with these.
 	flagServeBroadcaster = flag.Bool("serve-broadcaster", false, "internal: serve the single-channel broadcaster and nothing else")
@@ -157,6 +158,9 @@ func run(ctx context.Context) error {
 	if *flagReps < 1 || *flagRate < 1 || *flagKeys < 1 || *flagStreams < 1 || *flagConns < 1 || *flagPrefixes > maxPrefixes {
 		return fmt.Errorf("-reps, -rate, -keys, -streams and -conns must be >= 1, -prefix-watchers <= %d", maxPrefixes)
 	}
+	if *flagWatchMember != "leader" && *flagWatchMember != "follower" {
+		return fmt.Errorf("-watch-member: want leader or follower, got %q", *flagWatchMember)
+	}
 	raiseNoFile()
 	root, err := filepath.Abs(*flagRoot)
 	if err != nil {
@@ -221,11 +225,11 @@ func run(ctx context.Context) error {
 	top := counts[len(counts)-1]
 	fmt.Printf("setup: per system a fresh deployment per rep (lodestone, etcd: 3 processes, fsync on; broadcaster: 1 process, no replication, no fsync) on 127.0.0.1; "+
 		"%d writes/s open loop of %d-byte values over %d keys under disc/ (each key written about once per %ds), sent to the leader over %d connections; "+
-		"watchers on the leader: N exact-key watchers (watcher j on key j mod %d, so a write wakes N/%d of them) plus %d prefix watchers that see every write, "+
+		"watchers on the %s (one process for the broadcaster): N exact-key watchers (watcher j on key j mod %d, so a write wakes N/%d of them) plus %d prefix watchers that see every write, "+
 		"on %d streams over %d connections; phases with N = none (no streams), 0, %s; %d reps x (%s warm-up + %s window), medians shown; "+
 		"write latency from each write's intended start; delivery lag from the write's intended start to the watcher's receipt; "+
-		"memory = the leader process's live heap (smallest go_memstats_heap_alloc_bytes right after GC cycles, forced by scraping /metrics back to back) right after minus right before each attach step (no write in between), summed up to N=%d, over N\n",
-		*flagRate, valueSize, *flagKeys, *flagKeys / *flagRate, *flagWriteConns, *flagKeys, *flagKeys, *flagPrefixes,
+		"memory = the watch member's live heap (smallest go_memstats_heap_alloc_bytes right after GC cycles, forced by scraping /metrics back to back) right after minus right before each attach step (no write in between), summed up to N=%d, over N\n",
+		*flagRate, valueSize, *flagKeys, *flagKeys / *flagRate, *flagWriteConns, *flagWatchMember, *flagKeys, *flagKeys, *flagPrefixes,
 		*flagStreams, *flagConns, strings.Trim(fmt.Sprint(counts), "[]"), *flagReps, *flagWarmup, *flagDuration, top)
 	fmt.Printf("pinning: %s\n", pinning)
 
@@ -329,8 +333,12 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 	phase := func(w *watchers) (phaseResult, error) {
 		cpu := startCPU(d, wr.Proc())
 		var prof func() error
-		if *flagPprof != "" && sys.name == "lodestone" && w != nil && w.exact == counts[len(counts)-1] {
-			prof = profileLeader(ctx, d, *flagWarmup+*flagDuration, filepath.Join(*flagPprof, fmt.Sprintf("leader-rep%d.pprof", rep+1)))
+		if *flagPprof != "" && sys.name == "lodestone" {
+			label := "none"
+			if w != nil {
+				label = strconv.Itoa(w.exact)
+			}
+			prof = profileMembers(ctx, d, *flagWarmup+*flagDuration, *flagPprof, fmt.Sprintf("rep%d-phase%d-watchers-%s", rep+1, phaseID, label))
 		}
 		r, err := runPhase(ctx, phaseID, wr, w, *flagKeys, *flagRate, *flagWarmup, *flagDuration, *flagDrain)
 		r.cpu = cpu()
@@ -358,7 +366,7 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 	s.writeP99 = append(s.writeP99, harness.Millis(harness.Percentile(r.writeLat, 99)))
 
 	logf("%s: opening %d streams, %d prefix watchers", sys.name, *flagStreams, *flagPrefixes)
-	w, err := openWatchers(ctx, sys, d.target, *flagConns, *flagStreams, *flagKeys, counts[len(counts)-1])
+	w, err := openWatchers(ctx, sys, d.watchTarget, *flagConns, *flagStreams, *flagKeys, counts[len(counts)-1])
 	if err != nil {
 		return s, err
 	}
@@ -381,7 +389,7 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 	var grown float64
 	attached := 0
 	for _, n := range counts {
-		before, _, err := liveHeap(ctx, d.metrics)
+		before, _, err := liveHeap(ctx, d.watchMetrics)
 		if err != nil {
 			return s, err
 		}
@@ -391,7 +399,7 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 			return s, err
 		}
 		logf("%s: %d watchers attached in %v", sys.name, n, time.Since(t0).Round(time.Millisecond))
-		heap, _, err := liveHeap(ctx, d.metrics)
+		heap, _, err := liveHeap(ctx, d.watchMetrics)
 		if err != nil {
 			return s, err
 		}

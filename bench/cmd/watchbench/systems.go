@@ -38,15 +38,29 @@ type system struct {
 	dialOptions []grpc.DialOption
 }
 
-// deployment is a running system: where to send writes and watches (the
-// leader), where its metrics are, and how to stop it.
+// deployment is a running system: where to send writes (the leader) and
+// watches (-watch-member), where their metrics are, and how to stop it.
 type deployment struct {
 	procs   []*harness.Proc
 	dir     string
-	target  string // gRPC address writes and watches go to
+	target  string // gRPC address writes go to
 	metrics string // URL of the target process's Prometheus metrics
 	leader  int    // index in procs of the target process
 	clients []string
+
+	watchTarget  string // gRPC address watches go to
+	watchMetrics string // URL of that process's Prometheus metrics
+	watcher      int    // index in procs of that process
+}
+
+// placeWatches points the watches at the member -watch-member names: the
+// leader, or the member after it. metrics(i) is member i's metrics URL.
+func (d *deployment) placeWatches(metrics func(i int) string) {
+	i := d.leader
+	if *flagWatchMember == "follower" && len(d.clients) > 1 {
+		i = (d.leader + 1) % len(d.clients)
+	}
+	d.watcher, d.watchTarget, d.watchMetrics = i, d.clients[i], metrics(i)
 }
 
 // watchStream is one bidirectional watch stream, whatever the system.
@@ -156,6 +170,7 @@ func startThree(ctx context.Context, name, bin, workDir, cpus string,
 		cancel()
 		if lerr == nil {
 			d.target, d.metrics, d.leader = d.clients[i], metrics(i, d.clients, https), i
+			d.placeWatches(func(i int) string { return metrics(i, d.clients, https) })
 			break
 		}
 		if time.Now().After(deadline) {
@@ -417,6 +432,7 @@ func broadcasterSystem(self string) system {
 				return nil, err
 			}
 			d := &deployment{procs: []*harness.Proc{p}, dir: dir, target: grpcAddr, metrics: "http://" + httpAddr + "/metrics", clients: []string{grpcAddr}}
+			d.placeWatches(func(int) string { return d.metrics })
 			if err := probePut(ctx, d, lodestonePut); err != nil {
 				d.stop()
 				return nil, fmt.Errorf("broadcaster: %w%s", err, d.logTails())
