@@ -125,6 +125,12 @@ type Config struct {
 	// can prove that it detects a violation. Never set it in production.
 	UnsafeStaleReads bool
 
+	// PollProbeInterval is how often the server measures how late it
+	// notices network input (pollprobe.go,
+	// lodestone_runtime_poll_delay_seconds). Zero turns the probe off.
+	// Default 100ms; at most 1m.
+	PollProbeInterval time.Duration
+
 	// EnablePprof serves Go's profiler under /debug/pprof/ on the HTTP
 	// listener. Default off: a profile costs CPU on a live node and the
 	// endpoints reveal internals, so turn it on while investigating.
@@ -159,6 +165,7 @@ func DefaultConfig() Config {
 		Catalog:                 DefaultCatalogConfig(),
 		StartTimeout:            10 * time.Second,
 		Gossip:                  DefaultGossipConfig(),
+		PollProbeInterval:       100 * time.Millisecond,
 	}
 }
 
@@ -230,6 +237,9 @@ func (c *Config) Validate() error {
 	}
 	if c.WatchDeliveryInterval < 0 || c.WatchDeliveryInterval > time.Second {
 		return bad("watch-delivery-interval", "must be between 0 (send at once) and 1s, got %v", c.WatchDeliveryInterval)
+	}
+	if c.PollProbeInterval < 0 || c.PollProbeInterval > time.Minute {
+		return bad("poll-probe-interval", "must be between 0 (off) and 1m, got %v", c.PollProbeInterval)
 	}
 	if c.MaxBlockingWait <= 0 {
 		return bad("max-blocking-wait", "must be positive")

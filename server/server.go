@@ -197,7 +197,29 @@ func (s *Server) Start() {
 		defer s.wg.Done()
 		s.runSessionTTL()
 	}()
+	s.startPollProbe()
 	s.logger.Info("server started", "peer", s.PeerAddr(), "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "id", fmt.Sprintf("%x", s.node.id))
+}
+
+// startPollProbe runs the poll probe (pollprobe.go) until the server
+// closes. A probe that cannot start or fails is logged, not fatal: it only
+// measures.
+func (s *Server) startPollProbe() {
+	if s.cfg.PollProbeInterval <= 0 {
+		return
+	}
+	p, err := newPollProbe(s.metrics.pollDelay)
+	if err != nil {
+		s.logger.Warn("poll probe not started", "err", err)
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := p.run(s.ctx, s.cfg.PollProbeInterval); err != nil {
+			s.logger.Warn("poll probe stopped", "err", err)
+		}
+	}()
 }
 
 func (s *Server) serve(name string, fn func() error) {

@@ -84,6 +84,7 @@ func addTuningFlags(cmd *cobra.Command, cfg *server.Config) {
 	f.DurationVar(&cfg.CommitNoticeHold, "commit-notice-hold", cfg.CommitNoticeHold, "how long the leader may hold an entry-less commit append for the next append to the same follower (0: send at once)")
 	f.DurationVar(&cfg.WatchDeliveryInterval, "watch-delivery-interval", cfg.WatchDeliveryInterval, "grid watch deliveries are aligned to: at most one message per stream per interval (0: send at once)")
 	f.Uint32Var(&cfg.MaxStreamsPerConnection, "max-streams-per-connection", cfg.MaxStreamsPerConnection, "most concurrent requests per client connection")
+	f.DurationVar(&cfg.PollProbeInterval, "poll-probe-interval", cfg.PollProbeInterval, "how often to measure how late this server notices network input (lodestone_runtime_poll_delay_seconds; 0: off)")
 	f.BoolVar(&cfg.EnablePprof, "enable-pprof", cfg.EnablePprof, "serve Go's profiler under /debug/pprof/ on the HTTP listener")
 }
 

@@ -1,0 +1,57 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+func histogramOf(t *testing.T, h prometheus.Histogram) *dto.Histogram {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram()
+}
+
+// The probe records delays no longer than the run itself, and stops (its
+// reader too: the package's goroutine check) when its context is done.
+func TestPollProbeRecordsDelays(t *testing.T) {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "d", Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16)})
+	p, err := newPollProbe(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	began := time.Now()
+	go func() { done <- p.run(ctx, time.Millisecond) }()
+	waitFor(t, 10*time.Second, func() bool { return histogramOf(t, h).GetSampleCount() >= 20 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	got := histogramOf(t, h)
+	if mean := got.GetSampleSum() / float64(got.GetSampleCount()); mean < 0 || mean > time.Since(began).Seconds() {
+		t.Fatalf("mean delay %gs over %d samples: want between 0 and the run's %v", mean, got.GetSampleCount(), time.Since(began))
+	}
+}
+
+// A server exports its poll delay and the scheduler's run-queue latency.
+func TestServerExportsPollDelay(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) { cfg.PollProbeInterval = 2 * time.Millisecond })
+	s := c.servers[c.waitLeader()]
+	waitFor(t, 10*time.Second, func() bool { return gauge(t, s, "lodestone_runtime_poll_delay_seconds") >= 5 })
+	if n := gauge(t, s, "go_sched_latencies_seconds"); n <= 0 {
+		t.Fatalf("go_sched_latencies_seconds has %g observations, want some", n)
+	}
+}
+
+func TestConfigPollProbeInterval(t *testing.T) {
+	checkDurationField(t, "poll-probe-interval", func(c *Config, d time.Duration) { c.PollProbeInterval = d },
+		[]time.Duration{0, time.Millisecond, time.Minute}, []time.Duration{-time.Millisecond, time.Minute + time.Second})
+}
