@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -128,4 +131,100 @@ func profile(ctx context.Context, metricsURL string, dur time.Duration, path str
 		}()
 	}()
 	return func() error { return <-done }
+}
+
+// startDelays reads two of Lodestone's leader histograms now and returns
+// a func that reports their 99th percentiles over the observations made
+// since, e.g. "leader-poll-p99<=6.4ms,leader-sched-p99<=1.2ms": how late
+// the leader noticed network input (lodestone_runtime_poll_delay_seconds)
+// and how long its runnable goroutines waited for a processor
+// (go_sched_latencies_seconds). "<=" because a bucket's upper bound is
+// all a histogram tells. Other systems have neither: the func returns "".
+func startDelays(ctx context.Context, d *deployment) func() string {
+	names := []struct{ metric, label string }{
+		{"lodestone_runtime_poll_delay_seconds", "leader-poll-p99"},
+		{"go_sched_latencies_seconds", "leader-sched-p99"},
+	}
+	before := make([]map[float64]float64, len(names))
+	for i, n := range names {
+		b, err := scrapeHistogram(ctx, d.metrics, n.metric)
+		if err != nil {
+			return func() string { return "" }
+		}
+		before[i] = b
+	}
+	return func() string {
+		var parts []string
+		for i, n := range names {
+			after, err := scrapeHistogram(ctx, d.metrics, n.metric)
+			if err != nil {
+				continue
+			}
+			if v, ok := quantileSince(before[i], after, 0.99); ok {
+				parts = append(parts, fmt.Sprintf("%s<=%sms", n.label, harness.FormatValue(v*1000)))
+			}
+		}
+		return strings.Join(parts, ",")
+	}
+}
+
+// scrapeHistogram reads the cumulative buckets of the named histogram
+// (upper bound → observations at or below it) from a metrics URL.
+func scrapeHistogram(ctx context.Context, url, name string) (map[float64]float64, error) {
+	resp, err := harness.Get(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[float64]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	prefix := name + `_bucket{le="`
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), prefix)
+		if !ok {
+			continue
+		}
+		le, count, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			return nil, fmt.Errorf("%s: bad bucket line %q", url, sc.Text())
+		}
+		bound, err := strconv.ParseFloat(le, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: bucket bound %q: %w", url, le, err)
+		}
+		n, err := strconv.ParseFloat(strings.TrimSpace(count), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: bucket count %q: %w", url, count, err)
+		}
+		out[bound] = n
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s has no histogram %s", url, name)
+	}
+	return out, nil
+}
+
+// quantileSince returns the upper bound of the bucket that holds quantile
+// q of the observations counted in after but not in before (both
+// cumulative, as scrapeHistogram returns them); false if there are none.
+func quantileSince(before, after map[float64]float64, q float64) (float64, bool) {
+	bounds := make([]float64, 0, len(after))
+	for b := range after {
+		bounds = append(bounds, b)
+	}
+	slices.Sort(bounds)
+	total := after[math.Inf(1)] - before[math.Inf(1)]
+	if total <= 0 {
+		return 0, false
+	}
+	for _, b := range bounds {
+		if after[b]-before[b] >= q*total {
+			return b, true
+		}
+	}
+	return math.Inf(1), true
 }

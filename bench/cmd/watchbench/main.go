@@ -332,6 +332,7 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 	phaseID := byte(1)
 	phase := func(w *watchers) (phaseResult, error) {
 		cpu := startCPU(d, wr.Proc())
+		delays := startDelays(ctx, d)
 		var prof func() error
 		if *flagPprof != "" && sys.name == "lodestone" {
 			label := "none"
@@ -342,6 +343,9 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 		}
 		r, err := runPhase(ctx, phaseID, wr, w, *flagKeys, *flagRate, *flagWarmup, *flagDuration, *flagDrain)
 		r.cpu = cpu()
+		if dl := delays(); dl != "" {
+			r.cpu += "," + dl
+		}
 		if prof != nil {
 			if perr := prof(); perr != nil {
 				logf("profile: %v", perr)

@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 func TestValueRoundTrip(t *testing.T) {
 	for _, seq := range []int{0, 1, 999, 1 << 40} {
@@ -25,5 +28,25 @@ func TestKeyOfIsAPermutation(t *testing.T) {
 			t.Fatalf("key %d written twice within %d writes", k, n)
 		}
 		seen[k] = true
+	}
+}
+
+// quantileSince reads a quantile of the observations between two scrapes
+// of a cumulative histogram, not of everything since the process started.
+func TestQuantileSince(t *testing.T) {
+	inf := math.Inf(1)
+	before := map[float64]float64{0.001: 90, 0.01: 100, inf: 100}
+	after := map[float64]float64{0.001: 91, 0.01: 140, inf: 200}
+	// Since before, cumulative: 1 at ≤1ms, 40 at ≤10ms, 100 in all.
+	for _, tc := range []struct {
+		q    float64
+		want float64
+	}{{0.01, 0.001}, {0.4, 0.01}, {0.41, inf}, {0.99, inf}} {
+		if got, ok := quantileSince(before, after, tc.q); !ok || got != tc.want {
+			t.Errorf("q=%g: got %g, %v; want %g", tc.q, got, ok, tc.want)
+		}
+	}
+	if _, ok := quantileSince(after, after, 0.99); ok {
+		t.Error("a quantile of no observations")
 	}
 }

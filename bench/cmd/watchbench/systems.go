@@ -294,7 +294,9 @@ func lodestoneSystem(bin string) system {
 				func(i int, names, peers, clients, https []string, dataDir string) []string {
 					args := []string{"server", "--name", names[i], "--data-dir", dataDir,
 						"--listen-peer", peers[i], "--listen-grpc", clients[i], "--listen-http", https[i],
-						"--initial-cluster", initialCluster(names, peers), "--log-level", "warn", "--enable-pprof=" + strconv.FormatBool(*flagPprof != "")}
+						"--initial-cluster", initialCluster(names, peers), "--log-level", "warn", "--enable-pprof=" + strconv.FormatBool(*flagPprof != ""),
+						// NB: 200 probes/s, so a phase's poll-delay p99 rests on ~1,200 samples.
+						"--poll-probe-interval", "5ms"}
 					return append(args, strings.Fields(*flagLodeArgs)...)
 				},
 				func(ctx context.Context, clients []string) (int, error) {
