@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,25 +26,19 @@ import (
 // pollProbe sends and reads the datagrams. The zero value is not usable;
 // use newPollProbe.
 type pollProbe struct {
-	conn  *net.UDPConn // bound to loopback, connected to itself
-	start time.Time    // datagrams carry the monotonic time since start
+	conn  *net.UDPConn // bound to a loopback port
+	self  netip.AddrPort
+	start time.Time // datagrams carry the monotonic time since start
 	delay prometheus.Histogram
 }
 
 func newPollProbe(delay prometheus.Histogram) (*pollProbe, error) {
-	addr := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}
-	c, err := net.ListenUDP("udp", addr)
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		return nil, fmt.Errorf("poll probe: listen on loopback: %w", err)
 	}
-	self := c.LocalAddr().(*net.UDPAddr)
-	c.Close()
-	// NB: a connected socket sends to and accepts only itself.
-	conn, err := net.DialUDP("udp", self, self)
-	if err != nil {
-		return nil, fmt.Errorf("poll probe: connect %v to itself: %w", self, err)
-	}
-	return &pollProbe{conn: conn, start: time.Now(), delay: delay}, nil
+	self := conn.LocalAddr().(*net.UDPAddr).AddrPort()
+	return &pollProbe{conn: conn, self: self, start: time.Now(), delay: delay}, nil
 }
 
 // run sends a datagram every interval until ctx is done, and reads them on
@@ -63,7 +58,7 @@ func (p *pollProbe) run(ctx context.Context, interval time.Duration) error {
 		case <-t.C:
 		}
 		binary.LittleEndian.PutUint64(b[:], uint64(time.Since(p.start)))
-		if _, err := p.conn.Write(b[:]); err != nil {
+		if _, err := p.conn.WriteToUDPAddrPort(b[:], p.self); err != nil {
 			sendErr = fmt.Errorf("poll probe: send: %w", err)
 		}
 	}
@@ -71,15 +66,16 @@ func (p *pollProbe) run(ctx context.Context, interval time.Duration) error {
 	return errors.Join(sendErr, ignoreClosed(<-readErr))
 }
 
-// read records each datagram's delay until the socket is closed.
+// read records each datagram's delay until the socket is closed. It
+// ignores datagrams from anyone but itself.
 func (p *pollProbe) read() error {
 	var b [16]byte
 	for {
-		n, err := p.conn.Read(b[:])
+		n, from, err := p.conn.ReadFromUDPAddrPort(b[:])
 		if err != nil {
 			return fmt.Errorf("poll probe: read: %w", err)
 		}
-		if n != 8 {
+		if n != 8 || netip.AddrPortFrom(from.Addr().Unmap(), from.Port()) != p.self {
 			continue
 		}
 		sent := time.Duration(binary.LittleEndian.Uint64(b[:8]))

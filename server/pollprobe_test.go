@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
+	"net"
 	"testing"
 	"time"
 
@@ -38,6 +40,46 @@ func TestPollProbeRecordsDelays(t *testing.T) {
 	got := histogramOf(t, h)
 	if mean := got.GetSampleSum() / float64(got.GetSampleCount()); mean < 0 || mean > time.Since(began).Seconds() {
 		t.Fatalf("mean delay %gs over %d samples: want between 0 and the run's %v", mean, got.GetSampleCount(), time.Since(began))
+	}
+}
+
+// A datagram from another socket is not taken for a probe: it would
+// record whatever delay its sender chose.
+func TestPollProbeIgnoresOthers(t *testing.T) {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "d", Buckets: []float64{1}})
+	p, err := newPollProbe(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.run(ctx, time.Hour) }()
+	other, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(p.self))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	// Sent "before the probe started": a delay of years if taken.
+	forged := make([]byte, 8)
+	binary.LittleEndian.PutUint64(forged, 1<<63)
+	for range 3 {
+		if _, err := other.Write(forged); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The probe's own datagram, sent the way run sends them, is read after
+	// the forged ones: once it is counted, they have been seen.
+	binary.LittleEndian.PutUint64(forged, uint64(time.Since(p.start)))
+	if _, err := p.conn.WriteToUDPAddrPort(forged, p.self); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return histogramOf(t, h).GetSampleCount() >= 1 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if got := histogramOf(t, h); got.GetSampleCount() != 1 || got.GetBucket()[0].GetCumulativeCount() != 1 {
+		t.Fatalf("recorded %d samples (%d under 1s), want only the probe's own", got.GetSampleCount(), got.GetBucket()[0].GetCumulativeCount())
 	}
 }
 
