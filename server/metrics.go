@@ -33,11 +33,7 @@ type metrics struct {
 
 func newMetrics() *metrics {
 	reg := prometheus.NewRegistry()
-	// NB: the scheduler's runtime metrics too (go_sched_latencies_seconds:
-	// how long runnable goroutines wait for a processor), for a server
-	// that is slow because it is short of CPU.
-	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newSchedLatency())
 	latency := func(name, help string) prometheus.Histogram {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "lodestone", Name: name, Help: help,
@@ -85,7 +81,7 @@ func newMetrics() *metrics {
 		pollDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "lodestone", Name: "runtime_poll_delay_seconds",
 			Help:    "How long a datagram this server sends itself on loopback waits before it is read: how late the process notices network input.",
-			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16), // 50µs .. 1.6s
+			Buckets: runtimeDelayBuckets,
 		}),
 	}
 	reg.MustRegister(m.proposals, m.proposalBatch, m.commitLatency, m.applyLatency, m.readIndexLatency, m.leaderReads, m.readyLatency,

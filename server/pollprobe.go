@@ -19,9 +19,10 @@ import (
 // waits, and still leave requests and Raft messages unread for many
 // milliseconds. Every interval the probe sends a datagram to itself on
 // loopback and records, in lodestone_runtime_poll_delay_seconds, the time
-// until a goroutine has read it. Beside go_sched_latencies_seconds (how
-// long runnable goroutines wait for a processor) it tells an operator
-// whether a slow server is short of CPU or too busy to read its sockets.
+// until a goroutine has read it. Beside
+// lodestone_runtime_sched_latency_seconds (how long runnable goroutines
+// wait for a processor, schedlatency.go) it tells an operator whether a
+// slow server is short of CPU or too busy to read its sockets.
 
 // pollProbe sends and reads the datagrams. The zero value is not usable;
 // use newPollProbe.

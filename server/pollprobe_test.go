@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"encoding/binary"
+	"math"
 	"net"
+	rtmetrics "runtime/metrics"
 	"testing"
 	"time"
 
@@ -88,12 +90,35 @@ func TestServerExportsPollDelay(t *testing.T) {
 	c := newTestCluster(t, 1, func(cfg *Config) { cfg.PollProbeInterval = 2 * time.Millisecond })
 	s := c.servers[c.waitLeader()]
 	waitFor(t, 10*time.Second, func() bool { return gauge(t, s, "lodestone_runtime_poll_delay_seconds") >= 5 })
-	if n := gauge(t, s, "go_sched_latencies_seconds"); n <= 0 {
-		t.Fatalf("go_sched_latencies_seconds has %g observations, want some", n)
+	if n := gauge(t, s, "lodestone_runtime_sched_latency_seconds"); n <= 0 {
+		t.Fatalf("lodestone_runtime_sched_latency_seconds has %g observations, want some", n)
 	}
 }
 
 func TestConfigPollProbeInterval(t *testing.T) {
 	checkDurationField(t, "poll-probe-interval", func(c *Config, d time.Duration) { c.PollProbeInterval = d },
 		[]time.Duration{0, time.Millisecond, time.Minute}, []time.Duration{-time.Millisecond, time.Minute + time.Second})
+}
+
+// Folding a runtime histogram: a bucket counts at a bound only when all of
+// it lies at or below the bound; open-ended buckets add their finite edge
+// to the sum.
+func TestFoldHistogram(t *testing.T) {
+	h := &rtmetrics.Float64Histogram{
+		Buckets: []float64{math.Inf(-1), 0.0001, 0.0003, 0.002, math.Inf(1)},
+		Counts:  []uint64{1, 2, 3, 4},
+	}
+	count, sum, buckets := foldHistogram(h, []float64{0.0001, 0.001, 0.01})
+	if count != 10 {
+		t.Errorf("count %d, want 10", count)
+	}
+	want := map[float64]uint64{0.0001: 1, 0.001: 3, 0.01: 6}
+	for b, n := range want {
+		if buckets[b] != n {
+			t.Errorf("at %g: %d, want %d (all %v)", b, buckets[b], n, buckets)
+		}
+	}
+	if wantSum := 1*0.0001 + 2*0.0002 + 3*0.00115 + 4*0.002; math.Abs(sum-wantSum) > 1e-12 {
+		t.Errorf("sum %g, want %g", sum, wantSum)
+	}
 }

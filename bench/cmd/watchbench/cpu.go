@@ -138,12 +138,13 @@ func profile(ctx context.Context, metricsURL string, dur time.Duration, path str
 // since, e.g. "leader-poll-p99<=6.4ms,leader-sched-p99<=1.2ms": how late
 // the leader noticed network input (lodestone_runtime_poll_delay_seconds)
 // and how long its runnable goroutines waited for a processor
-// (go_sched_latencies_seconds). "<=" because a bucket's upper bound is
-// all a histogram tells. Other systems have neither: the func returns "".
+// (lodestone_runtime_sched_latency_seconds). "<=" because a bucket's
+// upper bound is all a histogram tells. Other systems have neither: the
+// func returns "".
 func startDelays(ctx context.Context, d *deployment) func() string {
 	names := []struct{ metric, label string }{
 		{"lodestone_runtime_poll_delay_seconds", "leader-poll-p99"},
-		{"go_sched_latencies_seconds", "leader-sched-p99"},
+		{"lodestone_runtime_sched_latency_seconds", "leader-sched-p99"},
 	}
 	before := make([]map[float64]float64, len(names))
 	for i, n := range names {
