@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -172,35 +171,29 @@ func startDelays(ctx context.Context, d *deployment) func() string {
 // scrapeHistogram reads the cumulative buckets of the named histogram
 // (upper bound → observations at or below it) from a metrics URL.
 func scrapeHistogram(ctx context.Context, url, name string) (map[float64]float64, error) {
-	resp, err := harness.Get(ctx, url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	out := map[float64]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	prefix := name + `_bucket{le="`
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), prefix)
+	err := scanMetrics(ctx, url, func(line string) error {
+		rest, ok := strings.CutPrefix(line, prefix)
 		if !ok {
-			continue
+			return nil
 		}
 		le, count, ok := strings.Cut(rest, `"} `)
 		if !ok {
-			return nil, fmt.Errorf("%s: bad bucket line %q", url, sc.Text())
+			return fmt.Errorf("%s: bad bucket line %q", url, line)
 		}
 		bound, err := strconv.ParseFloat(le, 64)
 		if err != nil {
-			return nil, fmt.Errorf("%s: bucket bound %q: %w", url, le, err)
+			return fmt.Errorf("%s: bucket bound %q: %w", url, le, err)
 		}
 		n, err := strconv.ParseFloat(strings.TrimSpace(count), 64)
 		if err != nil {
-			return nil, fmt.Errorf("%s: bucket count %q: %w", url, count, err)
+			return fmt.Errorf("%s: bucket count %q: %w", url, count, err)
 		}
 		out[bound] = n
-	}
-	if err := sc.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	if len(out) == 0 {

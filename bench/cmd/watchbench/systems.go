@@ -444,31 +444,42 @@ func broadcasterSystem(self string) system {
 	}
 }
 
-// scrape reads the named metrics (first sample of each) from a metrics URL.
-func scrape(ctx context.Context, url string, names ...string) (map[string]float64, error) {
+// scanMetrics calls fn with each line of the metrics text at url, and
+// stops at fn's first error.
+func scanMetrics(ctx context.Context, url string, fn func(line string) error) error {
 	resp, err := harness.Get(ctx, url)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
-	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		line := sc.Text()
+		if err := fn(sc.Text()); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+// scrape reads the named metrics (first sample of each) from a metrics URL.
+func scrape(ctx context.Context, url string, names ...string) (map[string]float64, error) {
+	out := map[string]float64{}
+	err := scanMetrics(ctx, url, func(line string) error {
 		for _, n := range names {
 			if v, ok := strings.CutPrefix(line, n+" "); ok {
 				if _, dup := out[n]; !dup {
 					f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 					if err != nil {
-						return nil, fmt.Errorf("%s: %s: %w", url, line, err)
+						return fmt.Errorf("%s: %s: %w", url, line, err)
 					}
 					out[n] = f
 				}
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	for _, n := range names {
