@@ -399,10 +399,14 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 		}
 		logf("%s: attaching watchers up to %d", sys.name, n)
 		t0 := time.Now()
+		// NB: a mass attach (a fleet re-creating its watches after a
+		// failover) can keep the leader from reading its sockets; no write
+		// is timed here, so its poll delay is the figure.
+		delays := startDelays(ctx, d)
 		if err := w.attach(ctx, n, *flagPrefixes); err != nil {
 			return s, err
 		}
-		logf("%s: %d watchers attached in %v", sys.name, n, time.Since(t0).Round(time.Millisecond))
+		logf("%s: %d watchers attached in %v %s", sys.name, n, time.Since(t0).Round(time.Millisecond), delays())
 		heap, _, err := liveHeap(ctx, d.watchMetrics)
 		if err != nil {
 			return s, err
