@@ -90,11 +90,7 @@ func BenchmarkPublish(b *testing.B) {
 func BenchmarkPublishOnly(b *testing.B) {
 	for _, n := range benchCounts {
 		b.Run(fmt.Sprintf("watchers=%d", n), func(b *testing.B) {
-			h, err := watch.NewManual(watch.Config{ProgressInterval: -1, RetainEvents: 1 << 16})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer h.Close()
+			h := newManualHub(b, watch.Config{ProgressInterval: -1, RetainEvents: 1 << 16})
 			ws := benchWatchers(b, h, n)
 			next := benchEvents(n)
 			runtime.GC()
@@ -116,11 +112,7 @@ func BenchmarkPublishOnly(b *testing.B) {
 func BenchmarkDeliver(b *testing.B) {
 	for _, n := range benchCounts {
 		b.Run(fmt.Sprintf("watchers=%d", n), func(b *testing.B) {
-			h, err := watch.NewManual(watch.Config{ProgressInterval: -1, WatcherBuffer: 1 << 20, RetainEvents: 1 << 16})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer h.Close()
+			h := newManualHub(b, watch.Config{ProgressInterval: -1, WatcherBuffer: 1 << 20, RetainEvents: 1 << 16})
 			ws := benchWatchers(b, h, n)
 			next := benchEvents(n)
 			runtime.GC()
@@ -212,11 +204,7 @@ func BenchmarkWatcherMemory(b *testing.B) {
 // rarely. A firing holds its shard's lock, so its length is a pause in that
 // shard's deliveries.
 func BenchmarkProgressTimerRound(b *testing.B) {
-	h, err := watch.NewManual(watch.Config{Shards: 2, ProgressInterval: time.Hour})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer h.Close()
+	h := newManualHub(b, watch.Config{Shards: 2, ProgressInterval: time.Hour})
 	ws := benchWatchers(b, h, 100_000)
 	next := benchEvents(1 << 30) // keys nobody watches
 	h.Publish(1, next())

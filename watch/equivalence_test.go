@@ -38,11 +38,7 @@ var (
 // watcher's previous Index and this one, no more, no fewer.
 func runWorkload(t *testing.T, seed uint64, shards int) string {
 	t.Helper()
-	h, err := watch.NewManual(watch.Config{Shards: shards, WatcherBuffer: 4, RetainEvents: 40, ProgressInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := newManualHub(t, watch.Config{Shards: shards, WatcherBuffer: 4, RetainEvents: 40, ProgressInterval: -1})
 	rng := rand.New(rand.NewPCG(seed, 7))
 	var m model
 	type sub struct {

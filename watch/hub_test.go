@@ -52,6 +52,21 @@ func newHub(t *testing.T, cfg watch.Config) *watch.Hub {
 	return h
 }
 
+// newManualHub returns a manual hub (see watch.NewManual) closed when the
+// test ends; a zero ProgressInterval means no timer.
+func newManualHub(tb testing.TB, cfg watch.Config) *watch.Hub {
+	tb.Helper()
+	if cfg.ProgressInterval == 0 {
+		cfg.ProgressInterval = -1
+	}
+	h, err := watch.NewManual(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { h.Close() })
+	return h
+}
+
 func put(key, value string) watch.Event {
 	return watch.Event{Type: watch.Put, KV: watch.KeyValue{Key: key, Value: []byte(value)}}
 }
@@ -315,11 +330,7 @@ func TestSlowWatcherIsCutLoose(t *testing.T) {
 // never synced) and watchers that never read, 10k Publish calls return; the
 // log stays within its bound. Publish's cost does not involve watchers.
 func TestPublishNeverWaits(t *testing.T) {
-	h, err := watch.NewManual(watch.Config{Shards: 2, WatcherBuffer: 1, RetainEvents: 100, ProgressInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := newManualHub(t, watch.Config{Shards: 2, WatcherBuffer: 1, RetainEvents: 100, ProgressInterval: -1})
 	for i := range 1000 {
 		if _, err := h.Watch(context.Background(), watch.Request{Key: fmt.Sprint(i % 3)}); err != nil {
 			t.Fatal(err)
@@ -540,11 +551,7 @@ func TestCloseFreesWatcher(t *testing.T) {
 // TestCancelledWatcherIsReaped: a watcher whose Watch context is cancelled
 // and that nobody reads leaves its shard at the next progress round.
 func TestCancelledWatcherIsReaped(t *testing.T) {
-	h, err := watch.NewManual(watch.Config{Shards: 3, ProgressInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := newManualHub(t, watch.Config{Shards: 3, ProgressInterval: -1})
 	ctx, cancel := context.WithCancel(context.Background())
 	keep, _ := h.Watch(context.Background(), watch.Request{Key: "keep"})
 	for i := range 30 {
@@ -603,11 +610,7 @@ func TestProgressFakeClock(t *testing.T) {
 // tells every watcher behind.
 func TestProgressTimerSkipsWatchersThatHeard(t *testing.T) {
 	ctx := testCtx(t)
-	h, err := watch.NewManual(watch.Config{Shards: 2, ProgressInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := newManualHub(t, watch.Config{Shards: 2, ProgressInterval: -1})
 	a, err := h.Watch(ctx, watch.Request{Key: "a"})
 	if err != nil {
 		t.Fatal(err)
@@ -658,11 +661,7 @@ func TestProgressTimerSkipsWatchersThatHeard(t *testing.T) {
 // interval's; every quiet watcher is told once per interval.
 func TestProgressTimerRoundsAreSliced(t *testing.T) {
 	ctx := testCtx(t)
-	h, err := watch.NewManual(watch.Config{Shards: 3, ProgressInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := newManualHub(t, watch.Config{Shards: 3, ProgressInterval: -1})
 	const n = 10 * watch.ProgressSlices
 	var ws []*watch.Watcher
 	for i := range n {
@@ -924,11 +923,7 @@ func TestConcurrentChurn(t *testing.T) {
 // move.
 func TestMetrics(t *testing.T) {
 	ctx := testCtx(t)
-	h, err := watch.NewManual(watch.Config{Shards: 2, WatcherBuffer: 1, ProgressInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := newManualHub(t, watch.Config{Shards: 2, WatcherBuffer: 1, ProgressInterval: -1})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(h)
 	fast, _ := h.Watch(ctx, watch.Request{Key: "k"})                 // shard 0
