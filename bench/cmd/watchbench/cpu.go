@@ -34,22 +34,16 @@ func startCPU(d *deployment, writer *harness.Proc) func() string {
 	return func() string {
 		wall := time.Since(t0)
 		var parts []string
-		f := 0
-		for i, p := range d.procs {
-			now, err := harness.CPUTime(p.Pid())
-			name := "leader"
-			if i != d.leader {
-				f++
-				name = fmt.Sprintf("f%d", f)
-			}
+		for i, role := range d.roles() {
 			if i == d.watcher && len(d.procs) > 1 {
-				name += "(watches)"
+				role += "(watches)"
 			}
+			now, err := harness.CPUTime(d.procs[i].Pid())
 			if err != nil {
-				parts = append(parts, name+"=?")
+				parts = append(parts, role+"=?")
 				continue
 			}
-			parts = append(parts, fmt.Sprintf("%s=%.0f%%", name, 100*float64(now-before[i])/float64(wall)))
+			parts = append(parts, fmt.Sprintf("%s=%.0f%%", role, 100*float64(now-before[i])/float64(wall)))
 		}
 		parts = append(parts, fmt.Sprintf("loadgen=%.0f%%", 100*float64(selfCPU()-self0)/float64(wall)))
 		if now, err := harness.CPUTime(writer.Pid()); err == nil {
@@ -58,6 +52,20 @@ func startCPU(d *deployment, writer *harness.Proc) func() string {
 		parts = append(parts, fmt.Sprintf("leader-writes/s=%.0f", float64(syscw(d.procs[d.leader].Pid())-writes0)/wall.Seconds()))
 		return strings.Join(parts, ",")
 	}
+}
+
+// roles names each server process: "leader", "f1", "f2".
+func (d *deployment) roles() []string {
+	roles := make([]string, len(d.procs))
+	f := 0
+	for i := range d.procs {
+		roles[i] = "leader"
+		if i != d.leader {
+			f++
+			roles[i] = fmt.Sprintf("f%d", f)
+		}
+	}
+	return roles
 }
 
 // syscw returns the write system calls process pid has made (syscw in
@@ -84,14 +92,13 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// profileMembers starts a CPU profile of the leader, and of the watch
-// member if that is another process (both served with --enable-pprof), for
-// dur, and returns a func that waits for them and writes them to
-// dir/leader-NAME.pprof and dir/watches-NAME.pprof.
+// profileMembers starts a CPU profile of every server process (served with
+// --enable-pprof) for dur, and returns a func that waits for them and writes
+// them to dir/ROLE-NAME.pprof, ROLE as in the CPU line: leader, f1, f2.
 func profileMembers(ctx context.Context, d *deployment, dur time.Duration, dir, name string) func() error {
-	waits := []func() error{profile(ctx, d.metrics, dur, filepath.Join(dir, "leader-"+name+".pprof"))}
-	if d.watchMetrics != d.metrics {
-		waits = append(waits, profile(ctx, d.watchMetrics, dur, filepath.Join(dir, "watches-"+name+".pprof")))
+	var waits []func() error
+	for i, role := range d.roles() {
+		waits = append(waits, profile(ctx, d.memberMetrics[i], dur, filepath.Join(dir, role+"-"+name+".pprof")))
 	}
 	return func() error {
 		var errs []error

@@ -51,7 +51,7 @@ var (
 	flagRoot        = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep        = flag.Bool("keep", false, "keep binaries, data dirs and server logs")
 	flagLodeArgs    = flag.String("lodestone-args", "", "extra flags for every Lodestone server, space-separated (for experiments, e.g. \"--watch-delivery-interval 0\")")
-	flagPprof       = flag.String("pprof", "", "directory for CPU profiles of Lodestone's leader (and of the watch member, if not the leader) during every phase (runs the servers with --enable-pprof)")
+	flagPprof       = flag.String("pprof", "", "directory for CPU profiles of every Lodestone server during every phase, named leader-, f1-, f2- as in the CPU line (runs the servers with --enable-pprof)")
 	flagWatchMember = flag.String("watch-member", "leader", `member the watch streams go to: "leader" or "follower" (writes always go to the leader)`)
 
 	// The broadcaster's own process runs this binary with these.

@@ -51,6 +51,8 @@ type deployment struct {
 	watchTarget  string // gRPC address watches go to
 	watchMetrics string // URL of that process's Prometheus metrics
 	watcher      int    // index in procs of that process
+
+	memberMetrics []string // every process's metrics URL, by index in procs
 }
 
 // placeWatches points the watches at the member -watch-member names: the
@@ -61,6 +63,10 @@ func (d *deployment) placeWatches(metrics func(i int) string) {
 		i = (d.leader + 1) % len(d.clients)
 	}
 	d.watcher, d.watchTarget, d.watchMetrics = i, d.clients[i], metrics(i)
+	d.memberMetrics = make([]string, len(d.procs))
+	for j := range d.procs {
+		d.memberMetrics[j] = metrics(j)
+	}
 }
 
 // watchStream is one bidirectional watch stream, whatever the system.
