@@ -17,10 +17,11 @@ type book struct {
 	cursor     int               // index in configured of the preferred endpoint
 	leaderID   uint64            // 0: unknown
 	members    map[uint64]string // member id → gRPC address, from the latest membership answer
+	answeredBy map[string]uint64 // endpoint → id of the member that answered there (response headers)
 }
 
 func newBook(endpoints []string) book {
-	return book{configured: slices.Clone(endpoints), members: map[uint64]string{}}
+	return book{configured: slices.Clone(endpoints), members: map[uint64]string{}, answeredBy: map[string]uint64{}}
 }
 
 // leaderAddr returns the leader's gRPC address, "" if the leader or its
@@ -37,24 +38,75 @@ func (b *book) leaderAddr() string {
 // addresses sorted by id.
 func (b *book) plan() []string {
 	out := make([]string, 0, len(b.configured)+len(b.members)+1)
-	add := func(a string) {
-		if a != "" && !slices.Contains(out, a) {
-			out = append(out, a)
+	out = addNew(out, b.leaderAddr())
+	out = b.addRest(out)
+	for _, a := range b.memberAddrs() {
+		out = addNew(out, a)
+	}
+	return out
+}
+
+// followerPlan is plan with the leader's endpoints moved last and the
+// known members first, from the one at spread (modulo their number) on,
+// so that clients with different spreads start at different followers.
+// An endpoint is the leader's if the membership gives it as the leader's
+// address or if the leader answered there: a member that has not yet
+// published its address is still recognized.
+func (b *book) followerPlan(spread int) []string {
+	addrs := b.memberAddrs()
+	out := make([]string, 0, len(b.configured)+len(addrs)+1)
+	for i := range addrs {
+		out = addNew(out, addrs[(spread+i)%len(addrs)])
+	}
+	out = addNew(b.addRest(out), b.leaderAddr())
+	slices.SortStableFunc(out, func(x, y string) int {
+		switch lx, ly := b.isLeader(x), b.isLeader(y); {
+		case lx == ly:
+			return 0
+		case lx:
+			return 1
 		}
+		return -1
+	})
+	return out
+}
+
+// isLeader reports whether ep is known to reach the leader.
+func (b *book) isLeader(ep string) bool {
+	if b.leaderID == 0 {
+		return false
 	}
-	add(b.leaderAddr())
+	return b.members[b.leaderID] == ep || b.answeredBy[ep] == b.leaderID
+}
+
+// addRest appends the configured endpoints from the cursor on.
+func (b *book) addRest(out []string) []string {
 	for i := range b.configured {
-		add(b.configured[(b.cursor+i)%len(b.configured)])
+		out = addNew(out, b.configured[(b.cursor+i)%len(b.configured)])
 	}
+	return out
+}
+
+// memberAddrs returns the known members' addresses sorted by member id.
+func (b *book) memberAddrs() []string {
 	ids := make([]uint64, 0, len(b.members))
 	for id := range b.members {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	for _, id := range ids {
-		add(b.members[id])
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = b.members[id]
 	}
 	return out
+}
+
+// addNew appends a to out unless it is empty or already there.
+func addNew(out []string, a string) []string {
+	if a == "" || slices.Contains(out, a) {
+		return out
+	}
+	return append(out, a)
 }
 
 // failed records that ep could not serve a request: the call moves on, and
@@ -76,13 +128,17 @@ func (b *book) succeeded(ep string) {
 	}
 }
 
-// observeHeader takes the leader from a response header. A header that
-// names no leader forgets the known one.
-func (b *book) observeHeader(h *lodestonepb.ResponseHeader) {
+// observeHeader takes the leader from a response header that came from
+// ep, and which member answered there. A header that names no leader
+// forgets the known one.
+func (b *book) observeHeader(ep string, h *lodestonepb.ResponseHeader) {
 	if h == nil {
 		return
 	}
 	b.leaderID = h.GetLeaderId()
+	if id := h.GetNodeId(); id != 0 && ep != "" {
+		b.answeredBy[ep] = id
+	}
 }
 
 // observeMembers replaces the address book with a full membership list.

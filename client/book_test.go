@@ -2,6 +2,7 @@ package client
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
@@ -24,7 +25,7 @@ func TestBookPlan(t *testing.T) {
 	check("after c answered", "c:1", "a:1", "b:1")
 
 	// The leader's id alone does not reorder: its address is unknown.
-	b.observeHeader(&lodestonepb.ResponseHeader{LeaderId: 2})
+	b.observeHeader("", &lodestonepb.ResponseHeader{LeaderId: 2})
 	check("leader id without address", "c:1", "a:1", "b:1")
 
 	b.observeMembers([]*lodestonepb.Member{
@@ -39,11 +40,47 @@ func TestBookPlan(t *testing.T) {
 	}
 	check("leader failed", "c:1", "a:1", "b:1", "d:1")
 
-	b.observeHeader(&lodestonepb.ResponseHeader{LeaderId: 3})
+	b.observeHeader("", &lodestonepb.ResponseHeader{LeaderId: 3})
 	check("leader d (learned, not configured)", "d:1", "c:1", "a:1", "b:1")
 
-	b.observeHeader(&lodestonepb.ResponseHeader{})
+	b.observeHeader("", &lodestonepb.ResponseHeader{})
 	check("no leader", "c:1", "a:1", "b:1", "d:1")
+}
+
+func TestBookFollowerPlan(t *testing.T) {
+	b := newBook([]string{"a:1", "b:1", "c:1"})
+	check := func(step string, spread int, want ...string) {
+		t.Helper()
+		if got := b.followerPlan(spread); !slices.Equal(got, want) {
+			t.Errorf("%s: followerPlan(%d) = %v, want %v", step, spread, got, want)
+		}
+	}
+	check("fresh: the configured order", 0, "a:1", "b:1", "c:1")
+
+	// The leader answered at a:1 before any member published an address:
+	// the answer's header names the member that served it.
+	b.observeHeader("a:1", &lodestonepb.ResponseHeader{LeaderId: 1, NodeId: 1})
+	check("leader known by its answer", 0, "b:1", "c:1", "a:1")
+
+	b.observeMembers([]*lodestonepb.Member{{Id: 1, GrpcAddr: "a:1"}, {Id: 2, GrpcAddr: "b:1"}, {Id: 3, GrpcAddr: "d:1"}})
+	b.observeHeader("b:1", &lodestonepb.ResponseHeader{LeaderId: 2, NodeId: 2})
+	check("members from spread 0", 0, "a:1", "d:1", "c:1", "b:1")
+	check("members from spread 2", 2, "d:1", "a:1", "c:1", "b:1")
+	check("spread wraps", 5, "d:1", "a:1", "c:1", "b:1")
+
+	b.observeHeader("c:1", &lodestonepb.ResponseHeader{NodeId: 3})
+	check("no leader: nothing moves last", 1, "b:1", "d:1", "a:1", "c:1")
+}
+
+func TestParseWatchFrom(t *testing.T) {
+	for _, w := range []WatchFrom{WatchFromFollowers, WatchFromLeader} {
+		if got, err := ParseWatchFrom(w.String()); err != nil || got != w {
+			t.Errorf("ParseWatchFrom(%q) = %v, %v; want %v", w.String(), got, err, w)
+		}
+	}
+	if _, err := ParseWatchFrom("nearest"); err == nil || !strings.Contains(err.Error(), "want followers or leader") {
+		t.Errorf(`ParseWatchFrom("nearest") error = %v, want one naming the allowed values`, err)
+	}
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -59,6 +96,8 @@ func TestConfigValidate(t *testing.T) {
 		{"negative dial timeout", Config{DialTimeout: -1}, "DialTimeout"},
 		{"base above max", Config{BackoffBase: 2, BackoffMax: 1}, "BackoffBase"},
 		{"negative attempts", Config{MaxAttempts: -1}, "MaxAttempts"},
+		{"watch from leader", Config{WatchFrom: WatchFromLeader}, ""},
+		{"unknown watch placement", Config{WatchFrom: 7}, "WatchFrom"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()

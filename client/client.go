@@ -226,7 +226,7 @@ func (c *Client) observe(ep string, h *lodestonepb.ResponseHeader) {
 	c.mu.Lock()
 	before := c.book.leaderID
 	c.book.succeeded(ep)
-	c.book.observeHeader(h)
+	c.book.observeHeader(ep, h)
 	after := c.book.leaderID
 	c.mu.Unlock()
 	if after != before && after != 0 {
@@ -243,7 +243,7 @@ func (c *Client) observeMembers(h *lodestonepb.ResponseHeader, ms []*lodestonepb
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.book.observeMembers(ms)
-	c.book.observeHeader(h)
+	c.book.observeHeader("", h)
 }
 
 // newError builds the *Error for a call that ends with attempt a. ctxErr

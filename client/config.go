@@ -61,6 +61,10 @@ type Config struct {
 	// Status call per interval on quiet streams.
 	WatchProgressInterval time.Duration
 
+	// WatchFrom says which servers the client's watch stream prefers.
+	// Default (zero): WatchFromFollowers.
+	WatchFrom WatchFrom
+
 	// Logger receives Debug records for retries and Info records for
 	// leader changes the client observes. Default (nil): discard.
 	Logger *slog.Logger
@@ -69,6 +73,47 @@ type Config struct {
 	// (insecure transport credentials, connect params, a stats handler);
 	// later options win. Default (nil): none.
 	DialOptions []grpc.DialOption
+}
+
+// WatchFrom names the servers a client's watch stream goes to first.
+type WatchFrom int
+
+const (
+	// WatchFromFollowers sends the watch stream to a follower, the leader
+	// only when no follower serves it. Before each (re)connection the
+	// client refreshes the membership (one Members call) and starts at a
+	// follower picked at random per client, so a fleet's streams spread
+	// over the followers. Fan-out work inside the leader's process delays
+	// its writes much more than the same work on another member, and
+	// every member delivers the same committed events in the same order,
+	// so a follower is the better place for watches; one that loses the
+	// leader is left as WatchProgressInterval says. The placement is
+	// chosen when a stream connects: a stream stays on its member through
+	// leader changes.
+	WatchFromFollowers WatchFrom = iota
+	// WatchFromLeader sends the watch stream where every other call goes:
+	// the leader first.
+	WatchFromLeader
+)
+
+func (w WatchFrom) String() string {
+	switch w {
+	case WatchFromFollowers:
+		return "followers"
+	case WatchFromLeader:
+		return "leader"
+	}
+	return fmt.Sprintf("WatchFrom(%d)", int(w))
+}
+
+// ParseWatchFrom parses "followers" or "leader".
+func ParseWatchFrom(s string) (WatchFrom, error) {
+	for _, w := range []WatchFrom{WatchFromFollowers, WatchFromLeader} {
+		if s == w.String() {
+			return w, nil
+		}
+	}
+	return 0, fmt.Errorf("watch placement %q: want followers or leader", s)
 }
 
 // DefaultConfig returns the configuration New uses for zero fields.
@@ -149,6 +194,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxAttempts < 0 {
 		return &ConfigError{Field: "MaxAttempts", Reason: fmt.Sprintf("negative count %d", c.MaxAttempts)}
+	}
+	if c.WatchFrom != WatchFromFollowers && c.WatchFrom != WatchFromLeader {
+		return &ConfigError{Field: "WatchFrom", Reason: fmt.Sprintf("%v: want WatchFromFollowers or WatchFromLeader", c.WatchFrom)}
 	}
 	return nil
 }

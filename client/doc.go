@@ -56,9 +56,10 @@
 // [Client.Watch] follows a key or a prefix (or, with
 // [WatchCatalogServices], the catalog's service instances with their
 // health; decode with [DecodeServiceInstanceEvent]). Every Watch of a Client shares
-// one gRPC Watch stream to one server (any member serves watches; the
-// leader is preferred, as for calls), so a process with 10k watches holds
-// one stream, not 10k. The contract:
+// one gRPC Watch stream to one server, so a process with 10k watches holds
+// one stream, not 10k. Any member serves watches; by default the stream
+// goes to a follower ([Config.WatchFrom]), keeping the fan-out off the
+// leader that every write goes through. The contract:
 //
 //  1. A watch delivers every matching event with index > its start index
 //     ([FromIndex]; without it, the index at which the server created the

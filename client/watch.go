@@ -472,6 +472,8 @@ type watchMux struct {
 	kick   chan struct{} // cap 1: pending has work
 	done   chan struct{} // closed when run returns
 
+	spread int // where followerPlan starts; random per client
+
 	mu      sync.Mutex
 	closed  bool
 	started bool
@@ -482,7 +484,27 @@ type watchMux struct {
 func newWatchMux(c *Client) *watchMux {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &watchMux{c: c, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1),
-		done: make(chan struct{}), watches: map[*Watch]struct{}{}}
+		done: make(chan struct{}), watches: map[*Watch]struct{}{}, spread: rand.IntN(1 << 16)}
+}
+
+// plan returns the endpoints a new stream tries, in order
+// (Config.WatchFrom). For followers it first refreshes the membership,
+// within DialTimeout; without an answer it plans with what it knows.
+func (m *watchMux) plan() []string {
+	if m.c.cfg.WatchFrom == WatchFromFollowers {
+		ctx, cancel := context.WithTimeout(m.ctx, m.c.cfg.DialTimeout)
+		_, err := m.c.Members(ctx)
+		cancel()
+		if err != nil && m.ctx.Err() == nil {
+			m.c.log.Debug("client: watch placement: membership not refreshed; planning with the members known", "err", err)
+		}
+	}
+	m.c.mu.Lock()
+	defer m.c.mu.Unlock()
+	if m.c.cfg.WatchFrom == WatchFromFollowers {
+		return m.c.book.followerPlan(m.spread)
+	}
+	return m.c.book.plan()
 }
 
 // watchMux returns the client's multiplexer, creating it on first use.
@@ -575,9 +597,7 @@ func (m *watchMux) run() {
 				}
 			}
 			round++
-			m.c.mu.Lock()
-			plan = m.c.book.plan()
-			m.c.mu.Unlock()
+			plan = m.plan()
 		}
 		ep := plan[0]
 		plan = plan[1:]

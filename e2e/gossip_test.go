@@ -304,7 +304,7 @@ func TestGossipSteadyStateKeepsRaftIndex(t *testing.T) {
 		}
 		return st.CommitIndex
 	}
-	runs := func() float64 { return agentCounter(t, a.http, "lodestone_agent_checks_run_total") }
+	runs := func() float64 { return metricSum(t, a.http, "lodestone_agent_checks_run_total") }
 	window := stabilityWindow(t)
 	idx0, runs0 := index(), runs()
 	moved := func(got uint64) {
@@ -354,12 +354,13 @@ func changedSince(ctx context.Context, t *testing.T, s *gossipServer, index uint
 	return strings.Join(out, "; ")
 }
 
-// agentCounter sums a counter family from an agent's /metrics.
-func agentCounter(t *testing.T, httpAddr, name string) float64 {
+// metricSum sums a metric family (every label set) from the /metrics of
+// the process whose HTTP listener is httpAddr.
+func metricSum(t *testing.T, httpAddr, name string) float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
-		t.Fatalf("agent metrics: %v", err)
+		t.Fatalf("metrics of %s: %v", httpAddr, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)

@@ -14,12 +14,14 @@ import (
 	"github.com/lodestone-kv/lodestone/client"
 )
 
-// A watch on a prefix survives SIGKILL of the leader it streams from: it
+// A watch on a prefix survives SIGKILL of the member it streams from: it
 // resumes on another member from the last index it saw, and in the end has
 // delivered every change under the prefix exactly once, in index order —
 // the same changes a linearizable Range shows, and every write the writers
 // had acknowledged (DESIGN.md, "Chaos": per key no gaps, no duplicates, no
-// reordering, resume continuity across leader changes).
+// reordering, resume continuity across leader changes). It runs with the
+// stream on the leader, which the kill forces into an election, and with
+// the client's default placement, on a follower.
 //
 // NB: stopping the writers cancels the puts they have in flight. Such a put
 // may still commit (its outcome is unknown, not failed), and then after the
@@ -31,6 +33,14 @@ import (
 // unacknowledged put that a second Range shows at the same index: an event
 // the cluster did not keep still fails.
 func TestWatchResumesAcrossLeaderKill(t *testing.T) {
+	testWatchResumesAcrossKill(t, client.WatchFromLeader)
+}
+
+func TestWatchResumesAcrossFollowerKill(t *testing.T) {
+	testWatchResumesAcrossKill(t, client.WatchFromFollowers)
+}
+
+func testWatchResumesAcrossKill(t *testing.T, from client.WatchFrom) {
 	dir := t.TempDir()
 	nodes := startCluster(t, dir, "a", "b", "c")
 	conns := map[string]*grpc.ClientConn{}
@@ -41,14 +51,15 @@ func TestWatchResumesAcrossLeaderKill(t *testing.T) {
 	defer cancel()
 	leader := findLeader(t, ctx, nodes, conns, "")
 
-	// The watch's client lists the leader first, so its stream is there.
+	// The leader is listed first: a stream placed on a follower got there
+	// by the placement, not by the list.
 	eps := []string{leader.grpc}
 	for _, nd := range nodes {
 		if nd != leader {
 			eps = append(eps, nd.grpc)
 		}
 	}
-	wc, err := client.New(client.Config{Endpoints: eps, WatchProgressInterval: time.Second})
+	wc, err := client.New(client.Config{Endpoints: eps, WatchProgressInterval: time.Second, WatchFrom: from})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,10 +152,31 @@ func TestWatchResumesAcrossLeaderKill(t *testing.T) {
 	waitFor("300 acknowledged writes", func() bool { return nAcked() >= 300 })
 	waitFor("the watch to deliver events", func() bool { return nSeen() >= 100 })
 
+	// The member holding the watch is the one whose hub has delivered
+	// events: nothing else here watches (a leader's own internal watchers
+	// wait for session changes, and there are none).
+	var serving *node
+	for _, nd := range nodes {
+		if metricSum(t, nd.http, "lodestone_watch_events_delivered_total") > 0 {
+			if serving != nil {
+				t.Fatalf("events delivered by %s and %s; the client opened one stream", serving.name, nd.name)
+			}
+			serving = nd
+		}
+	}
+	switch {
+	case serving == nil:
+		t.Fatal("no member reports a watcher")
+	case from == client.WatchFromLeader && serving != leader:
+		t.Fatalf("placement %v: stream on %s, leader is %s", from, serving.name, leader.name)
+	case from == client.WatchFromFollowers && serving == leader:
+		t.Fatalf("placement %v: stream on the leader %s", from, leader.name)
+	}
+
 	seenAtKill := nSeen()
-	leader.p.kill()
-	t.Logf("SIGKILL of leader %s after %d acknowledged writes, %d events seen", leader.name, nAcked(), seenAtKill)
-	findLeader(t, ctx, nodes, conns, leader.name)
+	serving.p.kill()
+	t.Logf("SIGKILL of %s (leader %s) after %d acknowledged writes, %d events seen", serving.name, leader.name, nAcked(), seenAtKill)
+	findLeader(t, ctx, nodes, conns, serving.name)
 	before := nAcked()
 	waitFor("300 more acknowledged writes", func() bool { return nAcked() >= before+300 })
 	stopWriters()
@@ -249,7 +281,7 @@ func TestWatchResumesAcrossLeaderKill(t *testing.T) {
 	if len(wrong) > 0 {
 		t.Errorf("%d mismatches, e.g. %v", len(wrong), wrong[:min(5, len(wrong))])
 	}
-	t.Logf("%d changes delivered exactly once across the leader kill (%d acknowledged writes; %d seen before the kill; %d canceled puts landed after the range)",
+	t.Logf("%d changes delivered exactly once across the kill (%d acknowledged writes; %d seen before the kill; %d canceled puts landed after the range)",
 		len(events), nack, seenAtKill, late)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatal("test deadline")

@@ -426,6 +426,7 @@ type kvWatchOptions struct {
 	FromIndex uint64 // 0: from now
 	KeysOnly  bool
 	Output    string
+	From      string // --from: followers or leader
 }
 
 func newKVWatchCmd() *cobra.Command {
@@ -444,7 +445,12 @@ or printed twice. It fails when no server served it for --timeout.
 To follow a key from a known state, read it and pass the modify index you
 read to --from-index: every change after that index is printed, including
 those that happened before the command started (as long as the servers
-still retain them).`,
+still retain them).
+
+The watch streams from a follower (--from followers, the default), so that
+its fan-out does not load the leader, which every write goes through; every
+member delivers the same changes in the same order. --from leader streams
+from the leader instead.`,
 		Example: `  lodestone kv watch svc/web/
   lodestone kv watch config/app --exact -o json
   lodestone kv watch svc/ --from-index 1200`,
@@ -458,6 +464,9 @@ still retain them).`,
 			if o.Exact && o.Key == "" {
 				return usagef(cmd, "--exact needs a non-empty key")
 			}
+			if o.Client.WatchFrom, err = client.ParseWatchFrom(o.From); err != nil {
+				return usagef(cmd, "--from: %v", err)
+			}
 			return runKVWatch(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
@@ -466,6 +475,7 @@ still retain them).`,
 	_ = cmd.Flags().MarkHidden("key-only-exact")
 	cmd.Flags().Uint64Var(&o.FromIndex, "from-index", 0, "print every change after modify index N, also past ones (0: from now)")
 	cmd.Flags().BoolVar(&o.KeysOnly, "keys-only", false, "omit values")
+	cmd.Flags().StringVar(&o.From, "from", client.WatchFromFollowers.String(), "member to stream from: followers or leader")
 	addOutputFlag(cmd, &o.Output)
 	return cmd
 }

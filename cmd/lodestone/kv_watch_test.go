@@ -149,6 +149,9 @@ func TestKVWatchErrors(t *testing.T) {
 	r = cli(t, nil, "", "kv", "watch", "", "--exact")
 	r.failed(t, 2, "--exact needs a non-empty key")
 
+	r = cli(t, nil, "", "kv", "watch", "k", "--from", "nearest")
+	r.failed(t, 2, "--from", "want followers or leader")
+
 	down := clienttest.Start(t, &clienttest.Funcs{}) // serves no Watch
 	r = cli(t, nil, "", "--endpoints", down.Addr, "kv", "watch", "k")
 	r.failed(t, 1, "unimplemented")

@@ -118,6 +118,7 @@ func groupRunE(cmd *cobra.Command, args []string) error {
 type clientOptions struct {
 	Endpoints []string
 	Timeout   time.Duration
+	WatchFrom client.WatchFrom // zero: followers
 }
 
 // clientFlags reads the persistent client flags of cmd.
@@ -168,6 +169,7 @@ func newClient(o clientOptions) (*client.Client, error) {
 		BackoffBase:    100 * time.Millisecond,
 		BackoffMax:     time.Second,
 		MaxAttempts:    5 * len(o.Endpoints),
+		WatchFrom:      o.WatchFrom,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--endpoints: %w", err)
