@@ -35,7 +35,7 @@ func startCPU(d *deployment, writer *harness.Proc) func() string {
 		wall := time.Since(t0)
 		var parts []string
 		for i, role := range d.roles() {
-			if i == d.watcher && len(d.procs) > 1 {
+			if slices.Contains(d.watchers, i) && len(d.procs) > 1 {
 				role += "(watches)"
 			}
 			now, err := harness.CPUTime(d.procs[i].Pid())

@@ -112,7 +112,9 @@ func (s *wstream) create(id int64, key []byte, prefix bool, start uint64) error 
 
 // openWatchers opens nstreams streams spread over nconns connections to
 // target, each with a receive goroutine that lives until close.
-func openWatchers(ctx context.Context, sys system, target string, nconns, nstreams, nkeys, maxExact int) (*watchers, error) {
+// openWatchers opens nconns connections, taking targets in turn, and
+// nstreams streams spread over them.
+func openWatchers(ctx context.Context, sys system, targets []string, nconns, nstreams, nkeys, maxExact int) (*watchers, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &watchers{sys: sys, nkeys: nkeys, prefix: []byte("disc/"), cancel: cancel, maxExact: maxExact}
 	w.lastIdx = make([]uint64, w.slots())
@@ -120,8 +122,8 @@ func openWatchers(ctx context.Context, sys system, target string, nconns, nstrea
 	for k := range nkeys {
 		w.keys = append(w.keys, fmt.Appendf(nil, "disc/svc-%05d", k))
 	}
-	for range nconns {
-		c, err := dial(target, sys.dialOptions...)
+	for i := range nconns {
+		c, err := dial(targets[i%len(targets)], sys.dialOptions...)
 		if err != nil {
 			w.close()
 			return nil, err

@@ -52,7 +52,7 @@ var (
 	flagKeep        = flag.Bool("keep", false, "keep binaries, data dirs and server logs")
 	flagLodeArgs    = flag.String("lodestone-args", "", "extra flags for every Lodestone server, space-separated (for experiments, e.g. \"--watch-delivery-interval 0\")")
 	flagPprof       = flag.String("pprof", "", "directory for CPU profiles of every Lodestone server during every phase, named leader-, f1-, f2- as in the CPU line (runs the servers with --enable-pprof)")
-	flagWatchMember = flag.String("watch-member", "leader", `member the watch streams go to: "leader" or "follower" (writes always go to the leader)`)
+	flagWatchMember = flag.String("watch-member", "followers", `members the watch streams go to: "followers" (the connections spread over them, as the Go client's default placement does), "follower" (the member after the leader) or "leader"; writes always go to the leader`)
 
 	// The broadcaster's own process runs this binary with these.
 	flagServeBroadcaster = flag.Bool("serve-broadcaster", false, "internal: serve the single-channel broadcaster and nothing else")
@@ -158,8 +158,8 @@ func run(ctx context.Context) error {
 	if *flagReps < 1 || *flagRate < 1 || *flagKeys < 1 || *flagStreams < 1 || *flagConns < 1 || *flagPrefixes > maxPrefixes {
 		return fmt.Errorf("-reps, -rate, -keys, -streams and -conns must be >= 1, -prefix-watchers <= %d", maxPrefixes)
 	}
-	if *flagWatchMember != "leader" && *flagWatchMember != "follower" {
-		return fmt.Errorf("-watch-member: want leader or follower, got %q", *flagWatchMember)
+	if !slices.Contains([]string{"followers", "follower", "leader"}, *flagWatchMember) {
+		return fmt.Errorf("-watch-member: want followers, follower or leader, got %q", *flagWatchMember)
 	}
 	raiseNoFile()
 	root, err := filepath.Abs(*flagRoot)
@@ -225,10 +225,10 @@ func run(ctx context.Context) error {
 	top := counts[len(counts)-1]
 	fmt.Printf("setup: per system a fresh deployment per rep (lodestone, etcd: 3 processes, fsync on; broadcaster: 1 process, no replication, no fsync) on 127.0.0.1; "+
 		"%d writes/s open loop of %d-byte values over %d keys under disc/ (each key written about once per %ds), sent to the leader over %d connections; "+
-		"watchers on the %s (one process for the broadcaster): N exact-key watchers (watcher j on key j mod %d, so a write wakes N/%d of them) plus %d prefix watchers that see every write, "+
+		"watchers on the %s (-watch-member; one process for the broadcaster): N exact-key watchers (watcher j on key j mod %d, so a write wakes N/%d of them) plus %d prefix watchers that see every write, "+
 		"on %d streams over %d connections; phases with N = none (no streams), 0, %s; %d reps x (%s warm-up + %s window), medians shown; "+
 		"write latency from each write's intended start; delivery lag from the write's intended start to the watcher's receipt; "+
-		"memory = the watch member's live heap (smallest go_memstats_heap_alloc_bytes right after GC cycles, forced by scraping /metrics back to back) right after minus right before each attach step (no write in between), summed up to N=%d, over N\n",
+		"memory = the watch members' live heap (summed; each the smallest go_memstats_heap_alloc_bytes right after GC cycles, forced by scraping /metrics back to back) right after minus right before each attach step (no write in between), summed up to N=%d, over N\n",
 		*flagRate, valueSize, *flagKeys, *flagKeys / *flagRate, *flagWriteConns, *flagWatchMember, *flagKeys, *flagKeys, *flagPrefixes,
 		*flagStreams, *flagConns, strings.Trim(fmt.Sprint(counts), "[]"), *flagReps, *flagWarmup, *flagDuration, top)
 	fmt.Printf("pinning: %s\n", pinning)
@@ -370,7 +370,7 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 	s.writeP99 = append(s.writeP99, harness.Millis(harness.Percentile(r.writeLat, 99)))
 
 	logf("%s: opening %d streams, %d prefix watchers", sys.name, *flagStreams, *flagPrefixes)
-	w, err := openWatchers(ctx, sys, d.watchTarget, *flagConns, *flagStreams, *flagKeys, counts[len(counts)-1])
+	w, err := openWatchers(ctx, sys, d.watchTargets, *flagConns, *flagStreams, *flagKeys, counts[len(counts)-1])
 	if err != nil {
 		return s, err
 	}
@@ -393,7 +393,7 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 	var grown float64
 	attached := 0
 	for _, n := range counts {
-		before, _, err := liveHeap(ctx, d.watchMetrics)
+		before, err := watchHeap(ctx, d)
 		if err != nil {
 			return s, err
 		}
@@ -407,7 +407,7 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 			return s, err
 		}
 		logf("%s: %d watchers attached in %v %s", sys.name, n, time.Since(t0).Round(time.Millisecond), delays())
-		heap, _, err := liveHeap(ctx, d.watchMetrics)
+		heap, err := watchHeap(ctx, d)
 		if err != nil {
 			return s, err
 		}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -48,5 +50,36 @@ func TestQuantileSince(t *testing.T) {
 	}
 	if _, ok := quantileSince(after, after, 0.99); ok {
 		t.Error("a quantile of no observations")
+	}
+}
+
+func TestPlaceWatches(t *testing.T) {
+	defer func(v string) { *flagWatchMember = v }(*flagWatchMember)
+	metrics := func(i int) string { return fmt.Sprintf("m%d", i) }
+	for _, tc := range []struct {
+		member  string
+		clients int
+		want    []int
+	}{
+		{"followers", 3, []int{0, 2}},
+		{"follower", 3, []int{2}},
+		{"leader", 3, []int{1}},
+		{"followers", 1, []int{0}}, // one process: it serves everything
+	} {
+		*flagWatchMember = tc.member
+		d := &deployment{leader: min(1, tc.clients-1)}
+		for i := range tc.clients {
+			d.clients = append(d.clients, fmt.Sprintf("c%d", i))
+			d.procs = append(d.procs, nil)
+		}
+		d.placeWatches(metrics)
+		if !slices.Equal(d.watchers, tc.want) {
+			t.Errorf("%s over %d: watchers %v, want %v", tc.member, tc.clients, d.watchers, tc.want)
+		}
+		for j, i := range d.watchers {
+			if d.watchTargets[j] != d.clients[i] || d.watchMetrics[j] != metrics(i) {
+				t.Errorf("%s over %d: member %d has target %s, metrics %s", tc.member, tc.clients, i, d.watchTargets[j], d.watchMetrics[j])
+			}
+		}
 	}
 }

@@ -48,21 +48,37 @@ type deployment struct {
 	leader  int    // index in procs of the target process
 	clients []string
 
-	watchTarget  string // gRPC address watches go to
-	watchMetrics string // URL of that process's Prometheus metrics
-	watcher      int    // index in procs of that process
+	// The members the watch streams go to (-watch-member): their gRPC
+	// addresses, metrics URLs and indices in procs. Connections take
+	// them in turn.
+	watchTargets []string
+	watchMetrics []string
+	watchers     []int
 
 	memberMetrics []string // every process's metrics URL, by index in procs
 }
 
-// placeWatches points the watches at the member -watch-member names: the
-// leader, or the member after it. metrics(i) is member i's metrics URL.
+// placeWatches points the watches at the members -watch-member names: the
+// leader, the member after it, or every member but the leader (all of
+// them if there is only one). metrics(i) is member i's metrics URL.
 func (d *deployment) placeWatches(metrics func(i int) string) {
-	i := d.leader
-	if *flagWatchMember == "follower" && len(d.clients) > 1 {
-		i = (d.leader + 1) % len(d.clients)
+	d.watchTargets, d.watchMetrics, d.watchers = nil, nil, nil
+	for i := range d.clients {
+		var on bool
+		switch *flagWatchMember {
+		case "leader":
+			on = i == d.leader
+		case "follower":
+			on = i == (d.leader+1)%len(d.clients)
+		case "followers":
+			on = i != d.leader || len(d.clients) == 1
+		}
+		if on {
+			d.watchTargets = append(d.watchTargets, d.clients[i])
+			d.watchMetrics = append(d.watchMetrics, metrics(i))
+			d.watchers = append(d.watchers, i)
+		}
 	}
-	d.watcher, d.watchTarget, d.watchMetrics = i, d.clients[i], metrics(i)
 	d.memberMetrics = make([]string, len(d.procs))
 	for j := range d.procs {
 		d.memberMetrics[j] = metrics(j)
@@ -504,6 +520,19 @@ func scrape(ctx context.Context, url string, names ...string) (map[string]float6
 // NB: an idle Go process never collects (GC is paced by allocation), so
 // sampling heap_inuse at rest would count the garbage of the previous
 // phase; this is why the benchmark makes the server allocate.
+// watchHeap sums liveHeap over the members serving the watches.
+func watchHeap(ctx context.Context, d *deployment) (float64, error) {
+	var sum float64
+	for _, url := range d.watchMetrics {
+		b, _, err := liveHeap(ctx, url)
+		if err != nil {
+			return 0, err
+		}
+		sum += b
+	}
+	return sum, nil
+}
+
 func liveHeap(ctx context.Context, url string) (bytes float64, gcs int, err error) {
 	const alloc, count = "go_memstats_heap_alloc_bytes", "go_gc_duration_seconds_count"
 	first, err := scrape(ctx, url, alloc, count)
