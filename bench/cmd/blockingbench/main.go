@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,7 +32,7 @@ var (
 	flagRate       = flag.Int("rate", 1000, "writes per second (open loop: each write has its intended start time)")
 	flagQueries    = flag.Int("queries", 10000, "blocking queries, one per key; the writes go to these keys round-robin")
 	flagWait       = flag.Duration("wait", 10*time.Second, "?wait of every blocking query (the server adds up to 1/16 jitter)")
-	flagQueriesOn  = flag.String("queries-on", "leader", `where the blocking queries go: "leader" or "all" (round-robin over the three servers)`)
+	flagQueriesOn  = flag.String("queries-on", "leader", `where the blocking queries go: "leader", "followers" (round-robin over the two) or "all" (round-robin over the three servers)`)
 	flagServerCPUs = flag.String("server-cpus", "1", `taskset CPU list for every server process ("" = no pinning)`)
 	flagClientCPUs = flag.String("client-cpus", "0", `CPU list the load generator pins itself to ("" = no pinning)`)
 	flagWorkDir    = flag.String("work-dir", "", "where the binary and data dirs go (default: the system temp dir)")
@@ -84,8 +85,8 @@ func run(ctx context.Context) error {
 	if *flagReps < 1 || *flagRate < 1 || *flagQueries < 1 || *flagWait < time.Second {
 		return errors.New("-reps, -rate and -queries must be >= 1, -wait >= 1s")
 	}
-	if *flagQueriesOn != "leader" && *flagQueriesOn != "all" {
-		return fmt.Errorf(`-queries-on %q: want "leader" or "all"`, *flagQueriesOn)
+	if !slices.Contains([]string{"leader", "followers", "all"}, *flagQueriesOn) {
+		return fmt.Errorf(`-queries-on %q: want "leader", "followers" or "all"`, *flagQueriesOn)
 	}
 	root, err := filepath.Abs(*flagRoot)
 	if err != nil {
@@ -124,10 +125,11 @@ func run(ctx context.Context) error {
 	}
 
 	n := *flagQueries
-	where := "all on the leader"
-	if *flagQueriesOn == "all" {
-		where = "round-robin over the three servers"
-	}
+	where := map[string]string{
+		"leader":    "all on the leader",
+		"followers": "round-robin over the two followers",
+		"all":       "round-robin over the three servers",
+	}[*flagQueriesOn]
 	fmt.Printf("setup: per rep a fresh 3-process Lodestone cluster (fsync on) on 127.0.0.1; %d keys %s* written once each first; "+
 		"writes: %d/s open loop of %d-byte values through the Consul HTTP KV API (PUT /v1/kv/<key> to the leader, HTTP/1.1 keep-alive), key = write number mod %d; "+
 		"phases: no queries, then %d blocking queries (one goroutine and one HTTP/1.1 connection each, %s; GET /v1/kv/<key>?index=N&wait=%dms in default consistency mode, "+
@@ -232,10 +234,7 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 	}
 	s.none = harness.Millis(harness.Percentile(r.lat, 99))
 
-	targets := c.https[c.leader : c.leader+1]
-	if *flagQueriesOn == "all" {
-		targets = c.https
-	}
+	targets := queryTargets(c.https, c.leader, *flagQueriesOn)
 	logf("opening %d blocking queries over %v", n, *flagWait)
 	q, err := openQueries(ctx, targets, n, *flagWait)
 	if err != nil {
@@ -313,4 +312,22 @@ var started = time.Now()
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "blockingbench: %5.1fs "+format+"\n", append([]any{time.Since(started).Seconds()}, args...)...)
+}
+
+// queryTargets returns the HTTP addresses the blocking queries go to, out
+// of the servers' (the leader at index leader), for -queries-on on.
+func queryTargets(https []string, leader int, on string) []string {
+	switch on {
+	case "all":
+		return https
+	case "followers":
+		var out []string
+		for i, h := range https {
+			if i != leader {
+				out = append(out, h)
+			}
+		}
+		return out
+	}
+	return https[leader : leader+1]
 }

@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 func TestValueRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
@@ -52,6 +55,22 @@ func TestCountLabel(t *testing.T) {
 	for n, want := range map[int]string{10000: "10k", 1000: "1k", 500: "500", 1500: "1500"} {
 		if got := countLabel(n); got != want {
 			t.Errorf("countLabel(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestQueryTargets(t *testing.T) {
+	https := []string{"a", "b", "c"}
+	for _, tc := range []struct {
+		on   string
+		want []string
+	}{
+		{"leader", []string{"b"}},
+		{"followers", []string{"a", "c"}},
+		{"all", []string{"a", "b", "c"}},
+	} {
+		if got := queryTargets(https, 1, tc.on); !slices.Equal(got, tc.want) {
+			t.Errorf("queryTargets(%v, 1, %q) = %v, want %v", https, tc.on, got, tc.want)
 		}
 	}
 }
