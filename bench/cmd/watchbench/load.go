@@ -246,8 +246,12 @@ func (w *watchers) attach(ctx context.Context, exact, prefixes int) error {
 		s := j % len(w.streams)
 		per[s] = append(per[s], create{int64(j) + 1, w.keys[j%w.nkeys], false})
 	}
+	// Prefix watchers go to evenly spaced streams, shifted by one each so
+	// that they also spread over the connections (stream s is on
+	// connection s mod conns): with the watches on several members each
+	// serves its share, as a fleet's prefix watchers spread over clients.
 	for i := w.prefixes; i < prefixes; i++ {
-		s := (i * len(w.streams) / max(prefixes, 1)) % len(w.streams)
+		s := (i*len(w.streams)/max(prefixes, 1) + i) % len(w.streams)
 		per[s] = append(per[s], create{int64(w.maxExact+i) + 1, w.prefix, true})
 	}
 	want := w.created.Load() + int64(exact-w.exact) + int64(prefixes-w.prefixes)
