@@ -281,7 +281,7 @@ func (n *node) applyAdmission(index, id uint64, pol *lodestonepb.AdmissionPolicy
 	val, err := proto.MarshalOptions{Deterministic: true}.Marshal(pol)
 	if err != nil {
 		n.store.Advance(index)
-		n.waits.trigger(id, proposalResult{index: index, err: fmt.Errorf("encode admission policy: %w", err)})
+		n.replyAfterPublish(id, proposalResult{index: index, err: fmt.Errorf("encode admission policy: %w", err)})
 		return nil
 	}
 	res, events := n.store.Apply(index, &lodestonepb.Command{
@@ -291,7 +291,7 @@ func (n *node) applyAdmission(index, id uint64, pol *lodestonepb.AdmissionPolicy
 	n.adm.invalidate()
 	n.logger.Info("admission policy changed", "index", index, "enabled", pol.GetEnabled(),
 		"reads", pol.GetReads(), "writes", pol.GetWrites(), "watches", pol.GetWatches(), "ramp_percent_per_min", pol.GetRampPercentPerMin())
-	n.waits.trigger(id, proposalResult{index: index, result: res})
+	n.replyAfterPublish(id, proposalResult{index: index, result: res})
 	return events
 }
 

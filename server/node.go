@@ -86,9 +86,10 @@ type node struct {
 	snapIndex      uint64
 	durableCommit  uint64 // the commit index the log holds (log writer reports)
 	snapshotting   bool
-	snapWantedAt   uint64 // a snapshot at or after this index is due now (a member was added)
-	leaderGuard    uint64 // conf changes wait until this index is applied
-	confInFlight   uint64 // request id of our pending conf change, 0 if none
+	snapWantedAt   uint64  // a snapshot at or after this index is due now (a member was added)
+	leaderGuard    uint64  // conf changes wait until this index is applied
+	confInFlight   uint64  // request id of our pending conf change, 0 if none
+	replies        []reply // results of the entry being applied, sent once it is published
 	readSeq        uint64
 	pendingReads   map[uint64]*readBatch
 	pendingReadOrd []uint64
@@ -617,6 +618,7 @@ func (n *node) apply(ents []raftpb.Entry) error {
 		// Every index is published, changes or not, so watchers' progress
 		// follows the applied index. Publish never waits on a watcher.
 		n.hub.Publish(e.Index, toWatchEvents(events))
+		n.sendReplies()
 		n.appliedIndex = e.Index
 	}
 	n.applied.advance(n.appliedIndex)
@@ -642,20 +644,43 @@ func (n *node) applyNormal(e raftpb.Entry) []store.Event {
 		// version wrote the entry; skipping keeps replicas identical.
 		n.logger.Error("skipping undecodable entry", "index", e.Index, "err", err)
 		n.store.Advance(e.Index)
-		n.waits.trigger(id, proposalResult{index: e.Index, err: fmt.Errorf("decode command at index %d: %w", e.Index, err)})
+		n.replyAfterPublish(id, proposalResult{index: e.Index, err: fmt.Errorf("decode command at index %d: %w", e.Index, err)})
 		return nil
 	}
 	if mem := cmd.GetMember(); mem != nil {
 		n.applyMemberAttrs(e.Index, mem)
-		n.waits.trigger(id, proposalResult{index: e.Index})
+		n.replyAfterPublish(id, proposalResult{index: e.Index})
 		return nil
 	}
 	if pol := cmd.GetAdmission(); pol != nil {
 		return n.applyAdmission(e.Index, id, pol, cmd.GetTimeUnixNano())
 	}
 	res, events := n.store.Apply(e.Index, &cmd)
-	n.waits.trigger(id, proposalResult{index: e.Index, result: res})
+	n.replyAfterPublish(id, proposalResult{index: e.Index, result: res})
 	return events
+}
+
+// reply is a proposal's result waiting for its entry to be published.
+type reply struct {
+	id  uint64
+	res proposalResult
+}
+
+// replyAfterPublish queues a proposal's result until its entry's events are
+// in the watch hub. NB: answering first let a client that saw its write
+// acknowledged, and then watched "from now", be sent that same write: the
+// hub's "now" was still the index before it.
+func (n *node) replyAfterPublish(id uint64, res proposalResult) {
+	n.replies = append(n.replies, reply{id, res})
+}
+
+// sendReplies answers the proposals of the entry just published.
+func (n *node) sendReplies() {
+	for _, r := range n.replies {
+		n.waits.trigger(r.id, r.res)
+	}
+	clear(n.replies)
+	n.replies = n.replies[:0]
 }
 
 // applyMemberAttrs records a member's client addresses; voting rights are
@@ -722,7 +747,7 @@ func (n *node) applyConfChange(index uint64, cc raftpb.ConfChangeV2) error {
 		if cctx.RequestId == n.confInFlight {
 			n.confInFlight = 0
 		}
-		n.waits.trigger(cctx.RequestId, proposalResult{index: index})
+		n.replyAfterPublish(cctx.RequestId, proposalResult{index: index})
 	}
 	return nil
 }

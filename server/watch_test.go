@@ -576,3 +576,23 @@ func TestConfigWatchDeliveryInterval(t *testing.T) {
 	checkDurationField(t, "watch-delivery-interval", func(c *Config, d time.Duration) { c.WatchDeliveryInterval = d },
 		[]time.Duration{0, time.Second}, []time.Duration{-time.Millisecond, 2 * time.Second})
 }
+
+// A watch created "from now" right after a write was acknowledged never
+// gets that write. The apply loop used to answer the proposal before the
+// entry reached the hub, so for a moment the hub's "now" was the index
+// before the acknowledged write, and the watch replayed it.
+func TestWatchFromNowAfterAcknowledgedWrite(t *testing.T) {
+	c := newTestCluster(t, 1)
+	lead := c.waitLeader()
+	w := openWatch(t, c, lead)
+	for i := range 300 {
+		key := fmt.Sprintf("race/%d", i)
+		put(t, c.kv(lead), key, "acknowledged before the watch")
+		w.create(&lodestonepb.WatchCreate{WatchId: int64(i + 1), Key: []byte(key)})
+		put(t, c.kv(lead), key, "after")
+		evs, _ := w.collect(1)
+		if got := string(evs[0].Kv.Value); got != "after" {
+			t.Fatalf("round %d: watch from now got %q first, want the write after its creation", i, got)
+		}
+	}
+}
