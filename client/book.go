@@ -46,17 +46,33 @@ func (b *book) plan() []string {
 	return out
 }
 
-// followerPlan is plan with the leader's endpoints moved last and the
-// known members first, from the one at spread (modulo their number) on,
-// so that clients with different spreads start at different followers.
-// An endpoint is the leader's if the membership gives it as the leader's
-// address or if the leader answered there: a member that has not yet
-// published its address is still recognized.
+// followerPlan is the order watch streams try endpoints in: first the
+// followers a quorum can do without, then the other followers, the
+// configured endpoints, and last the leader's endpoints.
+//
+// With n known members a write commits once the leader has ⌊n/2⌋
+// followers' acknowledgements, so n-1-⌊n/2⌋ followers (at least one) can
+// carry the watch fan-out while enough others stay free of it to keep
+// commits fast: all clients pick the same ones, the lowest member ids,
+// starting from the one at spread (modulo their number) so that clients
+// share them. An endpoint is the leader's if the membership gives it as
+// the leader's address or if the leader answered there: a member that has
+// not yet published its address is still recognized.
 func (b *book) followerPlan(spread int) []string {
-	addrs := b.memberAddrs()
-	out := make([]string, 0, len(b.configured)+len(addrs)+1)
-	for i := range addrs {
-		out = addNew(out, addrs[(spread+i)%len(addrs)])
+	var followers []string
+	for _, a := range b.memberAddrs() {
+		if !b.isLeader(a) {
+			followers = append(followers, a)
+		}
+	}
+	n := len(b.members)
+	k := min(len(followers), max(1, n-1-n/2))
+	out := make([]string, 0, len(b.configured)+n+1)
+	for i := range k {
+		out = addNew(out, followers[(spread+i)%k])
+	}
+	for _, a := range followers {
+		out = addNew(out, a)
 	}
 	out = addNew(b.addRest(out), b.leaderAddr())
 	slices.SortStableFunc(out, func(x, y string) int {

@@ -62,14 +62,24 @@ func TestBookFollowerPlan(t *testing.T) {
 	b.observeHeader("a:1", &lodestonepb.ResponseHeader{LeaderId: 1, NodeId: 1})
 	check("leader known by its answer", 0, "b:1", "c:1", "a:1")
 
-	b.observeMembers([]*lodestonepb.Member{{Id: 1, GrpcAddr: "a:1"}, {Id: 2, GrpcAddr: "b:1"}, {Id: 3, GrpcAddr: "d:1"}})
+	// Three members: the leader needs one follower, so one carries the
+	// watches, the same one for every client: the lowest id.
+	three := []*lodestonepb.Member{{Id: 1, GrpcAddr: "a:1"}, {Id: 2, GrpcAddr: "b:1"}, {Id: 3, GrpcAddr: "d:1"}}
+	b.observeMembers(three)
 	b.observeHeader("b:1", &lodestonepb.ResponseHeader{LeaderId: 2, NodeId: 2})
-	check("members from spread 0", 0, "a:1", "d:1", "c:1", "b:1")
-	check("members from spread 2", 2, "d:1", "a:1", "c:1", "b:1")
-	check("spread wraps", 5, "d:1", "a:1", "c:1", "b:1")
+	check("3 members, spread 0", 0, "a:1", "d:1", "c:1", "b:1")
+	check("3 members, spread 1: the same follower first", 1, "a:1", "d:1", "c:1", "b:1")
 
+	// Five: the leader needs two of four followers, so two carry the
+	// watches, clients spread over them.
+	b.observeMembers(append(three, &lodestonepb.Member{Id: 4, GrpcAddr: "e:1"}, &lodestonepb.Member{Id: 5, GrpcAddr: "f:1"}))
+	check("5 members, spread 0", 0, "a:1", "d:1", "e:1", "f:1", "c:1", "b:1")
+	check("5 members, spread 1", 1, "d:1", "a:1", "e:1", "f:1", "c:1", "b:1")
+	check("5 members, spread wraps", 4, "a:1", "d:1", "e:1", "f:1", "c:1", "b:1")
+
+	b.observeMembers(three)
 	b.observeHeader("c:1", &lodestonepb.ResponseHeader{NodeId: 3})
-	check("no leader: nothing moves last", 1, "b:1", "d:1", "a:1", "c:1")
+	check("no leader: nothing moves last", 1, "a:1", "b:1", "d:1", "c:1")
 }
 
 func TestParseWatchFrom(t *testing.T) {

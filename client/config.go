@@ -81,15 +81,16 @@ type WatchFrom int
 const (
 	// WatchFromFollowers sends the watch stream to a follower, the leader
 	// only when no follower serves it. Before each (re)connection the
-	// client refreshes the membership (one Members call) and starts at a
-	// follower picked at random per client, so a fleet's streams spread
-	// over the followers. Fan-out work inside the leader's process delays
-	// its writes much more than the same work on another member, and
-	// every member delivers the same committed events in the same order,
-	// so a follower is the better place for watches; one that loses the
-	// leader is left as WatchProgressInterval says. The placement is
-	// chosen when a stream connects: a stream stays on its member through
-	// leader changes.
+	// client refreshes the membership (one Members call) and prefers the
+	// followers a quorum can do without: with n members, the n-1-⌊n/2⌋
+	// (at least one) with the lowest ids, the same for every client,
+	// which spread over them at random. Fan-out work inside the leader's
+	// process delays its writes much more than the same work on another
+	// member, and the followers left free keep commits fast; every member
+	// delivers the same committed events in the same order. A follower
+	// that loses the leader is left as WatchProgressInterval says. The
+	// placement is chosen when a stream connects: a stream stays on its
+	// member through leader changes.
 	WatchFromFollowers WatchFrom = iota
 	// WatchFromLeader sends the watch stream where every other call goes:
 	// the leader first.

@@ -52,7 +52,7 @@ var (
 	flagKeep        = flag.Bool("keep", false, "keep binaries, data dirs and server logs")
 	flagLodeArgs    = flag.String("lodestone-args", "", "extra flags for every Lodestone server, space-separated (for experiments, e.g. \"--watch-delivery-interval 0\")")
 	flagPprof       = flag.String("pprof", "", "directory for CPU profiles of every Lodestone server during every phase, named leader-, f1-, f2- as in the CPU line (runs the servers with --enable-pprof)")
-	flagWatchMember = flag.String("watch-member", "followers", `members the watch streams go to: "followers" (the connections spread over them, as the Go client's default placement does), "follower" (the member after the leader) or "leader"; writes always go to the leader`)
+	flagWatchMember = flag.String("watch-member", "follower", `members the watch streams go to: "follower" (one follower, where the Go client puts a three-member cluster's watches), "followers" (the connections spread over both) or "leader"; writes always go to the leader`)
 
 	// The broadcaster's own process runs this binary with these.
 	flagServeBroadcaster = flag.Bool("serve-broadcaster", false, "internal: serve the single-channel broadcaster and nothing else")
