@@ -67,23 +67,21 @@ func (b *book) followerPlan(spread int) []string {
 	}
 	n := len(b.members)
 	k := min(len(followers), max(1, n-1-n/2))
-	out := make([]string, 0, len(b.configured)+n+1)
+	order := make([]string, 0, k+len(followers)+len(b.configured)+1)
 	for i := range k {
-		out = addNew(out, followers[(spread+i)%k])
+		order = append(order, followers[(spread+i)%k])
 	}
-	for _, a := range followers {
-		out = addNew(out, a)
-	}
-	out = addNew(b.addRest(out), b.leaderAddr())
-	slices.SortStableFunc(out, func(x, y string) int {
-		switch lx, ly := b.isLeader(x), b.isLeader(y); {
-		case lx == ly:
-			return 0
-		case lx:
-			return 1
+	order = append(append(order, followers...), b.addRest(nil)...)
+	order = append(order, b.leaderAddr())
+	// Everything but the leader's endpoints, then those.
+	out := make([]string, 0, len(order))
+	for _, last := range []bool{false, true} {
+		for _, a := range order {
+			if b.isLeader(a) == last {
+				out = addNew(out, a)
+			}
 		}
-		return -1
-	})
+	}
 	return out
 }
 

@@ -491,20 +491,20 @@ func newWatchMux(c *Client) *watchMux {
 // (Config.WatchFrom). For followers it first refreshes the membership,
 // within DialTimeout; without an answer it plans with what it knows.
 func (m *watchMux) plan() []string {
-	if m.c.cfg.WatchFrom == WatchFromFollowers {
-		ctx, cancel := context.WithTimeout(m.ctx, m.c.cfg.DialTimeout)
-		_, err := m.c.Members(ctx)
-		cancel()
-		if err != nil && m.ctx.Err() == nil {
-			m.c.log.Debug("client: watch placement: membership not refreshed; planning with the members known", "err", err)
-		}
+	if m.c.cfg.WatchFrom == WatchFromLeader {
+		m.c.mu.Lock()
+		defer m.c.mu.Unlock()
+		return m.c.book.plan()
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, m.c.cfg.DialTimeout)
+	_, err := m.c.Members(ctx)
+	cancel()
+	if err != nil && m.ctx.Err() == nil {
+		m.c.log.Debug("client: watch placement: membership not refreshed; planning with the members known", "err", err)
 	}
 	m.c.mu.Lock()
 	defer m.c.mu.Unlock()
-	if m.c.cfg.WatchFrom == WatchFromFollowers {
-		return m.c.book.followerPlan(m.spread)
-	}
-	return m.c.book.plan()
+	return m.c.book.followerPlan(m.spread)
 }
 
 // watchMux returns the client's multiplexer, creating it on first use.

@@ -60,7 +60,8 @@ type deployment struct {
 
 // placeWatches points the watches at the members -watch-member names: the
 // leader, the member after it, or every member but the leader (all of
-// them if there is only one). metrics(i) is member i's metrics URL.
+// them if there is only one). metrics(i) is member i's metrics URL; it
+// also records every member's, for the profiles.
 func (d *deployment) placeWatches(metrics func(i int) string) {
 	d.watchTargets, d.watchMetrics, d.watchers = nil, nil, nil
 	for i := range d.clients {
