@@ -279,3 +279,11 @@ func (p *peerService) TransferLeader(ctx context.Context, req *lodestonepb.Trans
 	}
 	return &lodestonepb.TransferLeaderResponse{LeaderId: lead}, nil
 }
+
+func (p *peerService) LeaderIndex(ctx context.Context, req *lodestonepb.LeaderIndexRequest) (*lodestonepb.LeaderIndexResponse, error) {
+	index, term, err := p.s.node.leaderIndex(req.GetTerm())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lodestonepb.LeaderIndexResponse{Index: index, Term: term}, nil
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -251,9 +252,10 @@ func TestConsulTxnAllOrNothing(t *testing.T) {
 }
 
 // Consul's default consistency mode reads the leader's committed state
-// with no quorum round; ?consistent pays for one (ReadIndex), and so does
-// the default mode on a follower, which cannot know the commit index
-// without asking. All three see the acknowledged write.
+// with no quorum round; ?consistent pays for one (ReadIndex). A follower
+// in the default mode asks the leader for its commit index (one
+// LeaderIndex call, no round) and reads once it has applied it. All of
+// them see the acknowledged write.
 func TestConsulDefaultModeReadsWithoutQuorumRound(t *testing.T) {
 	c := newTestCluster(t, 3)
 	lead := c.waitLeader()
@@ -279,10 +281,58 @@ func TestConsulDefaultModeReadsWithoutQuorumRound(t *testing.T) {
 	if r, s := read(leader, lead, &consul.QueryOptions{RequireConsistent: true}); r != 1 || s != 0 {
 		t.Errorf("?consistent on the leader: %v ReadIndex rounds, %v leader reads; want 1, 0", r, s)
 	}
-	if r, s := read(follower, fol, nil); r != 1 || s != 0 {
-		t.Errorf("default mode on a follower: %v ReadIndex rounds, %v leader reads; want 1, 0", r, s)
+	const folReads, calls = "lodestone_follower_leader_reads_total", "lodestone_leader_index_calls_total"
+	f0, c0 := gauge(t, c.servers[fol], folReads), gauge(t, c.servers[fol], calls)
+	if r, s := read(follower, fol, nil); r != 0 || s != 0 {
+		t.Errorf("default mode on a follower: %v ReadIndex rounds, %v leader reads; want 0, 0", r, s)
+	}
+	if f, n := gauge(t, c.servers[fol], folReads)-f0, gauge(t, c.servers[fol], calls)-c0; f != 1 || n != 1 {
+		t.Errorf("default mode on a follower: %v follower reads, %v leader index calls; want 1, 1", f, n)
 	}
 	if r, s := read(follower, fol, &consul.QueryOptions{AllowStale: true}); r != 0 || s != 0 {
 		t.Errorf("?stale on a follower: %v ReadIndex rounds, %v leader reads; want 0, 0", r, s)
+	}
+}
+
+// A follower's default-mode read sees every write the leader acknowledged
+// before it began, with readers racing writers: without the leader's
+// commit index a follower answers from whatever it has applied, which
+// trails the leader's acknowledgement by up to a heartbeat.
+func TestConsulFollowerDefaultReadSeesAcknowledgedWrites(t *testing.T) {
+	c := newTestCluster(t, 3)
+	lead := c.waitLeader()
+	fol := c.follower()
+	leader, follower := consulClient(t, c, lead).KV(), consulClient(t, c, fol).KV()
+	const writers, rounds = 4, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("ryw/%d", w)
+			for i := range rounds {
+				want := strconv.Itoa(i)
+				if _, err := leader.Put(&consul.KVPair{Key: key, Value: []byte(want)}, nil); err != nil {
+					errs <- fmt.Errorf("put %s=%s on the leader: %w", key, want, err)
+					return
+				}
+				pair, _, err := follower.Get(key, nil)
+				if err != nil || pair == nil || string(pair.Value) != want {
+					errs <- fmt.Errorf("get %s on a follower right after writing %s: %+v, %v", key, want, pair, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	reads := gauge(t, c.servers[fol], "lodestone_follower_leader_reads_total")
+	calls := gauge(t, c.servers[fol], "lodestone_leader_index_calls_total")
+	if reads < writers*rounds || calls > reads {
+		t.Errorf("follower served %v default-mode reads with %v leader index calls; want %d reads, calls at most reads", reads, calls, writers*rounds)
 	}
 }

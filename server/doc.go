@@ -50,7 +50,10 @@
 // follower's proposal to the leader, and the proposer answers once it has
 // applied the entry itself, so a caller reading from the same node sees its
 // write. Linearizable reads use ReadIndex, batched per loop iteration, then
-// wait for the local apply. Stale reads are served at once.
+// wait for the local apply. Stale reads are served at once. Consul's
+// default-mode reads on a follower wait for the leader's commit index,
+// asked for with one Peer.LeaderIndex call per batch of them
+// (leaderindex.go).
 //
 // Unavailable always means the request was not applied and may be retried;
 // DeadlineExceeded after a write leaves its outcome unknown.

@@ -15,20 +15,24 @@ type metrics struct {
 	commitLatency    prometheus.Histogram // propose → applied on the proposer
 	applyLatency     prometheus.Histogram // one batch of committed entries
 	readIndexLatency prometheus.Histogram
-	leaderReads      prometheus.Counter   // default-mode Consul reads served by the leader without a round
-	readyLatency     prometheus.Histogram // one whole Ready: save, send, apply
-	leaderChanges    prometheus.Counter
-	isLeader         prometheus.Gauge
-	term             prometheus.Gauge
-	commitIndex      prometheus.Gauge
-	appliedIndex     prometheus.Gauge
-	snapshots        prometheus.Counter
-	snapshotIndex    prometheus.Gauge
-	peerSent         *prometheus.CounterVec
-	peerDropped      *prometheus.CounterVec
-	peerMerged       *prometheus.CounterVec
-	requests         *prometheus.CounterVec // gRPC by method and code
-	pollDelay        prometheus.Histogram   // pollprobe.go
+	leaderReads      prometheus.Counter // default-mode Consul reads served by the leader without a round
+	// A follower's default-mode reads, and the LeaderIndex calls that
+	// answered them (leaderindex.go).
+	followerLeaderReads prometheus.Counter
+	leaderIndexCalls    prometheus.Counter
+	readyLatency        prometheus.Histogram // one whole Ready: save, send, apply
+	leaderChanges       prometheus.Counter
+	isLeader            prometheus.Gauge
+	term                prometheus.Gauge
+	commitIndex         prometheus.Gauge
+	appliedIndex        prometheus.Gauge
+	snapshots           prometheus.Counter
+	snapshotIndex       prometheus.Gauge
+	peerSent            *prometheus.CounterVec
+	peerDropped         *prometheus.CounterVec
+	peerMerged          *prometheus.CounterVec
+	requests            *prometheus.CounterVec // gRPC by method and code
+	pollDelay           prometheus.Histogram   // pollprobe.go
 }
 
 func newMetrics() *metrics {
@@ -57,6 +61,14 @@ func newMetrics() *metrics {
 			Namespace: "lodestone", Name: "leader_reads_total",
 			Help: "Consul-API reads in the default consistency mode served by the leader from its applied state, without a ReadIndex round.",
 		}),
+		followerLeaderReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "follower_leader_reads_total",
+			Help: "Consul-API reads in the default consistency mode served by this follower at the leader's commit index (see leader_index_calls_total).",
+		}),
+		leaderIndexCalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "leader_index_calls_total",
+			Help: "Calls this follower made to ask the leader for its commit index; each answers every default-mode read waiting when it was sent.",
+		}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "lodestone", Name: "leader_changes_total", Help: "Leader changes seen by this node.",
 		}),
@@ -84,7 +96,7 @@ func newMetrics() *metrics {
 			Buckets: runtimeDelayBuckets,
 		}),
 	}
-	reg.MustRegister(m.proposals, m.proposalBatch, m.commitLatency, m.applyLatency, m.readIndexLatency, m.leaderReads, m.readyLatency,
+	reg.MustRegister(m.proposals, m.proposalBatch, m.commitLatency, m.applyLatency, m.readIndexLatency, m.leaderReads, m.followerLeaderReads, m.leaderIndexCalls, m.readyLatency,
 		m.leaderChanges, m.isLeader, m.term, m.commitIndex, m.appliedIndex, m.snapshots, m.snapshotIndex,
 		m.peerSent, m.peerDropped, m.peerMerged, m.requests, m.pollDelay)
 	return m

@@ -95,6 +95,8 @@ type node struct {
 	pendingReadOrd []uint64
 	slow           *slowLeader // slowleader.go
 	adm            *admission  // admission.go
+
+	leaderIdx *leaderIndexer // a follower's default-mode reads (leaderindex.go)
 }
 
 type nodeStatus struct {
@@ -180,6 +182,7 @@ func newNode(cfg Config, logger *slog.Logger, m *metrics, st *store.Store, hub *
 	n.status.Store(&nodeStatus{})
 	n.slow = newSlowLeader(cfg.SlowLeader, m.reg)
 	n.adm = newAdmission(st, m.reg)
+	n.leaderIdx = newLeaderIndexer(n.askLeaderIndex)
 	if err := n.init(); err != nil {
 		return nil, errors.Join(err, lg.Close())
 	}
@@ -292,6 +295,7 @@ func (n *node) start() {
 func (n *node) stop() error {
 	n.stopOnce.Do(func() { close(n.stopC) })
 	<-n.doneC
+	n.leaderIdx.close()
 	n.wg.Wait()
 	errs := []error{n.transport.close()}
 	n.waits.failAll(errStopped)
@@ -863,7 +867,7 @@ func (n *node) finishRead(rs raft.ReadState) {
 // expireReads fails read batches that got no answer within an election
 // timeout: the leader is gone or unreachable, and a read is safe to retry.
 func (n *node) expireReads() {
-	limit := time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
+	limit := n.electionTimeout()
 	keep := n.pendingReadOrd[:0]
 	for _, seq := range n.pendingReadOrd {
 		b, ok := n.pendingReads[seq]
@@ -927,19 +931,39 @@ func (n *node) readIndex(ctx context.Context) (uint64, error) {
 
 // leaderRead is Consul's default consistency mode: on a leader that has
 // committed an entry of its own term it waits only for its own commit
-// index to be applied, with no quorum round; elsewhere it is readIndex.
+// index to be applied, with no quorum round; a follower waits for the
+// leader's commit index, which it asks for (leaderindex.go); elsewhere,
+// or when the leader cannot answer, it is readIndex.
 // NB: such a read is stale only on a leader cut off from the quorum that
 // has not yet noticed, which with CheckQuorum is at most an election
 // timeout: Consul's default mode makes the same trade for the same cost
 // (no round per read), and ?consistent still pays for the round.
 func (n *node) leaderRead(ctx context.Context) error {
 	st := n.status.Load()
-	if st.state != raft.StateLeader || st.commit < st.termStart {
-		_, err := n.readIndex(ctx)
-		return err
+	switch {
+	case st.state == raft.StateLeader && st.commit >= st.termStart:
+		n.metrics.leaderReads.Inc()
+		return n.waitApplied(ctx, st.commit)
+	case st.state != raft.StateLeader && st.lead != raft.None:
+		index, err := n.leaderIdx.index(ctx)
+		if err == nil {
+			n.metrics.followerLeaderReads.Inc()
+			return n.waitApplied(ctx, index)
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		// The leader could not answer (it changed, or is not reachable
+		// from here): a quorum round settles the read instead.
+		n.logger.Debug("leader index call failed; reading through ReadIndex", "err", err)
 	}
-	n.metrics.leaderReads.Inc()
-	return n.waitApplied(ctx, st.commit)
+	_, err := n.readIndex(ctx)
+	return err
+}
+
+// electionTimeout is how long followers wait without hearing a leader.
+func (n *node) electionTimeout() time.Duration {
+	return time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
 }
 
 func (n *node) waitApplied(ctx context.Context, index uint64) error {

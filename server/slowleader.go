@@ -194,7 +194,7 @@ func (n *node) checkSlowLeader() {
 // message can look older than they are.
 func (n *node) healthiestFollower() uint64 {
 	st := n.rn.Status()
-	reachable := time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
+	reachable := n.electionTimeout()
 	var best uint64
 	var bestMatch uint64
 	var bestHeard time.Time

@@ -178,6 +178,18 @@ func (t *transport) peerAddr(id uint64) (string, bool) {
 	return p.addr, true
 }
 
+// peerClient returns a Peer client on the transport's connection to id,
+// for small calls beside its Raft stream.
+func (t *transport) peerClient(id uint64) (lodestonepb.PeerClient, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p, ok := t.peers[id]
+	if !ok {
+		return nil, false
+	}
+	return lodestonepb.NewPeerClient(p.conn), true
+}
+
 // send queues messages without blocking. MsgSnap goes on its own stream.
 func (t *transport) send(msgs []raftpb.Message) {
 	for _, m := range msgs {

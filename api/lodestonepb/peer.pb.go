@@ -1011,6 +1011,106 @@ func (x *ConfChangeResponse) GetIndex() uint64 {
 	return 0
 }
 
+type LeaderIndexRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// term is the asking follower's term: a leader of an older term is
+	// deposed and refuses.
+	Term          uint64 `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderIndexRequest) Reset() {
+	*x = LeaderIndexRequest{}
+	mi := &file_lodestone_v1_peer_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderIndexRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderIndexRequest) ProtoMessage() {}
+
+func (x *LeaderIndexRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_peer_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderIndexRequest.ProtoReflect.Descriptor instead.
+func (*LeaderIndexRequest) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *LeaderIndexRequest) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+type LeaderIndexResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// index is the leader's commit index, at or past every write it has
+	// acknowledged; the follower serves the read once it has applied it.
+	Index         uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Term          uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderIndexResponse) Reset() {
+	*x = LeaderIndexResponse{}
+	mi := &file_lodestone_v1_peer_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderIndexResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderIndexResponse) ProtoMessage() {}
+
+func (x *LeaderIndexResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_peer_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderIndexResponse.ProtoReflect.Descriptor instead.
+func (*LeaderIndexResponse) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *LeaderIndexResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *LeaderIndexResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
 var File_lodestone_v1_peer_proto protoreflect.FileDescriptor
 
 const file_lodestone_v1_peer_proto_rawDesc = "" +
@@ -1075,13 +1175,19 @@ const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\x06change\x18\x01 \x01(\fR\x06change\"Z\n" +
 	"\x12ConfChangeResponse\x12.\n" +
 	"\amembers\x18\x01 \x03(\v2\x14.lodestone.v1.MemberR\amembers\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index2\xb0\x02\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"(\n" +
+	"\x12LeaderIndexRequest\x12\x12\n" +
+	"\x04term\x18\x01 \x01(\x04R\x04term\"?\n" +
+	"\x13LeaderIndexResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term2\x84\x03\n" +
 	"\x04Peer\x128\n" +
 	"\x04Send\x12\x17.lodestone.v1.RaftBatch\x1a\x15.lodestone.v1.RaftAck(\x01\x12@\n" +
 	"\bSnapshot\x12\x1b.lodestone.v1.SnapshotChunk\x1a\x15.lodestone.v1.RaftAck(\x01\x12O\n" +
 	"\n" +
 	"ChangeConf\x12\x1f.lodestone.v1.ConfChangeRequest\x1a .lodestone.v1.ConfChangeResponse\x12[\n" +
-	"\x0eTransferLeader\x12#.lodestone.v1.TransferLeaderRequest\x1a$.lodestone.v1.TransferLeaderResponseB3Z1github.com/lodestone-kv/lodestone/api/lodestonepbb\x06proto3"
+	"\x0eTransferLeader\x12#.lodestone.v1.TransferLeaderRequest\x1a$.lodestone.v1.TransferLeaderResponse\x12R\n" +
+	"\vLeaderIndex\x12 .lodestone.v1.LeaderIndexRequest\x1a!.lodestone.v1.LeaderIndexResponseB3Z1github.com/lodestone-kv/lodestone/api/lodestonepbb\x06proto3"
 
 var (
 	file_lodestone_v1_peer_proto_rawDescOnce sync.Once
@@ -1095,7 +1201,7 @@ func file_lodestone_v1_peer_proto_rawDescGZIP() []byte {
 	return file_lodestone_v1_peer_proto_rawDescData
 }
 
-var file_lodestone_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_lodestone_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_lodestone_v1_peer_proto_goTypes = []any{
 	(*Command)(nil),                   // 0: lodestone.v1.Command
 	(*SessionInvalidate)(nil),         // 1: lodestone.v1.SessionInvalidate
@@ -1108,65 +1214,69 @@ var file_lodestone_v1_peer_proto_goTypes = []any{
 	(*SnapshotChunk)(nil),             // 8: lodestone.v1.SnapshotChunk
 	(*ConfChangeRequest)(nil),         // 9: lodestone.v1.ConfChangeRequest
 	(*ConfChangeResponse)(nil),        // 10: lodestone.v1.ConfChangeResponse
-	(*PutRequest)(nil),                // 11: lodestone.v1.PutRequest
-	(*DeleteRequest)(nil),             // 12: lodestone.v1.DeleteRequest
-	(*TxnRequest)(nil),                // 13: lodestone.v1.TxnRequest
-	(*Member)(nil),                    // 14: lodestone.v1.Member
-	(*CatalogRegisterRequest)(nil),    // 15: lodestone.v1.CatalogRegisterRequest
-	(*CatalogDeregisterRequest)(nil),  // 16: lodestone.v1.CatalogDeregisterRequest
-	(*UpdateCheckRequest)(nil),        // 17: lodestone.v1.UpdateCheckRequest
-	(*CreateSessionRequest)(nil),      // 18: lodestone.v1.CreateSessionRequest
-	(*DestroySessionRequest)(nil),     // 19: lodestone.v1.DestroySessionRequest
-	(*RenewSessionRequest)(nil),       // 20: lodestone.v1.RenewSessionRequest
-	(*AdmissionPolicy)(nil),           // 21: lodestone.v1.AdmissionPolicy
-	(*PutResponse)(nil),               // 22: lodestone.v1.PutResponse
-	(*DeleteResponse)(nil),            // 23: lodestone.v1.DeleteResponse
-	(*TxnResponse)(nil),               // 24: lodestone.v1.TxnResponse
-	(*CatalogRegisterResponse)(nil),   // 25: lodestone.v1.CatalogRegisterResponse
-	(*CatalogDeregisterResponse)(nil), // 26: lodestone.v1.CatalogDeregisterResponse
-	(*UpdateCheckResponse)(nil),       // 27: lodestone.v1.UpdateCheckResponse
-	(*CreateSessionResponse)(nil),     // 28: lodestone.v1.CreateSessionResponse
-	(*DestroySessionResponse)(nil),    // 29: lodestone.v1.DestroySessionResponse
-	(*RenewSessionResponse)(nil),      // 30: lodestone.v1.RenewSessionResponse
-	(*TransferLeaderRequest)(nil),     // 31: lodestone.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),    // 32: lodestone.v1.TransferLeaderResponse
+	(*LeaderIndexRequest)(nil),        // 11: lodestone.v1.LeaderIndexRequest
+	(*LeaderIndexResponse)(nil),       // 12: lodestone.v1.LeaderIndexResponse
+	(*PutRequest)(nil),                // 13: lodestone.v1.PutRequest
+	(*DeleteRequest)(nil),             // 14: lodestone.v1.DeleteRequest
+	(*TxnRequest)(nil),                // 15: lodestone.v1.TxnRequest
+	(*Member)(nil),                    // 16: lodestone.v1.Member
+	(*CatalogRegisterRequest)(nil),    // 17: lodestone.v1.CatalogRegisterRequest
+	(*CatalogDeregisterRequest)(nil),  // 18: lodestone.v1.CatalogDeregisterRequest
+	(*UpdateCheckRequest)(nil),        // 19: lodestone.v1.UpdateCheckRequest
+	(*CreateSessionRequest)(nil),      // 20: lodestone.v1.CreateSessionRequest
+	(*DestroySessionRequest)(nil),     // 21: lodestone.v1.DestroySessionRequest
+	(*RenewSessionRequest)(nil),       // 22: lodestone.v1.RenewSessionRequest
+	(*AdmissionPolicy)(nil),           // 23: lodestone.v1.AdmissionPolicy
+	(*PutResponse)(nil),               // 24: lodestone.v1.PutResponse
+	(*DeleteResponse)(nil),            // 25: lodestone.v1.DeleteResponse
+	(*TxnResponse)(nil),               // 26: lodestone.v1.TxnResponse
+	(*CatalogRegisterResponse)(nil),   // 27: lodestone.v1.CatalogRegisterResponse
+	(*CatalogDeregisterResponse)(nil), // 28: lodestone.v1.CatalogDeregisterResponse
+	(*UpdateCheckResponse)(nil),       // 29: lodestone.v1.UpdateCheckResponse
+	(*CreateSessionResponse)(nil),     // 30: lodestone.v1.CreateSessionResponse
+	(*DestroySessionResponse)(nil),    // 31: lodestone.v1.DestroySessionResponse
+	(*RenewSessionResponse)(nil),      // 32: lodestone.v1.RenewSessionResponse
+	(*TransferLeaderRequest)(nil),     // 33: lodestone.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),    // 34: lodestone.v1.TransferLeaderResponse
 }
 var file_lodestone_v1_peer_proto_depIdxs = []int32{
-	11, // 0: lodestone.v1.Command.put:type_name -> lodestone.v1.PutRequest
-	12, // 1: lodestone.v1.Command.delete:type_name -> lodestone.v1.DeleteRequest
-	13, // 2: lodestone.v1.Command.txn:type_name -> lodestone.v1.TxnRequest
-	14, // 3: lodestone.v1.Command.member:type_name -> lodestone.v1.Member
-	15, // 4: lodestone.v1.Command.catalog_register:type_name -> lodestone.v1.CatalogRegisterRequest
-	16, // 5: lodestone.v1.Command.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterRequest
-	17, // 6: lodestone.v1.Command.check_update:type_name -> lodestone.v1.UpdateCheckRequest
-	18, // 7: lodestone.v1.Command.session_create:type_name -> lodestone.v1.CreateSessionRequest
-	19, // 8: lodestone.v1.Command.session_destroy:type_name -> lodestone.v1.DestroySessionRequest
-	20, // 9: lodestone.v1.Command.session_renew:type_name -> lodestone.v1.RenewSessionRequest
+	13, // 0: lodestone.v1.Command.put:type_name -> lodestone.v1.PutRequest
+	14, // 1: lodestone.v1.Command.delete:type_name -> lodestone.v1.DeleteRequest
+	15, // 2: lodestone.v1.Command.txn:type_name -> lodestone.v1.TxnRequest
+	16, // 3: lodestone.v1.Command.member:type_name -> lodestone.v1.Member
+	17, // 4: lodestone.v1.Command.catalog_register:type_name -> lodestone.v1.CatalogRegisterRequest
+	18, // 5: lodestone.v1.Command.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterRequest
+	19, // 6: lodestone.v1.Command.check_update:type_name -> lodestone.v1.UpdateCheckRequest
+	20, // 7: lodestone.v1.Command.session_create:type_name -> lodestone.v1.CreateSessionRequest
+	21, // 8: lodestone.v1.Command.session_destroy:type_name -> lodestone.v1.DestroySessionRequest
+	22, // 9: lodestone.v1.Command.session_renew:type_name -> lodestone.v1.RenewSessionRequest
 	1,  // 10: lodestone.v1.Command.session_invalidate:type_name -> lodestone.v1.SessionInvalidate
-	21, // 11: lodestone.v1.Command.admission:type_name -> lodestone.v1.AdmissionPolicy
-	22, // 12: lodestone.v1.CommandResult.put:type_name -> lodestone.v1.PutResponse
-	23, // 13: lodestone.v1.CommandResult.delete:type_name -> lodestone.v1.DeleteResponse
-	24, // 14: lodestone.v1.CommandResult.txn:type_name -> lodestone.v1.TxnResponse
-	25, // 15: lodestone.v1.CommandResult.catalog_register:type_name -> lodestone.v1.CatalogRegisterResponse
-	26, // 16: lodestone.v1.CommandResult.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterResponse
-	27, // 17: lodestone.v1.CommandResult.check_update:type_name -> lodestone.v1.UpdateCheckResponse
-	28, // 18: lodestone.v1.CommandResult.session_create:type_name -> lodestone.v1.CreateSessionResponse
-	29, // 19: lodestone.v1.CommandResult.session_destroy:type_name -> lodestone.v1.DestroySessionResponse
-	30, // 20: lodestone.v1.CommandResult.session_renew:type_name -> lodestone.v1.RenewSessionResponse
+	23, // 11: lodestone.v1.Command.admission:type_name -> lodestone.v1.AdmissionPolicy
+	24, // 12: lodestone.v1.CommandResult.put:type_name -> lodestone.v1.PutResponse
+	25, // 13: lodestone.v1.CommandResult.delete:type_name -> lodestone.v1.DeleteResponse
+	26, // 14: lodestone.v1.CommandResult.txn:type_name -> lodestone.v1.TxnResponse
+	27, // 15: lodestone.v1.CommandResult.catalog_register:type_name -> lodestone.v1.CatalogRegisterResponse
+	28, // 16: lodestone.v1.CommandResult.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterResponse
+	29, // 17: lodestone.v1.CommandResult.check_update:type_name -> lodestone.v1.UpdateCheckResponse
+	30, // 18: lodestone.v1.CommandResult.session_create:type_name -> lodestone.v1.CreateSessionResponse
+	31, // 19: lodestone.v1.CommandResult.session_destroy:type_name -> lodestone.v1.DestroySessionResponse
+	32, // 20: lodestone.v1.CommandResult.session_renew:type_name -> lodestone.v1.RenewSessionResponse
 	2,  // 21: lodestone.v1.CommandResult.session_invalidate:type_name -> lodestone.v1.SessionInvalidateResult
 	3,  // 22: lodestone.v1.CommandResult.rejected:type_name -> lodestone.v1.Rejection
-	14, // 23: lodestone.v1.ConfChangeContext.member:type_name -> lodestone.v1.Member
-	14, // 24: lodestone.v1.ConfChangeResponse.members:type_name -> lodestone.v1.Member
+	16, // 23: lodestone.v1.ConfChangeContext.member:type_name -> lodestone.v1.Member
+	16, // 24: lodestone.v1.ConfChangeResponse.members:type_name -> lodestone.v1.Member
 	6,  // 25: lodestone.v1.Peer.Send:input_type -> lodestone.v1.RaftBatch
 	8,  // 26: lodestone.v1.Peer.Snapshot:input_type -> lodestone.v1.SnapshotChunk
 	9,  // 27: lodestone.v1.Peer.ChangeConf:input_type -> lodestone.v1.ConfChangeRequest
-	31, // 28: lodestone.v1.Peer.TransferLeader:input_type -> lodestone.v1.TransferLeaderRequest
-	7,  // 29: lodestone.v1.Peer.Send:output_type -> lodestone.v1.RaftAck
-	7,  // 30: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
-	10, // 31: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
-	32, // 32: lodestone.v1.Peer.TransferLeader:output_type -> lodestone.v1.TransferLeaderResponse
-	29, // [29:33] is the sub-list for method output_type
-	25, // [25:29] is the sub-list for method input_type
+	33, // 28: lodestone.v1.Peer.TransferLeader:input_type -> lodestone.v1.TransferLeaderRequest
+	11, // 29: lodestone.v1.Peer.LeaderIndex:input_type -> lodestone.v1.LeaderIndexRequest
+	7,  // 30: lodestone.v1.Peer.Send:output_type -> lodestone.v1.RaftAck
+	7,  // 31: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
+	10, // 32: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
+	34, // 33: lodestone.v1.Peer.TransferLeader:output_type -> lodestone.v1.TransferLeaderResponse
+	12, // 34: lodestone.v1.Peer.LeaderIndex:output_type -> lodestone.v1.LeaderIndexResponse
+	30, // [30:35] is the sub-list for method output_type
+	25, // [25:30] is the sub-list for method input_type
 	25, // [25:25] is the sub-list for extension type_name
 	25, // [25:25] is the sub-list for extension extendee
 	0,  // [0:25] is the sub-list for field type_name
@@ -1213,7 +1323,7 @@ func file_lodestone_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lodestone_v1_peer_proto_rawDesc), len(file_lodestone_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

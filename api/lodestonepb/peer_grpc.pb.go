@@ -26,6 +26,7 @@ const (
 	Peer_Snapshot_FullMethodName       = "/lodestone.v1.Peer/Snapshot"
 	Peer_ChangeConf_FullMethodName     = "/lodestone.v1.Peer/ChangeConf"
 	Peer_TransferLeader_FullMethodName = "/lodestone.v1.Peer/TransferLeader"
+	Peer_LeaderIndex_FullMethodName    = "/lodestone.v1.Peer/LeaderIndex"
 )
 
 // PeerClient is the client API for Peer service.
@@ -39,6 +40,11 @@ type PeerClient interface {
 	ChangeConf(ctx context.Context, in *ConfChangeRequest, opts ...grpc.CallOption) (*ConfChangeResponse, error)
 	// TransferLeader moves leadership; served by the leader.
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
+	// LeaderIndex is how a follower serves a read in Consul's default
+	// consistency mode: the leader answers with its commit index, with no
+	// quorum round, as it would serve such a read itself. One call answers
+	// every such read the follower started before it was sent.
+	LeaderIndex(ctx context.Context, in *LeaderIndexRequest, opts ...grpc.CallOption) (*LeaderIndexResponse, error)
 }
 
 type peerClient struct {
@@ -95,6 +101,16 @@ func (c *peerClient) TransferLeader(ctx context.Context, in *TransferLeaderReque
 	return out, nil
 }
 
+func (c *peerClient) LeaderIndex(ctx context.Context, in *LeaderIndexRequest, opts ...grpc.CallOption) (*LeaderIndexResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaderIndexResponse)
+	err := c.cc.Invoke(ctx, Peer_LeaderIndex_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -106,6 +122,11 @@ type PeerServer interface {
 	ChangeConf(context.Context, *ConfChangeRequest) (*ConfChangeResponse, error)
 	// TransferLeader moves leadership; served by the leader.
 	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
+	// LeaderIndex is how a follower serves a read in Consul's default
+	// consistency mode: the leader answers with its commit index, with no
+	// quorum round, as it would serve such a read itself. One call answers
+	// every such read the follower started before it was sent.
+	LeaderIndex(context.Context, *LeaderIndexRequest) (*LeaderIndexResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -127,6 +148,9 @@ func (UnimplementedPeerServer) ChangeConf(context.Context, *ConfChangeRequest) (
 }
 func (UnimplementedPeerServer) TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TransferLeader not implemented")
+}
+func (UnimplementedPeerServer) LeaderIndex(context.Context, *LeaderIndexRequest) (*LeaderIndexResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LeaderIndex not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -199,6 +223,24 @@ func _Peer_TransferLeader_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_LeaderIndex_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaderIndexRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).LeaderIndex(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_LeaderIndex_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).LeaderIndex(ctx, req.(*LeaderIndexRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -213,6 +255,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TransferLeader",
 			Handler:    _Peer_TransferLeader_Handler,
+		},
+		{
+			MethodName: "LeaderIndex",
+			Handler:    _Peer_LeaderIndex_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

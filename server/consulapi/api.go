@@ -53,7 +53,8 @@ type Backend interface {
 	// LeaderBarrier makes the reads that follow as fresh as Consul's
 	// default mode: on the leader, everything it has committed, with no
 	// quorum round per read (stale only on a leader cut off from the
-	// quorum that has not yet stepped down); elsewhere, as Barrier.
+	// quorum that has not yet stepped down); on a follower, everything
+	// the leader had committed when asked, also with no round.
 	LeaderBarrier(ctx context.Context) error
 	// Store is the state machine, read-only.
 	Store() *store.Store

@@ -32,7 +32,7 @@ var (
 	flagRate       = flag.Int("rate", 1000, "writes per second (open loop: each write has its intended start time)")
 	flagQueries    = flag.Int("queries", 10000, "blocking queries, one per key; the writes go to these keys round-robin")
 	flagWait       = flag.Duration("wait", 10*time.Second, "?wait of every blocking query (the server adds up to 1/16 jitter)")
-	flagQueriesOn  = flag.String("queries-on", "leader", `where the blocking queries go: "leader", "followers" (round-robin over the two) or "all" (round-robin over the three servers)`)
+	flagQueriesOn  = flag.String("queries-on", "leader", `where the blocking queries go: "leader", "follower" (the one after the leader), "followers" (round-robin over the two) or "all" (round-robin over the three servers)`)
 	flagServerCPUs = flag.String("server-cpus", "1", `taskset CPU list for every server process ("" = no pinning)`)
 	flagClientCPUs = flag.String("client-cpus", "0", `CPU list the load generator pins itself to ("" = no pinning)`)
 	flagWorkDir    = flag.String("work-dir", "", "where the binary and data dirs go (default: the system temp dir)")
@@ -85,8 +85,8 @@ func run(ctx context.Context) error {
 	if *flagReps < 1 || *flagRate < 1 || *flagQueries < 1 || *flagWait < time.Second {
 		return errors.New("-reps, -rate and -queries must be >= 1, -wait >= 1s")
 	}
-	if !slices.Contains([]string{"leader", "followers", "all"}, *flagQueriesOn) {
-		return fmt.Errorf(`-queries-on %q: want "leader", "followers" or "all"`, *flagQueriesOn)
+	if !slices.Contains([]string{"leader", "follower", "followers", "all"}, *flagQueriesOn) {
+		return fmt.Errorf(`-queries-on %q: want "leader", "follower", "followers" or "all"`, *flagQueriesOn)
 	}
 	root, err := filepath.Abs(*flagRoot)
 	if err != nil {
@@ -320,6 +320,9 @@ func queryTargets(https []string, leader int, on string) []string {
 	switch on {
 	case "all":
 		return https
+	case "follower":
+		i := (leader + 1) % len(https)
+		return https[i : i+1]
 	case "followers":
 		var out []string
 		for i, h := range https {

@@ -66,6 +66,7 @@ func TestQueryTargets(t *testing.T) {
 		want []string
 	}{
 		{"leader", []string{"b"}},
+		{"follower", []string{"c"}},
 		{"followers", []string{"a", "c"}},
 		{"all", []string{"a", "b", "c"}},
 	} {

@@ -1,0 +1,126 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeLeader answers leaderIndexer calls one at a time, as the test says.
+type fakeLeader struct {
+	started chan struct{} // one send per call, when it starts
+	answer  chan uint64   // the index each call returns
+}
+
+func (f *fakeLeader) ask(ctx context.Context) (uint64, error) {
+	f.started <- struct{}{}
+	select {
+	case i := <-f.answer:
+		return i, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// A read that starts while a call is out must not take that call's
+// answer: the leader may have given it before the read began. Every read
+// waiting meanwhile shares the next call.
+func TestLeaderIndexerReadsWaitForACallSentAfterThem(t *testing.T) {
+	f := &fakeLeader{started: make(chan struct{}), answer: make(chan uint64)}
+	l := newLeaderIndexer(f.ask)
+	defer l.close()
+	ctx := context.Background()
+
+	type got struct {
+		index uint64
+		err   error
+	}
+	read := func() chan got {
+		ch := make(chan got, 1)
+		go func() {
+			i, err := l.index(ctx)
+			ch <- got{i, err}
+		}()
+		return ch
+	}
+
+	first := read()
+	<-f.started // call 1 is out
+	const later = 5
+	var waiting []chan got
+	for range later {
+		waiting = append(waiting, read())
+	}
+	// Every later read is queued for call 2 before call 1 answers.
+	waitFor(t, time.Second, func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.next != nil && l.next.reads == later
+	})
+	f.answer <- 10
+	if g := <-first; g.index != 10 || g.err != nil {
+		t.Fatalf("first read: %d, %v; want 10", g.index, g.err)
+	}
+	<-f.started // call 2 starts for the later reads
+	select {
+	case g := <-waiting[0]:
+		t.Fatalf("a read that started during call 1 returned %d before call 2 answered", g.index)
+	case <-time.After(20 * time.Millisecond):
+	}
+	f.answer <- 20
+	for i, ch := range waiting {
+		if g := <-ch; g.index != 20 || g.err != nil {
+			t.Errorf("later read %d: %d, %v; want 20 from the one shared call", i, g.index, g.err)
+		}
+	}
+	// No read waits: no third call starts.
+	select {
+	case <-f.started:
+		t.Fatal("a call started with no read waiting")
+	case <-time.After(20 * time.Millisecond):
+	}
+}
+
+// close fails the call out and refuses reads after it, leaving no
+// goroutine behind (TestMain checks for leaks).
+func TestLeaderIndexerClose(t *testing.T) {
+	f := &fakeLeader{started: make(chan struct{}), answer: make(chan uint64)}
+	l := newLeaderIndexer(f.ask)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var err error
+	go func() {
+		defer wg.Done()
+		_, err = l.index(context.Background())
+	}()
+	<-f.started
+	l.close()
+	wg.Wait()
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("read out at close: %v, want context.Canceled", err)
+	}
+	if _, err := l.index(context.Background()); !errors.Is(err, errStopped) {
+		t.Errorf("read after close: %v, want errStopped", err)
+	}
+}
+
+// A reader's own context bounds its wait; the call goes on for others.
+func TestLeaderIndexerReaderContext(t *testing.T) {
+	f := &fakeLeader{started: make(chan struct{}), answer: make(chan uint64)}
+	l := newLeaderIndexer(f.ask)
+	defer l.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.index(ctx)
+		done <- err
+	}()
+	<-f.started
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("canceled reader: %v, want context.Canceled", err)
+	}
+	f.answer <- 1
+}
