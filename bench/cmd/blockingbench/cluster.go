@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -56,7 +57,7 @@ func startCluster(ctx context.Context, bin, workDir string) (_ *cluster, err err
 		args := []string{"server", "--name", names[i], "--data-dir", filepath.Join(dir, names[i]),
 			"--listen-peer", c.peers[i], "--listen-grpc", fmt.Sprintf("127.0.0.1:%d", ports[members+i]),
 			"--listen-http", strings.TrimPrefix(c.https[i], "http://"),
-			"--initial-cluster", strings.Join(initial, ","), "--log-level", "warn"}
+			"--initial-cluster", strings.Join(initial, ","), "--log-level", "warn", "--enable-pprof=" + strconv.FormatBool(*flagPprof != "")}
 		p, err := harness.Start(names[i], bin, args, filepath.Join(dir, names[i]+".log"), *flagServerCPUs)
 		if err != nil {
 			return nil, err
@@ -187,5 +188,30 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// profile starts a CPU profile of every server for dur when dir is set,
+// and returns a func that waits for them and writes them to
+// dir/ROLE-NAME.pprof: leader, then f1, f2 in member order after it.
+func (c *cluster) profile(ctx context.Context, dur time.Duration, dir, name string) func() error {
+	var waits []func() error
+	for k := range len(c.https) {
+		if dir == "" {
+			break
+		}
+		i := (c.leader + k) % len(c.https)
+		role := "leader"
+		if k > 0 {
+			role = fmt.Sprintf("f%d", k)
+		}
+		waits = append(waits, harness.Profile(ctx, c.https[i], dur, filepath.Join(dir, role+"-"+name+".pprof")))
+	}
+	return func() error {
+		var errs []error
+		for _, wait := range waits {
+			errs = append(errs, wait())
+		}
+		return errors.Join(errs...)
 	}
 }

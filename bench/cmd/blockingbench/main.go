@@ -38,6 +38,7 @@ var (
 	flagWorkDir    = flag.String("work-dir", "", "where the binary and data dirs go (default: the system temp dir)")
 	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep       = flag.Bool("keep", false, "keep the binary, data dirs and server logs")
+	flagPprof      = flag.String("pprof", "", "directory for CPU profiles of every server during every phase, named leader-, f1-, f2- (f1 follows the leader in member order; runs the servers with --enable-pprof)")
 
 	// The writer child runs this binary with these (and -queries):
 	// writes come from their own process, see harness.ServeWrites.
@@ -207,7 +208,11 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		p := newPhase(id, *flagRate, *flagWarmup, *flagDuration)
 		cpu0 := c.cpu()
 		t0 := time.Now()
+		prof := c.profile(ctx, *flagWarmup+*flagDuration, *flagPprof, fmt.Sprintf("rep%d-phase%d-queries-%s", rep+1, id, label))
 		r, err := runWrites(ctx, wr, p, q)
+		if perr := prof(); perr != nil && err == nil {
+			err = fmt.Errorf("profile: %w", perr)
+		}
 		if err == nil && r.acked == 0 {
 			err = fmt.Errorf("phase %s: no write was acknowledged (first error: %v)", label, r.firstErr)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -98,7 +97,7 @@ func selfCPU() time.Duration {
 func profileMembers(ctx context.Context, d *deployment, dur time.Duration, dir, name string) func() error {
 	var waits []func() error
 	for i, role := range d.roles() {
-		waits = append(waits, profile(ctx, d.memberMetrics[i], dur, filepath.Join(dir, role+"-"+name+".pprof")))
+		waits = append(waits, harness.Profile(ctx, strings.TrimSuffix(d.memberMetrics[i], "/metrics"), dur, filepath.Join(dir, role+"-"+name+".pprof")))
 	}
 	return func() error {
 		var errs []error
@@ -107,36 +106,6 @@ func profileMembers(ctx context.Context, d *deployment, dur time.Duration, dir, 
 		}
 		return errors.Join(errs...)
 	}
-}
-
-// profile starts a CPU profile of the process whose metrics are at
-// metricsURL, for dur, and returns a func that waits for it and writes it
-// to path.
-func profile(ctx context.Context, metricsURL string, dur time.Duration, path string) func() error {
-	url := strings.TrimSuffix(metricsURL, "/metrics") + fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(dur.Seconds()))
-	done := make(chan error, 1)
-	go func() {
-		done <- func() error {
-			resp, err := harness.Get(ctx, url)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-				return err
-			}
-			f, err := os.Create(path)
-			if err != nil {
-				return err
-			}
-			if _, err := io.Copy(f, resp.Body); err != nil {
-				f.Close()
-				return err
-			}
-			return f.Close()
-		}()
-	}()
-	return func() error { return <-done }
 }
 
 // startDelays reads two of Lodestone's leader histograms now and returns

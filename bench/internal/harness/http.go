@@ -3,7 +3,11 @@ package harness
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"time"
 )
 
 // Get fetches url and returns the response if its status is 200 OK; the
@@ -22,4 +26,34 @@ func Get(ctx context.Context, url string) (*http.Response, error) {
 		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return resp, nil
+}
+
+// Profile starts a CPU profile, for dur, of the server whose HTTP base URL
+// (with /debug/pprof) is base, and returns a func that waits for it and
+// writes it to path.
+func Profile(ctx context.Context, base string, dur time.Duration, path string) func() error {
+	url := base + fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(dur.Seconds()))
+	done := make(chan error, 1)
+	go func() {
+		done <- func() error {
+			resp, err := Get(ctx, url)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return err
+			}
+			f, err := os.Create(path)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(f, resp.Body); err != nil {
+				f.Close()
+				return err
+			}
+			return f.Close()
+		}()
+	}()
+	return func() error { return <-done }
 }
