@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.etcd.io/raft/v3"
 )
 
 // fakeLeader answers leaderIndexer calls one at a time, as the test says.
@@ -123,4 +125,34 @@ func TestLeaderIndexerReaderContext(t *testing.T) {
 		t.Errorf("canceled reader: %v, want context.Canceled", err)
 	}
 	f.answer <- 1
+}
+
+// The leader answers LeaderIndex only when it could serve the read
+// itself: leading, holding every committed entry, and not of an older
+// term than the follower asking.
+func TestLeaderIndexAnswersOnlyAsAServingLeader(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		st      nodeStatus
+		askTerm uint64
+		want    uint64 // 0: refused
+	}{
+		{"leader", nodeStatus{state: raft.StateLeader, term: 3, commit: 40, termStart: 35}, 3, 40},
+		{"asker behind", nodeStatus{state: raft.StateLeader, term: 3, commit: 40, termStart: 35}, 2, 40},
+		{"follower", nodeStatus{state: raft.StateFollower, term: 3, commit: 40}, 3, 0},
+		{"new leader before its first commit", nodeStatus{state: raft.StateLeader, term: 3, commit: 34, termStart: 35}, 3, 0},
+		{"deposed leader", nodeStatus{state: raft.StateLeader, term: 3, commit: 40, termStart: 35}, 4, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &node{}
+			n.status.Store(&tc.st)
+			index, term, err := n.leaderIndex(tc.askTerm)
+			switch {
+			case tc.want == 0 && !errors.Is(err, errNotLeader):
+				t.Errorf("got %d, %v; want errNotLeader", index, err)
+			case tc.want != 0 && (err != nil || index != tc.want || term != tc.st.term):
+				t.Errorf("got index %d term %d, %v; want %d, %d", index, term, err, tc.want, tc.st.term)
+			}
+		})
+	}
 }
