@@ -74,8 +74,11 @@
 // stream's watchers that have something on the stream's Ready list, and
 // the goroutine drains them at the next point of a process-wide grid
 // (Config.WatchDeliveryInterval, --watch-delivery-interval, 5 ms by
-// default), so a busy stream sends one message per interval and the
+// default), so a stream sends at most one message per interval and the
 // streams of a connection hand gRPC's writer their messages together. A
+// stream that sent less than --watch-busy-delivery-interval (20 ms) ago
+// waits for that coarser grid instead: one fed by every write sends a
+// message per 20 ms, while one that sends now and then keeps 5 ms. A
 // stream whose client set WatchCreate.grouped gets one response per round
 // with a group per woken watch; others get one response per watch and
 // batch.

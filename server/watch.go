@@ -90,9 +90,10 @@ type watchStream struct {
 	// so); event and progress responses then go out as groups in out, one
 	// message per delivery round rather than one per watch.
 	grouped bool
-	out     []byte // groups not sent yet, in wire form (watchwire.go)
-	scratch []byte // a group's fields while out takes them
-	resp    []byte // an ungrouped response being built
+	out     []byte    // groups not sent yet, in wire form (watchwire.go)
+	scratch []byte    // a group's fields while out takes them
+	resp    []byte    // an ungrouped response being built
+	sentAt  time.Time // when events last went out (the busy grid's test)
 }
 
 // maxGroupBytes bounds a grouped response, far below a client's default
@@ -147,7 +148,13 @@ func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
 	// watchers see many writes sends one message per interval rather than
 	// one per write, and gRPC writes a connection's messages to the socket
 	// in one system call instead of one each.
-	interval := ws.s.cfg.WatchDeliveryInterval
+	//
+	// A stream that sent less than a busy interval ago waits for the busy
+	// grid instead (Config.WatchBusyDeliveryInterval): one fed by every
+	// write then sends a message per busy interval, which is what fan-out
+	// costs in CPU, while one that sends now and then keeps the fine grid's
+	// lag.
+	interval, busy := ws.s.cfg.WatchDeliveryInterval, ws.s.cfg.WatchBusyDeliveryInterval
 	readyC := st.ready.C()
 	timer := time.NewTimer(0)
 	<-timer.C
@@ -166,7 +173,11 @@ func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
 			return err
 		case <-readyC:
 			now := time.Now()
-			timer.Reset(now.Truncate(interval).Add(interval).Sub(now))
+			grid := interval
+			if busy > interval && now.Sub(st.sentAt) < busy {
+				grid = busy
+			}
+			timer.Reset(now.Truncate(grid).Add(grid).Sub(now))
 			readyC, timerC = nil, timer.C
 		case <-timerC:
 			readyC, timerC = st.ready.C(), nil
@@ -404,6 +415,7 @@ func (st *watchStream) sendWire(b []byte) error {
 	if err := st.stream.SendMsg(grpcopt.Encoded(b)); err != nil {
 		return fmt.Errorf("send watch response: %w", err)
 	}
+	st.sentAt = time.Now()
 	return nil
 }
 

@@ -572,6 +572,76 @@ func TestWatchDeliveryInterval(t *testing.T) {
 	}
 }
 
+// A stream fed by every write moves to the busy grid, one message per
+// busy interval, while another stream on the same server that sends now
+// and then keeps the fine grid's lag; every event still arrives once and
+// in order.
+func TestWatchBusyDeliveryInterval(t *testing.T) {
+	const busy = 400 * time.Millisecond
+	c := newTestCluster(t, 1, func(cfg *Config) {
+		cfg.WatchDeliveryInterval = 5 * time.Millisecond
+		cfg.WatchBusyDeliveryInterval = busy
+	})
+	lead := c.waitLeader()
+	firehose, quiet := openWatch(t, c, lead), openWatch(t, c, lead)
+	firehose.create(&lodestonepb.WatchCreate{WatchId: 1, Key: []byte("busy/"), Prefix: true})
+	quiet.create(&lodestonepb.WatchCreate{WatchId: 1, Key: []byte("quiet")})
+
+	const n = 150
+	start := time.Now()
+	written := make(chan error, 1)
+	go func() {
+		kv := c.kv(lead)
+		for i := range n {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := kv.Put(ctx, &lodestonepb.PutRequest{Key: fmt.Appendf(nil, "busy/%03d", i), Value: []byte("v")})
+			cancel()
+			if err != nil {
+				written <- err
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // pacing: a steady trickle of writes
+		}
+		written <- nil
+	}()
+	var evs []*lodestonepb.Event
+	msgs := 0
+	for len(evs) < n/2 {
+		evs = append(evs, firehose.recv().Events...)
+		msgs++
+	}
+	// The firehose stream is busy now; the quiet one is not.
+	t0 := time.Now()
+	put(t, c.kv(lead), "quiet", "v")
+	if ev := quiet.recv().Events; len(ev) != 1 || string(ev[0].Kv.Key) != "quiet" {
+		t.Fatalf("quiet stream got %v, want the one write to quiet", ev)
+	}
+	if lag := time.Since(t0); lag >= busy/2 {
+		t.Errorf("the quiet stream's event took %v while another stream was busy; want the fine grid, well under the %v busy grid", lag, busy)
+	}
+	for len(evs) < n {
+		evs = append(evs, firehose.recv().Events...)
+		msgs++
+	}
+	elapsed := time.Since(start)
+	if err := <-written; err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range evs {
+		if want := fmt.Sprintf("busy/%03d", i); string(ev.Kv.Key) != want {
+			t.Fatalf("event %d is for %s, want %s (each once, in order)", i, ev.Kv.Key, want)
+		}
+	}
+	if limit := int(elapsed/busy) + 3; msgs > limit {
+		t.Errorf("the busy stream sent %d messages in %v, want at most %d on a %v busy grid", msgs, elapsed, limit, busy)
+	}
+}
+
+func TestConfigWatchBusyDeliveryInterval(t *testing.T) {
+	checkDurationField(t, "watch-busy-delivery-interval", func(c *Config, d time.Duration) { c.WatchBusyDeliveryInterval = d },
+		[]time.Duration{0, time.Second}, []time.Duration{-time.Millisecond, 2 * time.Second})
+}
+
 func TestConfigWatchDeliveryInterval(t *testing.T) {
 	checkDurationField(t, "watch-delivery-interval", func(c *Config, d time.Duration) { c.WatchDeliveryInterval = d },
 		[]time.Duration{0, time.Second}, []time.Duration{-time.Millisecond, 2 * time.Second})
