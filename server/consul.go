@@ -45,12 +45,7 @@ func (b consulBackend) Leader() (string, bool, time.Duration) {
 	if lead == raft.None {
 		return "", false, 0
 	}
-	var addr string
-	for _, m := range b.s.store.Members() {
-		if m.Id == lead {
-			addr = m.PeerAddr
-		}
-	}
+	addr := b.s.store.PeerAddr(lead)
 	if lead == b.s.node.id {
 		return addr, true, 0
 	}

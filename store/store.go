@@ -226,6 +226,18 @@ func (s *Store) Members() []*lodestonepb.Member {
 	return ms
 }
 
+// PeerAddr returns member id's peer address, "" if the member is unknown.
+// Unlike Members it copies nothing: every Consul-API answer names the
+// leader by it.
+func (s *Store) PeerAddr(id uint64) string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if m, ok := s.members[id]; ok {
+		return m.PeerAddr
+	}
+	return ""
+}
+
 // sortedMembers returns the (shared) member pointers sorted by id.
 func sortedMembers(m map[uint64]*lodestonepb.Member) []*lodestonepb.Member {
 	ms := make([]*lodestonepb.Member, 0, len(m))

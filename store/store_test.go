@@ -391,6 +391,12 @@ func TestMembers(t *testing.T) {
 	if got, want := s.Members()[0].Name, "n2b"; got != want {
 		t.Errorf("member 2 name = %q, want %q", got, want)
 	}
+	// PeerAddr follows the same updates and removals.
+	for id, want := range map[uint64]string{2: "n2b:7401", 3: "n3:7401", 1: "", 99: ""} {
+		if got := s.PeerAddr(id); got != want {
+			t.Errorf("PeerAddr(%d) = %q, want %q", id, got, want)
+		}
+	}
 	// Members returns copies; SetMember keeps its own copy.
 	s.Members()[0].Name = "mutated"
 	in := m(9, "n9")

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"time"
@@ -219,11 +220,12 @@ type query struct {
 	wait       time.Duration
 	stale      bool
 	consistent bool
+	params     url.Values // the whole query string, parsed once
 }
 
 func (a *API) parseQuery(r *http.Request) (query, error) {
-	var q query
 	v := r.URL.Query()
+	q := query{params: v}
 	if s := v.Get("index"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {

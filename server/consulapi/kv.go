@@ -60,7 +60,7 @@ func (a *API) kvGet(w http.ResponseWriter, r *http.Request, key string) error {
 	if err != nil {
 		return err
 	}
-	v := r.URL.Query()
+	v := q.params
 	_, recurse := v["recurse"]
 	_, keys := v["keys"]
 	_, raw := v["raw"]
