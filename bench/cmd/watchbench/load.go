@@ -110,10 +110,9 @@ func (s *wstream) create(id int64, key []byte, prefix bool, start uint64) error 
 	return s.ws.Create(id, key, prefix, start)
 }
 
-// openWatchers opens nstreams streams spread over nconns connections to
-// target, each with a receive goroutine that lives until close.
 // openWatchers opens nconns connections, taking targets in turn, and
-// nstreams streams spread over them.
+// nstreams streams spread over them, each with a receive goroutine that
+// lives until close.
 func openWatchers(ctx context.Context, sys system, targets []string, nconns, nstreams, nkeys, maxExact int) (*watchers, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &watchers{sys: sys, nkeys: nkeys, prefix: []byte("disc/"), cancel: cancel, maxExact: maxExact}

@@ -513,14 +513,6 @@ func scrape(ctx context.Context, url string, names ...string) (map[string]float6
 	return out, nil
 }
 
-// liveHeap estimates a server's live heap from outside: it scrapes the
-// metrics URL back to back (each scrape allocates on the server, so its
-// GC runs) and returns the smallest go_memstats_heap_alloc_bytes seen
-// after a GC cycle completed: right after a GC, allocated heap is the live
-// heap plus what was allocated since. It stops after 3 cycles or 6s.
-// NB: an idle Go process never collects (GC is paced by allocation), so
-// sampling heap_inuse at rest would count the garbage of the previous
-// phase; this is why the benchmark makes the server allocate.
 // watchHeap sums liveHeap over the members serving the watches.
 func watchHeap(ctx context.Context, d *deployment) (float64, error) {
 	var sum float64
@@ -534,6 +526,14 @@ func watchHeap(ctx context.Context, d *deployment) (float64, error) {
 	return sum, nil
 }
 
+// liveHeap estimates a server's live heap from outside: it scrapes the
+// metrics URL back to back (each scrape allocates on the server, so its
+// GC runs) and returns the smallest go_memstats_heap_alloc_bytes seen
+// after a GC cycle completed: right after a GC, allocated heap is the live
+// heap plus what was allocated since. It stops after 3 cycles or 6s.
+// NB: an idle Go process never collects (GC is paced by allocation), so
+// sampling heap_inuse at rest would count the garbage of the previous
+// phase; this is why the benchmark makes the server allocate.
 func liveHeap(ctx context.Context, url string) (bytes float64, gcs int, err error) {
 	const alloc, count = "go_memstats_heap_alloc_bytes", "go_gc_duration_seconds_count"
 	first, err := scrape(ctx, url, alloc, count)
