@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -193,25 +192,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // profile starts a CPU profile of every server for dur when dir is set,
 // and returns a func that waits for them and writes them to
-// dir/ROLE-NAME.pprof: leader, then f1, f2 in member order after it.
+// dir/ROLE-NAME.pprof: leader, f1, f2 (harness.Roles).
 func (c *cluster) profile(ctx context.Context, dur time.Duration, dir, name string) func() error {
-	var waits []func() error
-	for k := range len(c.https) {
-		if dir == "" {
-			break
-		}
-		i := (c.leader + k) % len(c.https)
-		role := "leader"
-		if k > 0 {
-			role = fmt.Sprintf("f%d", k)
-		}
-		waits = append(waits, harness.Profile(ctx, c.https[i], dur, filepath.Join(dir, role+"-"+name+".pprof")))
-	}
-	return func() error {
-		var errs []error
-		for _, wait := range waits {
-			errs = append(errs, wait())
-		}
-		return errors.Join(errs...)
-	}
+	return harness.ProfileAll(ctx, c.https, harness.Roles(len(c.https), c.leader), dur, dir, name)
 }

@@ -38,7 +38,7 @@ var (
 	flagWorkDir    = flag.String("work-dir", "", "where the binary and data dirs go (default: the system temp dir)")
 	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep       = flag.Bool("keep", false, "keep the binary, data dirs and server logs")
-	flagPprof      = flag.String("pprof", "", "directory for CPU profiles of every server during every phase, named leader-, f1-, f2- (f1 follows the leader in member order; runs the servers with --enable-pprof)")
+	flagPprof      = flag.String("pprof", "", "directory for CPU profiles of every server during every phase, named leader-, f1-, f2- (followers numbered in member order; runs the servers with --enable-pprof)")
 
 	// The writer child runs this binary with these (and -queries):
 	// writes come from their own process, see harness.ServeWrites.
@@ -128,6 +128,7 @@ func run(ctx context.Context) error {
 	n := *flagQueries
 	where := map[string]string{
 		"leader":    "all on the leader",
+		"follower":  "all on the follower after the leader",
 		"followers": "round-robin over the two followers",
 		"all":       "round-robin over the three servers",
 	}[*flagQueriesOn]

@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,18 +52,7 @@ func startCPU(d *deployment, writer *harness.Proc) func() string {
 }
 
 // roles names each server process: "leader", "f1", "f2".
-func (d *deployment) roles() []string {
-	roles := make([]string, len(d.procs))
-	f := 0
-	for i := range d.procs {
-		roles[i] = "leader"
-		if i != d.leader {
-			f++
-			roles[i] = fmt.Sprintf("f%d", f)
-		}
-	}
-	return roles
-}
+func (d *deployment) roles() []string { return harness.Roles(len(d.procs), d.leader) }
 
 // syscw returns the write system calls process pid has made (syscw in
 // /proc/<pid>/io), or 0 if unknown.
@@ -95,17 +82,11 @@ func selfCPU() time.Duration {
 // --enable-pprof) for dur, and returns a func that waits for them and writes
 // them to dir/ROLE-NAME.pprof, ROLE as in the CPU line: leader, f1, f2.
 func profileMembers(ctx context.Context, d *deployment, dur time.Duration, dir, name string) func() error {
-	var waits []func() error
-	for i, role := range d.roles() {
-		waits = append(waits, harness.Profile(ctx, strings.TrimSuffix(d.memberMetrics[i], "/metrics"), dur, filepath.Join(dir, role+"-"+name+".pprof")))
+	bases := make([]string, len(d.memberMetrics))
+	for i, m := range d.memberMetrics {
+		bases[i] = strings.TrimSuffix(m, "/metrics")
 	}
-	return func() error {
-		var errs []error
-		for _, wait := range waits {
-			errs = append(errs, wait())
-		}
-		return errors.Join(errs...)
-	}
+	return harness.ProfileAll(ctx, bases, d.roles(), dur, dir, name)
 }
 
 // startDelays reads two of Lodestone's leader histograms now and returns

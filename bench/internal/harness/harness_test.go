@@ -319,3 +319,12 @@ func TestWriterChild(t *testing.T) {
 		t.Errorf("after Stop: exited %v (%v), want a clean exit", exited, err)
 	}
 }
+
+func TestRoles(t *testing.T) {
+	if got, want := Roles(3, 1), []string{"f1", "leader", "f2"}; !slices.Equal(got, want) {
+		t.Errorf("Roles(3, 1) = %v, want %v", got, want)
+	}
+	if got, want := Roles(1, 0), []string{"leader"}; !slices.Equal(got, want) {
+		t.Errorf("Roles(1, 0) = %v, want %v", got, want)
+	}
+}

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -56,4 +57,38 @@ func Profile(ctx context.Context, base string, dur time.Duration, path string) f
 		}()
 	}()
 	return func() error { return <-done }
+}
+
+// ProfileAll starts Profile for every server, bases[i] named roles[i], to
+// dir/ROLE-NAME.pprof, and returns a func that waits for them all. With
+// dir empty it profiles nothing.
+func ProfileAll(ctx context.Context, bases, roles []string, dur time.Duration, dir, name string) func() error {
+	var waits []func() error
+	for i, base := range bases {
+		if dir != "" {
+			waits = append(waits, Profile(ctx, base, dur, filepath.Join(dir, roles[i]+"-"+name+".pprof")))
+		}
+	}
+	return func() error {
+		var errs []error
+		for _, wait := range waits {
+			errs = append(errs, wait())
+		}
+		return errors.Join(errs...)
+	}
+}
+
+// Roles names n server processes, the leader at index leader: "leader",
+// and "f1", "f2", ... for the others in process order.
+func Roles(n, leader int) []string {
+	roles := make([]string, n)
+	f := 0
+	for i := range roles {
+		roles[i] = "leader"
+		if i != leader {
+			f++
+			roles[i] = fmt.Sprintf("f%d", f)
+		}
+	}
+	return roles
 }
