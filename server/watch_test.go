@@ -396,32 +396,42 @@ func TestWatchGroupedResync(t *testing.T) {
 // every delivery and reports the process's CPU time (server and client
 // side together) per write, and per delivery. Run with -cpuprofile to see
 // where it goes.
+//
+// The sparse case is the other half of bench-watch's load: 1,000 streams
+// over 10 connections, 10 exact watchers per stream and no prefix
+// watcher, written at 2,000 writes/s, so each stream sees an event about
+// every half second and every delivery is a message of its own.
 func BenchmarkWatchFanout(b *testing.B) {
+	dense := fanoutShape{streams: 100, conns: 2, keys: 1000, exact: 10_000, prefixes: 10}
+	sparse := fanoutShape{streams: 1000, conns: 10, keys: 1000, exact: 10_000, rate: 2000}
 	for _, tc := range []struct {
 		name     string
+		shape    fanoutShape
 		watchers bool
 		interval time.Duration
 	}{
-		{"none", false, DefaultConfig().WatchDeliveryInterval},
-		{"grid=0", true, 0},
-		{"grid=2ms", true, 2 * time.Millisecond},
-		{"grid=5ms", true, 5 * time.Millisecond},
+		{"none", dense, false, DefaultConfig().WatchDeliveryInterval},
+		{"grid=0", dense, true, 0},
+		{"grid=2ms", dense, true, 2 * time.Millisecond},
+		{"grid=5ms", dense, true, 5 * time.Millisecond},
+		{"sparse", sparse, true, DefaultConfig().WatchDeliveryInterval},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			benchWatchFanout(b, tc.watchers, tc.interval)
+			benchWatchFanout(b, tc.shape, tc.watchers, tc.interval)
 		})
 	}
 }
 
-func benchWatchFanout(b *testing.B, watchers bool, interval time.Duration) {
-	const (
-		streams  = 100
-		conns    = 2
-		keys     = 1000
-		exact    = 10_000
-		prefixes = 10
-		writers  = 16
-	)
+// fanoutShape is a BenchmarkWatchFanout load: exact watcher j is on key
+// j mod keys and stream j mod streams; the prefix watchers are spread
+// over the streams; rate is writes/s (0: as fast as 16 writers go).
+type fanoutShape struct {
+	streams, conns, keys, exact, prefixes, rate int
+}
+
+func benchWatchFanout(b *testing.B, shape fanoutShape, watchers bool, interval time.Duration) {
+	const writers = 16
+	streams, conns, keys, exact, prefixes := shape.streams, shape.conns, shape.keys, shape.exact, shape.prefixes
 	c := newTestCluster(b, 1, func(cfg *Config) {
 		cfg.MaxWatchesPerConnection = exact + prefixes
 		cfg.MaxWatchesPerStream = exact
@@ -493,6 +503,7 @@ func benchWatchFanout(b *testing.B, watchers bool, interval time.Duration) {
 	b.ResetTimer()
 	var next atomic.Int64
 	var wwg sync.WaitGroup
+	start := time.Now()
 	for range writers {
 		wwg.Go(func() {
 			for {
@@ -500,7 +511,10 @@ func benchWatchFanout(b *testing.B, watchers bool, interval time.Duration) {
 				if i >= int64(b.N) {
 					return
 				}
-				key := fmt.Sprintf("disc/svc-%05d", i*7919%keys)
+				if shape.rate > 0 {
+					time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(shape.rate))))
+				}
+				key := fmt.Sprintf("disc/svc-%05d", i*7919%int64(keys))
 				if _, err := kv.Put(ctx, &lodestonepb.PutRequest{Key: []byte(key), Value: value}); err != nil {
 					b.Error(err)
 					return
@@ -509,7 +523,7 @@ func benchWatchFanout(b *testing.B, watchers bool, interval time.Duration) {
 		})
 	}
 	wwg.Wait()
-	want := int64(b.N) * (exact/keys + prefixes) * int64(len(ss)) / streams
+	want := int64(b.N) * int64((exact/keys+prefixes)*len(ss)/streams)
 	deadline := time.Now().Add(time.Minute)
 	for delivered.Load() < want && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)

@@ -10,6 +10,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -35,6 +36,8 @@ var (
 	flagQueriesOn  = flag.String("queries-on", "leader", `where the blocking queries go: "leader", "follower" (the one after the leader), "followers" (round-robin over the two) or "all" (round-robin over the three servers)`)
 	flagServerCPUs = flag.String("server-cpus", "1", `taskset CPU list for every server process ("" = no pinning)`)
 	flagClientCPUs = flag.String("client-cpus", "0", `CPU list the load generator pins itself to ("" = no pinning)`)
+	flagQueryCPUs  = flag.String("query-member-cpus", "", `CPU list the members that serve the queries (-queries-on) move to once they are known ("" = stay on -server-cpus)`)
+	flagWriterCPUs = flag.String("writer-cpus", "", `CPU list for the writer process ("" = -client-cpus)`)
 	flagWorkDir    = flag.String("work-dir", "", "where the binary and data dirs go (default: the system temp dir)")
 	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep       = flag.Bool("keep", false, "keep the binary, data dirs and server logs")
@@ -77,9 +80,9 @@ func serveWriter(ctx context.Context, target string, nkeys int) error {
 
 // sample is what one repetition measured.
 type sample struct {
-	none, with float64 // write p99 in ms: no queries (the lower of the two such phases), with them
-	wakeP99    float64 // ms
-	q          queryCounts
+	none, with, after float64 // write p99 in ms: no queries, with them, no queries again (control)
+	wakeP99           float64 // ms
+	q                 queryCounts
 }
 
 func run(ctx context.Context) error {
@@ -111,6 +114,12 @@ func run(ctx context.Context) error {
 	}
 	pinning, err := harness.Pinning("blockingbench", *flagServerCPUs, *flagClientCPUs)
 	if err != nil {
+		return err
+	}
+	if pinning, err = harness.Moved(pinning, "the members serving the queries (moved once the leader was known)", "query-member-cpus", *flagQueryCPUs); err != nil {
+		return err
+	}
+	if pinning, err = harness.Moved(pinning, "the writer process", "writer-cpus", *flagWriterCPUs); err != nil {
 		return err
 	}
 	logf("%s", pinning)
@@ -157,8 +166,17 @@ func run(ctx context.Context) error {
 		"%d errors, %d index resets; %d writes acknowledged while queries ran, %d seen by their key's query\n",
 		len(samples), tot.due, tot.answered, tot.changed, tot.timedOut, tot.early, tot.errors, tot.resets, tot.wakesDue, tot.wakesSeen)
 	k := countLabel(n)
-	fmt.Println(harness.Line{Name: "blocking-write-p99-" + k + "-vs-none", Unit: "ms", Lodestone: med(func(s sample) float64 { return s.with }),
-		PeerName: "lodestone-no-queries", Peer: med(func(s sample) float64 { return s.none }), Op: "<=", Target: targetWriteGrowth})
+	var before, after []float64
+	for _, s := range samples {
+		before, after = append(before, s.none), append(after, s.after)
+	}
+	none, strict := harness.Baseline(before, after)
+	with := med(func(s sample) float64 { return s.with })
+	fmt.Printf("baseline: the no-query write p99 is the median of both control phases of every rep, %sms; "+
+		"the median of each rep's lower one would be %sms, a ratio of %s\n",
+		harness.FormatValue(none), harness.FormatValue(strict), harness.FormatValue(with/strict))
+	fmt.Println(harness.Line{Name: "blocking-write-p99-" + k + "-vs-none", Unit: "ms", Lodestone: with,
+		PeerName: "lodestone-no-queries", Peer: none, Op: "<=", Target: targetWriteGrowth})
 	fmt.Println(harness.Line{Name: "blocking-answered-" + k, Unit: "queries", Lodestone: float64(tot.answered),
 		PeerName: "due", Peer: float64(tot.due), Op: ">=", Target: 1})
 	fmt.Println(harness.Line{Name: "blocking-woken-" + k, Unit: "writes", Lodestone: float64(tot.wakesSeen),
@@ -183,6 +201,13 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 			err = fmt.Errorf("stop: %w", serr)
 		}
 	}()
+	if *flagQueryCPUs != "" {
+		for _, i := range queryMembers(len(c.procs), c.leader, *flagQueriesOn) {
+			if err := harness.Repin(c.procs[i].Pid(), *flagQueryCPUs); err != nil {
+				return sample{}, err
+			}
+		}
+	}
 	n := *flagQueries
 	w := newWriter(c.https[c.leader])
 	defer w.close()
@@ -195,7 +220,7 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		return sample{}, err
 	}
 	wr, err := harness.StartWriter("writer", self, []string{"-serve-writer", "-target", c.https[c.leader], "-queries", strconv.Itoa(n)},
-		filepath.Join(workDir, fmt.Sprintf("writer-rep%d.log", rep+1)), *flagClientCPUs)
+		filepath.Join(workDir, fmt.Sprintf("writer-rep%d.log", rep+1)), cmp.Or(*flagWriterCPUs, *flagClientCPUs))
 	if err != nil {
 		return sample{}, err
 	}
@@ -272,16 +297,14 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		ms(harness.Percentile(s.q.wake, 50)), ms(harness.Percentile(s.q.wake, 99)), errNote(s.q.firstErr))
 
 	// Control: the same writes with the queries gone. A baseline that
-	// drifted (a bigger store, a noisy neighbour) shows here. The
-	// no-query figure is the lower of the two: the first phase runs on a
-	// cluster seconds old and can show stalls no later phase has, which
-	// would flatter the ratio. The lower one makes it strict.
+	// drifted (a bigger store, a noisy neighbour) shows here; the ratio's
+	// baseline pools both control phases (see harness.Baseline).
 	logf("phase 3: writes, queries closed (control)")
 	r, err = phase("none-after", 3, nil)
 	if err != nil {
 		return s, err
 	}
-	s.none = min(s.none, harness.Millis(harness.Percentile(r.lat, 99)))
+	s.after = harness.Millis(harness.Percentile(r.lat, 99))
 	return s, nil
 }
 
@@ -323,20 +346,34 @@ func logf(format string, args ...any) {
 // queryTargets returns the HTTP addresses the blocking queries go to, out
 // of the servers' (the leader at index leader), for -queries-on on.
 func queryTargets(https []string, leader int, on string) []string {
-	switch on {
-	case "all":
-		return https
-	case "follower":
-		i := (leader + 1) % len(https)
-		return https[i : i+1]
-	case "followers":
-		var out []string
-		for i, h := range https {
+	var out []string
+	for _, i := range queryMembers(len(https), leader, on) {
+		out = append(out, https[i])
+	}
+	return out
+}
+
+// queryMembers returns the indices of the members -queries-on names, in
+// member order.
+func queryMembers(n, leader int, on string) []int {
+	var out []int
+	for i := range n {
+		switch on {
+		case "all":
+		case "follower":
+			if i != (leader+1)%n {
+				continue
+			}
+		case "followers":
+			if i == leader {
+				continue
+			}
+		default:
 			if i != leader {
-				out = append(out, h)
+				continue
 			}
 		}
-		return out
+		out = append(out, i)
 	}
-	return https[leader : leader+1]
+	return out
 }

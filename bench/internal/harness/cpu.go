@@ -34,29 +34,55 @@ func ParseCPUs(s string) (unix.CPUSet, error) {
 }
 
 // PinSelf pins every thread of this process to the CPU list cpus and sets
-// GOMAXPROCS to its size. NB: Linux affinity is per thread; threads the
-// runtime starts later are cloned from one of these and inherit the mask,
-// so pinning them all once is enough.
+// GOMAXPROCS to its size.
 func PinSelf(cpus string) error {
+	if err := pinTasks("/proc/self/task", cpus); err != nil {
+		return err
+	}
+	set, _ := ParseCPUs(cpus) // pinTasks parsed it
+	runtime.GOMAXPROCS(set.Count())
+	return nil
+}
+
+// Repin moves every thread of the running process pid to the CPU list
+// cpus, for a benchmark that learns only after start which member plays
+// which role. A Go server keeps the GOMAXPROCS it read at start.
+func Repin(pid int, cpus string) error {
+	return pinTasks(fmt.Sprintf("/proc/%d/task", pid), cpus)
+}
+
+// pinTasks pins each thread listed in dir (a /proc/PID/task). NB: Linux
+// affinity is per thread; threads a Go runtime starts later are cloned
+// from one of these and inherit the mask. A thread cloned during the
+// pass may inherit the old mask, so passes repeat until one finds no
+// thread it had not pinned.
+func pinTasks(dir, cpus string) error {
 	set, err := ParseCPUs(cpus)
 	if err != nil {
 		return err
 	}
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return err
-	}
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
+	pinned := map[int]bool{}
+	for {
+		tasks, err := os.ReadDir(dir)
 		if err != nil {
-			continue
+			return err
 		}
-		if err := unix.SchedSetaffinity(tid, &set); err != nil {
-			return fmt.Errorf("pin thread %d to CPUs %s: %w", tid, cpus, err)
+		fresh := 0
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil || pinned[tid] {
+				continue
+			}
+			if err := unix.SchedSetaffinity(tid, &set); err != nil {
+				return fmt.Errorf("pin thread %d to CPUs %s: %w", tid, cpus, err)
+			}
+			pinned[tid] = true
+			fresh++
+		}
+		if fresh == 0 {
+			return nil
 		}
 	}
-	runtime.GOMAXPROCS(set.Count())
-	return nil
 }
 
 // Pid returns the process id (the server itself: taskset execs it).
@@ -108,4 +134,16 @@ func Pinning(program, serverCPUs, clientCPUs string) (string, error) {
 		client = fmt.Sprintf("the load generator (%s) was pinned to CPU list %s (GOMAXPROCS=%d)", program, clientCPUs, runtime.GOMAXPROCS(0))
 	}
 	return fmt.Sprintf("%s; %s; machine has %d CPUs", servers, client, runtime.NumCPU()), nil
+}
+
+// Moved appends to a pinning sentence (see Pinning) that what runs on the
+// CPU list cpus instead, named by its flag; cpus "" leaves it as it is.
+func Moved(pinning, what, flag, cpus string) (string, error) {
+	if cpus == "" {
+		return pinning, nil
+	}
+	if _, err := ParseCPUs(cpus); err != nil {
+		return "", fmt.Errorf("-%s: %w", flag, err)
+	}
+	return fmt.Sprintf("%s; %s ran on CPU list %s instead", pinning, what, cpus), nil
 }

@@ -328,3 +328,11 @@ func TestRoles(t *testing.T) {
 		t.Errorf("Roles(1, 0) = %v, want %v", got, want)
 	}
 }
+
+func TestBaseline(t *testing.T) {
+	pooled, strict := Baseline([]float64{5, 4, 9}, []float64{6, 3, 7})
+	// pooled: median of 3 4 5 6 7 9; strict: median of 5 3 7.
+	if pooled != 5.5 || strict != 5 {
+		t.Errorf("Baseline = %v, %v; want 5.5, 5", pooled, strict)
+	}
+}

@@ -38,3 +38,18 @@ func Median(xs []float64) float64 {
 func Millis(d time.Duration) float64 {
 	return float64(d) / float64(time.Millisecond)
 }
+
+// Baseline is what a "with load vs without" ratio is taken against, from
+// the two control phases of each rep: before[i] ran before rep i's load,
+// after[i] after it. Pooled is the median of all of them. Strict is the
+// median over reps of each rep's lower one; it is kept for comparison
+// only, because the lower of two noisy figures sits below either's
+// typical value, so a load that costs nothing still shows a ratio above 1
+// against it.
+func Baseline(before, after []float64) (pooled, strict float64) {
+	var lower []float64
+	for i := range min(len(before), len(after)) {
+		lower = append(lower, min(before[i], after[i]))
+	}
+	return Median(append(slices.Clone(before), after...)), Median(lower)
+}
