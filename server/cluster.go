@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 
@@ -278,6 +279,27 @@ func (p *peerService) TransferLeader(ctx context.Context, req *lodestonepb.Trans
 		return nil, toStatus(err)
 	}
 	return &lodestonepb.TransferLeaderResponse{LeaderId: lead}, nil
+}
+
+// LeaderIndexStream answers each request as LeaderIndex does, a refusal
+// included, so the stream outlives a leader that cannot answer yet.
+func (p *peerService) LeaderIndexStream(stream lodestonepb.Peer_LeaderIndexStreamServer) error {
+	for {
+		req, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp := &lodestonepb.LeaderIndexResponse{}
+		if resp.Index, resp.Term, err = p.s.node.leaderIndex(req.GetTerm()); err != nil {
+			resp.Refused = true
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
 }
 
 func (p *peerService) LeaderIndex(ctx context.Context, req *lodestonepb.LeaderIndexRequest) (*lodestonepb.LeaderIndexResponse, error) {

@@ -52,8 +52,8 @@
 // write. Linearizable reads use ReadIndex, batched per loop iteration, then
 // wait for the local apply. Stale reads are served at once. Consul's
 // default-mode reads on a follower wait for the leader's commit index,
-// asked for with one Peer.LeaderIndex call per batch of them
-// (leaderindex.go).
+// asked for with one question per batch of them on a stream each
+// follower keeps to the leader (Peer.LeaderIndexStream, leaderindex.go).
 //
 // Unavailable always means the request was not applied and may be retried;
 // DeadlineExceeded after a write leaves its outcome unknown.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
 
 // fakeLeader answers leaderIndexer calls one at a time, as the test says.
@@ -155,4 +157,68 @@ func TestLeaderIndexAnswersOnlyAsAServingLeader(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A follower asks its leader over one stream, reopened only when the
+// leader changes; a refusal keeps the stream, and every answer is at or
+// past the writes the leader acknowledged before the question.
+func TestIndexStreamFollowsTheLeader(t *testing.T) {
+	c := newTestCluster(t, 3)
+	lead := c.waitLeader()
+	fol := c.follower()
+	n := c.servers[fol].node
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ask := func(want uint64) {
+		t.Helper()
+		index, err := n.askLeaderIndex(ctx)
+		if err != nil || index < want {
+			t.Fatalf("%s asked its leader: index %d, %v; want at least %d", fol, index, err, want)
+		}
+	}
+	putIndex := func(on string) uint64 {
+		t.Helper()
+		resp, err := c.kv(on).Put(ctx, &lodestonepb.PutRequest{Key: []byte("idx"), Value: []byte(on)})
+		if err != nil {
+			t.Fatalf("put on %s: %v", on, err)
+		}
+		return resp.GetHeader().GetIndex()
+	}
+
+	ask(putIndex(lead))
+	first := n.indexStream.stream
+	for range 5 {
+		ask(putIndex(lead))
+	}
+	if n.indexStream.stream != first || n.indexStream.lead != c.servers[lead].ID() {
+		t.Fatalf("asks to one leader opened another stream, or the stream is to %x, not the leader %x", n.indexStream.lead, c.servers[lead].ID())
+	}
+
+	var other string
+	for _, name := range c.names {
+		if name != lead && name != fol {
+			other = name
+		}
+	}
+	if _, err := c.servers[lead].node.transferLeader(ctx, c.servers[other].ID()); err != nil {
+		t.Fatalf("transfer leadership to %s: %v", other, err)
+	}
+	if got := c.waitLeader(); got != other {
+		t.Fatalf("leader after the transfer is %s, want %s", got, other)
+	}
+	ask(putIndex(other))
+	if n.indexStream.lead != c.servers[other].ID() {
+		t.Fatalf("after the leader changed the stream is to %x, want the new leader %x", n.indexStream.lead, c.servers[other].ID())
+	}
+
+	// The old leader refuses, and the stream to it stays open.
+	st := n.status.Load()
+	_, err := n.indexStream.ask(ctx, c.servers[lead].ID(), st.term, c.electionTimeout(), n.transport.peerClient)
+	if !errors.Is(err, errNotLeader) {
+		t.Fatalf("asking the deposed leader: %v, want errNotLeader", err)
+	}
+	if n.indexStream.stream == nil || n.indexStream.lead != c.servers[lead].ID() {
+		t.Fatal("a refusal closed the stream")
+	}
+	ask(putIndex(other)) // and back to the leader
 }

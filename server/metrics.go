@@ -16,8 +16,8 @@ type metrics struct {
 	applyLatency     prometheus.Histogram // one batch of committed entries
 	readIndexLatency prometheus.Histogram
 	leaderReads      prometheus.Counter // default-mode Consul reads served by the leader without a round
-	// A follower's default-mode reads, and the LeaderIndex calls that
-	// answered them (leaderindex.go).
+	// A follower's default-mode reads, and the questions to the leader
+	// (on Peer.LeaderIndexStream) that answered them (leaderindex.go).
 	followerLeaderReads prometheus.Counter
 	leaderIndexCalls    prometheus.Counter
 	readyLatency        prometheus.Histogram // one whole Ready: save, send, apply

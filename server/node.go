@@ -96,7 +96,8 @@ type node struct {
 	slow           *slowLeader // slowleader.go
 	adm            *admission  // admission.go
 
-	leaderIdx *leaderIndexer // a follower's default-mode reads (leaderindex.go)
+	leaderIdx   *leaderIndexer // a follower's default-mode reads (leaderindex.go)
+	indexStream indexStream    // the leaderIndexer's stream to the leader
 }
 
 type nodeStatus struct {
@@ -296,6 +297,7 @@ func (n *node) stop() error {
 	n.stopOnce.Do(func() { close(n.stopC) })
 	<-n.doneC
 	n.leaderIdx.close()
+	n.indexStream.close()
 	n.wg.Wait()
 	errs := []error{n.transport.close()}
 	n.waits.failAll(errStopped)

@@ -1061,8 +1061,12 @@ type LeaderIndexResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// index is the leader's commit index, at or past every write it has
 	// acknowledged; the follower serves the read once it has applied it.
-	Index         uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Term          uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	Index uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Term  uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	// refused: on LeaderIndexStream, the receiver is not a leader that may
+	// answer (see LeaderIndex); index and term are then unset. The unary
+	// call refuses with an error status instead.
+	Refused       bool `protobuf:"varint,3,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1109,6 +1113,13 @@ func (x *LeaderIndexResponse) GetTerm() uint64 {
 		return x.Term
 	}
 	return 0
+}
+
+func (x *LeaderIndexResponse) GetRefused() bool {
+	if x != nil {
+		return x.Refused
+	}
+	return false
 }
 
 var File_lodestone_v1_peer_proto protoreflect.FileDescriptor
@@ -1177,17 +1188,19 @@ const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\amembers\x18\x01 \x03(\v2\x14.lodestone.v1.MemberR\amembers\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\"(\n" +
 	"\x12LeaderIndexRequest\x12\x12\n" +
-	"\x04term\x18\x01 \x01(\x04R\x04term\"?\n" +
+	"\x04term\x18\x01 \x01(\x04R\x04term\"Y\n" +
 	"\x13LeaderIndexResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
-	"\x04term\x18\x02 \x01(\x04R\x04term2\x84\x03\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x18\n" +
+	"\arefused\x18\x03 \x01(\bR\arefused2\xe2\x03\n" +
 	"\x04Peer\x128\n" +
 	"\x04Send\x12\x17.lodestone.v1.RaftBatch\x1a\x15.lodestone.v1.RaftAck(\x01\x12@\n" +
 	"\bSnapshot\x12\x1b.lodestone.v1.SnapshotChunk\x1a\x15.lodestone.v1.RaftAck(\x01\x12O\n" +
 	"\n" +
 	"ChangeConf\x12\x1f.lodestone.v1.ConfChangeRequest\x1a .lodestone.v1.ConfChangeResponse\x12[\n" +
 	"\x0eTransferLeader\x12#.lodestone.v1.TransferLeaderRequest\x1a$.lodestone.v1.TransferLeaderResponse\x12R\n" +
-	"\vLeaderIndex\x12 .lodestone.v1.LeaderIndexRequest\x1a!.lodestone.v1.LeaderIndexResponseB3Z1github.com/lodestone-kv/lodestone/api/lodestonepbb\x06proto3"
+	"\vLeaderIndex\x12 .lodestone.v1.LeaderIndexRequest\x1a!.lodestone.v1.LeaderIndexResponse\x12\\\n" +
+	"\x11LeaderIndexStream\x12 .lodestone.v1.LeaderIndexRequest\x1a!.lodestone.v1.LeaderIndexResponse(\x010\x01B3Z1github.com/lodestone-kv/lodestone/api/lodestonepbb\x06proto3"
 
 var (
 	file_lodestone_v1_peer_proto_rawDescOnce sync.Once
@@ -1270,13 +1283,15 @@ var file_lodestone_v1_peer_proto_depIdxs = []int32{
 	9,  // 27: lodestone.v1.Peer.ChangeConf:input_type -> lodestone.v1.ConfChangeRequest
 	33, // 28: lodestone.v1.Peer.TransferLeader:input_type -> lodestone.v1.TransferLeaderRequest
 	11, // 29: lodestone.v1.Peer.LeaderIndex:input_type -> lodestone.v1.LeaderIndexRequest
-	7,  // 30: lodestone.v1.Peer.Send:output_type -> lodestone.v1.RaftAck
-	7,  // 31: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
-	10, // 32: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
-	34, // 33: lodestone.v1.Peer.TransferLeader:output_type -> lodestone.v1.TransferLeaderResponse
-	12, // 34: lodestone.v1.Peer.LeaderIndex:output_type -> lodestone.v1.LeaderIndexResponse
-	30, // [30:35] is the sub-list for method output_type
-	25, // [25:30] is the sub-list for method input_type
+	11, // 30: lodestone.v1.Peer.LeaderIndexStream:input_type -> lodestone.v1.LeaderIndexRequest
+	7,  // 31: lodestone.v1.Peer.Send:output_type -> lodestone.v1.RaftAck
+	7,  // 32: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
+	10, // 33: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
+	34, // 34: lodestone.v1.Peer.TransferLeader:output_type -> lodestone.v1.TransferLeaderResponse
+	12, // 35: lodestone.v1.Peer.LeaderIndex:output_type -> lodestone.v1.LeaderIndexResponse
+	12, // 36: lodestone.v1.Peer.LeaderIndexStream:output_type -> lodestone.v1.LeaderIndexResponse
+	31, // [31:37] is the sub-list for method output_type
+	25, // [25:31] is the sub-list for method input_type
 	25, // [25:25] is the sub-list for extension type_name
 	25, // [25:25] is the sub-list for extension extendee
 	0,  // [0:25] is the sub-list for field type_name

@@ -22,11 +22,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Peer_Send_FullMethodName           = "/lodestone.v1.Peer/Send"
-	Peer_Snapshot_FullMethodName       = "/lodestone.v1.Peer/Snapshot"
-	Peer_ChangeConf_FullMethodName     = "/lodestone.v1.Peer/ChangeConf"
-	Peer_TransferLeader_FullMethodName = "/lodestone.v1.Peer/TransferLeader"
-	Peer_LeaderIndex_FullMethodName    = "/lodestone.v1.Peer/LeaderIndex"
+	Peer_Send_FullMethodName              = "/lodestone.v1.Peer/Send"
+	Peer_Snapshot_FullMethodName          = "/lodestone.v1.Peer/Snapshot"
+	Peer_ChangeConf_FullMethodName        = "/lodestone.v1.Peer/ChangeConf"
+	Peer_TransferLeader_FullMethodName    = "/lodestone.v1.Peer/TransferLeader"
+	Peer_LeaderIndex_FullMethodName       = "/lodestone.v1.Peer/LeaderIndex"
+	Peer_LeaderIndexStream_FullMethodName = "/lodestone.v1.Peer/LeaderIndexStream"
 )
 
 // PeerClient is the client API for Peer service.
@@ -45,6 +46,12 @@ type PeerClient interface {
 	// quorum round, as it would serve such a read itself. One call answers
 	// every such read the follower started before it was sent.
 	LeaderIndex(ctx context.Context, in *LeaderIndexRequest, opts ...grpc.CallOption) (*LeaderIndexResponse, error)
+	// LeaderIndexStream is LeaderIndex on one long-lived stream per
+	// follower: each request gets one response, in order. A batch of reads
+	// then costs the leader a message instead of a call (stream setup,
+	// headers, trailers and a goroutine each). Followers use it; the
+	// unary LeaderIndex stays for members of the previous release.
+	LeaderIndexStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LeaderIndexRequest, LeaderIndexResponse], error)
 }
 
 type peerClient struct {
@@ -111,6 +118,19 @@ func (c *peerClient) LeaderIndex(ctx context.Context, in *LeaderIndexRequest, op
 	return out, nil
 }
 
+func (c *peerClient) LeaderIndexStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LeaderIndexRequest, LeaderIndexResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[2], Peer_LeaderIndexStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LeaderIndexRequest, LeaderIndexResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_LeaderIndexStreamClient = grpc.BidiStreamingClient[LeaderIndexRequest, LeaderIndexResponse]
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -127,6 +147,12 @@ type PeerServer interface {
 	// quorum round, as it would serve such a read itself. One call answers
 	// every such read the follower started before it was sent.
 	LeaderIndex(context.Context, *LeaderIndexRequest) (*LeaderIndexResponse, error)
+	// LeaderIndexStream is LeaderIndex on one long-lived stream per
+	// follower: each request gets one response, in order. A batch of reads
+	// then costs the leader a message instead of a call (stream setup,
+	// headers, trailers and a goroutine each). Followers use it; the
+	// unary LeaderIndex stays for members of the previous release.
+	LeaderIndexStream(grpc.BidiStreamingServer[LeaderIndexRequest, LeaderIndexResponse]) error
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -151,6 +177,9 @@ func (UnimplementedPeerServer) TransferLeader(context.Context, *TransferLeaderRe
 }
 func (UnimplementedPeerServer) LeaderIndex(context.Context, *LeaderIndexRequest) (*LeaderIndexResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LeaderIndex not implemented")
+}
+func (UnimplementedPeerServer) LeaderIndexStream(grpc.BidiStreamingServer[LeaderIndexRequest, LeaderIndexResponse]) error {
+	return status.Error(codes.Unimplemented, "method LeaderIndexStream not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -241,6 +270,13 @@ func _Peer_LeaderIndex_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_LeaderIndexStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PeerServer).LeaderIndexStream(&grpc.GenericServerStream[LeaderIndexRequest, LeaderIndexResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_LeaderIndexStreamServer = grpc.BidiStreamingServer[LeaderIndexRequest, LeaderIndexResponse]
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -270,6 +306,12 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Snapshot",
 			Handler:       _Peer_Snapshot_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "LeaderIndexStream",
+			Handler:       _Peer_LeaderIndexStream_Handler,
+			ServerStreams: true,
 			ClientStreams: true,
 		},
 	},

@@ -119,12 +119,11 @@ func (c *cluster) checkAlive() error {
 	return nil
 }
 
-// cpu is the CPU time every member has used so far.
-func (c *cluster) cpu() time.Duration {
-	var t time.Duration
-	for _, p := range c.procs {
-		d, _ := harness.CPUTime(p.Pid())
-		t += d
+// cpu is the CPU time each member has used so far, in member order.
+func (c *cluster) cpu() []time.Duration {
+	t := make([]time.Duration, len(c.procs))
+	for i, p := range c.procs {
+		t[i], _ = harness.CPUTime(p.Pid())
 	}
 	return t
 }
@@ -154,11 +153,17 @@ func getJSON(ctx context.Context, url string, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-// inFlightMetric counts the HTTP blocking queries a server holds.
-const inFlightMetric = `lodestone_blocking_queries_in_flight{api="http"} `
+// The metrics the benchmark reads: the HTTP blocking queries a server
+// holds, and the calls a follower made to learn the leader's commit index
+// for default-mode reads (each a unary RPC the leader answers).
+const (
+	inFlightMetric    = `lodestone_blocking_queries_in_flight{api="http"} `
+	leaderIndexMetric = `lodestone_leader_index_calls_total `
+)
 
-// inFlight reads inFlightMetric from the server at base.
-func inFlight(ctx context.Context, base string) (float64, error) {
+// metricValue reads one sample, named with its labels and a trailing
+// space as in the text format, from the server at base.
+func metricValue(ctx context.Context, base, metric string) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	resp, err := harness.Get(ctx, base+"/metrics")
@@ -169,14 +174,27 @@ func inFlight(ctx context.Context, base string) (float64, error) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), inFlightMetric); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), metric); ok {
 			return strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return 0, err
 	}
-	return 0, fmt.Errorf("%s/metrics has no %s", base, strings.TrimSpace(inFlightMetric))
+	return 0, fmt.Errorf("%s/metrics has no %s", base, strings.TrimSpace(metric))
+}
+
+// leaderIndexCalls sums leaderIndexMetric over the members.
+func (c *cluster) leaderIndexCalls(ctx context.Context) (float64, error) {
+	var sum float64
+	for _, base := range c.https {
+		v, err := metricValue(ctx, base, leaderIndexMetric)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

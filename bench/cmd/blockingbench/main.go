@@ -233,6 +233,10 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 	phase := func(label string, id byte, q *queries) (writeResult, error) {
 		p := newPhase(id, *flagRate, *flagWarmup, *flagDuration)
 		cpu0 := c.cpu()
+		calls0, err := c.leaderIndexCalls(ctx)
+		if err != nil {
+			return writeResult{}, err
+		}
 		t0 := time.Now()
 		prof := c.profile(ctx, *flagWarmup+*flagDuration, *flagPprof, fmt.Sprintf("rep%d-phase%d-queries-%s", rep+1, id, label))
 		r, err := runWrites(ctx, wr, p, q)
@@ -252,9 +256,22 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		if r.errors > 0 {
 			note = fmt.Sprintf(" first-error=%q", r.firstErr.Error())
 		}
-		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms server-cpu=%.0f%% writer-cpu=%.0f%% query-cpu=%.0f%%%s\n",
+		calls1, err := c.leaderIndexCalls(ctx)
+		if err != nil {
+			return r, err
+		}
+		share := func(d time.Duration) string { return fmt.Sprintf("%.0f%%", 100*d.Seconds()/time.Since(t0).Seconds()) }
+		var total time.Duration
+		var members []string
+		cpu1 := c.cpu()
+		for i, role := range harness.Roles(len(c.procs), c.leader) {
+			d := cpu1[i] - cpu0[i]
+			total += d
+			members = append(members, role+"="+share(d))
+		}
+		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms server-cpu=%s(%s) writer-cpu=%s query-cpu=%s leader-index-calls/s=%.0f%s\n",
 			rep+1, *flagReps, label, r.acked, r.errors, ms(harness.Percentile(r.lat, 50)), ms(harness.Percentile(r.lat, 99)),
-			100*(c.cpu()-cpu0).Seconds()/time.Since(t0).Seconds(), 100*r.writerCPU.Seconds()/time.Since(t0).Seconds(), 100*r.queryCPU.Seconds()/time.Since(t0).Seconds(), note)
+			share(total), strings.Join(members, ","), share(r.writerCPU), share(r.queryCPU), (calls1-calls0)/time.Since(t0).Seconds(), note)
 		return r, nil
 	}
 
@@ -274,7 +291,7 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 	defer q.close() // idempotent
 	waiting := 0.0
 	for _, t := range targets {
-		v, err := inFlight(ctx, t)
+		v, err := metricValue(ctx, t, inFlightMetric)
 		if err != nil {
 			return s, err
 		}
