@@ -3,11 +3,14 @@ package server
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"go.etcd.io/raft/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
@@ -221,4 +224,66 @@ func TestIndexStreamFollowsTheLeader(t *testing.T) {
 		t.Fatal("a refusal closed the stream")
 	}
 	ask(putIndex(other)) // and back to the leader
+}
+
+// silentPeer takes LeaderIndexStream questions and never answers, like a
+// leader cut off behind a network that drops its packets.
+type silentPeer struct {
+	lodestonepb.UnimplementedPeerServer
+}
+
+func (silentPeer) LeaderIndexStream(stream lodestonepb.Peer_LeaderIndexStreamServer) error {
+	<-stream.Context().Done()
+	return stream.Context().Err()
+}
+
+// A question nobody answers fails after the timeout and closes the
+// stream, so the reads behind it fall back to ReadIndex instead of
+// waiting, and a late answer cannot reach the next question.
+func TestIndexStreamTimesOut(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	lodestonepb.RegisterPeerServer(srv, silentPeer{})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	defer func() {
+		srv.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	client := func(uint64) (lodestonepb.PeerClient, bool) { return lodestonepb.NewPeerClient(cc), true }
+
+	var s indexStream
+	defer s.close()
+	const timeout = 200 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	asked := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := s.ask(ctx, 7, 1, timeout, client)
+		asked <- err
+	}()
+	select {
+	case err = <-asked:
+	case <-time.After(10 * timeout):
+		cancel() // NB: ends the stream, so the ask returns before the test does
+		<-asked
+		t.Fatalf("ask of a silent leader still waiting after %v; want an error after about %v", 10*timeout, timeout)
+	}
+	if took := time.Since(start); err == nil || took < timeout {
+		t.Fatalf("ask of a silent leader: %v after %v; want an error after about %v", err, took, timeout)
+	}
+	if s.stream != nil {
+		t.Fatal("the stream stayed open after a question timed out")
+	}
 }
