@@ -459,6 +459,14 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 	// shows here; the ratio's baseline pools both control phases (see
 	// harness.Baseline).
 	w.close()
+	// NB: the control times writes, not the teardown: let the watch
+	// members drop every watcher and collect what they held first (the
+	// scrapes drive their GC; see liveHeap).
+	heap, err := watchHeap(ctx, d)
+	if err != nil {
+		return s, err
+	}
+	logf("%s: streams closed; the watch members' live heap is %.1f MiB", sys.name, heap/(1<<20))
 	logf("%s: writes, streams closed again (control)", sys.name)
 	if r, err = phase(nil); err != nil {
 		return s, err
