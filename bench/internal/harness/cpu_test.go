@@ -1,7 +1,10 @@
 package harness
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -39,5 +42,37 @@ func TestCPUTime(t *testing.T) {
 		if time.Since(start) > 2*time.Second {
 			t.Fatalf("CPUTime(self) = %v after 2s of spinning (x=%d)", d, x)
 		}
+	}
+}
+
+// Repin moves a running process, every thread of it, to another CPU list.
+func TestRepin(t *testing.T) {
+	p, err := Start("sleeper", "sleep", []string{"60"}, filepath.Join(t.TempDir(), "sleeper.log"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := p.Stop(5 * time.Second); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	}()
+	if err := Repin(p.Pid(), "0"); err != nil {
+		t.Fatalf("Repin(%d, 0): %v", p.Pid(), err)
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", p.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", p.Pid(), task.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "Cpus_allowed_list:\t0\n") {
+			t.Errorf("thread %s after Repin to CPU 0:\n%s", task.Name(), b)
+		}
+	}
+	if err := Repin(p.Pid(), "x"); err == nil {
+		t.Error("Repin to CPU list \"x\" succeeded")
 	}
 }
