@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -154,34 +153,19 @@ func getJSON(ctx context.Context, url string, v any) error {
 }
 
 // The metrics the benchmark reads: the HTTP blocking queries a server
-// holds, and the calls a follower made to learn the leader's commit index
-// for default-mode reads (each a unary RPC the leader answers).
+// holds, and the questions a follower asked the leader for its commit
+// index on behalf of default-mode reads.
 const (
-	inFlightMetric    = `lodestone_blocking_queries_in_flight{api="http"} `
-	leaderIndexMetric = `lodestone_leader_index_calls_total `
+	inFlightMetric    = `lodestone_blocking_queries_in_flight{api="http"}`
+	leaderIndexMetric = `lodestone_leader_index_calls_total`
 )
 
-// metricValue reads one sample, named with its labels and a trailing
-// space as in the text format, from the server at base.
+// metricValue reads one metric from the server at base.
 func metricValue(ctx context.Context, base, metric string) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := harness.Get(ctx, base+"/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), metric); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("%s/metrics has no %s", base, strings.TrimSpace(metric))
+	m, err := harness.Scrape(ctx, base+"/metrics", metric)
+	return m[metric], err
 }
 
 // leaderIndexCalls sums leaderIndexMetric over the members.

@@ -172,9 +172,7 @@ func run(ctx context.Context) error {
 	}
 	none, strict := harness.Baseline(before, after)
 	with := med(func(s sample) float64 { return s.with })
-	fmt.Printf("baseline: the no-query write p99 is the median of both control phases of every rep, %sms; "+
-		"the median of each rep's lower one would be %sms, a ratio of %s\n",
-		harness.FormatValue(none), harness.FormatValue(strict), harness.FormatValue(with/strict))
+	fmt.Println(harness.BaselineNote("the no-query write p99", none, strict, with))
 	fmt.Println(harness.Line{Name: "blocking-write-p99-" + k + "-vs-none", Unit: "ms", Lodestone: with,
 		PeerName: "lodestone-no-queries", Peer: none, Op: "<=", Target: targetWriteGrowth})
 	fmt.Println(harness.Line{Name: "blocking-answered-" + k, Unit: "queries", Lodestone: float64(tot.answered),

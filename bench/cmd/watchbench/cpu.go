@@ -130,7 +130,7 @@ func startDelays(ctx context.Context, d *deployment) func() string {
 func scrapeHistogram(ctx context.Context, url, name string) (map[float64]float64, error) {
 	out := map[float64]float64{}
 	prefix := name + `_bucket{le="`
-	err := scanMetrics(ctx, url, func(line string) error {
+	err := harness.ScanMetrics(ctx, url, func(line string) error {
 		rest, ok := strings.CutPrefix(line, prefix)
 		if !ok {
 			return nil

@@ -276,9 +276,7 @@ func run(ctx context.Context) error {
 		k, len(lode), exp, got, exp-got, dups, extra)
 
 	none, strict := baseline(lode)
-	fmt.Printf("baseline: lodestone's no-watcher write p99 is the median of both control phases of every rep, %sms; "+
-		"the median of each rep's lower one would be %sms, a ratio of %s\n",
-		harness.FormatValue(none), harness.FormatValue(strict), harness.FormatValue(med(lode, wTop)/strict))
+	fmt.Println(harness.BaselineNote("lodestone's no-watcher write p99", none, strict, med(lode, wTop)))
 	fmt.Println(harness.Line{Name: "watch-write-p99-" + k + "-vs-none", Unit: "ms", Lodestone: med(lode, wTop),
 		PeerName: "lodestone-no-watchers", Peer: none, Op: "<=", Target: targetWriteGrowth})
 	fmt.Println(harness.Line{Name: "watch-lag-p99-" + k, Unit: "ms", Lodestone: med(lode, lagTop),

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -467,52 +466,6 @@ func broadcasterSystem(self string) system {
 	}
 }
 
-// scanMetrics calls fn with each line of the metrics text at url, and
-// stops at fn's first error.
-func scanMetrics(ctx context.Context, url string, fn func(line string) error) error {
-	resp, err := harness.Get(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if err := fn(sc.Text()); err != nil {
-			return err
-		}
-	}
-	return sc.Err()
-}
-
-// scrape reads the named metrics (first sample of each) from a metrics URL.
-func scrape(ctx context.Context, url string, names ...string) (map[string]float64, error) {
-	out := map[string]float64{}
-	err := scanMetrics(ctx, url, func(line string) error {
-		for _, n := range names {
-			if v, ok := strings.CutPrefix(line, n+" "); ok {
-				if _, dup := out[n]; !dup {
-					f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-					if err != nil {
-						return fmt.Errorf("%s: %s: %w", url, line, err)
-					}
-					out[n] = f
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	for _, n := range names {
-		if _, ok := out[n]; !ok {
-			return nil, fmt.Errorf("%s has no %s", url, n)
-		}
-	}
-	return out, nil
-}
-
 // watchHeap sums liveHeap over the members serving the watches.
 func watchHeap(ctx context.Context, d *deployment) (float64, error) {
 	var sum float64
@@ -536,14 +489,14 @@ func watchHeap(ctx context.Context, d *deployment) (float64, error) {
 // phase; this is why the benchmark makes the server allocate.
 func liveHeap(ctx context.Context, url string) (bytes float64, gcs int, err error) {
 	const alloc, count = "go_memstats_heap_alloc_bytes", "go_gc_duration_seconds_count"
-	first, err := scrape(ctx, url, alloc, count)
+	first, err := harness.Scrape(ctx, url, alloc, count)
 	if err != nil {
 		return 0, 0, err
 	}
 	best := -1.0
 	deadline := time.Now().Add(6 * time.Second)
 	for time.Now().Before(deadline) {
-		m, err := scrape(ctx, url, alloc, count)
+		m, err := harness.Scrape(ctx, url, alloc, count)
 		if err != nil {
 			return 0, 0, err
 		}

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -52,4 +53,13 @@ func Baseline(before, after []float64) (pooled, strict float64) {
 		lower = append(lower, min(before[i], after[i]))
 	}
 	return Median(append(slices.Clone(before), after...)), Median(lower)
+}
+
+// BaselineNote is the "baseline:" line a benchmark prints beside its ratio
+// BENCH line: what the pooled baseline is (what names the figure), and the
+// strict one with the ratio loaded would have against it.
+func BaselineNote(what string, pooled, strict, loaded float64) string {
+	return fmt.Sprintf("baseline: %s is the median of both control phases of every rep, %sms; "+
+		"the median of each rep's lower one would be %sms, a ratio of %s",
+		what, FormatValue(pooled), FormatValue(strict), FormatValue(loaded/strict))
 }
