@@ -465,9 +465,9 @@ func TestWatchEnds(t *testing.T) {
 	if _, err := open.Next(short); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Next with an expiring ctx = %v, want DeadlineExceeded", err)
 	}
-	// NB: the watch starts from the server's index when its create
-	// arrives; a put before that is not for it.
-	waitCreated(ctx, t, l, "c")
+	if err := l.WaitCreate(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
 	l.Put("c", "1")
 	if b, err := open.Next(ctx); err != nil || len(b.Events) != 1 {
 		t.Errorf("Next after a Next ctx expired = %+v, %v; want the event (the watch goes on)", b, err)
@@ -479,23 +479,6 @@ func TestWatchEnds(t *testing.T) {
 	}
 	if _, err := c.Watch(ctx, "d").Next(ctx); !errors.Is(err, ErrClosed) {
 		t.Errorf("Watch after Client.Close: Next = %v, want ErrClosed", err)
-	}
-}
-
-// waitCreated waits until the server has taken a create for key.
-func waitCreated(ctx context.Context, t *testing.T, l *clienttest.WatchLog, key string) {
-	t.Helper()
-	for {
-		for _, cr := range l.Creates() {
-			if string(cr.GetKey()) == key {
-				return
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the server never took a create for %q: %v", key, ctx.Err())
-		case <-time.After(time.Millisecond):
-		}
 	}
 }
 

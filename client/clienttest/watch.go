@@ -2,6 +2,7 @@ package clienttest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 
@@ -54,11 +55,12 @@ type WatchLog struct {
 	faults  WatchFaults
 	streams int
 	creates []*lodestonepb.WatchCreate
+	created chan struct{} // closed and replaced on every create
 }
 
 // NewWatchLog returns an empty history at index 0.
 func NewWatchLog() *WatchLog {
-	return &WatchLog{changed: make(chan struct{})}
+	return &WatchLog{changed: make(chan struct{}), created: make(chan struct{})}
 }
 
 // SetFaults replaces the faults; streams opened later use them.
@@ -128,6 +130,28 @@ func (l *WatchLog) Creates() []*lodestonepb.WatchCreate {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]*lodestonepb.WatchCreate(nil), l.creates...)
+}
+
+// WaitCreate waits until a stream has taken a create for key: a watch
+// from now starts at the index the log had then, so a test that writes
+// for it must write after that.
+func (l *WatchLog) WaitCreate(ctx context.Context, key string) error {
+	for {
+		l.mu.Lock()
+		created := l.created
+		for _, c := range l.creates {
+			if string(c.GetKey()) == key {
+				l.mu.Unlock()
+				return nil
+			}
+		}
+		l.mu.Unlock()
+		select {
+		case <-created:
+		case <-ctx.Done():
+			return fmt.Errorf("no create for %q: %w", key, ctx.Err())
+		}
+	}
 }
 
 func (l *WatchLog) notifyLocked() {
@@ -257,6 +281,8 @@ func (l *WatchLog) Serve(stream lodestonepb.Watch_WatchServer) error {
 				c := r.GetCreate()
 				l.mu.Lock()
 				l.creates = append(l.creates, c)
+				close(l.created)
+				l.created = make(chan struct{})
 				l.mu.Unlock()
 				header := &lodestonepb.ResponseHeader{Index: now, LeaderId: 1, NodeId: 1, KnownLeader: true}
 				if c.GetStartIndex() > 0 && c.GetStartIndex() < oldest {
