@@ -188,13 +188,21 @@ func TestIndexStreamFollowsTheLeader(t *testing.T) {
 		return resp.GetHeader().GetIndex()
 	}
 
+	// current reads the stream under its lock: the node's own reads may
+	// use it too.
+	current := func() (uint64, lodestonepb.Peer_LeaderIndexStreamClient) {
+		n.indexStream.mu.Lock()
+		defer n.indexStream.mu.Unlock()
+		return n.indexStream.lead, n.indexStream.stream
+	}
+
 	ask(putIndex(lead))
-	first := n.indexStream.stream
+	_, first := current()
 	for range 5 {
 		ask(putIndex(lead))
 	}
-	if n.indexStream.stream != first || n.indexStream.lead != c.servers[lead].ID() {
-		t.Fatalf("asks to one leader opened another stream, or the stream is to %x, not the leader %x", n.indexStream.lead, c.servers[lead].ID())
+	if to, stream := current(); stream != first || to != c.servers[lead].ID() {
+		t.Fatalf("asks to one leader opened another stream, or the stream is to %x, not the leader %x", to, c.servers[lead].ID())
 	}
 
 	var other string
@@ -210,8 +218,8 @@ func TestIndexStreamFollowsTheLeader(t *testing.T) {
 		t.Fatalf("leader after the transfer is %s, want %s", got, other)
 	}
 	ask(putIndex(other))
-	if n.indexStream.lead != c.servers[other].ID() {
-		t.Fatalf("after the leader changed the stream is to %x, want the new leader %x", n.indexStream.lead, c.servers[other].ID())
+	if to, _ := current(); to != c.servers[other].ID() {
+		t.Fatalf("after the leader changed the stream is to %x, want the new leader %x", to, c.servers[other].ID())
 	}
 
 	// The old leader refuses, and the stream to it stays open.
@@ -220,7 +228,7 @@ func TestIndexStreamFollowsTheLeader(t *testing.T) {
 	if !errors.Is(err, errNotLeader) {
 		t.Fatalf("asking the deposed leader: %v, want errNotLeader", err)
 	}
-	if n.indexStream.stream == nil || n.indexStream.lead != c.servers[lead].ID() {
+	if to, stream := current(); stream == nil || to != c.servers[lead].ID() {
 		t.Fatal("a refusal closed the stream")
 	}
 	ask(putIndex(other)) // and back to the leader
