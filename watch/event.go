@@ -92,6 +92,12 @@ type Request struct {
 	// PrevKV passes Event.PrevKV through; otherwise it is nil in delivered
 	// events.
 	PrevKV bool
+	// NoProgress: the watcher gets no progress notifications, from the
+	// timer or from Hub.Progress. For a consumer that only waits for a
+	// change (Hub.Wait sets it): a notification would wake it for
+	// nothing, and 10,000 blocking reads would be woken 1,000 times a
+	// second.
+	NoProgress bool
 	// BufferSize caps the events buffered for this watcher before it is cut
 	// loose (0: Config.WatcherBuffer). The events of one index are never
 	// split, so a buffer that was empty accepts one index of any size.
@@ -129,6 +135,7 @@ const (
 	optNoPut
 	optNoDelete
 	optPrevKV
+	optNoProgress
 )
 
 // matchOpts reports whether an event passes the watcher's key and type

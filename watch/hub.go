@@ -234,6 +234,9 @@ func (h *Hub) watch(ctx context.Context, req Request) (*Watcher, error) {
 	if req.PrevKV {
 		w.opts |= optPrevKV
 	}
+	if req.NoProgress {
+		w.opts |= optNoProgress
+	}
 	s := h.shards[(h.rr.Add(1)-1)%uint64(len(h.shards))]
 	w.s = s
 
@@ -357,6 +360,7 @@ func (h *Hub) Wait(ctx context.Context, req Request, timeout time.Duration) (Wai
 	if err := ctx.Err(); err != nil {
 		return WaitResult{}, err
 	}
+	req.NoProgress = true
 	w, err := h.watch(nil, req)
 	var ce *CompactedError
 	if errors.As(err, &ce) {
@@ -387,7 +391,8 @@ func (h *Hub) Wait(ctx context.Context, req Request, timeout time.Duration) (Wai
 		case len(b.Events) > 0:
 			return WaitResult{Index: b.Index, Changed: true}, nil
 		}
-		// A progress notification: keep waiting.
+		// NB: a batch without events would be a progress notification,
+		// which NoProgress keeps from this watcher; wait on regardless.
 	}
 }
 

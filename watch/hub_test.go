@@ -656,6 +656,36 @@ func TestProgressTimerSkipsWatchersThatHeard(t *testing.T) {
 	next(b, true, 5)
 }
 
+// TestNoProgress: a NoProgress watcher is told nothing by timer rounds or
+// Hub.Progress, while a plain watcher of the same quiet key is; it still
+// gets its events.
+func TestNoProgress(t *testing.T) {
+	ctx := testCtx(t)
+	h := newManualHub(t, watch.Config{Shards: 2, ProgressInterval: -1})
+	plain, err := h.Watch(ctx, watch.Request{Key: "quiet"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent, err := h.Watch(ctx, watch.Request{Key: "quiet", NoProgress: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Publish(1, []watch.Event{put("busy", "1")})
+	h.TimerRounds(watch.ProgressSlices)
+	h.Progress()
+	if b, err := plain.Next(doneCtx); err != nil || !b.IsProgress() || b.Index != 1 {
+		t.Fatalf("plain watcher: got %s, %v; want progress index=1", formatBatch(b), err)
+	}
+	if b, err := silent.Next(doneCtx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("NoProgress watcher: got %s, %v; want nothing pending", formatBatch(b), err)
+	}
+	h.Publish(2, []watch.Event{put("quiet", "2")})
+	h.Sync()
+	if b, err := silent.Next(doneCtx); err != nil || len(b.Events) != 1 || b.Index != 2 {
+		t.Fatalf("NoProgress watcher: got %s, %v; want the put at 2", formatBatch(b), err)
+	}
+}
+
 // TestProgressTimerRoundsAreSliced: one timer round visits one slice of
 // the watchers, so a round's notifications are a sixteenth of an
 // interval's; every quiet watcher is told once per interval.

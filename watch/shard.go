@@ -435,7 +435,7 @@ func (s *shard) tick(mode uint32, fired uint64) {
 		}
 		w.mu.Lock()
 		occ.Observe(float64(len(w.buf)) / float64(w.capacity))
-		if heard := max(w.told, w.after); len(w.buf) == 0 && w.err == nil && !w.progress && heard < processed && heard <= cutoff {
+		if heard := max(w.told, w.after); w.opts&optNoProgress == 0 && len(w.buf) == 0 && w.err == nil && !w.progress && heard < processed && heard <= cutoff {
 			w.progress = true
 			s.queueWake(w)
 		}
