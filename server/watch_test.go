@@ -400,10 +400,13 @@ func TestWatchGroupedResync(t *testing.T) {
 // The sparse case is the other half of bench-watch's load: 1,000 streams
 // over 10 connections, 10 exact watchers per stream and no prefix
 // watcher, written at 2,000 writes/s, so each stream sees an event about
-// every half second and every delivery is a message of its own.
+// every half second and every delivery is a message of its own. The
+// prefix case is the half that costs more: 100 watchers of the whole
+// prefix, one per stream, at 1,000 writes/s, so each stream is busy.
 func BenchmarkWatchFanout(b *testing.B) {
 	dense := fanoutShape{streams: 100, conns: 2, keys: 1000, exact: 10_000, prefixes: 10}
 	sparse := fanoutShape{streams: 1000, conns: 10, keys: 1000, exact: 10_000, rate: 2000}
+	prefix := fanoutShape{streams: 100, conns: 10, keys: 10_000, prefixes: 100, rate: 1000}
 	for _, tc := range []struct {
 		name     string
 		shape    fanoutShape
@@ -415,6 +418,7 @@ func BenchmarkWatchFanout(b *testing.B) {
 		{"grid=2ms", dense, true, 2 * time.Millisecond},
 		{"grid=5ms", dense, true, 5 * time.Millisecond},
 		{"sparse", sparse, true, DefaultConfig().WatchDeliveryInterval},
+		{"prefix", prefix, true, DefaultConfig().WatchDeliveryInterval},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			benchWatchFanout(b, tc.shape, tc.watchers, tc.interval)
@@ -434,7 +438,7 @@ func benchWatchFanout(b *testing.B, shape fanoutShape, watchers bool, interval t
 	streams, conns, keys, exact, prefixes := shape.streams, shape.conns, shape.keys, shape.exact, shape.prefixes
 	c := newTestCluster(b, 1, func(cfg *Config) {
 		cfg.MaxWatchesPerConnection = exact + prefixes
-		cfg.MaxWatchesPerStream = exact
+		cfg.MaxWatchesPerStream = max(exact, prefixes)
 		cfg.WatchDeliveryInterval = interval
 	})
 	lead := c.waitLeader()
@@ -657,6 +661,19 @@ func TestWatchBusyDeliveryInterval(t *testing.T) {
 	}
 	if limit := int(elapsed/busy) + 3; msgs > limit {
 		t.Errorf("the busy stream sent %d messages in %v, want at most %d on a %v busy grid", msgs, elapsed, limit, busy)
+	}
+
+	// Once the writes stop, the busy stream's next timer round finds
+	// nothing and it goes back to waiting for events: a write well over a
+	// busy interval later arrives on the fine grid.
+	time.Sleep(busy + busy/2) // NB: what makes a stream quiet is time without sends
+	t0 := time.Now()
+	put(t, c.kv(lead), "busy/late", "v")
+	if ev := firehose.recv().Events; len(ev) != 1 || string(ev[0].Kv.Key) != "busy/late" {
+		t.Fatalf("the quiet firehose got %v, want the one write to busy/late", ev)
+	}
+	if lag := time.Since(t0); lag >= busy/4 {
+		t.Errorf("the firehose, quiet for %v, took %v for an event; want the fine grid", busy+busy/2, lag)
 	}
 }
 
