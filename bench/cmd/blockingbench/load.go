@@ -138,7 +138,8 @@ func (w *writer) populate(ctx context.Context, nkeys int) error {
 // writeResult is what one phase's writes measured.
 type writeResult struct {
 	lat       []time.Duration // acknowledged window writes, from intended start, ascending
-	acked     int             // acknowledged writes, warm-up included
+	tail      harness.TailSpread
+	acked     int // acknowledged writes, warm-up included
 	errors    int
 	firstErr  error
 	writerCPU time.Duration // the writer child's CPU time during the phase
@@ -157,7 +158,7 @@ func runWrites(ctx context.Context, wr *harness.Writer, p *phase, q *queries) (w
 	if err != nil {
 		return writeResult{}, err
 	}
-	r := writeResult{lat: res.Latencies, errors: len(res.Failed)}
+	r := writeResult{lat: res.Latencies, tail: res.Tail, errors: len(res.Failed)}
 	if r.errors > 0 {
 		r.firstErr = errors.New(res.FirstErr)
 	}

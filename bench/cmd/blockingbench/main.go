@@ -267,8 +267,8 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 			total += d
 			members = append(members, role+"="+share(d))
 		}
-		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms server-cpu=%s(%s) writer-cpu=%s query-cpu=%s leader-index-calls/s=%.0f%s\n",
-			rep+1, *flagReps, label, r.acked, r.errors, ms(harness.Percentile(r.lat, 50)), ms(harness.Percentile(r.lat, 99)),
+		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms p99-spans=%s server-cpu=%s(%s) writer-cpu=%s query-cpu=%s leader-index-calls/s=%.0f%s\n",
+			rep+1, *flagReps, label, r.acked, r.errors, ms(harness.Percentile(r.lat, 50)), ms(harness.Percentile(r.lat, 99)), r.tail,
 			share(total), strings.Join(members, ","), share(r.writerCPU), share(r.queryCPU), (calls1-calls0)/time.Since(t0).Seconds(), note)
 		return r, nil
 	}

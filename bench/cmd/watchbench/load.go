@@ -323,7 +323,8 @@ func (w *watchers) close() {
 // phaseResult is what one phase measured.
 type phaseResult struct {
 	writeLat []time.Duration // acknowledged writes in the window, ascending
-	writes   int             // acknowledged writes, warm-up included
+	tail     harness.TailSpread
+	writes   int // acknowledged writes, warm-up included
 	errors   int
 	firstErr error
 	lag      []time.Duration // deliveries of window writes, ascending
@@ -351,7 +352,7 @@ func runPhase(ctx context.Context, id byte, wr *harness.Writer, w *watchers,
 	if err != nil {
 		return phaseResult{}, err
 	}
-	res := phaseResult{writeLat: wres.Latencies, errors: len(wres.Failed)}
+	res := phaseResult{writeLat: wres.Latencies, tail: wres.Tail, errors: len(wres.Failed)}
 	if len(wres.Failed) > 0 {
 		res.firstErr = errors.New(wres.FirstErr)
 	}

@@ -308,6 +308,9 @@ func TestWriterChild(t *testing.T) {
 			t.Errorf("phase %d: %d latencies (sorted %v, first %v), want %d sorted, none negative",
 				id, len(r.Latencies), slices.IsSorted(r.Latencies), r.Latencies[0], timed)
 		}
+		if r.Tail != (TailSpread{Windows: 1, Of: 1}) {
+			t.Errorf("phase %d: tail spread %v, want 1/1 (a 50 ms window is one span)", id, r.Tail)
+		}
 		if !strings.HasSuffix(r.FirstErr, fmt.Sprintf("of phase %d refused", id)) {
 			t.Errorf("phase %d: first error %q, want a refused write of this phase", id, r.FirstErr)
 		}
@@ -334,5 +337,37 @@ func TestBaseline(t *testing.T) {
 	// pooled: median of 3 4 5 6 7 9; strict: median of 5 3 7.
 	if pooled != 5.5 || strict != 5 {
 		t.Errorf("Baseline = %v, %v; want 5.5, 5", pooled, strict)
+	}
+}
+
+// TestTailSpread: the slowest 2% of a phase's writes (so the p99 is
+// theirs) in one stall fall in two spans; the same number spread out
+// fall in every span.
+func TestTailSpread(t *testing.T) {
+	p := WritePhase{Period: time.Millisecond, WarmN: 10, TotalN: 1010} // 1 s timed: 10 spans
+	for _, tc := range []struct {
+		name string
+		slow func(seq int) bool
+		want TailSpread
+	}{
+		// seqs 500-519: 490-509 ms into the window, spans 4 and 5.
+		{"one stall", func(seq int) bool { return seq >= 500 && seq < 520 }, TailSpread{Windows: 2, Of: 10}},
+		{"spread", func(seq int) bool { return seq%50 == 25 }, TailSpread{Windows: 10, Of: 10}},
+	} {
+		var seqs []int
+		var lats []time.Duration
+		for seq := p.WarmN; seq < p.TotalN; seq++ {
+			lat := time.Millisecond
+			if tc.slow(seq) {
+				lat = 50 * time.Millisecond
+			}
+			seqs, lats = append(seqs, seq), append(lats, lat)
+		}
+		if got := tailSpread(p, seqs, lats); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if got := tailSpread(p, nil, nil); got != (TailSpread{Of: 10}) {
+		t.Errorf("no writes: %v, want 0/10", got)
 	}
 }

@@ -54,6 +54,43 @@ type WriteResult struct {
 	Latencies []time.Duration `json:"latencies"` // acknowledged writes from WarmN on, ascending
 	Failed    []int           `json:"failed"`    // writes not acknowledged, ascending
 	FirstErr  string          `json:"first_err,omitempty"`
+	Tail      TailSpread      `json:"tail"`
+}
+
+// TailWindow is the span TailSpread cuts a timed window into.
+const TailWindow = 100 * time.Millisecond
+
+// TailSpread says whether a phase's slowest writes came in a few stalls or
+// all along: how many of the timed window's TailWindow spans (by intended
+// start) hold a write at or over the p99. A handful out of a hundred is a
+// few stalls (a GC, a disk flush) that set the p99; most of them is a
+// slowdown of every write.
+type TailSpread struct {
+	Windows int `json:"windows"` // spans holding a write at or over the p99
+	Of      int `json:"of"`      // spans in the timed window
+}
+
+// String is "K/N", as run lines print it.
+func (t TailSpread) String() string { return fmt.Sprintf("%d/%d", t.Windows, t.Of) }
+
+// tailSpread is p's TailSpread for timed writes seqs[i] (WarmN on) that
+// took lats[i].
+func tailSpread(p WritePhase, seqs []int, lats []time.Duration) TailSpread {
+	sorted := slices.Sorted(slices.Values(lats))
+	p99 := Percentile(sorted, 99)
+	span := func(seq int) int { return int(time.Duration(seq-p.WarmN) * p.Period / TailWindow) }
+	t := TailSpread{Of: span(p.TotalN-1) + 1}
+	if len(lats) == 0 {
+		return t
+	}
+	seen := map[int]bool{}
+	for i, lat := range lats {
+		if lat >= p99 {
+			seen[span(seqs[i])] = true
+		}
+	}
+	t.Windows = len(seen)
+	return t
 }
 
 // Acked reports whether write seq was acknowledged.
@@ -75,6 +112,7 @@ const WriteWorkers = 256
 func RunWrites(ctx context.Context, p WritePhase, write WriteFunc) (WriteResult, error) {
 	var next atomic.Int64
 	lats := make([][]time.Duration, WriteWorkers)
+	seqs := make([][]int, WriteWorkers) // seqs[wi][i] took lats[wi][i]
 	failed := make([][]int, WriteWorkers)
 	var firstErr atomic.Pointer[error]
 	var wg sync.WaitGroup
@@ -101,6 +139,7 @@ func RunWrites(ctx context.Context, p WritePhase, write WriteFunc) (WriteResult,
 					firstErr.CompareAndSwap(nil, &err)
 				case seq >= p.WarmN:
 					lats[wi] = append(lats[wi], lat)
+					seqs[wi] = append(seqs[wi], seq)
 				}
 			}
 		})
@@ -110,10 +149,13 @@ func RunWrites(ctx context.Context, p WritePhase, write WriteFunc) (WriteResult,
 		return WriteResult{}, err
 	}
 	var r WriteResult
+	var timed []int
 	for wi := range WriteWorkers {
 		r.Latencies = append(r.Latencies, lats[wi]...)
+		timed = append(timed, seqs[wi]...)
 		r.Failed = append(r.Failed, failed[wi]...)
 	}
+	r.Tail = tailSpread(p, timed, r.Latencies)
 	slices.Sort(r.Latencies)
 	slices.Sort(r.Failed)
 	if e := firstErr.Load(); e != nil {
