@@ -308,7 +308,7 @@ func TestWriterChild(t *testing.T) {
 			t.Errorf("phase %d: %d latencies (sorted %v, first %v), want %d sorted, none negative",
 				id, len(r.Latencies), slices.IsSorted(r.Latencies), r.Latencies[0], timed)
 		}
-		if r.Tail != (TailSpread{Windows: 1, Of: 1}) {
+		if r.Tail != (TailSpread{Spans: 1, Of: 1}) {
 			t.Errorf("phase %d: tail spread %v, want 1/1 (a 50 ms window is one span)", id, r.Tail)
 		}
 		if !strings.HasSuffix(r.FirstErr, fmt.Sprintf("of phase %d refused", id)) {
@@ -351,8 +351,8 @@ func TestTailSpread(t *testing.T) {
 		want TailSpread
 	}{
 		// seqs 500-519: 490-509 ms into the window, spans 4 and 5.
-		{"one stall", func(seq int) bool { return seq >= 500 && seq < 520 }, TailSpread{Windows: 2, Of: 10}},
-		{"spread", func(seq int) bool { return seq%50 == 25 }, TailSpread{Windows: 10, Of: 10}},
+		{"one stall", func(seq int) bool { return seq >= 500 && seq < 520 }, TailSpread{Spans: 2, Of: 10}},
+		{"spread", func(seq int) bool { return seq%50 == 25 }, TailSpread{Spans: 10, Of: 10}},
 	} {
 		var seqs []int
 		var lats []time.Duration

@@ -57,28 +57,28 @@ type WriteResult struct {
 	Tail      TailSpread      `json:"tail"`
 }
 
-// TailWindow is the span TailSpread cuts a timed window into.
-const TailWindow = 100 * time.Millisecond
+// TailSpan is the span TailSpread cuts a timed window into.
+const TailSpan = 100 * time.Millisecond
 
 // TailSpread says whether a phase's slowest writes came in a few stalls or
-// all along: how many of the timed window's TailWindow spans (by intended
+// all along: how many of the timed window's TailSpan spans (by intended
 // start) hold a write at or over the p99. A handful out of a hundred is a
 // few stalls (a GC, a disk flush) that set the p99; most of them is a
 // slowdown of every write.
 type TailSpread struct {
-	Windows int `json:"windows"` // spans holding a write at or over the p99
-	Of      int `json:"of"`      // spans in the timed window
+	Spans int `json:"spans"` // spans holding a write at or over the p99
+	Of    int `json:"of"`    // spans in the timed window
 }
 
 // String is "K/N", as run lines print it.
-func (t TailSpread) String() string { return fmt.Sprintf("%d/%d", t.Windows, t.Of) }
+func (t TailSpread) String() string { return fmt.Sprintf("%d/%d", t.Spans, t.Of) }
 
 // tailSpread is p's TailSpread for timed writes seqs[i] (WarmN on) that
 // took lats[i].
 func tailSpread(p WritePhase, seqs []int, lats []time.Duration) TailSpread {
 	sorted := slices.Sorted(slices.Values(lats))
 	p99 := Percentile(sorted, 99)
-	span := func(seq int) int { return int(time.Duration(seq-p.WarmN) * p.Period / TailWindow) }
+	span := func(seq int) int { return int(time.Duration(seq-p.WarmN) * p.Period / TailSpan) }
 	t := TailSpread{Of: span(p.TotalN-1) + 1}
 	if len(lats) == 0 {
 		return t
@@ -89,7 +89,7 @@ func tailSpread(p WritePhase, seqs []int, lats []time.Duration) TailSpread {
 			seen[span(seqs[i])] = true
 		}
 	}
-	t.Windows = len(seen)
+	t.Spans = len(seen)
 	return t
 }
 
