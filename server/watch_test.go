@@ -646,9 +646,11 @@ func TestWatchBusyDeliveryInterval(t *testing.T) {
 			t.Errorf("quiet stream %d: the event took %v while another stream was busy; want the fine grid, well under the %v busy grid", i, lag, busy)
 		}
 	}
+	var lastRecv time.Time
 	for len(evs) < n {
 		evs = append(evs, firehose.recv().Events...)
 		msgs++
+		lastRecv = time.Now()
 	}
 	elapsed := time.Since(start)
 	if err := <-written; err != nil {
@@ -663,17 +665,20 @@ func TestWatchBusyDeliveryInterval(t *testing.T) {
 		t.Errorf("the busy stream sent %d messages in %v, want at most %d on a %v busy grid", msgs, elapsed, limit, busy)
 	}
 
-	// Once the writes stop, the busy stream's next timer round finds
-	// nothing and it goes back to waiting for events: a write well over a
-	// busy interval later arrives on the fine grid.
-	time.Sleep(busy + busy/2) // NB: what makes a stream quiet is time without sends
+	// A stream is busy while its last message is under a busy interval
+	// old, so once the writes stop it is quiet again from lastRecv+busy on
+	// (the server sent that message before the client got it): a write
+	// then arrives on the fine grid. NB: the wait is the condition itself,
+	// time without sends.
+	quietFrom := lastRecv.Add(busy)
+	time.Sleep(time.Until(quietFrom))
 	t0 := time.Now()
 	put(t, c.kv(lead), "busy/late", "v")
 	if ev := firehose.recv().Events; len(ev) != 1 || string(ev[0].Kv.Key) != "busy/late" {
 		t.Fatalf("the quiet firehose got %v, want the one write to busy/late", ev)
 	}
 	if lag := time.Since(t0); lag >= busy/4 {
-		t.Errorf("the firehose, quiet for %v, took %v for an event; want the fine grid", busy+busy/2, lag)
+		t.Errorf("the firehose, quiet since %v, took %v for an event; want the fine grid", quietFrom.Format(time.StampMilli), lag)
 	}
 }
 
