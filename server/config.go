@@ -108,6 +108,11 @@ type Config struct {
 	// MaxBlockingWait caps (and is the default for) how long a blocking
 	// read waits for a change. Default 5m, as Consul.
 	MaxBlockingWait time.Duration
+	// NoParking keeps every waiting Consul blocking query on its own
+	// goroutines, as net/http serves it, instead of parking it without
+	// one (server/httppark): an escape hatch, and the comparison
+	// make bench-blocking draws.
+	NoParking bool
 
 	// Catalog tunes the catalog, sessions and the agent role of this
 	// server (CatalogConfig).

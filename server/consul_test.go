@@ -12,6 +12,7 @@ import (
 	"time"
 
 	consul "github.com/hashicorp/consul/api"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // consulClient returns the official Consul Go client pointed at a member.
@@ -171,9 +172,26 @@ func TestConsulCASCounter(t *testing.T) {
 
 // A blocking query returns on change; without one it returns after the
 // wait with the same index.
+// TestConsulBlockingQuery runs each blocking query both ways a server can
+// hold it: parked (server/httppark, the default) and on net/http's
+// goroutines (NoParking).
 func TestConsulBlockingQuery(t *testing.T) {
-	c := newTestCluster(t, 3)
-	kv := consulClient(t, c, c.follower()).KV()
+	for _, tc := range []struct {
+		name      string
+		noParking bool
+	}{{"parked", false}, {"goroutines", true}} {
+		t.Run(tc.name, func(t *testing.T) { testConsulBlockingQuery(t, tc.noParking) })
+	}
+}
+
+func testConsulBlockingQuery(t *testing.T, noParking bool) {
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.NoParking = noParking })
+	name := c.follower()
+	s := c.servers[name]
+	if (s.park == nil) != noParking {
+		t.Fatalf("NoParking=%v, but the server's lot is %v", noParking, s.park)
+	}
+	kv := consulClient(t, c, name).KV()
 	if _, err := kv.Put(&consul.KVPair{Key: "cfg", Value: []byte("v1")}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -201,6 +219,13 @@ func TestConsulBlockingQuery(t *testing.T) {
 		}
 		done <- p
 	}()
+	waitFor(t, 10*time.Second, func() bool {
+		var m dto.Metric
+		return s.sessionMetrics.blocking.WithLabelValues("http").Write(&m) == nil && m.GetGauge().GetValue() == 1
+	})
+	if !noParking && s.park.Stats().Parked != 1 {
+		t.Fatalf("waiting query not parked: %+v", s.park.Stats())
+	}
 	if _, err := kv.Put(&consul.KVPair{Key: "cfg", Value: []byte("v2")}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +236,12 @@ func TestConsulBlockingQuery(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("blocking query did not wake on change")
+	}
+	if noParking {
+		return
+	}
+	if st := s.park.Stats(); st.Resumed != 2 {
+		t.Fatalf("%+v: want both blocking queries answered from the lot", st)
 	}
 }
 

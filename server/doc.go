@@ -67,6 +67,11 @@
 // rejection into FailedPrecondition (HTTP: Consul's codes). Blocking reads
 // wait on the watch hub for the events of exactly what they read and
 // re-check the store's index for it on every wake-up (consulapi.Block).
+// On HTTP/1.1 the wait holds no goroutine: the request is parked
+// (server/httppark) as a hub watcher and a timer on its hijacked
+// connection, and run again to answer once it changed or timed out; the
+// lot then reads the connection's next blocking query itself and hands
+// anything else back to the http.Server. --no-parking turns that off.
 //
 // # Watch streams
 //

@@ -20,6 +20,7 @@ import (
 	"github.com/lodestone-kv/lodestone/internal/grpcopt"
 	"github.com/lodestone-kv/lodestone/raftlog"
 	"github.com/lodestone-kv/lodestone/server/consulapi"
+	"github.com/lodestone-kv/lodestone/server/httppark"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
 )
@@ -42,6 +43,8 @@ type Server struct {
 	gossip *serverGossip
 	// sessionMetrics count sessions and their TTL invalidations.
 	sessionMetrics *sessionMetrics
+	// park holds waiting Consul blocking queries (nil with NoParking).
+	park *httppark.Lot
 
 	peerLis, grpcLis, httpLis net.Listener
 	peerSrv, grpcSrv          *grpc.Server
@@ -164,13 +167,21 @@ func (s *Server) Start() {
 	lodestonepb.RegisterSessionServer(s.grpcSrv, &sessionService{s: s})
 
 	s.routeHTTP()
+	httpLis, handler := s.httpLis, s.admitHTTP(s.Mux)
+	if !s.cfg.NoParking {
+		// NB: resumed requests skip admission: they were admitted once.
+		s.park = httppark.New(httppark.Config{Hub: s.hub, Handler: handler, Resume: s.Mux, Context: s.ctx,
+			Logger: s.logger.With("component", "httppark")})
+		s.metrics.reg.MustRegister(s.park)
+		httpLis = s.park.Wrap(s.httpLis)
+	}
 	consulapi.New(consulBackend{s}, consulapi.Config{
 		MaxWait: s.cfg.MaxBlockingWait, Logger: s.logger.With("component", "consulapi"),
-		InFlight: s.sessionMetrics.blocking.WithLabelValues("http"),
+		InFlight: s.sessionMetrics.blocking.WithLabelValues("http"), Park: s.park,
 	}).Register(s.Mux)
 	// NB: requests run under the server's context, so Close ends blocking
 	// queries at once instead of Shutdown waiting out their wait.
-	s.httpSrv = &http.Server{Handler: s.admitHTTP(s.Mux), ReadHeaderTimeout: 10 * time.Second,
+	s.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return s.ctx }}
 
 	s.node.start()
@@ -182,7 +193,7 @@ func (s *Server) Start() {
 	s.serve("peer grpc", func() error { return s.peerSrv.Serve(s.peerLis) })
 	s.serve("client grpc", func() error { return s.grpcSrv.Serve(netutil.LimitListener(s.grpcLis, maxConns)) })
 	s.serve("http", func() error {
-		if err := s.httpSrv.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
+		if err := s.httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
 		return nil
@@ -320,6 +331,10 @@ func (s *Server) Close() error {
 				errs = append(errs, fmt.Errorf("stop http: %w", err))
 			}
 			cancel()
+		}
+		if s.park != nil {
+			// After the http.Server: it hands no connection back any more.
+			errs = append(errs, s.park.Close())
 		}
 		if s.peerSrv != nil {
 			// NB: peer streams never end by themselves; stop hard.

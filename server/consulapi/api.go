@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/server/httppark"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
 )
@@ -81,13 +82,17 @@ type Config struct {
 	Logger *slog.Logger
 	// InFlight, if set, counts blocking queries waiting right now.
 	InFlight prometheus.Gauge
+	// Park, if set, holds blocking queries while they wait instead of
+	// their goroutines (package httppark).
+	Park *httppark.Lot
 }
 
 // API is the HTTP handler set.
 type API struct {
-	b      Backend
-	cfg    Config
-	logger *slog.Logger
+	b        Backend
+	cfg      Config
+	logger   *slog.Logger
+	inFlight prometheus.Gauge // cfg.InFlight, or one nobody reads
 }
 
 // New returns the API over b.
@@ -99,7 +104,11 @@ func New(b Backend, cfg Config) *API {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &API{b: b, cfg: cfg, logger: logger}
+	inFlight := cfg.InFlight
+	if inFlight == nil {
+		inFlight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "unregistered"})
+	}
+	return &API{b: b, cfg: cfg, logger: logger, inFlight: inFlight}
 }
 
 // Register adds the API's routes to mux.
@@ -165,6 +174,9 @@ func badRequest(format string, args ...any) error {
 
 // writeError answers with Consul's plain-text error bodies and codes.
 func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errParked) {
+		return
+	}
 	code, msg := http.StatusInternalServerError, err.Error()
 	var he *httpError
 	var ie *store.InvalidError
@@ -261,16 +273,47 @@ func parseWait(s string) (time.Duration, error) {
 
 // blockOn waits, for a blocking query, until what d selects changes after
 // q.index or the wait elapses. Then the caller reads.
-func (a *API) blockOn(r *http.Request, q query, d Dep) error {
-	if q.index == 0 {
+//
+// A request the Park lot can take is parked instead (errParked): its
+// handler returns, and the lot runs it again once the wait is over, with
+// httppark.WaitOver true.
+func (a *API) blockOn(w http.ResponseWriter, r *http.Request, q query, d Dep) error {
+	if q.index == 0 || httppark.WaitOver(r.Context()) {
 		return nil
 	}
-	if a.cfg.InFlight != nil {
-		a.cfg.InFlight.Inc()
-		defer a.cfg.InFlight.Dec()
+	if a.cfg.Park.Parkable(r) {
+		if done, err := a.park(w, r, q, d); done {
+			return err
+		}
 	}
+	a.inFlight.Inc()
+	defer a.inFlight.Dec()
 	return Block(r.Context(), a.b.Hub(), a.b.Store(), d, q.index, q.wait)
 }
+
+// park parks r until d changes after q.index. done is false when the lot
+// could not take r: the caller then waits itself.
+func (a *API) park(w http.ResponseWriter, r *http.Request, q query, d Dep) (done bool, err error) {
+	req, changed := waitSpec(a.b.Store(), d, q.index)
+	if changed() {
+		return true, nil
+	}
+	a.inFlight.Inc()
+	ok, err := a.cfg.Park.Park(w, r, httppark.Wait{Watch: req, Changed: changed,
+		Deadline: time.Now().Add(jittered(q.wait)), Done: a.inFlight.Dec})
+	if ok {
+		return true, errParked
+	}
+	a.inFlight.Dec()
+	if errors.As(err, new(*watch.CompactedError)) {
+		return true, nil // NB: what it waited for is older than the hub holds: answer now
+	}
+	return err != nil, badWait(err)
+}
+
+// errParked is blockOn's answer for a parked request: its handler returns
+// without writing anything.
+var errParked = errors.New("consulapi: request parked")
 
 // read settles the read that follows by the request's consistency mode:
 // ?stale reads this server's state as it is, ?consistent pays a quorum

@@ -66,7 +66,14 @@ func Block(ctx context.Context, hub *watch.Hub, st *store.Store, d Dep, after ui
 	if after == 0 {
 		return nil
 	}
-	wait += rand.N(wait/16 + 1)
+	req, changed := waitSpec(st, d, after)
+	_, err := hub.WaitFor(ctx, req, jittered(wait), changed)
+	return badWait(err)
+}
+
+// waitSpec is what a blocking read after index after waits for: the hub
+// events that may change it, and the check that it did.
+func waitSpec(st *store.Store, d Dep, after uint64) (watch.Request, func() bool) {
 	// NB: start from the store's index read before the first check, not
 	// from the client's: a change at or below it is seen by that check,
 	// and the hub then replays nothing. Starting at after would replay the
@@ -74,7 +81,13 @@ func Block(ctx context.Context, hub *watch.Hub, st *store.Store, d Dep, after ui
 	// grows with the write rate times the wait (10k clients re-asking an
 	// old index made writes 10x slower).
 	req := watch.Request{Key: d.Key, Prefix: d.Prefix, StartIndex: max(after, st.Index())}
-	_, err := hub.WaitFor(ctx, req, wait, func() bool { return d.Index(st) > after })
+	return req, func() bool { return d.Index(st) > after }
+}
+
+// jittered adds up to 1/16 to wait, so synchronized clients spread out.
+func jittered(wait time.Duration) time.Duration { return wait + rand.N(wait/16+1) }
+
+func badWait(err error) error {
 	if errors.Is(err, watch.ErrBadRequest) {
 		return errors.Join(ErrBadWait, err)
 	}

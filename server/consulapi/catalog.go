@@ -182,19 +182,19 @@ func (a *API) catalogDeregister(w http.ResponseWriter, r *http.Request) error {
 // parse the query options, block on d, make the read consistent unless
 // ?stale. The caller then reads the store and calls setMeta with the
 // read's QueryMeta.Index.
-func (a *API) readDep(r *http.Request, d Dep) error {
+func (a *API) readDep(w http.ResponseWriter, r *http.Request, d Dep) error {
 	q, err := a.parseQuery(r)
 	if err != nil {
 		return err
 	}
-	if err := a.blockOn(r, q, d); err != nil {
+	if err := a.blockOn(w, r, q, d); err != nil {
 		return err
 	}
 	return a.read(r.Context(), q)
 }
 
 func (a *API) catalogServices(w http.ResponseWriter, r *http.Request) error {
-	if err := a.readDep(r, ServicesDep()); err != nil {
+	if err := a.readDep(w, r, ServicesDep()); err != nil {
 		return err
 	}
 	svcs, m := a.b.Store().Services()
@@ -209,7 +209,7 @@ func (a *API) catalogServices(w http.ResponseWriter, r *http.Request) error {
 
 func (a *API) catalogService(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("service")
-	if err := a.readDep(r, ServiceDep(name)); err != nil {
+	if err := a.readDep(w, r, ServiceDep(name)); err != nil {
 		return err
 	}
 	insts, m := a.b.Store().ServiceInstances(name, r.URL.Query()["tag"], false)
@@ -223,7 +223,7 @@ func (a *API) catalogService(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) catalogNodes(w http.ResponseWriter, r *http.Request) error {
-	if err := a.readDep(r, NodesDep()); err != nil {
+	if err := a.readDep(w, r, NodesDep()); err != nil {
 		return err
 	}
 	nodes, m := a.b.Store().Nodes()
@@ -238,7 +238,7 @@ func (a *API) catalogNodes(w http.ResponseWriter, r *http.Request) error {
 
 func (a *API) catalogNode(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("node")
-	if err := a.readDep(r, NodeDep(name)); err != nil {
+	if err := a.readDep(w, r, NodeDep(name)); err != nil {
 		return err
 	}
 	ns, m := a.b.Store().Node(name)
@@ -273,7 +273,7 @@ func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := a.readDep(r, ServiceDep(name)); err != nil {
+	if err := a.readDep(w, r, ServiceDep(name)); err != nil {
 		return err
 	}
 	hs, m := a.b.Store().HealthService(name, v["tag"], passing)
@@ -307,7 +307,7 @@ func boolParam(v map[string][]string, name string) (bool, error) {
 
 func (a *API) healthChecks(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("service")
-	if err := a.readDep(r, ServiceDep(name)); err != nil {
+	if err := a.readDep(w, r, ServiceDep(name)); err != nil {
 		return err
 	}
 	cs, m := a.b.Store().ServiceChecks(name)
@@ -318,7 +318,7 @@ func (a *API) healthChecks(w http.ResponseWriter, r *http.Request) error {
 
 func (a *API) healthNode(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("node")
-	if err := a.readDep(r, NodeDep(name)); err != nil {
+	if err := a.readDep(w, r, NodeDep(name)); err != nil {
 		return err
 	}
 	cs, m := a.b.Store().NodeChecks(name)
@@ -336,7 +336,7 @@ func (a *API) healthState(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("Invalid check state %q: use any, passing, warning or critical", state)
 		}
 	}
-	if err := a.readDep(r, ChecksDep()); err != nil {
+	if err := a.readDep(w, r, ChecksDep()); err != nil {
 		return err
 	}
 	cs, m := a.b.Store().ChecksInState(st)

@@ -70,7 +70,7 @@ func (a *API) kvGet(w http.ResponseWriter, r *http.Request, key string) error {
 	}
 	st := a.b.Store()
 	d := Dep{Key: key, Prefix: prefix, Index: func(s *store.Store) uint64 { return s.KVIndexFor([]byte(key), prefix) }}
-	if err := a.blockOn(r, q, d); err != nil {
+	if err := a.blockOn(w, r, q, d); err != nil {
 		return err
 	}
 	if err := a.read(r.Context(), q); err != nil {

@@ -182,7 +182,7 @@ func (a *API) sessionRenew(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) sessionInfo(w http.ResponseWriter, r *http.Request) error {
-	if err := a.readDep(r, SessionsDep()); err != nil {
+	if err := a.readDep(w, r, SessionsDep()); err != nil {
 		return err
 	}
 	se, m := a.b.Store().Session(r.PathValue("id"))
@@ -196,7 +196,7 @@ func (a *API) sessionInfo(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) sessionList(w http.ResponseWriter, r *http.Request) error {
-	if err := a.readDep(r, SessionsDep()); err != nil {
+	if err := a.readDep(w, r, SessionsDep()); err != nil {
 		return err
 	}
 	list, m := a.b.Store().Sessions()
@@ -206,7 +206,7 @@ func (a *API) sessionList(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) sessionNode(w http.ResponseWriter, r *http.Request) error {
-	if err := a.readDep(r, SessionsDep()); err != nil {
+	if err := a.readDep(w, r, SessionsDep()); err != nil {
 		return err
 	}
 	list, m := a.b.Store().NodeSessions(r.PathValue("node"))

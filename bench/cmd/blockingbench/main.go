@@ -38,6 +38,7 @@ var (
 	flagClientCPUs = flag.String("client-cpus", "0", `CPU list the load generator pins itself to ("" = no pinning)`)
 	flagQueryCPUs  = flag.String("query-member-cpus", "", `CPU list the members that serve the queries (-queries-on) move to once they are known ("" = stay on -server-cpus)`)
 	flagWriterCPUs = flag.String("writer-cpus", "", `CPU list for the writer process ("" = -client-cpus)`)
+	flagNoParking  = flag.Bool("no-parking", false, "run the servers with --no-parking: waiting queries hold their net/http goroutines, as before parking (for comparison)")
 	flagWorkDir    = flag.String("work-dir", "", "where the binary and data dirs go (default: the system temp dir)")
 	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep       = flag.Bool("keep", false, "keep the binary, data dirs and server logs")

@@ -1,0 +1,489 @@
+// Package httppark holds blocking HTTP/1.1 requests (Consul's blocking
+// queries) while they wait, without a goroutine, a request or net/http's
+// connection state per request.
+//
+// Waiting in its handler, a query holds two goroutines (the handler and
+// net/http's background reader of its connection) and the connection's
+// buffers: about 14 KB of heap and 12 KB of stack. The garbage collector
+// scans those stacks and pointers in every cycle, and on a busy core that
+// work stalls the writes the same server orders. A parked query is a hub
+// watcher, a timer and its connection, about 2.5 KB and no goroutine;
+// with 2,000 of them a GC cycle costs a third of the CPU
+// (BenchmarkConsulBlockingMemory in server/, both ways in one run).
+//
+// How it works:
+//
+//   - Park hijacks the connection of a request that must wait and
+//     subscribes to the hub with the Lot's shared watch.Ready list. The
+//     handler returns at once.
+//   - One goroutine serves the Ready list: a watcher with events asks its
+//     Wait.Changed, and a request whose answer changed is resumed. The
+//     deadline is a timer.
+//   - Resuming runs the server's handler again on a new goroutine, with
+//     WaitOver(ctx) true so it answers instead of waiting, and writes the
+//     answer on the connection in one piece.
+//   - That goroutine then reads the connection's next request (serve.go):
+//     a blocking query is run there and usually parks again; anything
+//     else, or a client quiet for Config.NextRequestWait, is handed back
+//     to the http.Server through the listener Wrap returned.
+//   - A sweep notices clients that went away while parked (a peek at the
+//     socket) and frees their state, as net/http's background reader would.
+//
+// Only what net/http would serve identically is parked: an HTTP/1.x GET
+// without a body. Anything else waits in its handler as before.
+package httppark
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lodestone-kv/lodestone/watch"
+)
+
+// Config sets up a Lot.
+type Config struct {
+	// Hub is what parked requests subscribe to.
+	Hub *watch.Hub
+	// Handler serves the requests the Lot reads itself: the blocking GETs
+	// that follow an answered one on its connection (the server's whole
+	// handler, admission included).
+	Handler http.Handler
+	// Resume serves a request once its wait is over (the server's
+	// handler after admission: the request was admitted once).
+	Resume http.Handler
+	// NextRequestWait is how long an answered connection is read for its
+	// client's next request before it goes back to the http.Server. Zero
+	// means 1s.
+	NextRequestWait time.Duration
+	// Context is the base of every resumed request's context; cancelling
+	// it does not end parked requests (Close does).
+	Context context.Context
+	// SweepInterval is how often parked connections are checked for
+	// clients that went away. Zero means 5s.
+	SweepInterval time.Duration
+	// WriteTimeout bounds writing one response. Zero means 10s.
+	WriteTimeout time.Duration
+	// Logger receives connection errors; nil discards.
+	Logger *slog.Logger
+}
+
+// Wait is what a parked request waits for.
+type Wait struct {
+	// Watch selects the events that may change the answer. Its Ready and
+	// NoProgress fields are set by Park.
+	Watch watch.Request
+	// Changed reports whether the answer changed; it is asked after
+	// events and must be cheap (see watch.Hub.WaitFor).
+	Changed func() bool
+	// Deadline is when the request is answered regardless.
+	Deadline time.Time
+	// Done, if set, is called once when the wait ends, however it ends.
+	Done func()
+}
+
+// Lot is the set of parked requests of one HTTP listener.
+type Lot struct {
+	cfg    Config
+	logger *slog.Logger
+	ready  *watch.Ready
+	fresh  chan *parked // just parked, for serveReady's first look
+
+	mu       sync.Mutex
+	byWatch  map[*watch.Watcher]*parked
+	closed   bool
+	listener *listener
+
+	resumed, gone, wakeups, sweeps atomic.Uint64
+	served, handedBack             atomic.Uint64
+
+	// serving are the connections serveConn reads now: Close interrupts them.
+	serving map[net.Conn]struct{}
+	readers sync.Pool // *bufio.Reader for serveConn
+	bufs    sync.Pool // *bytes.Buffer for responses
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+type parked struct {
+	w        *watch.Watcher
+	req      *http.Request
+	wait     Wait
+	conn     net.Conn
+	leftover []byte // what the client sent after the request
+	timer    *time.Timer
+}
+
+// New starts a Lot's goroutines; Close stops them.
+func New(cfg Config) *Lot {
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = 5 * time.Second
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.NextRequestWait <= 0 {
+		cfg.NextRequestWait = time.Second
+	}
+	if cfg.Context == nil {
+		cfg.Context = context.Background()
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	l := &Lot{cfg: cfg, logger: logger, ready: watch.NewReady(),
+		byWatch: make(map[*watch.Watcher]*parked), serving: make(map[net.Conn]struct{}),
+		fresh: make(chan *parked, 1024), stop: make(chan struct{})}
+	l.readers.New = func() any { return bufio.NewReaderSize(nil, headBytes) }
+	l.bufs.New = func() any { return new(bytes.Buffer) }
+	l.wg.Add(2)
+	go l.serveReady()
+	go l.sweepLoop()
+	return l
+}
+
+type waitOverKey struct{}
+
+// WaitOver reports whether ctx is a resumed request's: its wait is over
+// and the handler must answer now.
+func WaitOver(ctx context.Context) bool { return ctx.Value(waitOverKey{}) != nil }
+
+// Parkable reports whether Park could take r: an HTTP/1.x GET without a
+// body, on a Lot whose listener serves it. It does not look at w.
+func (l *Lot) Parkable(r *http.Request) bool {
+	if l == nil || r.ProtoMajor != 1 || r.Method != http.MethodGet ||
+		r.ContentLength != 0 || len(r.TransferEncoding) > 0 || r.Header.Get("Expect") != "" {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.closed && l.listener != nil
+}
+
+// Park takes over r until wt is over. It returns false, with nothing
+// changed, when r cannot be parked (see Parkable; or w cannot be
+// hijacked): the caller then waits itself. When it returns true the
+// handler must return without touching w. An error is the hub's refusal
+// of wt.Watch (a watch.ErrBadRequest, a *watch.CompactedError).
+func (l *Lot) Park(w http.ResponseWriter, r *http.Request, wt Wait) (bool, error) {
+	hj, ok := w.(http.Hijacker)
+	if !ok || !l.Parkable(r) {
+		return false, nil
+	}
+	wt.Watch.Ready = l.ready
+	wt.Watch.NoProgress = true
+	watcher, err := l.cfg.Hub.Watch(context.Background(), wt.Watch)
+	if err != nil {
+		return false, err
+	}
+	conn, rw, err := hj.Hijack()
+	if err != nil {
+		watcher.Close()
+		return false, nil
+	}
+	p := &parked{w: watcher, req: r, wait: wt, conn: conn}
+	if n := rw.Reader.Buffered(); n > 0 {
+		b, _ := rw.Reader.Peek(n) // NB: Peek of what is buffered cannot fail
+		p.leftover = bytes.Clone(b)
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		watcher.Close()
+		conn.Close()
+		if wt.Done != nil {
+			wt.Done()
+		}
+		return true, nil
+	}
+	l.byWatch[watcher] = p
+	// NB: armed under mu, so the timer's finish finds p registered.
+	p.timer = time.AfterFunc(time.Until(wt.Deadline), func() { l.finish(p) })
+	l.mu.Unlock()
+	// An event published since the watcher started may have been taken
+	// off the Ready list before p was registered, and would not be listed
+	// again: serveReady looks at every new watcher once.
+	select {
+	case l.fresh <- p:
+	case <-l.stop:
+	}
+	return true, nil
+}
+
+// Len is how many requests are parked.
+func (l *Lot) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.byWatch)
+}
+
+// Stats counts what a Lot did since New.
+type Stats struct {
+	Parked  int    // parked now
+	Resumed uint64 // answered
+	Gone    uint64 // dropped because the client hung up
+	Wakeups uint64 // Changed asked after events (Resumed of them, at most, found a change)
+	Sweeps  uint64 // sweeps for hung-up clients done
+	// Served counts the requests the Lot read itself on answered
+	// connections; HandedBack, the connections it gave back to the
+	// http.Server (a request it does not serve, or a quiet client).
+	Served, HandedBack uint64
+}
+
+// Stats returns the Lot's counters.
+func (l *Lot) Stats() Stats {
+	return Stats{Parked: l.Len(), Resumed: l.resumed.Load(), Gone: l.gone.Load(),
+		Wakeups: l.wakeups.Load(), Sweeps: l.sweeps.Load(), Served: l.served.Load(), HandedBack: l.handedBack.Load()}
+}
+
+// serveReady asks Changed for every parked request whose watcher has
+// events, and resumes those that changed.
+func (l *Lot) serveReady() {
+	defer l.wg.Done()
+	done, cancel := context.WithCancel(context.Background())
+	cancel() // Next with a done context polls
+	for {
+		select {
+		case <-l.stop:
+			return
+		case p := <-l.fresh:
+			l.check(done, p)
+		case <-l.ready.C():
+			for _, w := range l.ready.Take() {
+				l.mu.Lock()
+				p := l.byWatch[w]
+				l.mu.Unlock()
+				if p != nil { // NB: nil: finished meanwhile, or not yet registered (then fresh has it)
+					l.check(done, p)
+				}
+			}
+		}
+	}
+}
+
+// check resumes p if its watcher has events and its answer changed.
+func (l *Lot) check(done context.Context, p *parked) {
+	l.mu.Lock()
+	live := l.byWatch[p.w] == p
+	l.mu.Unlock()
+	if live && l.woken(done, p) {
+		l.wakeups.Add(1)
+		if p.wait.Changed() {
+			l.finish(p)
+		}
+	}
+}
+
+// woken drains p's watcher and reports whether it had anything to say:
+// events, or the end of the subscription (cut loose, compacted), after
+// which only an answer can follow.
+func (l *Lot) woken(done context.Context, p *parked) bool {
+	events := false
+	for {
+		b, err := p.w.Next(done)
+		switch {
+		case errors.Is(err, context.Canceled):
+			return events
+		case err != nil:
+			// NB: a subscription that ended cannot wake the request
+			// again; answering now, changed or not, is what Consul's
+			// clients expect of a wait cut short.
+			l.finish(p)
+			return false
+		case len(b.Events) > 0:
+			events = true
+		}
+	}
+}
+
+// finish ends p's wait, at most once, and answers it on a new goroutine.
+func (l *Lot) finish(p *parked) {
+	if !l.unpark(p) {
+		return
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		l.resume(p)
+	}()
+}
+
+// unpark removes p; only the first caller gets true and owns p.conn.
+func (l *Lot) unpark(p *parked) bool {
+	l.mu.Lock()
+	if l.byWatch[p.w] != p {
+		l.mu.Unlock()
+		return false
+	}
+	delete(l.byWatch, p.w)
+	l.mu.Unlock()
+	p.timer.Stop()
+	p.w.Close()
+	if p.wait.Done != nil {
+		p.wait.Done()
+	}
+	return true
+}
+
+// resume answers p, then serves its connection's next requests.
+func (l *Lot) resume(p *parked) {
+	l.resumed.Add(1)
+	req := p.req.WithContext(context.WithValue(l.cfg.Context, waitOverKey{}, true))
+	if keep, _ := l.answer(p.conn, nil, l.cfg.Resume, req); !keep {
+		p.conn.Close()
+		return
+	}
+	l.serveConn(p.conn, p.leftover)
+}
+
+// answer runs h for req and writes its response on c. br, if set, is
+// what the handler may hijack with c (to park again). keep reports
+// whether c is still open for another request; parked, that h took c.
+func (l *Lot) answer(c net.Conn, br *bufio.Reader, h http.Handler, req *http.Request) (keep, parked bool) {
+	rec := &recorder{header: make(http.Header), conn: c, br: br}
+	h.ServeHTTP(rec, req)
+	if rec.hijacked {
+		return false, true
+	}
+	keep = req.ProtoAtLeast(1, 1) && !req.Close
+	buf := l.bufs.Get().(*bytes.Buffer)
+	defer l.bufs.Put(buf)
+	buf.Reset()
+	rec.writeTo(buf, req, keep)
+	err := c.SetWriteDeadline(time.Now().Add(l.cfg.WriteTimeout))
+	if err == nil {
+		_, err = c.Write(buf.Bytes())
+	}
+	if err == nil {
+		err = c.SetWriteDeadline(time.Time{})
+	}
+	if err != nil {
+		l.logger.Debug("parked request: writing the answer", "remote", c.RemoteAddr().String(), "err", err)
+		return false, false
+	}
+	return keep, false
+}
+
+// Close answers nothing more: it closes every parked connection (their
+// clients retry, as after a server restart) and stops the Lot's
+// goroutines. The http.Server is shut down first by its owner.
+func (l *Lot) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	ps := make([]*parked, 0, len(l.byWatch))
+	for _, p := range l.byWatch {
+		ps = append(ps, p)
+	}
+	l.mu.Unlock()
+	for _, p := range ps {
+		if l.unpark(p) {
+			p.conn.Close()
+		}
+	}
+	l.mu.Lock()
+	for c := range l.serving {
+		c.SetReadDeadline(time.Unix(1, 0)) // NB: wakes serveConn, which then finds the Lot closed
+	}
+	l.mu.Unlock()
+	close(l.stop)
+	if l.listener != nil {
+		l.listener.Close()
+	}
+	l.wg.Wait()
+	return nil
+}
+
+// recorder is the ResponseWriter of the requests the Lot runs: the
+// answer is small (one read's result) and is written in one piece. With
+// a connection, the handler may hijack it, to park the request again.
+type recorder struct {
+	header   http.Header
+	code     int
+	body     bytes.Buffer
+	conn     net.Conn
+	br       *bufio.Reader
+	hijacked bool
+}
+
+func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if r.br == nil || r.hijacked || r.code != 0 {
+		return nil, nil, http.ErrNotSupported
+	}
+	r.hijacked = true
+	// NB: Park reads only what the reader holds; the writer is a token.
+	return r.conn, bufio.NewReadWriter(r.br, bufio.NewWriterSize(r.conn, 16)), nil
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(b)
+}
+
+// writeTo writes an HTTP/1.1 response as net/http would for a handler
+// that wrote r's header and body: a Date, a Content-Type sniffed when the
+// handler set none, and a Content-Length.
+func (r *recorder) writeTo(w *bytes.Buffer, req *http.Request, keep bool) {
+	code := r.code
+	if code == 0 {
+		code = http.StatusOK
+	}
+	h := r.header
+	if h.Get("Date") == "" {
+		h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
+	}
+	bodyAllowed := code >= 200 && code != http.StatusNoContent && code != http.StatusNotModified
+	if bodyAllowed {
+		if h.Get("Content-Type") == "" && r.body.Len() > 0 {
+			h.Set("Content-Type", http.DetectContentType(r.body.Bytes()))
+		}
+		h.Set("Content-Length", strconv.Itoa(r.body.Len()))
+	}
+	if !keep {
+		h.Set("Connection", "close")
+	}
+	fmt.Fprintf(w, "HTTP/1.1 %03d %s\r\n", code, http.StatusText(code))
+	h.Write(w) // NB: a bytes.Buffer's Write does not fail
+	w.WriteString("\r\n")
+	if bodyAllowed && req.Method != http.MethodHead {
+		w.Write(r.body.Bytes())
+	}
+}
+
+// leftoverConn is a handed-back connection whose client had already sent
+// more (a pipelined request): its reads return that first.
+type leftoverConn struct {
+	net.Conn
+	pending []byte
+}
+
+func (c *leftoverConn) Read(b []byte) (int, error) {
+	if len(c.pending) == 0 {
+		return c.Conn.Read(b)
+	}
+	n := copy(b, c.pending)
+	c.pending = c.pending[n:]
+	return n, nil
+}

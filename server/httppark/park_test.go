@@ -1,0 +1,384 @@
+package httppark_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/lodestone-kv/lodestone/server/httppark"
+	"github.com/lodestone-kv/lodestone/watch"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// rig is a real http.Server on loopback whose GET /wait parks until the
+// key "k" changes (changed is set and an event published) or ?ms elapses.
+type rig struct {
+	hub     *watch.Hub
+	lot     *httppark.Lot
+	srv     *http.Server
+	addr    string
+	changed atomic.Bool
+	index   atomic.Uint64
+	done    atomic.Int64 // Wait.Done calls
+	handled atomic.Int64 // handler runs that did not park
+}
+
+func newRig(t *testing.T, sweep time.Duration) *rig {
+	return newRigWith(t, httppark.Config{SweepInterval: sweep, NextRequestWait: 5 * time.Second})
+}
+
+func newRigWith(t *testing.T, cfg httppark.Config) *rig {
+	t.Helper()
+	hub, err := watch.New(watch.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{hub: hub}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /wait", r.wait)
+	mux.HandleFunc("PUT /put", func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		fmt.Fprintf(w, "put %s", body)
+	})
+	cfg.Hub, cfg.Handler, cfg.Resume = hub, mux, mux
+	r.lot = httppark.New(cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.addr = ln.Addr().String()
+	r.srv = &http.Server{Handler: mux}
+	served := make(chan error, 1)
+	go func() { served <- r.srv.Serve(r.lot.Wrap(ln)) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := r.srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		// NB: a test that closed the Lot first closed the listener under Serve.
+		if err := <-served; err != http.ErrServerClosed && !errors.Is(err, net.ErrClosed) {
+			t.Errorf("serve: %v", err)
+		}
+		if err := r.lot.Close(); err != nil {
+			t.Errorf("close lot: %v", err)
+		}
+		if err := hub.Close(); err != nil {
+			t.Errorf("close hub: %v", err)
+		}
+	})
+	return r
+}
+
+func (r *rig) wait(w http.ResponseWriter, req *http.Request) {
+	_, force := req.URL.Query()["force"] // park even if changed: the hub replays what came after start
+	if httppark.WaitOver(req.Context()) || (r.changed.Load() && !force) {
+		r.handled.Add(1)
+		fmt.Fprintf(w, "changed=%v", r.changed.Load())
+		return
+	}
+	ms := 10_000
+	fmt.Sscan(req.URL.Query().Get("ms"), &ms)
+	start := r.index.Load()
+	fmt.Sscan(req.URL.Query().Get("start"), &start)
+	ok, err := r.lot.Park(w, req, httppark.Wait{
+		Watch:    watch.Request{Key: "k", StartIndex: start},
+		Changed:  r.changed.Load,
+		Deadline: time.Now().Add(time.Duration(ms) * time.Millisecond),
+		Done:     func() { r.done.Add(1) },
+	})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	if !ok {
+		http.Error(w, "not parked", http.StatusTeapot)
+	}
+}
+
+// publish puts key at the next index; with change, Changed reports true
+// from then on (set before the event, as the store is applied before
+// the hub hears of it).
+func (r *rig) publish(key string, change bool) {
+	if change {
+		r.changed.Store(true)
+	}
+	i := r.index.Add(1)
+	r.hub.Publish(i, []watch.Event{{Type: watch.Put, KV: watch.KeyValue{Key: key, ModifyIndex: i}}})
+}
+
+// eventually polls cond for up to 5s: parking and answering happen on
+// other goroutines, so the tests wait for the state they then assert.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+type result struct {
+	body   string
+	reused bool
+	err    error
+}
+
+func get(client *http.Client, url string) <-chan result {
+	out := make(chan result, 1)
+	go func() {
+		var reused bool
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+			GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused },
+		})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			out <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("status %s: %s", resp.Status, b)
+		}
+		out <- result{body: string(b), reused: reused, err: err}
+	}()
+	return out
+}
+
+func newClient(t *testing.T) *http.Client {
+	tr := &http.Transport{MaxIdleConnsPerHost: 1}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+func TestParkedRequestAnswersOnChangeAndKeepsItsConnection(t *testing.T) {
+	r := newRig(t, time.Hour)
+	client := newClient(t)
+	first := get(client, "http://"+r.addr+"/wait")
+	eventually(t, "the request to park", func() bool { return r.lot.Len() == 1 })
+
+	// An event that Changed does not confirm wakes the request, which
+	// goes back to waiting.
+	r.publish("k", false)
+	eventually(t, "the wake-up", func() bool { return r.lot.Stats().Wakeups == 1 })
+	if n := r.lot.Len(); n != 1 {
+		t.Fatalf("after an unconfirmed event: %d parked, want 1", n)
+	}
+
+	r.publish("k", true)
+	res := <-first
+	if res.err != nil || res.body != "changed=true" {
+		t.Fatalf("answer: %+v, want changed=true", res)
+	}
+	if r.lot.Len() != 0 || r.done.Load() != 1 {
+		t.Fatalf("after the answer: %d parked, %d Done calls; want 0 and 1", r.lot.Len(), r.done.Load())
+	}
+	// The Lot reads the connection's next request itself.
+	next := <-get(client, "http://"+r.addr+"/wait")
+	if next.err != nil || !next.reused || next.body != "changed=true" {
+		t.Fatalf("next request: %+v, want an answer on the reused connection", next)
+	}
+	if st := r.lot.Stats(); st.Served != 1 || st.HandedBack != 0 {
+		t.Fatalf("after the next request: %+v, want it served by the Lot", st)
+	}
+}
+
+// TestQuietConnectionGoesBackToTheServer: a client that sends nothing
+// for NextRequestWait after an answer is served by the http.Server from
+// then on, on the same connection.
+func TestQuietConnectionGoesBackToTheServer(t *testing.T) {
+	r := newRigWith(t, httppark.Config{SweepInterval: time.Hour, NextRequestWait: 20 * time.Millisecond})
+	client := newClient(t)
+	first := get(client, "http://"+r.addr+"/wait")
+	eventually(t, "the request to park", func() bool { return r.lot.Len() == 1 })
+	r.publish("k", true)
+	if res := <-first; res.err != nil {
+		t.Fatal(res.err)
+	}
+	eventually(t, "the hand-back", func() bool { return r.lot.Stats().HandedBack == 1 })
+	next := <-get(client, "http://"+r.addr+"/wait")
+	if next.err != nil || !next.reused || next.body != "changed=true" {
+		t.Fatalf("next request: %+v, want an answer on the reused connection", next)
+	}
+	if st := r.lot.Stats(); st.Served != 0 {
+		t.Fatalf("%+v: the Lot served a request after handing its connection back", st)
+	}
+}
+
+func TestParkedRequestAnswersAtItsDeadline(t *testing.T) {
+	r := newRig(t, time.Hour)
+	start := time.Now()
+	res := <-get(newClient(t), "http://"+r.addr+"/wait?ms=100")
+	if res.err != nil || res.body != "changed=false" {
+		t.Fatalf("answer: %+v, want changed=false", res)
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Fatalf("answered after %v, before the 100ms deadline", d)
+	}
+	if r.done.Load() != 1 {
+		t.Fatalf("Done called %d times, want 1", r.done.Load())
+	}
+}
+
+// TestParkedClientGoneIsSwept: a client that hangs up while parked is
+// freed by the sweep, without waiting for its deadline.
+func TestParkedClientGoneIsSwept(t *testing.T) {
+	r := newRig(t, 20*time.Millisecond)
+	c, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, "GET /wait HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the request to park", func() bool { return r.lot.Len() == 1 })
+	c.Close()
+	eventually(t, "the sweep to free it", func() bool { return r.lot.Len() == 0 })
+	if st := r.lot.Stats(); st.Gone != 1 || st.Resumed != 0 || r.done.Load() != 1 {
+		t.Fatalf("after the hang-up: %+v, %d Done calls; want 1 gone, none resumed, 1 Done", st, r.done.Load())
+	}
+	if r.done.Load() != 1 {
+		t.Fatalf("Done called %d times, want 1", r.done.Load())
+	}
+}
+
+// TestPipelinedRequestFollowsTheParkedOne: what the client sent after the
+// parked request is served, in order, once it is answered.
+func TestPipelinedRequestFollowsTheParkedOne(t *testing.T) {
+	r := newRig(t, 20*time.Millisecond)
+	c, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET /wait HTTP/1.1\r\nHost: x\r\n\r\n"+
+		"PUT /put HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the request to park", func() bool { return r.lot.Len() == 1 })
+	sweeps := r.lot.Stats().Sweeps
+	eventually(t, "two more sweeps", func() bool { return r.lot.Stats().Sweeps >= sweeps+2 })
+	if r.lot.Len() != 1 {
+		t.Fatal("a sweep took pipelined data for a closed connection")
+	}
+	r.publish("k", true)
+	br := bufio.NewReader(c)
+	for _, want := range []string{"changed=true", "put hello"} {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(b) != want {
+			t.Fatalf("response %q (%v), want %q", b, err, want)
+		}
+	}
+}
+
+func TestParkRefusesWhatItCannotReplay(t *testing.T) {
+	r := newRig(t, time.Hour)
+	for _, tc := range []struct{ method, body, proto string }{
+		{http.MethodPost, "x", "HTTP/1.1"},
+		{http.MethodGet, "x", "HTTP/1.1"}, // a GET with a body
+	} {
+		req, _ := http.NewRequest(tc.method, "http://"+r.addr+"/wait", strings.NewReader(tc.body))
+		if r.lot.Parkable(req) {
+			t.Errorf("%s with a %d-byte body: parkable", tc.method, len(tc.body))
+		}
+	}
+	h2 := &http.Request{Method: http.MethodGet, ProtoMajor: 2}
+	if r.lot.Parkable(h2) {
+		t.Error("an HTTP/2 request: parkable")
+	}
+	var none *httppark.Lot
+	if none.Parkable(&http.Request{Method: http.MethodGet, ProtoMajor: 1}) {
+		t.Error("a nil Lot: parkable")
+	}
+}
+
+// TestCloseEndsParkedRequests: Close hangs up on parked clients, calls
+// their Done, and leaves no goroutine (TestMain checks).
+func TestCloseEndsParkedRequests(t *testing.T) {
+	r := newRig(t, time.Hour)
+	res := get(newClient(t), "http://"+r.addr+"/wait")
+	eventually(t, "the request to park", func() bool { return r.lot.Len() == 1 })
+	if err := r.lot.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-res; got.err == nil {
+		t.Fatalf("parked request answered %q after Close, want a hang-up", got.body)
+	}
+	if r.done.Load() != 1 {
+		t.Fatalf("Done called %d times, want 1", r.done.Load())
+	}
+}
+
+// TestLotReadsAHeadSentInPieces: the Lot's own read of a connection's
+// next request waits for the whole head, however the client splits it.
+func TestLotReadsAHeadSentInPieces(t *testing.T) {
+	r := newRig(t, time.Hour)
+	c, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	if _, err := io.WriteString(c, "GET /wait HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the request to park", func() bool { return r.lot.Len() == 1 })
+	r.publish("k", true)
+	for i, pieces := range [][]string{nil, {"GET /wait HTTP/1.1\r\nHo", "st: x\r", "\n\r\n"}} {
+		for _, p := range pieces {
+			if _, err := io.WriteString(c, p); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(5 * time.Millisecond) // NB: separate segments, not a guess at timing: any split must work
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(b) != "changed=true" {
+			t.Fatalf("response %d: %q (%v)", i, b, err)
+		}
+	}
+	if st := r.lot.Stats(); st.Served != 1 {
+		t.Fatalf("%+v: want the second request served by the Lot", st)
+	}
+}
+
+// TestEventBeforeParkingWakes: an event the hub replays as the watcher
+// starts (after the request's index, before the Lot registered the
+// request) answers it at once, not at its deadline.
+func TestEventBeforeParkingWakes(t *testing.T) {
+	r := newRig(t, time.Hour)
+	r.publish("k", true)
+	start := time.Now()
+	res := <-get(newClient(t), "http://"+r.addr+"/wait?force&start=0&ms=30000")
+	if res.err != nil || res.body != "changed=true" {
+		t.Fatalf("answer: %+v", res)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("answered after %v: the replayed event was missed until the deadline", d)
+	}
+}

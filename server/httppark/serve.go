@@ -1,0 +1,166 @@
+package httppark
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+)
+
+// headBytes bounds the request head serveConn reads itself; a longer one
+// goes to the http.Server, which has its own limit.
+const headBytes = 4096
+
+// serveConn serves the requests that follow an answered one on its
+// connection, as net/http would, with two differences: it reads only
+// blocking-query shaped requests (a bodiless HTTP/1.1 GET) and hands the
+// connection back to the http.Server for anything else, or when the
+// client says nothing for NextRequestWait; and it keeps no state of its
+// own while the request it runs is parked. Handing every answered
+// connection straight back instead cost a new net/http connection (8 KB
+// of buffers) per answer: at 2,000 answers a second that doubled the
+// server's allocation rate and so its GC cycles.
+func (l *Lot) serveConn(c net.Conn, leftover []byte) {
+	var src net.Conn = c
+	if len(leftover) > 0 {
+		src = &leftoverConn{Conn: c, pending: leftover}
+	}
+	if !l.track(c) {
+		c.Close()
+		return
+	}
+	defer l.untrack(c)
+	br := l.readers.Get().(*bufio.Reader)
+	br.Reset(src)
+	defer func() {
+		br.Reset(nil)
+		l.readers.Put(br)
+	}()
+	for {
+		req, err := l.nextRequest(c, br)
+		var back *handBackError
+		switch {
+		case errors.As(err, &back):
+			if !l.handBack(c, unread(br, src)) {
+				c.Close()
+				return
+			}
+			l.handedBack.Add(1)
+			return
+		case err != nil:
+			c.Close()
+			return
+		}
+		l.served.Add(1)
+		keep, parked := l.answer(src, br, l.cfg.Handler, req)
+		if parked {
+			return // NB: Park copied what br holds
+		}
+		if !keep {
+			c.Close()
+			return
+		}
+	}
+}
+
+// handBackError: the next request is for the http.Server; nothing of it
+// was consumed.
+type handBackError struct{ why string }
+
+func (e *handBackError) Error() string { return "hand back: " + e.why }
+
+// nextRequest reads the client's next request if serveConn may serve it.
+func (l *Lot) nextRequest(c net.Conn, br *bufio.Reader) (*http.Request, error) {
+	select {
+	case <-l.stop:
+		return nil, &handBackError{"closing"}
+	default:
+	}
+	if err := c.SetReadDeadline(time.Now().Add(l.cfg.NextRequestWait)); err != nil {
+		return nil, err
+	}
+	head, err := peekHead(br)
+	if derr := c.SetReadDeadline(time.Time{}); derr != nil {
+		return nil, derr
+	}
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return nil, &handBackError{"quiet client"}
+	case errors.Is(err, bufio.ErrBufferFull):
+		return nil, &handBackError{"long head"}
+	case err != nil:
+		return nil, err
+	case !bodilessGET(head):
+		return nil, &handBackError{"not a bodiless GET"}
+	}
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return nil, err
+	}
+	req.RemoteAddr = c.RemoteAddr().String()
+	return req.WithContext(l.cfg.Context), nil
+}
+
+// peekHead returns the request head, through its blank line, without
+// consuming it.
+func peekHead(br *bufio.Reader) ([]byte, error) {
+	for {
+		b, _ := br.Peek(br.Buffered()) // NB: Peek of what is buffered cannot fail
+		if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
+			return b[:i+4], nil
+		}
+		if len(b) == br.Size() {
+			return nil, bufio.ErrBufferFull
+		}
+		// Wait for more.
+		if _, err := br.Peek(len(b) + 1); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// bodilessGET reports whether head is an HTTP/1.1 GET with nothing that
+// would make net/http treat it differently from how serveConn does: no
+// body, no Expect, no Upgrade.
+func bodilessGET(head []byte) bool {
+	line, _, _ := bytes.Cut(head, []byte("\r\n"))
+	if !bytes.HasPrefix(line, []byte("GET ")) || !bytes.HasSuffix(line, []byte(" HTTP/1.1")) {
+		return false
+	}
+	lower := bytes.ToLower(head)
+	for _, h := range []string{"\r\ncontent-length:", "\r\ntransfer-encoding:", "\r\nexpect:", "\r\nupgrade:"} {
+		if bytes.Contains(lower, []byte(h)) {
+			return false
+		}
+	}
+	return true
+}
+
+// unread is what the client sent that nobody consumed yet.
+func unread(br *bufio.Reader, src net.Conn) []byte {
+	b, _ := br.Peek(br.Buffered()) // NB: Peek of what is buffered cannot fail
+	out := bytes.Clone(b)
+	if lc, ok := src.(*leftoverConn); ok {
+		out = append(out, lc.pending...)
+	}
+	return out
+}
+
+func (l *Lot) track(c net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.serving[c] = struct{}{}
+	return true
+}
+
+func (l *Lot) untrack(c net.Conn) {
+	l.mu.Lock()
+	delete(l.serving, c)
+	l.mu.Unlock()
+}

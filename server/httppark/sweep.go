@@ -1,0 +1,34 @@
+package httppark
+
+import "time"
+
+// sweepLoop frees the parked requests whose clients went away. net/http
+// learns that from the connection's background read; a parked connection
+// has no reader, so every SweepInterval each one is peeked at instead: a
+// closed or reset connection is let go, one with data waiting (a
+// pipelined request) is left for net/http to read once handed back.
+func (l *Lot) sweepLoop() {
+	defer l.wg.Done()
+	t := time.NewTicker(l.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		ps := make([]*parked, 0, len(l.byWatch))
+		for _, p := range l.byWatch {
+			ps = append(ps, p)
+		}
+		l.mu.Unlock()
+		for _, p := range ps {
+			if gone(p.conn) && l.unpark(p) {
+				l.gone.Add(1)
+				p.conn.Close()
+			}
+		}
+		l.sweeps.Add(1)
+	}
+}
