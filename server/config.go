@@ -75,6 +75,11 @@ type Config struct {
 	// MaxConnections bounds concurrent client connections on the gRPC
 	// listener. Default 10000; 0 means the default.
 	MaxConnections int
+	// MaxHTTPConnections bounds concurrent connections on the HTTP
+	// listener (the Consul API, /metrics): a Consul client holds one per
+	// blocking query. At the limit, new connections wait to be accepted.
+	// Default 20000; 0 means the default.
+	MaxHTTPConnections int
 	// MaxStreamsPerConnection bounds concurrent RPCs per client connection.
 	// Default 1000.
 	MaxStreamsPerConnection uint32
@@ -167,6 +172,7 @@ func DefaultConfig() Config {
 		MaxBatchProposals:         1024,
 		MaxRequestBytes:           4 << 20,
 		MaxConnections:            10000,
+		MaxHTTPConnections:        20000,
 		MaxStreamsPerConnection:   1000,
 		Limits:                    store.DefaultLimits(),
 		Watch:                     watch.DefaultConfig(),

@@ -45,6 +45,8 @@ type Server struct {
 	sessionMetrics *sessionMetrics
 	// park holds waiting Consul blocking queries (nil with NoParking).
 	park *httppark.Lot
+	// httpConns limits the HTTP listener's connections.
+	httpConns *connLimit
 
 	peerLis, grpcLis, httpLis net.Listener
 	peerSrv, grpcSrv          *grpc.Server
@@ -167,13 +169,22 @@ func (s *Server) Start() {
 	lodestonepb.RegisterSessionServer(s.grpcSrv, &sessionService{s: s})
 
 	s.routeHTTP()
-	httpLis, handler := s.httpLis, s.admitHTTP(s.Mux)
+	maxHTTP := s.cfg.MaxHTTPConnections
+	if maxHTTP <= 0 {
+		maxHTTP = DefaultConfig().MaxHTTPConnections
+	}
+	s.httpConns = newConnLimit(s.httpLis, maxHTTP)
+	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lodestone_http_connections", Help: "Open connections on the HTTP listener (at most --max-http-connections).",
+	}, func() float64 { return float64(s.httpConns.Open()) }))
+	var httpLis net.Listener = s.httpConns
+	handler := s.admitHTTP(s.Mux)
 	if !s.cfg.NoParking {
 		// NB: resumed requests skip admission: they were admitted once.
 		s.park = httppark.New(httppark.Config{Hub: s.hub, Handler: handler, Resume: s.Mux, Context: s.ctx,
 			Logger: s.logger.With("component", "httppark")})
 		s.metrics.reg.MustRegister(s.park)
-		httpLis = s.park.Wrap(s.httpLis)
+		httpLis = s.park.Wrap(httpLis)
 	}
 	consulapi.New(consulBackend{s}, consulapi.Config{
 		MaxWait: s.cfg.MaxBlockingWait, Logger: s.logger.With("component", "consulapi"),

@@ -4,12 +4,21 @@ package httppark
 
 import (
 	"errors"
+	"net"
 	"syscall"
 )
 
 // gone reports whether c's peer closed or reset it, by a non-blocking
 // peek at its socket. A connection that is not a socket is never gone.
 func gone(c any) bool {
+	// NB: see through wrappers (a connection limit's, tls.Conn) to the socket.
+	for {
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		c = u.NetConn()
+	}
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return false

@@ -61,7 +61,9 @@ func newRigWith(t *testing.T, cfg httppark.Config) *rig {
 	r.addr = ln.Addr().String()
 	r.srv = &http.Server{Handler: mux}
 	served := make(chan error, 1)
-	go func() { served <- r.srv.Serve(r.lot.Wrap(ln)) }()
+	// NB: wrapped, as a connection limit wraps them, so the sweep must see
+	// through to the socket.
+	go func() { served <- r.srv.Serve(r.lot.Wrap(wrappingListener{ln})) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -382,3 +384,17 @@ func TestEventBeforeParkingWakes(t *testing.T) {
 		t.Fatalf("answered after %v: the replayed event was missed until the deadline", d)
 	}
 }
+
+type wrappingListener struct{ net.Listener }
+
+func (l wrappingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return wrappedConn{c}, nil
+}
+
+type wrappedConn struct{ net.Conn }
+
+func (c wrappedConn) NetConn() net.Conn { return c.Conn }

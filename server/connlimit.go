@@ -1,0 +1,65 @@
+package server
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+)
+
+// connLimit is a listener that holds at most n connections open: Accept
+// waits for a slot, as netutil.LimitListener's does, and a connection's
+// Close frees its slot. Its connections expose the socket underneath
+// (NetConn), which httppark's sweep peeks at; netutil's hide it.
+type connLimit struct {
+	net.Listener
+	slots     chan struct{} // NB: a waiting Accept holds one too
+	open      atomic.Int64
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func newConnLimit(l net.Listener, n int) *connLimit {
+	return &connLimit{Listener: l, slots: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+func (l *connLimit) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	l.open.Add(1)
+	return &limitedConn{Conn: c, free: func() {
+		l.open.Add(-1)
+		<-l.slots
+	}}, nil
+}
+
+func (l *connLimit) Close() error {
+	err := l.Listener.Close()
+	l.closeOnce.Do(func() { close(l.done) })
+	return err
+}
+
+// Open is how many accepted connections are open.
+func (l *connLimit) Open() int { return int(l.open.Load()) }
+
+type limitedConn struct {
+	net.Conn
+	once sync.Once
+	free func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.free)
+	return err
+}
+
+// NetConn returns the connection underneath (as tls.Conn's does).
+func (c *limitedConn) NetConn() net.Conn { return c.Conn }

@@ -1,0 +1,65 @@
+package server
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestHTTPConnectionLimit: with --max-http-connections 2, a parked
+// blocking query and an idle connection fill the listener; a third
+// client is not served until one of them closes.
+func TestHTTPConnectionLimit(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) { cfg.MaxHTTPConnections = 2 })
+	s := c.servers[c.waitLeader()]
+	addr := s.HTTPAddr()
+
+	resp, err := http.Get("http://" + addr + "/v1/kv/limit/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	index := resp.Header.Get("X-Consul-Index")
+	// NB: that client's connection must not hold a slot.
+	http.DefaultClient.CloseIdleConnections()
+	waitFor(t, 10*time.Second, func() bool { return s.httpConns.Open() == 0 })
+
+	parked, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer parked.Close()
+	if _, err := fmt.Fprintf(parked, "GET /v1/kv/limit/k?index=%s&wait=5m HTTP/1.1\r\nHost: x\r\n\r\n", index); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return s.park.Len() == 1 })
+	idle, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return s.httpConns.Open() == 2 })
+
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 300 * time.Millisecond}
+	if resp, err := client.Get("http://" + addr + "/v1/status/leader"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a third connection was served over a limit of 2: %s", resp.Status)
+	}
+	idle.Close()
+	client.Timeout = 10 * time.Second
+	resp, err = client.Get("http://" + addr + "/v1/status/leader")
+	if err != nil {
+		t.Fatalf("after a slot was freed: %v", err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("after a slot was freed: %s, %v", resp.Status, err)
+	}
+	if n := s.park.Len(); n != 1 {
+		t.Fatalf("%d parked after the limit test, want the one query still waiting", n)
+	}
+}
