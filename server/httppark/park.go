@@ -42,6 +42,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -352,7 +353,9 @@ func (l *Lot) resume(p *parked) {
 // whether c is still open for another request; parked, that h took c.
 func (l *Lot) answer(c net.Conn, br *bufio.Reader, h http.Handler, req *http.Request) (keep, parked bool) {
 	rec := &recorder{header: make(http.Header), conn: c, br: br}
-	h.ServeHTTP(rec, req)
+	if !l.serve(h, rec, req) {
+		return false, rec.hijacked
+	}
 	if rec.hijacked {
 		return false, true
 	}
@@ -373,6 +376,22 @@ func (l *Lot) answer(c net.Conn, br *bufio.Reader, h http.Handler, req *http.Req
 		return false, false
 	}
 	return keep, false
+}
+
+// serve runs h as net/http would: a panic is logged with its stack and
+// costs only its connection (false), never the server.
+func (l *Lot) serve(h http.Handler, w http.ResponseWriter, req *http.Request) (ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			ok = false
+			if v != http.ErrAbortHandler {
+				l.logger.Error("panic serving a request", "remote", req.RemoteAddr, "uri", req.RequestURI,
+					"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			}
+		}
+	}()
+	h.ServeHTTP(w, req)
+	return true
 }
 
 // Close answers nothing more: it closes every parked connection (their

@@ -48,6 +48,12 @@ func newRigWith(t *testing.T, cfg httppark.Config) *rig {
 	r := &rig{hub: hub}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /wait", r.wait)
+	mux.HandleFunc("GET /panic", func(w http.ResponseWriter, req *http.Request) {
+		if httppark.WaitOver(req.Context()) {
+			panic("resumed handler fails")
+		}
+		r.wait(w, req)
+	})
 	mux.HandleFunc("PUT /put", func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
 		fmt.Fprintf(w, "put %s", body)
@@ -398,3 +404,17 @@ func (l wrappingListener) Accept() (net.Conn, error) {
 type wrappedConn struct{ net.Conn }
 
 func (c wrappedConn) NetConn() net.Conn { return c.Conn }
+
+// TestResumedHandlerPanicCostsItsConnection: a handler that panics when
+// the Lot resumes it loses its connection, as under net/http; the server
+// goes on.
+func TestResumedHandlerPanicCostsItsConnection(t *testing.T) {
+	r := newRig(t, time.Hour)
+	if res := <-get(newClient(t), "http://"+r.addr+"/panic?ms=10"); res.err == nil {
+		t.Fatalf("a panicking handler answered %q", res.body)
+	}
+	r.publish("k", true)
+	if res := <-get(newClient(t), "http://"+r.addr+"/wait"); res.err != nil || res.body != "changed=true" {
+		t.Fatalf("after the panic: %+v", res)
+	}
+}
