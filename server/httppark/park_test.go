@@ -31,23 +31,24 @@ type rig struct {
 	addr    string
 	changed atomic.Bool
 	index   atomic.Uint64
-	done    atomic.Int64 // Wait.Done calls
-	handled atomic.Int64 // handler runs that did not park
+	done    atomic.Int64  // Wait.Done calls
+	parkedC chan struct{} // BenchmarkParkCycle's handler parked
 }
 
-func newRig(t *testing.T, sweep time.Duration) *rig {
+func newRig(t testing.TB, sweep time.Duration) *rig {
 	return newRigWith(t, httppark.Config{SweepInterval: sweep, NextRequestWait: 5 * time.Second})
 }
 
-func newRigWith(t *testing.T, cfg httppark.Config) *rig {
+func newRigWith(t testing.TB, cfg httppark.Config) *rig {
 	t.Helper()
 	hub, err := watch.New(watch.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{hub: hub}
+	r := &rig{hub: hub, parkedC: make(chan struct{}, 1)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /wait", r.wait)
+	mux.HandleFunc("GET /cycle", r.cycle)
 	mux.HandleFunc("GET /panic", func(w http.ResponseWriter, req *http.Request) {
 		if httppark.WaitOver(req.Context()) {
 			panic("resumed handler fails")
@@ -93,7 +94,6 @@ func newRigWith(t *testing.T, cfg httppark.Config) *rig {
 func (r *rig) wait(w http.ResponseWriter, req *http.Request) {
 	_, force := req.URL.Query()["force"] // park even if changed: the hub replays what came after start
 	if httppark.WaitOver(req.Context()) || (r.changed.Load() && !force) {
-		r.handled.Add(1)
 		fmt.Fprintf(w, "changed=%v", r.changed.Load())
 		return
 	}
