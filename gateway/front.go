@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/lodestone-kv/lodestone/internal/peerclosed"
 )
 
 // The client side of the proxy listener. One goroutine per client
@@ -187,7 +189,7 @@ func (fc *frontConn) beginWatched(n int64) {
 }
 
 // watchTick runs in the timer's goroutine. When a request it also saw
-// running at the previous tick finds the client gone (clientGone), the
+// running at the previous tick finds the client gone (peerclosed.Closed), the
 // connection's context ends, which aborts the attempt (h1RoundTrip's
 // hook); otherwise it looks again in watchDelay, or disarms when no
 // request runs.
@@ -195,7 +197,7 @@ func (fc *frontConn) watchTick() {
 	for {
 		n := fc.watchReq.Load()
 		if n > 0 {
-			if fc.watchSeen.Swap(n) == n && clientGone(fc.c) {
+			if fc.watchSeen.Swap(n) == n && peerclosed.Closed(fc.c) {
 				fc.cancel()
 				return // NB: stays armed: the connection is ending
 			}
@@ -351,7 +353,7 @@ const (
 // connection is never read to find out whether the client sent anything:
 // such a read, right after the response went out, failed with EAGAIN for
 // most requests and cost a syscall and a park. Nothing else reads the
-// connection meanwhile: the client-gone watch only peeks (clientGone).
+// connection meanwhile: the client-gone watch only peeks (peerclosed.Closed).
 func (fc *frontConn) serveRaw(rc syscall.RawConn) frontStep {
 	step := fc.advance() // the first request's deadline
 	if step != stepWait {

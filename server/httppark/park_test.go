@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -141,20 +140,14 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 type result struct {
-	body   string
-	reused bool
-	err    error
+	body string
+	err  error
 }
 
 func get(client *http.Client, url string) <-chan result {
 	out := make(chan result, 1)
 	go func() {
-		var reused bool
-		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
-			GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused },
-		})
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := client.Do(req)
+		resp, err := client.Get(url)
 		if err != nil {
 			out <- result{err: err}
 			return
@@ -164,7 +157,7 @@ func get(client *http.Client, url string) <-chan result {
 		if err == nil && resp.StatusCode != http.StatusOK {
 			err = fmt.Errorf("status %s: %s", resp.Status, b)
 		}
-		out <- result{body: string(b), reused: reused, err: err}
+		out <- result{body: string(b), err: err}
 	}()
 	return out
 }
@@ -175,10 +168,51 @@ func newClient(t *testing.T) *http.Client {
 	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
 }
 
+// conn is one client connection that sends its requests itself, so the
+// tests know which connection each one used (a Transport may dial anew
+// while the last one is on its way back to its pool).
+type conn struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func dial(t *testing.T, addr string) *conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &conn{c: c, br: bufio.NewReader(c)}
+}
+
+// send writes a GET of path.
+func (c *conn) send(t *testing.T, path string) {
+	t.Helper()
+	if _, err := fmt.Fprintf(c.c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// answer reads one response and returns its body.
+func (c *conn) answer(t *testing.T) string {
+	t.Helper()
+	resp, err := http.ReadResponse(c.br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("response %s %q: %v", resp.Status, b, err)
+	}
+	return string(b)
+}
+
 func TestParkedRequestAnswersOnChangeAndKeepsItsConnection(t *testing.T) {
 	r := newRig(t, time.Hour)
-	client := newClient(t)
-	first := get(client, "http://"+r.addr+"/wait")
+	c := dial(t, r.addr)
+	c.send(t, "/wait")
 	eventually(t, "the request to park", func() bool { return r.lot.Len() == 1 })
 
 	// An event that Changed does not confirm wakes the request, which
@@ -190,17 +224,16 @@ func TestParkedRequestAnswersOnChangeAndKeepsItsConnection(t *testing.T) {
 	}
 
 	r.publish("k", true)
-	res := <-first
-	if res.err != nil || res.body != "changed=true" {
-		t.Fatalf("answer: %+v, want changed=true", res)
+	if body := c.answer(t); body != "changed=true" {
+		t.Fatalf("answer %q, want changed=true", body)
 	}
 	if r.lot.Len() != 0 || r.done.Load() != 1 {
 		t.Fatalf("after the answer: %d parked, %d Done calls; want 0 and 1", r.lot.Len(), r.done.Load())
 	}
 	// The Lot reads the connection's next request itself.
-	next := <-get(client, "http://"+r.addr+"/wait")
-	if next.err != nil || !next.reused || next.body != "changed=true" {
-		t.Fatalf("next request: %+v, want an answer on the reused connection", next)
+	c.send(t, "/wait")
+	if body := c.answer(t); body != "changed=true" {
+		t.Fatalf("next answer %q, want changed=true", body)
 	}
 	if st := r.lot.Stats(); st.Served != 1 || st.HandedBack != 0 {
 		t.Fatalf("after the next request: %+v, want it served by the Lot", st)
@@ -212,17 +245,15 @@ func TestParkedRequestAnswersOnChangeAndKeepsItsConnection(t *testing.T) {
 // then on, on the same connection.
 func TestQuietConnectionGoesBackToTheServer(t *testing.T) {
 	r := newRigWith(t, httppark.Config{SweepInterval: time.Hour, NextRequestWait: 20 * time.Millisecond})
-	client := newClient(t)
-	first := get(client, "http://"+r.addr+"/wait")
+	c := dial(t, r.addr)
+	c.send(t, "/wait")
 	eventually(t, "the request to park", func() bool { return r.lot.Len() == 1 })
 	r.publish("k", true)
-	if res := <-first; res.err != nil {
-		t.Fatal(res.err)
-	}
+	c.answer(t)
 	eventually(t, "the hand-back", func() bool { return r.lot.Stats().HandedBack == 1 })
-	next := <-get(client, "http://"+r.addr+"/wait")
-	if next.err != nil || !next.reused || next.body != "changed=true" {
-		t.Fatalf("next request: %+v, want an answer on the reused connection", next)
+	c.send(t, "/wait")
+	if body := c.answer(t); body != "changed=true" {
+		t.Fatalf("next answer %q, want changed=true", body)
 	}
 	if st := r.lot.Stats(); st.Served != 0 {
 		t.Fatalf("%+v: the Lot served a request after handing its connection back", st)

@@ -1,6 +1,10 @@
 package httppark
 
-import "time"
+import (
+	"time"
+
+	"github.com/lodestone-kv/lodestone/internal/peerclosed"
+)
 
 // sweepLoop frees the parked requests whose clients went away. net/http
 // learns that from the connection's background read; a parked connection
@@ -24,7 +28,7 @@ func (l *Lot) sweepLoop() {
 		}
 		l.mu.Unlock()
 		for _, p := range ps {
-			if gone(p.conn) && l.unpark(p) {
+			if peerclosed.Closed(p.conn) && l.unpark(p) {
 				l.gone.Add(1)
 				p.conn.Close()
 			}
