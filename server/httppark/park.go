@@ -408,6 +408,7 @@ func (l *Lot) Close() error {
 	for _, p := range l.byWatch {
 		ps = append(ps, p)
 	}
+	ln := l.listener
 	l.mu.Unlock()
 	for _, p := range ps {
 		if l.unpark(p) {
@@ -420,11 +421,12 @@ func (l *Lot) Close() error {
 	}
 	l.mu.Unlock()
 	close(l.stop)
-	if l.listener != nil {
-		l.listener.Close()
+	var err error
+	if ln != nil {
+		err = ln.Close() // NB: usually the http.Server's Shutdown closed it already (nil)
 	}
 	l.wg.Wait()
-	return nil
+	return err
 }
 
 // recorder is the ResponseWriter of the requests the Lot runs: the
