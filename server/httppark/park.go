@@ -472,20 +472,32 @@ func (r *recorder) writeTo(w *bytes.Buffer, req *http.Request, keep bool) {
 		code = http.StatusOK
 	}
 	h := r.header
-	if h.Get("Date") == "" {
-		h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
-	}
 	bodyAllowed := code >= 200 && code != http.StatusNoContent && code != http.StatusNotModified
+	if bodyAllowed && r.body.Len() > 0 && h.Get("Content-Type") == "" {
+		h.Set("Content-Type", http.DetectContentType(r.body.Bytes()))
+	}
+	// NB: the lot's own headers are appended, not Set: an answer a
+	// second is worth not allocating for.
+	h.Del("Content-Length")
+	h.Del("Connection")
+	w.WriteString("HTTP/1.1 ")
+	w.Write(strconv.AppendInt(w.AvailableBuffer(), int64(code), 10))
+	w.WriteByte(' ')
+	w.WriteString(http.StatusText(code))
+	w.WriteString("\r\n")
+	if h.Get("Date") == "" {
+		w.WriteString("Date: ")
+		w.Write(time.Now().UTC().AppendFormat(w.AvailableBuffer(), http.TimeFormat))
+		w.WriteString("\r\n")
+	}
 	if bodyAllowed {
-		if h.Get("Content-Type") == "" && r.body.Len() > 0 {
-			h.Set("Content-Type", http.DetectContentType(r.body.Bytes()))
-		}
-		h.Set("Content-Length", strconv.Itoa(r.body.Len()))
+		w.WriteString("Content-Length: ")
+		w.Write(strconv.AppendInt(w.AvailableBuffer(), int64(r.body.Len()), 10))
+		w.WriteString("\r\n")
 	}
 	if !keep {
-		h.Set("Connection", "close")
+		w.WriteString("Connection: close\r\n")
 	}
-	fmt.Fprintf(w, "HTTP/1.1 %03d %s\r\n", code, http.StatusText(code))
 	h.Write(w) // NB: a bytes.Buffer's Write does not fail
 	w.WriteString("\r\n")
 	if bodyAllowed && req.Method != http.MethodHead {

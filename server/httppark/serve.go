@@ -126,18 +126,24 @@ func peekHead(br *bufio.Reader) ([]byte, error) {
 // would make net/http treat it differently from how serveConn does: no
 // body, no Expect, no Upgrade.
 func bodilessGET(head []byte) bool {
-	line, _, _ := bytes.Cut(head, []byte("\r\n"))
+	line, rest, _ := bytes.Cut(head, []byte("\r\n"))
 	if !bytes.HasPrefix(line, []byte("GET ")) || !bytes.HasSuffix(line, []byte(" HTTP/1.1")) {
 		return false
 	}
-	lower := bytes.ToLower(head)
-	for _, h := range []string{"\r\ncontent-length:", "\r\ntransfer-encoding:", "\r\nexpect:", "\r\nupgrade:"} {
-		if bytes.Contains(lower, []byte(h)) {
-			return false
+	for len(rest) > 0 {
+		line, rest, _ = bytes.Cut(rest, []byte("\r\n"))
+		name, _, _ := bytes.Cut(line, []byte(":"))
+		for _, h := range notBodiless {
+			if bytes.EqualFold(name, h) {
+				return false
+			}
 		}
 	}
 	return true
 }
+
+// notBodiless are the headers that keep a GET from serveConn.
+var notBodiless = [][]byte{[]byte("Content-Length"), []byte("Transfer-Encoding"), []byte("Expect"), []byte("Upgrade")}
 
 // unread is what the client sent that nobody consumed yet.
 func unread(br *bufio.Reader, src net.Conn) []byte {
