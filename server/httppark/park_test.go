@@ -449,3 +449,25 @@ func TestResumedHandlerPanicCostsItsConnection(t *testing.T) {
 		t.Fatalf("after the panic: %+v", res)
 	}
 }
+
+// TestLotHandsBackAGetWithABodyHeader: a GET that declares a body, in
+// any letter case, goes to the http.Server, which serves it.
+func TestLotHandsBackAGetWithABodyHeader(t *testing.T) {
+	r := newRig(t, time.Hour)
+	c := dial(t, r.addr)
+	c.send(t, "/wait")
+	eventually(t, "the request to park", func() bool { return r.lot.Len() == 1 })
+	r.publish("k", true)
+	c.answer(t)
+	if _, err := io.WriteString(c.c, "GET /wait HTTP/1.1\r\nHost: x\r\ncONTENT-lENGTH: 0\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if body := c.answer(t); body != "changed=true" {
+		t.Fatalf("answer %q, want changed=true", body)
+	}
+	// NB: the lot counts a hand-back after the server took the connection.
+	eventually(t, "the hand-back count", func() bool { return r.lot.Stats().HandedBack == 1 })
+	if st := r.lot.Stats(); st.Served != 0 {
+		t.Fatalf("%+v: want the request handed back, not served by the lot", st)
+	}
+}
