@@ -512,6 +512,9 @@ type leftoverConn struct {
 	pending []byte
 }
 
+// NetConn returns the connection underneath, which the sweep peeks at.
+func (c *leftoverConn) NetConn() net.Conn { return c.Conn }
+
 func (c *leftoverConn) Read(b []byte) (int, error) {
 	if len(c.pending) == 0 {
 		return c.Conn.Read(b)

@@ -471,3 +471,27 @@ func TestLotHandsBackAGetWithABodyHeader(t *testing.T) {
 		t.Fatalf("%+v: want the request handed back, not served by the lot", st)
 	}
 }
+
+// TestPipelinedClientGoneIsSwept: a request the lot parked from a
+// connection it had held pipelined bytes of (so the connection is wrapped)
+// is still freed when its client hangs up.
+func TestPipelinedClientGoneIsSwept(t *testing.T) {
+	r := newRig(t, 20*time.Millisecond)
+	c := dial(t, r.addr)
+	// The second request parks whatever Changed says, from index 1: the
+	// index the first one's answer comes at.
+	if _, err := io.WriteString(c.c, "GET /wait HTTP/1.1\r\nHost: x\r\n\r\nGET /wait?force&start=1 HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the first request to park", func() bool { return r.lot.Len() == 1 })
+	r.publish("k", true)
+	if body := c.answer(t); body != "changed=true" {
+		t.Fatalf("first answer %q", body)
+	}
+	eventually(t, "the second request to park", func() bool { st := r.lot.Stats(); return st.Served == 1 && st.Parked == 1 })
+	c.c.Close()
+	eventually(t, "the sweep to free it", func() bool { return r.lot.Len() == 0 })
+	if st := r.lot.Stats(); st.Gone != 1 || st.Resumed != 1 {
+		t.Fatalf("%+v: want the second request gone, only the first resumed", st)
+	}
+}
