@@ -222,6 +222,18 @@ func (l *Lot) Park(w http.ResponseWriter, r *http.Request, wt Wait) (bool, error
 	return true, nil
 }
 
+// parkedNow is a snapshot of the parked requests, to go through without
+// holding mu.
+func (l *Lot) parkedNow() []*parked {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ps := make([]*parked, 0, len(l.byWatch))
+	for _, p := range l.byWatch {
+		ps = append(ps, p)
+	}
+	return ps
+}
+
 // Len is how many requests are parked.
 func (l *Lot) Len() int {
 	l.mu.Lock()
@@ -234,7 +246,7 @@ type Stats struct {
 	Parked  int    // parked now
 	Resumed uint64 // answered
 	Gone    uint64 // dropped because the client hung up
-	Wakeups uint64 // Changed asked after events (Resumed of them, at most, found a change)
+	Wakeups uint64 // Changed asked after events, whether or not it found a change
 	Sweeps  uint64 // sweeps for hung-up clients done
 	// Served counts the requests the Lot read itself on answered
 	// connections; HandedBack, the connections it gave back to the
@@ -286,9 +298,9 @@ func (l *Lot) check(done context.Context, p *parked) {
 	}
 }
 
-// woken drains p's watcher and reports whether it had anything to say:
-// events, or the end of the subscription (cut loose, compacted), after
-// which only an answer can follow.
+// woken drains p's watcher and reports whether it had events. A
+// subscription that ended (cut loose, compacted) cannot wake p again, so
+// woken answers p itself and reports false.
 func (l *Lot) woken(done context.Context, p *parked) bool {
 	events := false
 	for {
@@ -404,13 +416,9 @@ func (l *Lot) Close() error {
 		return nil
 	}
 	l.closed = true
-	ps := make([]*parked, 0, len(l.byWatch))
-	for _, p := range l.byWatch {
-		ps = append(ps, p)
-	}
 	ln := l.listener
 	l.mu.Unlock()
-	for _, p := range ps {
+	for _, p := range l.parkedNow() {
 		if l.unpark(p) {
 			p.conn.Close()
 		}

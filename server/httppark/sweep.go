@@ -21,13 +21,7 @@ func (l *Lot) sweepLoop() {
 			return
 		case <-t.C:
 		}
-		l.mu.Lock()
-		ps := make([]*parked, 0, len(l.byWatch))
-		for _, p := range l.byWatch {
-			ps = append(ps, p)
-		}
-		l.mu.Unlock()
-		for _, p := range ps {
+		for _, p := range l.parkedNow() {
 			if peerclosed.Closed(p.conn) && l.unpark(p) {
 				l.gone.Add(1)
 				p.conn.Close()
