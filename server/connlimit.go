@@ -6,10 +6,11 @@ import (
 	"sync/atomic"
 )
 
-// connLimit is a listener that holds at most n connections open: Accept
-// waits for a slot, as netutil.LimitListener's does, and a connection's
-// Close frees its slot. Its connections expose the socket underneath
-// (NetConn), which httppark's sweep peeks at; netutil's hide it.
+// connLimit is a listener that holds at most n connections open (the
+// client gRPC and HTTP listeners'): Accept waits for a slot, as
+// netutil.LimitListener's does, and a connection's Close frees its slot.
+// Its connections expose the socket underneath (NetConn), which
+// httppark's sweep peeks at; netutil's hide it.
 type connLimit struct {
 	net.Listener
 	slots     chan struct{} // NB: a waiting Accept holds one too
@@ -63,3 +64,11 @@ func (c *limitedConn) Close() error {
 
 // NetConn returns the connection underneath (as tls.Conn's does).
 func (c *limitedConn) NetConn() net.Conn { return c.Conn }
+
+// positiveOr is v, or def when v is not positive (a limit left unset).
+func positiveOr(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
+}

@@ -1,12 +1,20 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
 
 // TestHTTPConnectionLimit: with --max-http-connections 2, a parked
@@ -61,5 +69,43 @@ func TestHTTPConnectionLimit(t *testing.T) {
 	}
 	if n := s.park.Len(); n != 1 {
 		t.Fatalf("%d parked after the limit test, want the one query still waiting", n)
+	}
+}
+
+// TestGRPCConnectionLimit: with --max-connections 1, a second client's
+// request waits while the first client's connection is open, and is
+// served once it closes (the same connLimit as the HTTP listener's).
+func TestGRPCConnectionLimit(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) { cfg.MaxConnections = 1 })
+	addr := c.servers[c.waitLeader()].GRPCAddr()
+	get := func(conn *grpc.ClientConn, within time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		_, err := lodestonepb.NewKVClient(conn).Get(ctx, &lodestonepb.GetRequest{Key: []byte("k")})
+		return err
+	}
+	dial := func() *grpc.ClientConn {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	// NB: the harness's own client holds no connection to this listener
+	// before a test asks it for one.
+	first := dial()
+	if err := get(first, 10*time.Second); err != nil {
+		t.Fatalf("first client: %v", err)
+	}
+	second := dial()
+	defer second.Close()
+	if err := get(second, 300*time.Millisecond); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("second client over a limit of 1: %v, want DeadlineExceeded", err)
+	}
+	// The second client's connection waits in the listen queue, and is
+	// accepted once the first one's slot is free.
+	first.Close()
+	if err := get(second, 10*time.Second); err != nil {
+		t.Fatalf("second client after the first closed: %v", err)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
@@ -169,11 +168,7 @@ func (s *Server) Start() {
 	lodestonepb.RegisterSessionServer(s.grpcSrv, &sessionService{s: s})
 
 	s.routeHTTP()
-	maxHTTP := s.cfg.MaxHTTPConnections
-	if maxHTTP <= 0 {
-		maxHTTP = DefaultConfig().MaxHTTPConnections
-	}
-	s.httpConns = newConnLimit(s.httpLis, maxHTTP)
+	s.httpConns = newConnLimit(s.httpLis, positiveOr(s.cfg.MaxHTTPConnections, DefaultConfig().MaxHTTPConnections))
 	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "lodestone_http_connections", Help: "Open connections on the HTTP listener (at most --max-http-connections).",
 	}, func() float64 { return float64(s.httpConns.Open()) }))
@@ -197,12 +192,9 @@ func (s *Server) Start() {
 
 	s.node.start()
 	s.startGossip()
-	maxConns := s.cfg.MaxConnections
-	if maxConns <= 0 {
-		maxConns = DefaultConfig().MaxConnections
-	}
+	grpcLis := newConnLimit(s.grpcLis, positiveOr(s.cfg.MaxConnections, DefaultConfig().MaxConnections))
 	s.serve("peer grpc", func() error { return s.peerSrv.Serve(s.peerLis) })
-	s.serve("client grpc", func() error { return s.grpcSrv.Serve(netutil.LimitListener(s.grpcLis, maxConns)) })
+	s.serve("client grpc", func() error { return s.grpcSrv.Serve(grpcLis) })
 	s.serve("http", func() error {
 		if err := s.httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
 			return err
