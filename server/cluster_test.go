@@ -403,7 +403,7 @@ func TestTransferLeader(t *testing.T) {
 func TestStatusAndHealth(t *testing.T) {
 	c := newTestCluster(t, 3)
 	lead := c.waitLeader()
-	put(t, c.kv(lead), "k", "v")
+	written := put(t, c.kv(lead), "k", "v").GetHeader().GetIndex()
 	st, err := c.cluster(lead).Status(ctxT(t), &lodestonepb.StatusRequest{})
 	if err != nil {
 		t.Fatalf("status: %v", err)
@@ -411,8 +411,12 @@ func TestStatusAndHealth(t *testing.T) {
 	if st.RaftState != "StateLeader" || st.LeaderName != lead || st.Term == 0 || st.CommitIndex == 0 {
 		t.Fatalf("status: state %s leader %q term %d commit %d", st.RaftState, st.LeaderName, st.Term, st.CommitIndex)
 	}
-	if st.Log.GetLastIndex() < st.CommitIndex || st.Log.GetFileBytes() == 0 {
-		t.Fatalf("log stats: %+v with commit %d", st.Log, st.CommitIndex)
+	// NB: not the commit index: with async storage writes the leader
+	// commits on its followers' acknowledgements while its own append of
+	// a later entry may still be on its way to disk (seen: commit 6, last
+	// index 5). An acknowledged write is in the log.
+	if st.Log.GetLastIndex() < written || st.Log.GetFileBytes() == 0 {
+		t.Fatalf("log stats: %+v, the acknowledged write at %d", st.Log, written)
 	}
 }
 
