@@ -249,6 +249,22 @@ func TestParkedRequestAnswersOnChangeAndKeepsItsConnection(t *testing.T) {
 // TestQuietConnectionGoesBackToTheServer: a client that sends nothing
 // for NextRequestWait after an answer is served by the http.Server from
 // then on, on the same connection.
+func TestIdleWorkerResumesTheNextRequest(t *testing.T) {
+	r := newRig(t, time.Hour)
+	for i := range 3 {
+		c := dial(t, r.addr)
+		c.write(t, "GET /wait?ms=10 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		if got := c.answer(t); got != "changed=false" {
+			t.Fatalf("request %d: answer %q, want the deadline's", i, got)
+		}
+		// NB: the worker goes idle just after it writes the answer.
+		eventually(t, "an idle worker", func() bool { return r.lot.Stats().IdleWorkers == 1 })
+	}
+	if s := r.lot.Stats(); s.Resumed != 3 || s.Workers != 1 {
+		t.Fatalf("stats %+v: want 3 requests resumed by 1 worker", s)
+	}
+}
+
 func TestQuietConnectionGoesBackToTheServer(t *testing.T) {
 	r := newRigWith(t, httppark.Config{SweepInterval: time.Hour, NextRequestWait: 20 * time.Millisecond})
 	c := dial(t, r.addr)
