@@ -119,6 +119,12 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+func TestServerRefusesANegativeHeapFloor(t *testing.T) {
+	t.Parallel()
+	cli(t, nil, "", "server", "--data-dir", t.TempDir(), "--gc-heap-floor-mib", "-1").
+		failed(t, 1, "--gc-heap-floor-mib -1: use 0 (off) or a size in MiB")
+}
+
 func TestHelpSucceeds(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{}, {"--help"}, {"kv"}, {"kv", "put", "--help"}, {"members", "--help"}, {"status", "--help"}} {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lodestone-kv/lodestone/internal/heapfloor"
 	"github.com/lodestone-kv/lodestone/server"
 )
 
@@ -21,6 +22,7 @@ type serverOptions struct {
 	logFormat      string
 	faultHooks     bool
 	faultDiskDelay time.Duration
+	heapFloorMiB   int
 }
 
 func newServerCmd() *cobra.Command {
@@ -44,6 +46,7 @@ starts with --join and an --initial-cluster naming the existing members.`,
 	f.StringVar(&o.cfg.ListenHTTP, "listen-http", "127.0.0.1:8500", "address for HTTP: /metrics, /healthz, /readyz")
 	f.StringVar(&o.initialCluster, "initial-cluster", "", "members as name=peeraddr,... (default: this member alone)")
 	f.BoolVar(&o.cfg.Join, "join", false, "join a running cluster that already added this member")
+	f.IntVar(&o.heapFloorMiB, "gc-heap-floor-mib", 512, "let the Go heap grow to this many MiB before a garbage collection, however small the live heap (0: GOGC alone); fewer GC cycles stall fewer writes")
 	addTuningFlags(cmd, &o.cfg)
 	addCatalogFlags(cmd.Flags(), &o.cfg.Catalog)
 	addGossipFlags(f, &o.cfg.Gossip.Pool, "")
@@ -133,7 +136,29 @@ func runServer(ctx context.Context, o *serverOptions, stderr io.Writer) error {
 	if len(cfg.InitialCluster) == 0 && !cfg.Join {
 		cfg.InitialCluster = map[string]string{cfg.Name: cfg.ListenPeer}
 	}
+	if o.heapFloorMiB < 0 {
+		return fmt.Errorf("--gc-heap-floor-mib %d: use 0 (off) or a size in MiB", o.heapFloorMiB)
+	}
+	if o.heapFloorMiB > 0 {
+		stop := runHeapFloor(ctx, uint64(o.heapFloorMiB)<<20)
+		defer stop()
+		logger.Info("garbage collection waits for a heap floor", "floor_mib", o.heapFloorMiB)
+	}
 	return serveUntilDone(ctx, cfg, nil)
+}
+
+// runHeapFloor keeps the process's heap floor until stop is called.
+func runHeapFloor(ctx context.Context, floor uint64) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		heapfloor.Run(ctx, floor, heapfloor.Interval)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // serveUntilDone runs a server until ctx ends or the server stops by
