@@ -140,25 +140,10 @@ func runServer(ctx context.Context, o *serverOptions, stderr io.Writer) error {
 		return fmt.Errorf("--gc-heap-floor-mib %d: use 0 (off) or a size in MiB", o.heapFloorMiB)
 	}
 	if o.heapFloorMiB > 0 {
-		stop := runHeapFloor(ctx, uint64(o.heapFloorMiB)<<20)
-		defer stop()
+		defer heapfloor.Start(uint64(o.heapFloorMiB) << 20)()
 		logger.Info("garbage collection waits for a heap floor", "floor_mib", o.heapFloorMiB)
 	}
 	return serveUntilDone(ctx, cfg, nil)
-}
-
-// runHeapFloor keeps the process's heap floor until stop is called.
-func runHeapFloor(ctx context.Context, floor uint64) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		heapfloor.Run(ctx, floor, heapfloor.Interval)
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
 }
 
 // serveUntilDone runs a server until ctx ends or the server stops by

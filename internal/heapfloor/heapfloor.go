@@ -28,6 +28,21 @@ import (
 // Interval is how often Run looks for a finished GC cycle.
 const Interval = 500 * time.Millisecond
 
+// Start runs Run on a goroutine of its own, looking every Interval, until
+// stop is called; stop returns once GOGC is back to what Run found.
+func Start(floor uint64) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Run(ctx, floor, Interval)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // Run keeps the heap goal at least floor bytes until ctx ends, then puts
 // back the GOGC it found. It looks for a finished GC cycle every
 // interval and retunes after each one.

@@ -238,7 +238,8 @@ func run(ctx context.Context) error {
 		"watchers on the %s (-watch-member; one process for the broadcaster): N exact-key watchers (watcher j on key j mod %d, so a write wakes N/%d of them) plus %d prefix watchers that see every write, "+
 		"on %d streams over %d connections; phases with N = none (no streams), 0, %s; %d reps x (%s warm-up + %s window), medians shown; "+
 		"write latency from each write's intended start; delivery lag from the write's intended start to the watcher's receipt; "+
-		"memory = the watch members' live heap (summed; each the smallest go_memstats_heap_alloc_bytes right after GC cycles, forced by scraping /metrics back to back) right after minus right before each attach step (no write in between), summed up to N=%d, over N\n",
+		"memory = the watch members' live heap (summed; each the smallest go_memstats_heap_alloc_bytes right after GC cycles, forced by scraping /metrics back to back) right after minus right before each attach step (no write in between), summed up to N=%d, over N; "+
+		"GC: every server with no heap floor (--gc-heap-floor-mib 0), paced by allocation alone, so that the live heap can be read after a cycle\n",
 		*flagRate, valueSize, *flagKeys, *flagKeys / *flagRate, *flagWriteConns, *flagWatchMember, *flagKeys, *flagKeys, *flagPrefixes,
 		*flagStreams, *flagConns, strings.Trim(fmt.Sprint(counts), "[]"), *flagReps, *flagWarmup, *flagDuration, top)
 	fmt.Printf("pinning: %s\n", pinning)
