@@ -60,19 +60,12 @@ const (
 	budgetWakeMS      = 50.0
 )
 
-// queryHeapFloor is the GC heap floor of the process holding the queries.
-// It keeps about 150 MB live in 30k goroutines and their connections; with
-// GOGC alone it collected every few seconds, each cycle marking for about
-// half a second on its one CPU, and the answers that came in meanwhile
-// were read late: the wake p99 measured this process, not the servers.
-const queryHeapFloor = 2 << 30
-
 func main() {
 	harness.Main("blockingbench", "servers stopped and temp dirs removed", func(ctx context.Context) error {
 		if *flagServeWriter {
 			return serveWriter(ctx, *flagTarget, *flagQueries)
 		}
-		defer heapfloor.Start(queryHeapFloor)()
+		defer heapfloor.Start(harness.LoadHeapFloor)()
 		return run(ctx)
 	})
 }

@@ -46,6 +46,7 @@ func run(args []string) error {
 	token := fs.String("initial-cluster-token", "etcdnode-bench", "cluster token")
 	noFsync := fs.Bool("unsafe-no-fsync", false, "disable fsync (never used by the benchmarks)")
 	logLevel := fs.String("log-level", "error", "debug, info, warn or error")
+	enablePprof := fs.Bool("enable-pprof", false, "serve Go's profiler under /debug/pprof/ on the client URL")
 	heapFloorMiB := fs.Uint64("gc-heap-floor-mib", 512, "let the Go heap grow to this many MiB before a garbage collection (0: GOGC alone), as lodestone server does")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -85,6 +86,7 @@ func run(args []string) error {
 	cfg.InitialClusterToken = *token
 	cfg.ClusterState = embed.ClusterStateFlagNew
 	cfg.UnsafeNoFsync = *noFsync
+	cfg.EnablePprof = *enablePprof
 	cfg.LogLevel = *logLevel
 	cfg.LogOutputs = []string{"stderr"}
 

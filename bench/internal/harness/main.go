@@ -10,6 +10,14 @@ import (
 	"syscall"
 )
 
+// LoadHeapFloor is the GC heap floor of a load generator that holds many
+// clients (heapfloor.Start): blockingbench's 10k queries keep about
+// 150 MB live in 30k goroutines and their connections, and with GOGC alone
+// each cycle marked for about half a second on its one CPU; the answers
+// that came in meanwhile were read late, so the wake p99 measured the load
+// generator, not the servers.
+const LoadHeapFloor = 2 << 30
+
 // Main is a benchmark command's main: it parses the flags, runs run with
 // a context that SIGINT and SIGTERM cancel, and exits 1 with one line on
 // stderr if run fails (cleaned, saying what interrupted means for it, when
