@@ -7,7 +7,7 @@
 // every second or two: a leader answering 2,000 blocking queries a second
 // holds about 40 MB live and allocates about 25 MB/s. On a busy core each
 // cycle's marking takes CPU from the writes in flight, and those writes
-// are the slowest percent. Floor raises GOGC after each cycle so that the
+// are the slowest percent. Run raises GOGC after each cycle so that the
 // next one starts near the floor instead: as many bytes marked per cycle,
 // several times fewer cycles.
 //
