@@ -271,13 +271,13 @@ func (s *Server) unlinkLocked(sb *sub) {
 	}
 }
 
-// MetricsHandler serves the Go heap figures watchbench reads, in the
-// Prometheus text format Lodestone and etcd use for them.
+// MetricsHandler serves the Go heap figure watchbench reads
+// (go_memstats_heap_alloc_bytes), in the Prometheus text format Lodestone
+// and etcd use for it.
 func MetricsHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		fmt.Fprintf(w, "go_memstats_heap_inuse_bytes %d\ngo_memstats_heap_alloc_bytes %d\ngo_gc_duration_seconds_count %d\n",
-			ms.HeapInuse, ms.HeapAlloc, ms.NumGC)
+		fmt.Fprintf(w, "go_memstats_heap_alloc_bytes %d\n", ms.HeapAlloc)
 	})
 }
