@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,11 +46,15 @@ func (q *appendQueue) push(m raftpb.Message) {
 	}
 }
 
-func (q *appendQueue) takeAll() []raftpb.Message {
+// takeAll returns what is queued and queues into spare from now on: the
+// writer hands back the slice it took last time, so the two alternate and
+// a push seldom allocates.
+func (q *appendQueue) takeAll(spare []raftpb.Message) []raftpb.Message {
+	clear(spare) // NB: pins no entries while it waits
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	msgs := q.msgs
-	q.msgs = nil
+	q.msgs = spare[:0]
 	return msgs
 }
 
@@ -99,7 +104,13 @@ func nextAppendBatch(msgs []raftpb.Message) (appendBatch, []raftpb.Message) {
 			b.hs = hs
 		}
 		b.ents = mergeEntries(b.ents, m.Entries)
-		b.responses = append(b.responses, m.Responses...)
+		if b.responses == nil {
+			// NB: clipped, so a later message's responses are appended
+			// to a copy and never to raft's slice.
+			b.responses = slices.Clip(m.Responses)
+		} else {
+			b.responses = append(b.responses, m.Responses...)
+		}
 		if m.Snapshot != nil {
 			break
 		}
@@ -137,6 +148,7 @@ func mergeEntries(cur, next []raftpb.Entry) []raftpb.Entry {
 // exited.
 func (n *node) runLogWriter() {
 	defer n.wg.Done()
+	var spare []raftpb.Message
 	for {
 		select {
 		case <-n.appendQ.wakeC:
@@ -145,7 +157,9 @@ func (n *node) runLogWriter() {
 		case <-n.doneC:
 			return
 		}
-		msgs := n.appendQ.takeAll()
+		taken := n.appendQ.takeAll(spare)
+		spare = taken
+		msgs := taken
 		for len(msgs) > 0 {
 			var b appendBatch
 			b, msgs = nextAppendBatch(msgs)
@@ -182,15 +196,16 @@ func (n *node) writeAppend(b appendBatch) appendDone {
 	}
 	d.at, d.took, d.wrote = time.Now(), took, len(b.ents) > 0
 	d.commit = max(d.commit, b.hs.Commit)
-	var remote []raftpb.Message
+	// Durable now: acknowledgements may leave.
 	for _, m := range b.responses {
 		if m.To == n.id {
+			if d.local == nil {
+				d.local = make([]raftpb.Message, 0, len(b.responses))
+			}
 			d.local = append(d.local, m)
 		} else {
-			remote = append(remote, m)
+			n.transport.sendMsg(m)
 		}
 	}
-	// Durable now: acknowledgements may leave.
-	n.transport.send(remote)
 	return d
 }

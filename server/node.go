@@ -86,10 +86,11 @@ type node struct {
 	snapIndex      uint64
 	durableCommit  uint64 // the commit index the log holds (log writer reports)
 	snapshotting   bool
-	snapWantedAt   uint64  // a snapshot at or after this index is due now (a member was added)
-	leaderGuard    uint64  // conf changes wait until this index is applied
-	confInFlight   uint64  // request id of our pending conf change, 0 if none
-	replies        []reply // results of the entry being applied, sent once it is published
+	snapWantedAt   uint64           // a snapshot at or after this index is due now (a member was added)
+	leaderGuard    uint64           // conf changes wait until this index is applied
+	confInFlight   uint64           // request id of our pending conf change, 0 if none
+	replies        []reply          // results of the entry being applied, sent once it is published
+	applies        []raftpb.Message // handleReady's MsgStorageApply messages, reused
 	readSeq        uint64
 	pendingReads   map[uint64]*readBatch
 	pendingReadOrd []uint64
@@ -485,8 +486,7 @@ func (n *node) handleReady() error {
 	// follower's acknowledgements, votes, the leader's own MsgAppResp) as
 	// responses to the append, so the rest may leave now. The leader's
 	// appends thus go out before its own fsync (Raft thesis §10.2.1).
-	var applies []raftpb.Message
-	remote := make([]raftpb.Message, 0, len(rd.Messages))
+	applies := n.applies[:0]
 	for _, m := range rd.Messages {
 		switch m.To {
 		case raft.LocalAppendThread:
@@ -494,10 +494,12 @@ func (n *node) handleReady() error {
 		case raft.LocalApplyThread:
 			applies = append(applies, m)
 		default:
-			remote = append(remote, m)
+			n.transport.sendMsg(m)
 		}
 	}
-	n.transport.send(remote)
+	// NB: kept between Readies so a write's several Readies do not each
+	// allocate it; cleared so it pins no entries.
+	defer func() { clear(applies); n.applies = applies[:0] }()
 	// Apply in the loop: committed entries raft hands out are durable here
 	// already, and conf changes need the RawNode.
 	for _, m := range applies {
