@@ -42,6 +42,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -116,6 +117,8 @@ type Lot struct {
 	work chan *parked
 	idle atomic.Int32
 
+	yield func() // between a sweep's chunks: runtime.Gosched
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
@@ -149,7 +152,7 @@ func New(cfg Config) *Lot {
 	}
 	l := &Lot{cfg: cfg, logger: logger, ready: watch.NewReady(),
 		byWatch: make(map[*watch.Watcher]*parked), serving: make(map[net.Conn]struct{}),
-		fresh: make(chan *parked, 1024), work: make(chan *parked), stop: make(chan struct{})}
+		fresh: make(chan *parked, 1024), work: make(chan *parked), stop: make(chan struct{}), yield: runtime.Gosched}
 	l.readers.New = func() any { return bufio.NewReaderSize(nil, headBytes) }
 	l.bufs.New = func() any { return new(bytes.Buffer) }
 	l.wg.Add(2)
