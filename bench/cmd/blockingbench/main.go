@@ -43,7 +43,7 @@ var (
 	flagWorkDir    = flag.String("work-dir", "", "where the binary and data dirs go (default: the system temp dir)")
 	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep       = flag.Bool("keep", false, "keep the binary, data dirs and server logs")
-	flagPprof      = flag.String("pprof", "", "directory for CPU profiles of every server during every phase, named leader-, f1-, f2- (followers numbered in member order; runs the servers with --enable-pprof)")
+	flagPprof      = flag.String("pprof", "", "directory for CPU and allocation profiles (ROLE-PHASE.pprof, ROLE-PHASE.allocs.pprof) of every server during every phase, named leader-, f1-, f2- (followers numbered in member order; runs the servers with --enable-pprof)")
 
 	// The writer child runs this binary with these (and -queries):
 	// writes come from their own process, see harness.ServeWrites.

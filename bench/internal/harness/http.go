@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -29,11 +30,31 @@ func Get(ctx context.Context, url string) (*http.Response, error) {
 	return resp, nil
 }
 
-// Profile starts a CPU profile, for dur, of the server whose HTTP base URL
-// (with /debug/pprof) is base, and returns a func that waits for it and
-// writes it to path.
+// Profile starts a CPU profile and an allocation profile, both for dur,
+// of the server whose HTTP base URL (with /debug/pprof) is base, and
+// returns a func that waits for them and writes them to path and to path
+// with ".pprof" replaced by ".allocs.pprof". The allocation profile is the
+// delta over dur (the seconds parameter of a non-CPU profile), so it shows
+// what the phase allocated and not what the process did before it.
 func Profile(ctx context.Context, base string, dur time.Duration, path string) func() error {
-	url := base + fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(dur.Seconds()))
+	secs := int(dur.Seconds())
+	allocs := strings.TrimSuffix(path, ".pprof") + ".allocs.pprof"
+	waits := []func() error{
+		fetch(ctx, base+fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), path),
+		fetch(ctx, base+fmt.Sprintf("/debug/pprof/allocs?seconds=%d", secs), allocs),
+	}
+	return func() error {
+		var errs []error
+		for _, wait := range waits {
+			errs = append(errs, wait())
+		}
+		return errors.Join(errs...)
+	}
+}
+
+// fetch starts copying the body of url to path and returns a func that
+// waits for it.
+func fetch(ctx context.Context, url, path string) func() error {
 	done := make(chan error, 1)
 	go func() {
 		done <- func() error {
@@ -51,7 +72,7 @@ func Profile(ctx context.Context, base string, dur time.Duration, path string) f
 			}
 			if _, err := io.Copy(f, resp.Body); err != nil {
 				f.Close()
-				return err
+				return fmt.Errorf("%s: %w", url, err)
 			}
 			return f.Close()
 		}()
