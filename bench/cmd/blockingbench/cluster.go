@@ -154,11 +154,14 @@ func getJSON(ctx context.Context, url string, v any) error {
 }
 
 // The metrics the benchmark reads: the HTTP blocking queries a server
-// holds, and the questions a follower asked the leader for its commit
-// index on behalf of default-mode reads.
+// holds, the questions a follower asked the leader for its commit index on
+// behalf of default-mode reads, and the GC cycles a server finished (a
+// cycle stalls writes for about 100 ms on a busy core, so a phase's p99
+// depends on whether one fell in it).
 const (
 	inFlightMetric    = `lodestone_blocking_queries_in_flight{api="http"}`
 	leaderIndexMetric = `lodestone_leader_index_calls_total`
+	gcCyclesMetric    = `go_gc_duration_seconds_count`
 )
 
 // metricValue reads one metric from the server at base.
@@ -169,17 +172,17 @@ func metricValue(ctx context.Context, base, metric string) (float64, error) {
 	return m[metric], err
 }
 
-// leaderIndexCalls sums leaderIndexMetric over the members.
-func (c *cluster) leaderIndexCalls(ctx context.Context) (float64, error) {
-	var sum float64
-	for _, base := range c.https {
-		v, err := metricValue(ctx, base, leaderIndexMetric)
+// members reads metric from every member, in process order.
+func (c *cluster) members(ctx context.Context, metric string) ([]float64, error) {
+	vs := make([]float64, len(c.https))
+	for i, base := range c.https {
+		v, err := metricValue(ctx, base, metric)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		sum += v
+		vs[i] = v
 	}
-	return sum, nil
+	return vs, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -193,9 +196,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// profile starts a CPU profile of every server for dur when dir is set,
-// and returns a func that waits for them and writes them to
-// dir/ROLE-NAME.pprof: leader, f1, f2 (harness.Roles).
+// profile starts CPU and allocation profiles of every server for dur when
+// dir is set, and returns a func that waits for them and writes them to
+// dir/ROLE-NAME.pprof and .allocs.pprof: leader, f1, f2 (harness.Roles).
 func (c *cluster) profile(ctx context.Context, dur time.Duration, dir, name string) func() error {
 	return harness.ProfileAll(ctx, c.https, harness.Roles(len(c.https), c.leader), dur, dir, name)
 }
