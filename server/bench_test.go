@@ -150,7 +150,8 @@ func measureBlockingMemory(b *testing.B, s *Server, n int) {
 			b.Fatal(err)
 		}
 		conns = append(conns, c)
-		if _, err := fmt.Fprintf(c, "GET /v1/kv/mem/%d?index=%s&wait=5m HTTP/1.1\r\nHost: x\r\n\r\n", i, index); err != nil {
+		// NB: the headers the official Consul Go client sends.
+		if _, err := fmt.Fprintf(c, "GET /v1/kv/mem/%d?index=%s&wait=5m HTTP/1.1\r\nHost: x\r\nUser-Agent: Go-http-client/1.1\r\nAccept-Encoding: gzip\r\n\r\n", i, index); err != nil {
 			b.Fatal(err)
 		}
 	}

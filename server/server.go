@@ -176,6 +176,8 @@ func (s *Server) Start() {
 	handler := s.admitHTTP(s.Mux)
 	if !s.cfg.NoParking {
 		// NB: resumed requests skip admission: they were admitted once.
+		// They keep no request header (ResumeHeaders): the Consul API
+		// reads none. One it reads must be listed there.
 		s.park = httppark.New(httppark.Config{Hub: s.hub, Handler: handler, Resume: s.Mux, Context: s.ctx,
 			Logger: s.logger.With("component", "httppark")})
 		s.metrics.reg.MustRegister(s.park)

@@ -54,6 +54,14 @@ func newRigWith(t testing.TB, cfg httppark.Config) *rig {
 		}
 		r.wait(w, req)
 	})
+	mux.HandleFunc("GET /headers", func(w http.ResponseWriter, req *http.Request) {
+		if httppark.WaitOver(req.Context()) {
+			fmt.Fprintf(w, "keep=%q drop=%q query=%q remote=%v", req.Header.Get("X-Keep"), req.Header.Get("X-Drop"),
+				req.URL.Query().Get("q"), req.RemoteAddr != "")
+			return
+		}
+		r.wait(w, req)
+	})
 	mux.HandleFunc("PUT /put", func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
 		fmt.Fprintf(w, "put %s", body)
@@ -246,9 +254,8 @@ func TestParkedRequestAnswersOnChangeAndKeepsItsConnection(t *testing.T) {
 	}
 }
 
-// TestQuietConnectionGoesBackToTheServer: a client that sends nothing
-// for NextRequestWait after an answer is served by the http.Server from
-// then on, on the same connection.
+// TestIdleWorkerResumesTheNextRequest: a worker that answered waits for
+// the next resumed request instead of ending.
 func TestIdleWorkerResumesTheNextRequest(t *testing.T) {
 	r := newRig(t, time.Hour)
 	for i := range 3 {
@@ -265,6 +272,24 @@ func TestIdleWorkerResumesTheNextRequest(t *testing.T) {
 	}
 }
 
+// TestResumedRequestKeepsOnlyTheNamedHeaders: a parked request holds the
+// headers Config.ResumeHeaders names, whatever their case, and drops the
+// rest; the URL and the remote address stay.
+func TestResumedRequestKeepsOnlyTheNamedHeaders(t *testing.T) {
+	r := newRigWith(t, httppark.Config{SweepInterval: time.Hour, ResumeHeaders: []string{"x-keep"}})
+	c := dial(t, r.addr)
+	c.write(t, "GET /headers?q=v HTTP/1.1\r\nHost: x\r\nX-Keep: yes\r\nX-Drop: no\r\n\r\n")
+	eventually(t, "the request to park", func() bool { return r.lot.Len() == 1 })
+	r.publish("k", true)
+	want := `keep="yes" drop="" query="v" remote=true`
+	if body := c.answer(t); body != want {
+		t.Fatalf("resumed handler saw %s, want %s", body, want)
+	}
+}
+
+// TestQuietConnectionGoesBackToTheServer: a client that sends nothing
+// for NextRequestWait after an answer is served by the http.Server from
+// then on, on the same connection.
 func TestQuietConnectionGoesBackToTheServer(t *testing.T) {
 	r := newRigWith(t, httppark.Config{SweepInterval: time.Hour, NextRequestWait: 20 * time.Millisecond})
 	c := dial(t, r.addr)
