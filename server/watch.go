@@ -28,22 +28,30 @@ func toWatchEvents(evs []store.Event) []watch.Event {
 	}
 	out := make([]watch.Event, len(evs))
 	for i, ev := range evs {
-		out[i].KV = toWatchKV(ev.KV)
+		out[i].KV = watchKV(ev.KV, string(ev.KV.Key))
 		out[i].Type = watch.Put
 		if ev.Type == store.EventDelete {
 			out[i].Type = watch.Delete
 		}
 		if ev.PrevKV != nil {
-			prev := toWatchKV(ev.PrevKV)
+			// NB: one key string for both: the hub retains 100k events
+			// by default, and each string is an object every GC cycle
+			// marks.
+			key := out[i].KV.Key
+			if string(ev.PrevKV.Key) != key {
+				key = string(ev.PrevKV.Key)
+			}
+			prev := watchKV(ev.PrevKV, key)
 			out[i].PrevKV = &prev
 		}
 	}
 	return out
 }
 
-func toWatchKV(kv *lodestonepb.KeyValue) watch.KeyValue {
+// watchKV is kv for the hub with key, kv.Key as a string.
+func watchKV(kv *lodestonepb.KeyValue, key string) watch.KeyValue {
 	return watch.KeyValue{
-		Key: string(kv.Key), Value: kv.Value, CreateIndex: kv.CreateIndex, ModifyIndex: kv.ModifyIndex,
+		Key: key, Value: kv.Value, CreateIndex: kv.CreateIndex, ModifyIndex: kv.ModifyIndex,
 		LockIndex: kv.LockIndex, Flags: kv.Flags, Session: kv.Session,
 	}
 }
