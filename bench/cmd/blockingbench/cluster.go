@@ -154,15 +154,21 @@ func getJSON(ctx context.Context, url string, v any) error {
 }
 
 // The metrics the benchmark reads: the HTTP blocking queries a server
-// holds, the questions a follower asked the leader for its commit index on
-// behalf of default-mode reads, and the GC cycles a server finished (a
-// cycle stalls writes for about 100 ms on a busy core, so a phase's p99
-// depends on whether one fell in it).
+// holds, and the questions a follower asked the leader for its commit
+// index on behalf of default-mode reads.
 const (
 	inFlightMetric    = `lodestone_blocking_queries_in_flight{api="http"}`
 	leaderIndexMetric = `lodestone_leader_index_calls_total`
-	gcCyclesMetric    = `go_gc_duration_seconds_count`
 )
+
+// metricsURLs are the members' /metrics, in process order.
+func (c *cluster) metricsURLs() []string {
+	urls := make([]string, len(c.https))
+	for i, base := range c.https {
+		urls[i] = base + "/metrics"
+	}
+	return urls
+}
 
 // metricValue reads one metric from the server at base.
 func metricValue(ctx context.Context, base, metric string) (float64, error) {

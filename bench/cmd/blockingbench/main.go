@@ -239,10 +239,7 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		if err != nil {
 			return writeResult{}, err
 		}
-		gcs0, err := c.members(ctx, gcCyclesMetric)
-		if err != nil {
-			return writeResult{}, err
-		}
+		gcs := harness.StartGCCount(ctx, c.metricsURLs(), harness.Roles(len(c.https), c.leader))
 		t0 := time.Now()
 		prof := c.profile(ctx, *flagWarmup+*flagDuration, *flagPprof, fmt.Sprintf("rep%d-phase%d-queries-%s", rep+1, id, label))
 		r, err := runWrites(ctx, wr, p, q)
@@ -266,25 +263,20 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		if err != nil {
 			return r, err
 		}
-		gcs1, err := c.members(ctx, gcCyclesMetric)
-		if err != nil {
-			return r, err
-		}
 		share := func(d time.Duration) string { return fmt.Sprintf("%.0f%%", 100*d.Seconds()/time.Since(t0).Seconds()) }
 		var total time.Duration
 		var calls float64
-		var members, gcs []string
+		var members []string
 		cpu1 := c.cpu()
 		for i, role := range harness.Roles(len(c.procs), c.leader) {
 			d := cpu1[i] - cpu0[i]
 			total += d
 			members = append(members, role+"="+share(d))
-			gcs = append(gcs, fmt.Sprintf("%s=%.0f", role, gcs1[i]-gcs0[i]))
 			calls += calls1[i] - calls0[i]
 		}
 		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms p99-spans=%s server-cpu=%s(%s) gc-cycles=%s writer-cpu=%s query-cpu=%s leader-index-calls/s=%.0f%s\n",
 			rep+1, *flagReps, label, r.acked, r.errors, ms(harness.Percentile(r.lat, 50)), ms(harness.Percentile(r.lat, 99)), r.tail,
-			share(total), strings.Join(members, ","), strings.Join(gcs, ","), share(r.writerCPU), share(r.queryCPU), calls/time.Since(t0).Seconds(), note)
+			share(total), strings.Join(members, ","), gcs(), share(r.writerCPU), share(r.queryCPU), calls/time.Since(t0).Seconds(), note)
 		return r, nil
 	}
 

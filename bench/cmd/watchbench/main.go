@@ -364,6 +364,7 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 	phase := func(w *watchers) (phaseResult, error) {
 		cpu := startCPU(d, wr.Proc())
 		delays := startDelays(ctx, d)
+		gcs := harness.StartGCCount(ctx, d.memberMetrics, d.roles())
 		var prof func() error
 		if *flagPprof != "" && sys.name == "lodestone" {
 			label := "none"
@@ -376,6 +377,9 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 		r.cpu = cpu()
 		if dl := delays(); dl != "" {
 			r.cpu += "," + dl
+		}
+		if gc := gcs(); gc != "" {
+			r.cpu += ",gc-cycles(" + gc + ")"
 		}
 		if prof != nil {
 			if perr := prof(); perr != nil {

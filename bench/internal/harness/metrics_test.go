@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -31,5 +32,34 @@ func TestBaselineNote(t *testing.T) {
 	want := "baseline: the p99 is the median of both control phases of every rep, 20ms; the median of each rep's lower one would be 16ms, a ratio of 1.5"
 	if got != want {
 		t.Errorf("BaselineNote =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// StartGCCount reports each server's cycles since it started, by role,
+// and nothing when a server does not export the count.
+func TestStartGCCount(t *testing.T) {
+	var cycles atomic.Int64
+	counting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "go_gc_duration_seconds_sum 0.5\ngo_gc_duration_seconds_count %d\n", cycles.Load())
+	}))
+	defer counting.Close()
+	idle := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "go_gc_duration_seconds_count 4\n")
+	}))
+	defer idle.Close()
+	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "heap_alloc 1\n")
+	}))
+	defer silent.Close()
+	ctx := context.Background()
+
+	cycles.Store(3)
+	since := StartGCCount(ctx, []string{counting.URL, idle.URL}, []string{"leader", "f1"})
+	cycles.Store(5)
+	if got := since(); got != "leader=2,f1=0" {
+		t.Fatalf("got %q, want leader=2,f1=0", got)
+	}
+	if got := StartGCCount(ctx, []string{counting.URL, silent.URL}, []string{"leader", "f1"})(); got != "" {
+		t.Fatalf("with a server that has no count: got %q, want nothing", got)
 	}
 }
