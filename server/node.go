@@ -493,7 +493,14 @@ func (n *node) handleReady() error {
 			n.appendQ.push(m)
 		case raft.LocalApplyThread:
 			applies = append(applies, m)
-		default:
+		}
+	}
+	// NB: a pass of its own, so every append is queued before any
+	// message leaves. Sending in raft's order (messages first) cut group
+	// commit from 13 puts a commit to 3.4 in BenchmarkPut64, and a pinned
+	// leader's throughput at 64 clients by 40% (make bench-kv).
+	for _, m := range rd.Messages {
+		if m.To != raft.LocalAppendThread && m.To != raft.LocalApplyThread {
 			n.transport.sendMsg(m)
 		}
 	}
