@@ -204,7 +204,7 @@ func (n *node) writeAppend(b appendBatch) appendDone {
 			}
 			d.local = append(d.local, m)
 		} else {
-			n.transport.sendMsg(m)
+			n.transport.send(m)
 		}
 	}
 	return d

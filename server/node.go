@@ -501,7 +501,7 @@ func (n *node) handleReady() error {
 	// leader's throughput at 64 clients by 40% (make bench-kv).
 	for _, m := range rd.Messages {
 		if m.To != raft.LocalAppendThread && m.To != raft.LocalApplyThread {
-			n.transport.sendMsg(m)
+			n.transport.send(m)
 		}
 	}
 	// NB: kept between Readies so a write's several Readies do not each

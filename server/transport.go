@@ -190,15 +190,9 @@ func (t *transport) peerClient(id uint64) (lodestonepb.PeerClient, bool) {
 	return lodestonepb.NewPeerClient(p.conn), true
 }
 
-// send queues messages without blocking. MsgSnap goes on its own stream.
-func (t *transport) send(msgs []raftpb.Message) {
-	for _, m := range msgs {
-		t.sendMsg(m)
-	}
-}
-
-// sendMsg queues m for its peer, or drops it as send does.
-func (t *transport) sendMsg(m raftpb.Message) {
+// send queues m for its peer without blocking; a full queue drops it and
+// reports the peer unreachable. MsgSnap goes on its own stream.
+func (t *transport) send(m raftpb.Message) {
 	if m.To == t.self {
 		return
 	}
@@ -224,7 +218,7 @@ func (t *transport) sendMsg(m raftpb.Message) {
 
 // goSendSnapshot streams m on a goroutine of its own. NB: a function of
 // its own so that only a snapshot's message escapes to the heap, not
-// every message sendMsg queues (3% of a leader's allocations).
+// every message send queues (3% of a leader's allocations).
 func (t *transport) goSendSnapshot(p *peer, m raftpb.Message) {
 	t.wg.Add(1)
 	go func() {
