@@ -157,9 +157,8 @@ func (n *node) runLogWriter() {
 		case <-n.doneC:
 			return
 		}
-		taken := n.appendQ.takeAll(spare)
-		spare = taken
-		msgs := taken
+		msgs := n.appendQ.takeAll(spare)
+		spare = msgs // NB: the whole slice; the loop below reslices msgs
 		for len(msgs) > 0 {
 			var b appendBatch
 			b, msgs = nextAppendBatch(msgs)

@@ -504,9 +504,6 @@ func (n *node) handleReady() error {
 			n.transport.send(m)
 		}
 	}
-	// NB: kept between Readies so a write's several Readies do not each
-	// allocate it; cleared so it pins no entries.
-	defer func() { clear(applies); n.applies = applies[:0] }()
 	// Apply in the loop: committed entries raft hands out are durable here
 	// already, and conf changes need the RawNode.
 	for _, m := range applies {
@@ -515,6 +512,10 @@ func (n *node) handleReady() error {
 		}
 		n.stepLocal(m.Responses)
 	}
+	// NB: kept for the next Ready, so a write's several Readies do not
+	// each allocate it; cleared so it pins no entries.
+	clear(applies)
+	n.applies = applies[:0]
 	for _, rs := range rd.ReadStates {
 		n.finishRead(rs)
 	}

@@ -39,17 +39,10 @@ func Get(ctx context.Context, url string) (*http.Response, error) {
 func Profile(ctx context.Context, base string, dur time.Duration, path string) func() error {
 	secs := int(dur.Seconds())
 	allocs := strings.TrimSuffix(path, ".pprof") + ".allocs.pprof"
-	waits := []func() error{
+	return waitAll([]func() error{
 		fetch(ctx, base+fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), path),
 		fetch(ctx, base+fmt.Sprintf("/debug/pprof/allocs?seconds=%d", secs), allocs),
-	}
-	return func() error {
-		var errs []error
-		for _, wait := range waits {
-			errs = append(errs, wait())
-		}
-		return errors.Join(errs...)
-	}
+	})
 }
 
 // fetch starts copying the body of url to path and returns a func that
@@ -90,6 +83,12 @@ func ProfileAll(ctx context.Context, bases, roles []string, dur time.Duration, d
 			waits = append(waits, Profile(ctx, base, dur, filepath.Join(dir, roles[i]+"-"+name+".pprof")))
 		}
 	}
+	return waitAll(waits)
+}
+
+// waitAll returns a func that waits for every one of waits and joins
+// their errors.
+func waitAll(waits []func() error) func() error {
 	return func() error {
 		var errs []error
 		for _, wait := range waits {
