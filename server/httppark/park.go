@@ -29,6 +29,8 @@
 //     to the http.Server through the listener Wrap returned.
 //   - A sweep notices clients that went away while parked (a peek at the
 //     socket) and frees their state, as net/http's background reader would.
+//     It peeks at a few connections at a time, spread over the interval,
+//     so that 10,000 parked queries cost no burst of work (sweep.go).
 //
 // Only what net/http would serve identically is parked: an HTTP/1.x GET
 // without a body. Anything else waits in its handler as before.
@@ -44,7 +46,6 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -80,8 +81,9 @@ type Config struct {
 	// Context is the base of every resumed request's context; cancelling
 	// it does not end parked requests (Close does).
 	Context context.Context
-	// SweepInterval is how often parked connections are checked for
-	// clients that went away. Zero means 5s.
+	// SweepInterval is how long a sweep takes to peek at every parked
+	// connection once, for clients that went away; such a client is let go
+	// within two intervals. Zero means 5s.
 	SweepInterval time.Duration
 	// WriteTimeout bounds writing one response. Zero means 10s.
 	WriteTimeout time.Duration
@@ -110,8 +112,13 @@ type Lot struct {
 	ready  *watch.Ready
 	fresh  chan *parked // just parked, for serveReady's first look
 
-	mu       sync.Mutex
-	byWatch  map[*watch.Watcher]*parked
+	mu      sync.Mutex
+	byWatch map[*watch.Watcher]*parked
+	// order holds the same requests as byWatch, p at order[p.slot], for
+	// the sweep to go through a chunk at a time (cursor is where the
+	// current round is).
+	order    []*parked
+	cursor   int
 	closed   bool
 	listener *listener
 
@@ -127,7 +134,7 @@ type Lot struct {
 	work chan *parked
 	idle atomic.Int32
 
-	yield func() // between a sweep's chunks: runtime.Gosched
+	pause func(time.Duration) bool // before each sweep chunk: sleep, false once the Lot closes
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -140,6 +147,7 @@ type parked struct {
 	conn     net.Conn
 	leftover []byte // what the client sent after the request
 	timer    *time.Timer
+	slot     int // index in Lot.order while parked
 }
 
 // New starts a Lot's goroutines; Close stops them.
@@ -162,7 +170,8 @@ func New(cfg Config) *Lot {
 	}
 	l := &Lot{cfg: cfg, logger: logger, ready: watch.NewReady(),
 		byWatch: make(map[*watch.Watcher]*parked), serving: make(map[net.Conn]struct{}),
-		fresh: make(chan *parked, 1024), work: make(chan *parked), stop: make(chan struct{}), yield: runtime.Gosched}
+		fresh: make(chan *parked, 1024), work: make(chan *parked), stop: make(chan struct{})}
+	l.pause = l.sleep
 	l.readers.New = func() any { return bufio.NewReaderSize(nil, headBytes) }
 	l.bufs.New = func() any { return new(bytes.Buffer) }
 	l.wg.Add(2)
@@ -225,7 +234,7 @@ func (l *Lot) Park(w http.ResponseWriter, r *http.Request, wt Wait) (bool, error
 		}
 		return true, nil
 	}
-	l.byWatch[watcher] = p
+	l.addLocked(p)
 	// NB: armed under mu, so the timer's finish finds p registered.
 	p.timer = time.AfterFunc(time.Until(wt.Deadline), func() { l.finish(p) })
 	l.mu.Unlock()
@@ -237,6 +246,13 @@ func (l *Lot) Park(w http.ResponseWriter, r *http.Request, wt Wait) (bool, error
 	case <-l.stop:
 	}
 	return true, nil
+}
+
+// addLocked registers p; the caller holds mu.
+func (l *Lot) addLocked(p *parked) {
+	l.byWatch[p.w] = p
+	p.slot = len(l.order)
+	l.order = append(l.order, p)
 }
 
 // keep is the part of r a parked request holds for Resume (see
@@ -258,11 +274,7 @@ func (l *Lot) keep(r *http.Request) *http.Request {
 func (l *Lot) parkedNow() []*parked {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ps := make([]*parked, 0, len(l.byWatch))
-	for _, p := range l.byWatch {
-		ps = append(ps, p)
-	}
-	return ps
+	return slices.Clone(l.order)
 }
 
 // Len is how many requests are parked.
@@ -411,6 +423,10 @@ func (l *Lot) unpark(p *parked) bool {
 		return false
 	}
 	delete(l.byWatch, p.w)
+	last := l.order[len(l.order)-1]
+	l.order[p.slot], last.slot = last, p.slot
+	l.order[len(l.order)-1] = nil
+	l.order = l.order[:len(l.order)-1]
 	l.mu.Unlock()
 	p.timer.Stop()
 	p.w.Close()

@@ -1,60 +1,124 @@
 package httppark
 
 import (
+	"context"
 	"net"
 	"testing"
+	"time"
 
+	"github.com/lodestone-kv/lodestone/internal/peerclosed"
 	"github.com/lodestone-kv/lodestone/watch"
 )
 
-// TestSweepYieldsBetweenChunks: a sweep lets other goroutines run after
-// every sweepChunk peeks, so a leader with 10,000 parked connections does
-// not hold its processor for the whole sweep; it still peeks at every
-// connection, and a closing Lot stops it at the next yield.
-func TestSweepYieldsBetweenChunks(t *testing.T) {
-	conn := openConn(t)
-	const n = 3*sweepChunk + 1
-	newLot := func() (*Lot, *int) {
-		yields := 0
-		l := &Lot{byWatch: map[*watch.Watcher]*parked{}, stop: make(chan struct{}), yield: func() { yields++ }}
-		for range n {
-			w := new(watch.Watcher)
-			l.byWatch[w] = &parked{w: w, conn: conn}
-		}
-		return l, &yields
+// TestSweepSpreadsARoundOverTheInterval: a round peeks at every parked
+// connection once, sweepChunk at a time, pausing SweepInterval over the
+// number of chunks before each, so 10,000 parked queries cost no burst;
+// it lets go of the clients that hung up and keeps the others; a closing
+// Lot stops it at the next pause.
+func TestSweepSpreadsARoundOverTheInterval(t *testing.T) {
+	const n = 3*sweepChunk + 1 // four chunks
+	l := sweepLot(t, n, 2*sweepChunk+5)
+	var gaps []time.Duration
+	l.pause = func(d time.Duration) bool {
+		gaps = append(gaps, d)
+		return len(gaps) <= 4
 	}
+	l.wg.Add(1)
+	l.sweepLoop()
 
-	l, yields := newLot()
-	l.sweep()
-	if *yields != 3 || l.sweeps.Load() != 1 || l.Len() != n {
-		t.Fatalf("a sweep of %d open connections: %d yields, %d sweeps, %d left parked; want 3, 1, %d", n, *yields, l.sweeps.Load(), l.Len(), n)
+	want := l.cfg.SweepInterval / 4
+	if len(gaps) != 5 || gaps[0] != want {
+		t.Fatalf("pauses %v; want five, the first %v", gaps, want)
 	}
+	if st := l.Stats(); st.Sweeps != 1 || st.Gone != 1 || l.Len() != n-1 {
+		t.Fatalf("after a round: %d sweeps, %d gone, %d parked; want 1, 1, %d", st.Sweeps, st.Gone, l.Len(), n-1)
+	}
+	checkOrder(t, l)
 
-	l, yields = newLot()
-	close(l.stop)
-	l.sweep()
-	if *yields != 1 || l.sweeps.Load() != 0 {
-		t.Fatalf("a sweep of a closing Lot: %d yields, %d sweeps counted; want 1, 0", *yields, l.sweeps.Load())
+	l.pause = func(time.Duration) bool { return false }
+	l.wg.Add(1)
+	l.sweepLoop()
+	if st := l.Stats(); st.Sweeps != 1 {
+		t.Fatalf("a closing Lot's sweep counted a round: %d sweeps, want 1", st.Sweeps)
 	}
 }
 
-// openConn is the server side of a loopback connection whose client stays.
-func openConn(t *testing.T) net.Conn {
+// TestUnparkKeepsTheSweepOrder: requests leave the Lot in any order and
+// every slot still holds the request that records it.
+func TestUnparkKeepsTheSweepOrder(t *testing.T) {
+	l := sweepLot(t, 10, -1)
+	for _, i := range []int{9, 0, 4, 4, 1} {
+		ps := l.parkedNow()
+		l.unpark(ps[min(i, len(ps)-1)])
+		checkOrder(t, l)
+	}
+	if l.Len() != 5 {
+		t.Fatalf("%d parked after five unparks of ten, want 5", l.Len())
+	}
+}
+
+// sweepLot is a Lot holding n parked requests, each with a watcher of a
+// real hub and an open loopback connection, except request hungUp, whose
+// client has closed its end (-1: none).
+func sweepLot(t *testing.T, n, hungUp int) *Lot {
+	t.Helper()
+	hub, err := watch.New(watch.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hub.Close() })
+	l := &Lot{cfg: Config{SweepInterval: 8 * time.Second}, byWatch: map[*watch.Watcher]*parked{}, stop: make(chan struct{})}
+	for i := range n {
+		w, err := hub.Watch(context.Background(), watch.Request{Key: "k", NoProgress: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Close)
+		server, client := loopback(t)
+		if i == hungUp {
+			client.Close()
+			for deadline := time.Now().Add(5 * time.Second); !peerclosed.Closed(server); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the server end never saw its client close")
+				}
+			}
+		}
+		l.addLocked(&parked{w: w, conn: server, timer: time.NewTimer(time.Hour)})
+	}
+	return l
+}
+
+// checkOrder fails t unless order and byWatch hold the same requests and
+// each knows its slot.
+func checkOrder(t *testing.T, l *Lot) {
+	t.Helper()
+	if len(l.order) != len(l.byWatch) {
+		t.Fatalf("order holds %d, byWatch %d", len(l.order), len(l.byWatch))
+	}
+	for i, p := range l.order {
+		if p.slot != i || l.byWatch[p.w] != p {
+			t.Fatalf("order[%d] records slot %d (registered: %v)", i, p.slot, l.byWatch[p.w] == p)
+		}
+	}
+}
+
+// loopback is both ends of a loopback TCP connection, closed at cleanup.
+func loopback(t *testing.T) (server, client net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
+	client, err = net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	server, err := ln.Accept()
+	server, err = ln.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { server.Close() })
-	return server
+	return server, client
 }
