@@ -16,7 +16,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -109,11 +108,8 @@ func run(ctx context.Context) error {
 		defer os.RemoveAll(tmp)
 	}
 	bin := filepath.Join(tmp, "lodestone")
-	logf("building ./cmd/lodestone (in %s)", root)
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/lodestone")
-	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("go build ./cmd/lodestone in %s: %w", root, err)
+	if err := harness.GoBuild(ctx, logf, root, bin, "./cmd/lodestone"); err != nil {
+		return err
 	}
 	pinning, err := harness.Pinning("blockingbench", *flagServerCPUs, *flagClientCPUs)
 	if err != nil {
@@ -239,7 +235,9 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		if err != nil {
 			return writeResult{}, err
 		}
-		gcs := harness.StartGCCount(ctx, c.metricsURLs(), harness.Roles(len(c.https), c.leader))
+		roles := harness.Roles(len(c.https), c.leader)
+		gcs := harness.StartGCCount(ctx, c.metricsURLs(), roles)
+		slow := harness.StartSlowLogWrites(ctx, c.metricsURLs(), roles)
 		t0 := time.Now()
 		prof := c.profile(ctx, *flagWarmup+*flagDuration, *flagPprof, fmt.Sprintf("rep%d-phase%d-queries-%s", rep+1, id, label))
 		r, err := runWrites(ctx, wr, p, q)
@@ -268,15 +266,15 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		var calls float64
 		var members []string
 		cpu1 := c.cpu()
-		for i, role := range harness.Roles(len(c.procs), c.leader) {
+		for i, role := range roles {
 			d := cpu1[i] - cpu0[i]
 			total += d
 			members = append(members, role+"="+share(d))
 			calls += calls1[i] - calls0[i]
 		}
-		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms p99-spans=%s server-cpu=%s(%s) gc-cycles=%s writer-cpu=%s query-cpu=%s leader-index-calls/s=%.0f%s\n",
+		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms p99-spans=%s server-cpu=%s(%s) gc-cycles=%s slow-log-writes=%s writer-cpu=%s query-cpu=%s leader-index-calls/s=%.0f%s\n",
 			rep+1, *flagReps, label, r.acked, r.errors, ms(harness.Percentile(r.lat, 50)), ms(harness.Percentile(r.lat, 99)), r.tail,
-			share(total), strings.Join(members, ","), gcs(), share(r.writerCPU), share(r.queryCPU), calls/time.Since(t0).Seconds(), note)
+			share(total), strings.Join(members, ","), gcs(), slow(), share(r.writerCPU), share(r.queryCPU), calls/time.Since(t0).Seconds(), note)
 		return r, nil
 	}
 

@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -93,13 +92,13 @@ func run(ctx context.Context) error {
 		switch name = strings.TrimSpace(name); name {
 		case "lodestone":
 			bin := filepath.Join(tmp, "lodestone")
-			if err := goBuild(ctx, root, bin, "./cmd/lodestone"); err != nil {
+			if err := harness.GoBuild(ctx, logf, root, bin, "./cmd/lodestone"); err != nil {
 				return err
 			}
 			systems = append(systems, lodestoneSystem(bin))
 		case "etcd":
 			bin := filepath.Join(tmp, "etcdnode")
-			if err := goBuild(ctx, ".", bin, "./cmd/etcdnode"); err != nil {
+			if err := harness.GoBuild(ctx, logf, ".", bin, "./cmd/etcdnode"); err != nil {
 				return err
 			}
 			systems = append(systems, etcdSystem(bin))
@@ -229,19 +228,6 @@ func runOnce(ctx context.Context, sys system, workDir string, n int) (_ harness.
 		note += fmt.Sprintf(" leader-changed(was %s, now %s, %v)", c.leader, now, err)
 	}
 	return res, note, nil
-}
-
-// goBuild builds pkg in dir into out, showing the compiler's output.
-func goBuild(ctx context.Context, dir, out, pkg string) error {
-	logf("building %s (in %s)", pkg, dir)
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-	cmd.Dir = dir
-	cmd.Stdout = os.Stderr
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build -o %s %s in %s: %w", out, pkg, dir, err)
-	}
-	return nil
 }
 
 // checkModule fails unless dir/go.mod declares module mod.

@@ -19,7 +19,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -191,13 +190,13 @@ func run(ctx context.Context) error {
 		switch name = strings.TrimSpace(name); name {
 		case "lodestone":
 			bin := filepath.Join(tmp, "lodestone")
-			if err := goBuild(ctx, root, bin, "./cmd/lodestone"); err != nil {
+			if err := harness.GoBuild(ctx, logf, root, bin, "./cmd/lodestone"); err != nil {
 				return err
 			}
 			systems = append(systems, lodestoneSystem(bin))
 		case "etcd":
 			bin := filepath.Join(tmp, "etcdnode")
-			if err := goBuild(ctx, ".", bin, "./cmd/etcdnode"); err != nil {
+			if err := harness.GoBuild(ctx, logf, ".", bin, "./cmd/etcdnode"); err != nil {
 				return err
 			}
 			systems = append(systems, etcdSystem(bin))
@@ -365,6 +364,7 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 		cpu := startCPU(d, wr.Proc())
 		delays := startDelays(ctx, d)
 		gcs := harness.StartGCCount(ctx, d.memberMetrics, d.roles())
+		slow := harness.StartSlowLogWrites(ctx, d.memberMetrics, d.roles())
 		var prof func() error
 		if *flagPprof != "" && sys.name == "lodestone" {
 			label := "none"
@@ -380,6 +380,9 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 		}
 		if gc := gcs(); gc != "" {
 			r.cpu += ",gc-cycles(" + gc + ")"
+		}
+		if sl := slow(); sl != "" {
+			r.cpu += ",slow-log-writes(" + sl + ")"
 		}
 		if prof != nil {
 			if perr := prof(); perr != nil {
@@ -491,17 +494,6 @@ func raiseNoFile() {
 		rl.Cur = rl.Max
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
 	}
-}
-
-func goBuild(ctx context.Context, dir, out, pkg string) error {
-	logf("building %s (in %s)", pkg, dir)
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build -o %s %s in %s: %w", out, pkg, dir, err)
-	}
-	return nil
 }
 
 func parseInts(s string) ([]int, error) {

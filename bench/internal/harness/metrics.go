@@ -67,16 +67,42 @@ const gcCyclesMetric = "go_gc_duration_seconds_count"
 // line says whether one fell in it. A server that does not export the
 // count makes it report "".
 func StartGCCount(ctx context.Context, urls, roles []string) func() string {
+	return startCount(ctx, urls, roles, func(m map[string]float64) float64 { return m[gcCyclesMetric] }, gcCyclesMetric)
+}
+
+// Lodestone's log write latency histogram: its count, and its bucket up to
+// SlowLogWrite (one of its bounds, 100 µs doubled seven times).
+const (
+	logWritesMetric     = "lodestone_log_write_latency_seconds_count"
+	logWritesFastBucket = `lodestone_log_write_latency_seconds_bucket{le="0.0128"}`
+	SlowLogWrite        = 12800 * time.Microsecond
+)
+
+// StartSlowLogWrites is StartGCCount for the log writes (a write and its
+// fdatasync) over SlowLogWrite of each Lodestone server. All three
+// members of a cluster on one disk share its flushes: when a phase's
+// slowest writes come with the same count on every member, the disk
+// stalled them all at once, whatever the phase was doing.
+func StartSlowLogWrites(ctx context.Context, urls, roles []string) func() string {
+	return startCount(ctx, urls, roles, func(m map[string]float64) float64 {
+		return m[logWritesMetric] - m[logWritesFastBucket]
+	}, logWritesMetric, logWritesFastBucket)
+}
+
+// startCount reads count(the named metrics) of each server at urls and
+// returns a func that reports how much each one's rose since, as
+// "ROLE=N,..." (roles[i] names urls[i]); "" if a server lacks a metric.
+func startCount(ctx context.Context, urls, roles []string, count func(map[string]float64) float64, names ...string) func() string {
 	read := func() []float64 {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		out := make([]float64, len(urls))
 		for i, u := range urls {
-			m, err := Scrape(ctx, u, gcCyclesMetric)
+			m, err := Scrape(ctx, u, names...)
 			if err != nil {
 				return nil
 			}
-			out[i] = m[gcCyclesMetric]
+			out[i] = count(m)
 		}
 		return out
 	}

@@ -63,3 +63,25 @@ func TestStartGCCount(t *testing.T) {
 		t.Fatalf("with a server that has no count: got %q, want nothing", got)
 	}
 }
+
+// TestStartSlowLogWrites: the writes counted are those over the 12.8 ms
+// bucket, per server, since the start.
+func TestStartSlowLogWrites(t *testing.T) {
+	var total, fast atomic.Int64
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "lodestone_log_write_latency_seconds_bucket{le=\"0.0064\"} %d\n", fast.Load()-1)
+		fmt.Fprintf(w, "lodestone_log_write_latency_seconds_bucket{le=\"0.0128\"} %d\n", fast.Load())
+		fmt.Fprintf(w, "lodestone_log_write_latency_seconds_count %d\n", total.Load())
+	}))
+	defer server.Close()
+	ctx := context.Background()
+
+	total.Store(100)
+	fast.Store(98) // two slow writes before the start
+	since := StartSlowLogWrites(ctx, []string{server.URL}, []string{"leader"})
+	total.Store(200)
+	fast.Store(195)
+	if got := since(); got != "leader=3" {
+		t.Fatalf("got %q, want leader=3", got)
+	}
+}
