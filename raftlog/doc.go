@@ -88,7 +88,9 @@
 // All methods are safe for concurrent use. The raft.Storage methods and Stats
 // run concurrently with each other and with one write in progress, and see
 // the state before or after that write, never a mixture. Writes (Save,
-// ApplySnapshot, CreateSnapshot, Compact) are serialized. A rotation runs
+// ApplySnapshot, CreateSnapshot, Compact) are serialized; Compact deletes
+// 4,096 entries per write, so a Save waits for one such chunk, not for the
+// whole compaction. A rotation runs
 // concurrently with all of them; it holds the write lock only for its final
 // catch-up and the swap, so a Save may wait that long (Stats.
 // LastRotationPause). Term, FirstIndex,

@@ -15,3 +15,13 @@ func WithRotateHook(o Options, chunkEntries int, f func(step string)) Options {
 
 // RotationPolicy exposes the rotation policy with its time inputs.
 var RotationPolicy = rotationDue
+
+// WithCompactHook returns o with f called between two chunks of a
+// Compact, with the write lock released.
+func WithCompactHook(o Options, f func()) Options {
+	o.hooks = &testHooks{compactChunk: f}
+	return o
+}
+
+// CompactChunkEntries is the most entries one Compact transaction deletes.
+const CompactChunkEntries = compactChunkEntries

@@ -154,6 +154,7 @@ func (systemClock) Now() time.Time { return time.Now() }
 type testHooks struct {
 	rotateStep   func(step string)
 	chunkEntries int
+	compactChunk func() // between two chunks of a Compact, write lock released
 }
 
 // Validate reports the first invalid field as an *OptionsError.
@@ -1212,26 +1213,56 @@ func (l *Log) recordSnapshot(rec snapRecord, replace bool) error {
 // which only the term is kept, so afterwards FirstIndex() == compactIndex+1
 // and Term(compactIndex) still answers. It returns raft.ErrCompacted if compactIndex <= FirstIndex()-1
 // (already compacted) and ErrCompactBeyondSnapshot if compactIndex is above
-// the snapshot index. One bbolt transaction; the freed pages are reused by
-// later appends (see Stats).
+// the snapshot index. The freed pages are reused by later appends (see
+// Stats).
+//
+// It deletes compactChunkEntries entries per bbolt transaction and lets go of the
+// write lock between them, so a Save waits for one chunk at most. In one
+// transaction, the first compaction of a server (95,000 entries behind a
+// 100,000-entry snapshot) held Saves for 84 ms on an idle machine; and
+// every member of a cluster compacts at about the same index, so the
+// cluster's writes all stalled at once. Each chunk leaves a log compacted
+// to its last index, so a crash between chunks leaves a valid log.
 func (l *Log) Compact(compactIndex uint64) error {
+	for first := true; ; first = false {
+		done, err := l.compactChunk(compactIndex, first)
+		if err != nil || done {
+			return err
+		}
+		if h := l.opts.hooks; h != nil && h.compactChunk != nil {
+			h.compactChunk()
+		}
+	}
+}
+
+// compactChunkEntries is the most entries one Compact transaction deletes.
+const compactChunkEntries = 4096
+
+// compactChunk deletes up to compactChunkEntries entries towards compactIndex and
+// reports whether the log is compacted to compactIndex. Only the first
+// chunk of a Compact reports an index already compacted away: a later
+// one finds the work done by a snapshot applied meanwhile.
+func (l *Log) compactChunk(compactIndex uint64, first bool) (done bool, err error) {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	if err := l.writableLocked(); err != nil {
-		return err
+		return false, err
 	}
 	switch {
+	case compactIndex <= l.prev.index && first:
+		return false, raft.ErrCompacted
 	case compactIndex <= l.prev.index:
-		return raft.ErrCompacted
+		return true, nil
 	case compactIndex > l.snap.meta.Index:
-		return fmt.Errorf("%w: compact %d, snapshot index %d", ErrCompactBeyondSnapshot, compactIndex, l.snap.meta.Index)
+		return false, fmt.Errorf("%w: compact %d, snapshot index %d", ErrCompactBeyondSnapshot, compactIndex, l.snap.meta.Index)
 	case compactIndex > l.last:
-		return fmt.Errorf("%w: compact %d beyond last index %d", ErrCompactBeyondSnapshot, compactIndex, l.last)
+		return false, fmt.Errorf("%w: compact %d beyond last index %d", ErrCompactBeyondSnapshot, compactIndex, l.last)
 	}
-	c := compacted{compactIndex, l.terms.term(compactIndex)}
+	upTo := min(compactIndex, l.prev.index+compactChunkEntries)
+	c := compacted{upTo, l.terms.term(upTo)}
 	flushed, err := l.commitTx("compact", l.last, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketEntries)
-		for i := l.prev.index + 1; i <= compactIndex; i++ {
+		for i := l.prev.index + 1; i <= upTo; i++ {
 			if err := b.Delete(indexKey(i)); err != nil {
 				return fmt.Errorf("delete entry %d: %w", i, err)
 			}
@@ -1242,17 +1273,20 @@ func (l *Log) Compact(compactIndex uint64) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	l.mu.Lock()
 	l.prev = c
-	l.terms.compactTo(compactIndex)
-	l.cache.dropBefore(compactIndex + 1)
+	l.terms.compactTo(upTo)
+	l.cache.dropBefore(upTo + 1)
 	l.flushedLocked(flushed)
 	l.mu.Unlock()
-	l.logger.Info("raftlog compacted", "index", compactIndex, "term", c.term)
+	if upTo < compactIndex {
+		return false, nil
+	}
+	l.logger.Info("raftlog compacted", "index", c.index, "term", c.term)
 	l.kickRotation()
-	return nil
+	return true, nil
 }
 
 // Stats is a point-in-time view of the Log, for metrics and operators.

@@ -570,3 +570,80 @@ func TestCloseFlushesDeferredCommit(t *testing.T) {
 		t.Fatalf("commit after clean close: got %d, want %d", got, want)
 	}
 }
+
+// TestCompactInChunks: a Compact of more than one chunk deletes
+// CompactChunkEntries entries per write and lets a Save through between
+// two of them; the log ends compacted as asked, also after a reopen.
+func TestCompactInChunks(t *testing.T) {
+	const last, compactTo = 10_000, 9_000 // three chunks
+	dir := t.TempDir()
+	var l *raftlog.Log
+	var pauses int
+	var firstIndexes []uint64
+	opts := raftlog.WithCompactHook(raftlog.Options{}, func() {
+		pauses++
+		first, err := l.FirstIndex()
+		if err != nil {
+			t.Error(err)
+		}
+		firstIndexes = append(firstIndexes, first)
+		if pauses > 1 {
+			return
+		}
+		saved := make(chan error, 1)
+		go func() { saved <- l.Save(hardState(2, 1, last+1), mkEnts(last+1, 2)) }()
+		select {
+		case err := <-saved:
+			if err != nil {
+				t.Errorf("a Save between two chunks: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("a Save between two chunks waited for the whole Compact")
+		}
+	})
+	l = mustOpen(t, dir, opts)
+	terms := make([]uint64, last)
+	for k := range terms {
+		terms[k] = 2
+	}
+	if err := l.Save(hardState(2, 1, last), mkEnts(1, terms...)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.CreateSnapshot(9_500, cs123, []byte("state at 9500")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Compact(compactTo); err != nil {
+		t.Fatal(err)
+	}
+	chunk := uint64(raftlog.CompactChunkEntries)
+	if pauses != 2 || firstIndexes[0] != chunk+1 || firstIndexes[1] != 2*chunk+1 {
+		t.Fatalf("%d pauses with first indexes %v; want 2, at %d and %d", pauses, firstIndexes, chunk+1, 2*chunk+1)
+	}
+	check := func(l *raftlog.Log) {
+		t.Helper()
+		if first, _ := l.FirstIndex(); first != compactTo+1 {
+			t.Fatalf("FirstIndex %d, want %d", first, compactTo+1)
+		}
+		if lastIndex, _ := l.LastIndex(); lastIndex != last+1 {
+			t.Fatalf("LastIndex %d, want %d (the Save between chunks)", lastIndex, last+1)
+		}
+		if term, err := l.Term(compactTo); err != nil || term != 2 {
+			t.Fatalf("Term(%d) = %d, %v; want 2", compactTo, term, err)
+		}
+		ents, err := l.Entries(compactTo+1, last+2, 1<<30)
+		if err != nil || len(ents) != last+1-compactTo {
+			t.Fatalf("Entries after the compaction: %d, %v; want %d", len(ents), err, last+1-compactTo)
+		}
+		if err := checkPayloads(ents); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(l)
+	if err := l.Compact(compactTo); !errors.Is(err, raft.ErrCompacted) {
+		t.Fatalf("Compact(%d) again: %v, want raft.ErrCompacted", compactTo, err)
+	}
+	mustClose(t, l)
+	l = mustOpen(t, dir, raftlog.Options{})
+	defer mustClose(t, l)
+	check(l)
+}
