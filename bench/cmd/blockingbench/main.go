@@ -42,6 +42,7 @@ var (
 	flagWorkDir    = flag.String("work-dir", "", "where the binary and data dirs go (default: the system temp dir)")
 	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep       = flag.Bool("keep", false, "keep the binary, data dirs and server logs")
+	flagTrace      = flag.String("trace", "", "directory for execution traces (ROLE-PHASE.trace) of every server during every phase, and the phase's writes at or over its p99 with when they were due (writes-PHASE.txt), to find what stalled them; tracing slows the servers (runs them with --enable-pprof)")
 	flagPprof      = flag.String("pprof", "", "directory for CPU and allocation profiles (ROLE-PHASE.pprof, ROLE-PHASE.allocs.pprof) of every server during every phase, named leader-, f1-, f2- (followers numbered in member order; runs the servers with --enable-pprof)")
 
 	// The writer child runs this binary with these (and -queries):
@@ -239,10 +240,15 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		gcs := harness.StartGCCount(ctx, c.metricsURLs(), roles)
 		slow := harness.StartSlowLogWrites(ctx, c.metricsURLs(), roles)
 		t0 := time.Now()
-		prof := c.profile(ctx, *flagWarmup+*flagDuration, *flagPprof, fmt.Sprintf("rep%d-phase%d-queries-%s", rep+1, id, label))
+		name := fmt.Sprintf("rep%d-phase%d-queries-%s", rep+1, id, label)
+		prof := c.profile(ctx, *flagWarmup+*flagDuration, *flagPprof, name)
+		trace := harness.TraceAll(ctx, c.https, roles, *flagWarmup+*flagDuration, *flagTrace, name)
 		r, err := runWrites(ctx, wr, p, q)
-		if perr := prof(); perr != nil && err == nil {
+		if perr := errors.Join(prof(), trace()); perr != nil && err == nil {
 			err = fmt.Errorf("profile: %w", perr)
+		}
+		if *flagTrace != "" && err == nil {
+			err = harness.SaveSlowest(filepath.Join(*flagTrace, "writes-"+name+".txt"), r.tail)
 		}
 		if err == nil && r.acked == 0 {
 			err = fmt.Errorf("phase %s: no write was acknowledged (first error: %v)", label, r.firstErr)

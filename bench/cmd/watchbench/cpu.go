@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -82,11 +83,22 @@ func selfCPU() time.Duration {
 // --enable-pprof) for dur, and returns a func that waits for them and writes
 // them to dir/ROLE-NAME.pprof, ROLE as in the CPU line: leader, f1, f2.
 func profileMembers(ctx context.Context, d *deployment, dur time.Duration, dir, name string) func() error {
+	return harness.ProfileAll(ctx, d.memberBases(), d.roles(), dur, dir, name)
+}
+
+// memberBases are the servers' HTTP base URLs, under which they serve
+// /debug/pprof.
+func (d *deployment) memberBases() []string {
 	bases := make([]string, len(d.memberMetrics))
 	for i, m := range d.memberMetrics {
 		bases[i] = strings.TrimSuffix(m, "/metrics")
 	}
-	return harness.ProfileAll(ctx, bases, d.roles(), dur, dir, name)
+	return bases
+}
+
+// waitBoth returns a func that waits for a and b and joins their errors.
+func waitBoth(a, b func() error) func() error {
+	return func() error { return errors.Join(a(), b()) }
 }
 
 // startDelays reads two of Lodestone's leader histograms now and returns

@@ -55,6 +55,7 @@ var (
 	flagRoot        = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep        = flag.Bool("keep", false, "keep binaries, data dirs and server logs")
 	flagLodeArgs    = flag.String("lodestone-args", "", "extra flags for every Lodestone server, space-separated (for experiments, e.g. \"--watch-delivery-interval 0\")")
+	flagTrace       = flag.String("trace", "", "directory for execution traces (ROLE-PHASE.trace) of every Lodestone server during every phase, and the phase's writes at or over its p99 with when they were due (writes-PHASE.txt), to find what stalled them; tracing slows the servers")
 	flagPprof       = flag.String("pprof", "", "directory for CPU and allocation profiles (ROLE-PHASE.pprof, ROLE-PHASE.allocs.pprof) of every Lodestone server during every phase, named leader-, f1-, f2- as in the CPU line (the servers always run with --enable-pprof: the memory figure uses it)")
 	flagWatchMember = flag.String("watch-member", "follower", `members the watch streams go to: "follower" (one follower, where the Go client puts a three-member cluster's watches), "followers" (the connections spread over both) or "leader"; writes always go to the leader`)
 
@@ -365,15 +366,22 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 		delays := startDelays(ctx, d)
 		gcs := harness.StartGCCount(ctx, d.memberMetrics, d.roles())
 		slow := harness.StartSlowLogWrites(ctx, d.memberMetrics, d.roles())
+		label := "none"
+		if w != nil {
+			label = strconv.Itoa(w.exact)
+		}
+		name := fmt.Sprintf("rep%d-phase%d-watchers-%s", rep+1, phaseID, label)
 		var prof func() error
-		if *flagPprof != "" && sys.name == "lodestone" {
-			label := "none"
-			if w != nil {
-				label = strconv.Itoa(w.exact)
-			}
-			prof = profileMembers(ctx, d, *flagWarmup+*flagDuration, *flagPprof, fmt.Sprintf("rep%d-phase%d-watchers-%s", rep+1, phaseID, label))
+		if sys.name == "lodestone" {
+			dur := *flagWarmup + *flagDuration
+			prof = waitBoth(profileMembers(ctx, d, dur, *flagPprof, name), harness.TraceAll(ctx, d.memberBases(), d.roles(), dur, *flagTrace, name))
 		}
 		r, err := runPhase(ctx, phaseID, wr, w, *flagKeys, *flagRate, *flagWarmup, *flagDuration, *flagDrain)
+		if *flagTrace != "" && sys.name == "lodestone" && err == nil {
+			if serr := harness.SaveSlowest(filepath.Join(*flagTrace, "writes-"+name+".txt"), r.tail); serr != nil {
+				logf("slowest writes: %v", serr)
+			}
+		}
 		r.cpu = cpu()
 		if dl := delays(); dl != "" {
 			r.cpu += "," + dl

@@ -308,7 +308,7 @@ func TestWriterChild(t *testing.T) {
 			t.Errorf("phase %d: %d latencies (sorted %v, first %v), want %d sorted, none negative",
 				id, len(r.Latencies), slices.IsSorted(r.Latencies), r.Latencies[0], timed)
 		}
-		if r.Tail != (TailSpread{Spans: 1, Of: 1}) {
+		if r.Tail.Spans != 1 || r.Tail.Of != 1 {
 			t.Errorf("phase %d: tail spread %v, want 1/1 (a 50 ms window is one span)", id, r.Tail)
 		}
 		if !strings.HasSuffix(r.FirstErr, fmt.Sprintf("of phase %d refused", id)) {
@@ -363,11 +363,39 @@ func TestTailSpread(t *testing.T) {
 			}
 			seqs, lats = append(seqs, seq), append(lats, lat)
 		}
-		if got := tailSpread(p, seqs, lats); got != tc.want {
+		// Reversed, as workers hand their writes back out of order.
+		slices.Reverse(seqs)
+		slices.Reverse(lats)
+		got := tailSpread(p, seqs, lats)
+		if got.Spans != tc.want.Spans || got.Of != tc.want.Of {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+		if len(got.Slowest) != 20 {
+			t.Fatalf("%s: %d slowest writes, want the 20 slow ones", tc.name, len(got.Slowest))
+		}
+		for i, w := range got.Slowest {
+			if w.Latency != 50*time.Millisecond || (i > 0 && !w.At.After(got.Slowest[i-1].At)) {
+				t.Fatalf("%s: slowest[%d] = %+v: want the slow writes, by intended start", tc.name, i, w)
+			}
+		}
 	}
-	if got := tailSpread(p, nil, nil); got != (TailSpread{Of: 10}) {
+	if got := tailSpread(p, nil, nil); got.Spans != 0 || got.Of != 10 || got.Slowest != nil {
 		t.Errorf("no writes: %v, want 0/10", got)
+	}
+}
+
+func TestSaveSlowest(t *testing.T) {
+	at := time.Date(2026, 11, 26, 16, 12, 8, 106_000_000, time.FixedZone("x", 3600))
+	path := filepath.Join(t.TempDir(), "sub", "writes.txt")
+	tail := TailSpread{Slowest: []TailWrite{{At: at, Latency: 28800 * time.Microsecond}, {At: at.Add(time.Millisecond), Latency: 9 * time.Millisecond}}}
+	if err := SaveSlowest(path, tail); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "2026-11-26T15:12:08.106000Z 28.8ms\n2026-11-26T15:12:08.107000Z 9ms\n"; string(b) != want {
+		t.Fatalf("saved %q, want %q", b, want)
 	}
 }

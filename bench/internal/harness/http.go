@@ -86,6 +86,23 @@ func ProfileAll(ctx context.Context, bases, roles []string, dur time.Duration, d
 	return waitAll(waits)
 }
 
+// TraceAll starts an execution trace of dur of every server, bases[i]
+// named roles[i], to dir/ROLE-NAME.trace (read with go tool trace; its
+// -d=parsed mode prints every event with wall-clock sync points), and
+// returns a func that waits for them all. With dir empty it traces
+// nothing. Tracing slows a server by a few percent: a traced run's figures
+// are not the benchmark's.
+func TraceAll(ctx context.Context, bases, roles []string, dur time.Duration, dir, name string) func() error {
+	var waits []func() error
+	for i, base := range bases {
+		if dir != "" {
+			url := base + fmt.Sprintf("/debug/pprof/trace?seconds=%d", int(dur.Seconds()))
+			waits = append(waits, fetch(ctx, url, filepath.Join(dir, roles[i]+"-"+name+".trace")))
+		}
+	}
+	return waitAll(waits)
+}
+
 // waitAll returns a func that waits for every one of waits and joins
 // their errors.
 func waitAll(waits []func() error) func() error {

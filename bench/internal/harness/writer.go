@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +70,15 @@ const TailSpan = 100 * time.Millisecond
 type TailSpread struct {
 	Spans int `json:"spans"` // spans holding a write at or over the p99
 	Of    int `json:"of"`    // spans in the timed window
+	// Slowest are the writes at or over the p99, by intended start: with
+	// the servers' execution traces (TraceAll), where to look.
+	Slowest []TailWrite `json:"slowest,omitempty"`
+}
+
+// TailWrite is one of a phase's slowest writes.
+type TailWrite struct {
+	At      time.Time     `json:"at"` // when it was due
+	Latency time.Duration `json:"latency"`
 }
 
 // String is "K/N", as run lines print it.
@@ -87,10 +98,25 @@ func tailSpread(p WritePhase, seqs []int, lats []time.Duration) TailSpread {
 	for i, lat := range lats {
 		if lat >= p99 {
 			seen[span(seqs[i])] = true
+			t.Slowest = append(t.Slowest, TailWrite{At: p.Intended(seqs[i]), Latency: lat})
 		}
 	}
 	t.Spans = len(seen)
+	slices.SortFunc(t.Slowest, func(a, b TailWrite) int { return a.At.Compare(b.At) })
 	return t
+}
+
+// SaveSlowest writes t.Slowest to path, one write a line: when it was
+// due (UTC, as execution traces give wall times) and its latency.
+func SaveSlowest(path string, t TailSpread) error {
+	var b strings.Builder
+	for _, w := range t.Slowest {
+		fmt.Fprintf(&b, "%s %s\n", w.At.UTC().Format("2006-01-02T15:04:05.000000Z"), w.Latency)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 // Acked reports whether write seq was acknowledged.
