@@ -22,6 +22,3 @@ func WithCompactHook(o Options, f func()) Options {
 	o.hooks = &testHooks{compactChunk: f}
 	return o
 }
-
-// CompactChunkEntries is the most entries one Compact transaction deletes.
-const CompactChunkEntries = compactChunkEntries

@@ -6,8 +6,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -803,7 +805,7 @@ func (n *node) writeSnapshot(sn *store.Snapshot, cs raftpb.ConfState) snapResult
 	if last := n.lastSnapBytes.Load(); last > 0 {
 		buf.Grow(int(last + last/8))
 	}
-	if _, err := sn.WriteTo(&buf); err != nil {
+	if _, err := sn.WriteTo(yieldingWriter{&buf}); err != nil {
 		return snapResult{index: sn.Index(), err: fmt.Errorf("encode snapshot: %w", err)}
 	}
 	if _, err := n.log.CreateSnapshot(sn.Index(), &cs, buf.Bytes()); err != nil {
@@ -814,13 +816,69 @@ func (n *node) writeSnapshot(sn *store.Snapshot, cs raftpb.ConfState) snapResult
 		return snapResult{index: sn.Index(), err: fmt.Errorf("save snapshot: %w", err)}
 	}
 	if sn.Index() > n.cfg.CatchUpEntries {
-		if err := n.log.Compact(sn.Index() - n.cfg.CatchUpEntries); err != nil && !errors.Is(err, raft.ErrCompacted) {
-			return snapResult{index: sn.Index(), err: fmt.Errorf("compact log to %d: %w", sn.Index()-n.cfg.CatchUpEntries, err)}
+		to := sn.Index() - n.cfg.CatchUpEntries
+		if err := compactInSteps(n.log, to, func() bool { return n.pause(compactPause) }); err != nil {
+			return snapResult{index: sn.Index(), err: fmt.Errorf("compact log to %d: %w", to, err)}
 		}
 	}
 	n.lastSnapBytes.Store(int64(buf.Len()))
 	n.logger.Info("snapshot saved", "index", sn.Index(), "bytes", buf.Len(), "took", time.Since(start))
 	return snapResult{index: sn.Index()}
+}
+
+// compactPause is the pause between two chunks of a snapshot's log
+// compaction. Every member snapshots at about the same index; compacting
+// 95,000 entries at once took about 40 ms of CPU on each, and on a shared
+// core the three bursts stalled every write for 200-300 ms. Paced, a chunk
+// (about 1.5 ms of CPU) comes every 20 ms and the compaction takes about
+// half a second, which nothing waits for.
+const compactPause = 20 * time.Millisecond
+
+// compactInSteps compacts l up to index raftlog.CompactChunkEntries entries
+// at a time, calling pause between two steps; it stops early, with no
+// error, when pause reports false (the node is stopping).
+func compactInSteps(l *raftlog.Log, index uint64, pause func() bool) error {
+	for {
+		first, err := l.FirstIndex()
+		if err != nil {
+			return err
+		}
+		if first > index {
+			return nil // NB: compacted meanwhile (a snapshot from the leader)
+		}
+		step := min(index, first-1+raftlog.CompactChunkEntries)
+		if err := l.Compact(step); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			return err
+		}
+		if step == index || !pause() {
+			return nil
+		}
+	}
+}
+
+// pause waits d, or until the node stops (false).
+func (n *node) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-n.stopC:
+		return false
+	}
+}
+
+// yieldingWriter lets other goroutines run after each write to w. A
+// snapshot encodes into memory with no system call to give up the
+// processor at: on a server with one processor, encoding 10,000 keys held
+// it for 7 ms, every write in flight waiting. The encoder writes 64 KiB at
+// a time, so this bounds that to a fraction of a millisecond.
+type yieldingWriter struct{ w io.Writer }
+
+func (y yieldingWriter) Write(p []byte) (int, error) {
+	n, err := y.w.Write(p)
+	runtime.Gosched()
+	return n, err
 }
 
 func (n *node) saveSnapshot(s snapResult) {
