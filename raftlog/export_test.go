@@ -22,3 +22,6 @@ func WithCompactHook(o Options, f func()) Options {
 	o.hooks = &testHooks{compactChunk: f}
 	return o
 }
+
+// CompactChunkEntries is the most entries one Compact transaction deletes.
+const CompactChunkEntries = compactChunkEntries

@@ -1216,7 +1216,7 @@ func (l *Log) recordSnapshot(rec snapRecord, replace bool) error {
 // the snapshot index. The freed pages are reused by later appends (see
 // Stats).
 //
-// It deletes CompactChunkEntries entries per bbolt transaction and lets go of the
+// It deletes compactChunkEntries entries per bbolt transaction and lets go of the
 // write lock between them, so a Save waits for one chunk at most. In one
 // transaction, the first compaction of a server (95,000 entries behind a
 // 100,000-entry snapshot) held Saves for 84 ms on an idle machine; and
@@ -1235,12 +1235,10 @@ func (l *Log) Compact(compactIndex uint64) error {
 	}
 }
 
-// CompactChunkEntries is the most entries one Compact transaction
-// deletes. A caller that wants a compaction's work spread out further
-// compacts this many at a time and pauses between calls.
-const CompactChunkEntries = 4096
+// compactChunkEntries is the most entries one Compact transaction deletes.
+const compactChunkEntries = 4096
 
-// compactChunk deletes up to CompactChunkEntries entries towards compactIndex and
+// compactChunk deletes up to compactChunkEntries entries towards compactIndex and
 // reports whether the log is compacted to compactIndex. Only the first
 // chunk of a Compact reports an index already compacted away: a later
 // one finds the work done by a snapshot applied meanwhile.
@@ -1260,7 +1258,7 @@ func (l *Log) compactChunk(compactIndex uint64, first bool) (done bool, err erro
 	case compactIndex > l.last:
 		return false, fmt.Errorf("%w: compact %d beyond last index %d", ErrCompactBeyondSnapshot, compactIndex, l.last)
 	}
-	upTo := min(compactIndex, l.prev.index+CompactChunkEntries)
+	upTo := min(compactIndex, l.prev.index+compactChunkEntries)
 	c := compacted{upTo, l.terms.term(upTo)}
 	flushed, err := l.commitTx("compact", l.last, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketEntries)

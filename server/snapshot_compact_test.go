@@ -9,11 +9,11 @@ import (
 	"github.com/lodestone-kv/lodestone/raftlog"
 )
 
-// TestCompactInSteps: a snapshot's compaction goes a raftlog chunk at a
-// time with a pause between two, ends where it was asked to, and stops
+// TestCompactInSteps: a snapshot's compaction goes compactStep entries at
+// a time with a pause between two, ends where it was asked to, and stops
 // early, leaving a valid log, when the pause says the node is stopping.
 func TestCompactInSteps(t *testing.T) {
-	const last = 3*raftlog.CompactChunkEntries + 100
+	const last = 3*compactStep + 100
 	open := func(t *testing.T) *raftlog.Log {
 		t.Helper()
 		l, err := raftlog.Open(t.TempDir(), raftlog.Options{})
@@ -53,7 +53,7 @@ func TestCompactInSteps(t *testing.T) {
 	if err := compactInSteps(l, to, func() bool { at = append(at, first(t, l)); return true }); err != nil {
 		t.Fatal(err)
 	}
-	chunk := uint64(raftlog.CompactChunkEntries)
+	chunk := uint64(compactStep)
 	want := []uint64{chunk + 1, 2*chunk + 1, 3*chunk + 1}
 	if len(at) != len(want) || at[0] != want[0] || at[1] != want[1] || at[2] != want[2] || first(t, l) != to+1 {
 		t.Fatalf("pauses at first index %v, ending at %d; want %v, ending at %d", at, first(t, l), want, to+1)
