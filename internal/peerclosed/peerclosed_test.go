@@ -7,31 +7,12 @@ import (
 	"time"
 
 	"github.com/lodestone-kv/lodestone/internal/peerclosed"
+	"github.com/lodestone-kv/lodestone/internal/testnet"
 )
 
 type wrapped struct{ net.Conn }
 
 func (w wrapped) NetConn() net.Conn { return w.Conn }
-
-// pair returns both ends of a loopback TCP connection.
-func pair(t *testing.T) (client, server net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err = ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
 
 // eventually polls for up to 5s: a close travels through the kernel.
 func eventually(t *testing.T, cond func() bool) {
@@ -45,7 +26,7 @@ func eventually(t *testing.T, cond func() bool) {
 }
 
 func TestClosed(t *testing.T) {
-	client, server := pair(t)
+	client, server := testnet.Pair(t)
 	if peerclosed.Closed(server) {
 		t.Fatal("an open, quiet connection reads as closed")
 	}

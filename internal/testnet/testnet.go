@@ -1,5 +1,6 @@
 // Package testnet hands tests addresses to listen on that are free now and
-// will not be taken by the kernel for an outgoing connection meanwhile.
+// will not be taken by the kernel for an outgoing connection meanwhile, and
+// connected loopback TCP pairs.
 //
 // NB: the usual trick (listen on :0, close, reuse the port) hands out a
 // port from the ephemeral range, which the kernel may give to any outgoing
@@ -67,4 +68,25 @@ func free(addr string, udp bool) bool {
 		return false
 	}
 	return u.Close() == nil
+}
+
+// Pair returns both ends of a loopback TCP connection, closed when t ends.
+func Pair(t testing.TB) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close() })
+	return client, server
 }

@@ -2,11 +2,11 @@ package httppark
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/lodestone-kv/lodestone/internal/peerclosed"
+	"github.com/lodestone-kv/lodestone/internal/testnet"
 	"github.com/lodestone-kv/lodestone/watch"
 )
 
@@ -74,7 +74,7 @@ func sweepLot(t *testing.T, n, hungUp int) *Lot {
 			t.Fatal(err)
 		}
 		t.Cleanup(w.Close)
-		server, client := loopback(t)
+		client, server := testnet.Pair(t)
 		if i == hungUp {
 			client.Close()
 			for deadline := time.Now().Add(5 * time.Second); !peerclosed.Closed(server); time.Sleep(time.Millisecond) {
@@ -100,25 +100,4 @@ func checkOrder(t *testing.T, l *Lot) {
 			t.Fatalf("order[%d] records slot %d (registered: %v)", i, p.slot, l.byWatch[p.w] == p)
 		}
 	}
-}
-
-// loopback is both ends of a loopback TCP connection, closed at cleanup.
-func loopback(t *testing.T) (server, client net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	server, err = ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { server.Close() })
-	return server, client
 }
