@@ -242,9 +242,9 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		t0 := time.Now()
 		name := fmt.Sprintf("rep%d-phase%d-queries-%s", rep+1, id, label)
 		prof := c.profile(ctx, *flagWarmup+*flagDuration, *flagPprof, name)
-		trace := harness.TraceAll(ctx, c.https, roles, *flagWarmup+*flagDuration, *flagTrace, name)
+		prof = harness.WaitAll(prof, harness.TraceAll(ctx, c.https, roles, *flagWarmup+*flagDuration, *flagTrace, name))
 		r, err := runWrites(ctx, wr, p, q)
-		if perr := errors.Join(prof(), trace()); perr != nil && err == nil {
+		if perr := prof(); perr != nil && err == nil {
 			err = fmt.Errorf("profile: %w", perr)
 		}
 		if *flagTrace != "" && err == nil {

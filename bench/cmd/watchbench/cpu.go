@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -94,11 +93,6 @@ func (d *deployment) memberBases() []string {
 		bases[i] = strings.TrimSuffix(m, "/metrics")
 	}
 	return bases
-}
-
-// waitBoth returns a func that waits for a and b and joins their errors.
-func waitBoth(a, b func() error) func() error {
-	return func() error { return errors.Join(a(), b()) }
 }
 
 // startDelays reads two of Lodestone's leader histograms now and returns

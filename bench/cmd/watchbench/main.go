@@ -374,7 +374,7 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 		var prof func() error
 		if sys.name == "lodestone" {
 			dur := *flagWarmup + *flagDuration
-			prof = waitBoth(profileMembers(ctx, d, dur, *flagPprof, name), harness.TraceAll(ctx, d.memberBases(), d.roles(), dur, *flagTrace, name))
+			prof = harness.WaitAll(profileMembers(ctx, d, dur, *flagPprof, name), harness.TraceAll(ctx, d.memberBases(), d.roles(), dur, *flagTrace, name))
 		}
 		r, err := runPhase(ctx, phaseID, wr, w, *flagKeys, *flagRate, *flagWarmup, *flagDuration, *flagDrain)
 		if *flagTrace != "" && sys.name == "lodestone" && err == nil {

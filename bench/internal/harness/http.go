@@ -39,10 +39,10 @@ func Get(ctx context.Context, url string) (*http.Response, error) {
 func Profile(ctx context.Context, base string, dur time.Duration, path string) func() error {
 	secs := int(dur.Seconds())
 	allocs := strings.TrimSuffix(path, ".pprof") + ".allocs.pprof"
-	return waitAll([]func() error{
+	return WaitAll(
 		fetch(ctx, base+fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), path),
 		fetch(ctx, base+fmt.Sprintf("/debug/pprof/allocs?seconds=%d", secs), allocs),
-	})
+	)
 }
 
 // fetch starts copying the body of url to path and returns a func that
@@ -77,13 +77,9 @@ func fetch(ctx context.Context, url, path string) func() error {
 // dir/ROLE-NAME.pprof, and returns a func that waits for them all. With
 // dir empty it profiles nothing.
 func ProfileAll(ctx context.Context, bases, roles []string, dur time.Duration, dir, name string) func() error {
-	var waits []func() error
-	for i, base := range bases {
-		if dir != "" {
-			waits = append(waits, Profile(ctx, base, dur, filepath.Join(dir, roles[i]+"-"+name+".pprof")))
-		}
-	}
-	return waitAll(waits)
+	return eachServer(bases, roles, dir, name+".pprof", func(base, path string) func() error {
+		return Profile(ctx, base, dur, path)
+	})
 }
 
 // TraceAll starts an execution trace of dur of every server, bases[i]
@@ -93,19 +89,28 @@ func ProfileAll(ctx context.Context, bases, roles []string, dur time.Duration, d
 // nothing. Tracing slows a server by a few percent: a traced run's figures
 // are not the benchmark's.
 func TraceAll(ctx context.Context, bases, roles []string, dur time.Duration, dir, name string) func() error {
-	var waits []func() error
-	for i, base := range bases {
-		if dir != "" {
-			url := base + fmt.Sprintf("/debug/pprof/trace?seconds=%d", int(dur.Seconds()))
-			waits = append(waits, fetch(ctx, url, filepath.Join(dir, roles[i]+"-"+name+".trace")))
-		}
-	}
-	return waitAll(waits)
+	return eachServer(bases, roles, dir, name+".trace", func(base, path string) func() error {
+		return fetch(ctx, base+fmt.Sprintf("/debug/pprof/trace?seconds=%d", int(dur.Seconds())), path)
+	})
 }
 
-// waitAll returns a func that waits for every one of waits and joins
+// eachServer runs start for every server, bases[i], with the path
+// dir/ROLES[i]-file, and returns a func that waits for them all; with dir
+// empty it starts nothing.
+func eachServer(bases, roles []string, dir, file string, start func(base, path string) func() error) func() error {
+	if dir == "" {
+		return WaitAll()
+	}
+	waits := make([]func() error, len(bases))
+	for i, base := range bases {
+		waits[i] = start(base, filepath.Join(dir, roles[i]+"-"+file))
+	}
+	return WaitAll(waits...)
+}
+
+// WaitAll returns a func that waits for every one of waits and joins
 // their errors.
-func waitAll(waits []func() error) func() error {
+func WaitAll(waits ...func() error) func() error {
 	return func() error {
 		var errs []error
 		for _, wait := range waits {

@@ -71,15 +71,14 @@ func StartGCCount(ctx context.Context, urls, roles []string) func() string {
 }
 
 // Lodestone's log write latency histogram: its count, and its bucket up to
-// SlowLogWrite (one of its bounds, 100 µs doubled seven times).
+// 12.8 ms (one of its bounds, 100 µs doubled seven times).
 const (
 	logWritesMetric     = "lodestone_log_write_latency_seconds_count"
 	logWritesFastBucket = `lodestone_log_write_latency_seconds_bucket{le="0.0128"}`
-	SlowLogWrite        = 12800 * time.Microsecond
 )
 
 // StartSlowLogWrites is StartGCCount for the log writes (a write and its
-// fdatasync) over SlowLogWrite of each Lodestone server. All three
+// fdatasync) over 12.8 ms of each Lodestone server. All three
 // members of a cluster on one disk share its flushes: when a phase's
 // slowest writes come with the same count on every member, the disk
 // stalled them all at once, whatever the phase was doing.
