@@ -204,7 +204,8 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // profile starts CPU and allocation profiles of every server for dur when
 // dir is set, and returns a func that waits for them and writes them to
-// dir/ROLE-NAME.pprof and .allocs.pprof: leader, f1, f2 (harness.Roles).
+// dir/ROLE-NAME.pprof, .allocs-base.pprof and .allocs.pprof: leader, f1, f2
+// (harness.Roles).
 func (c *cluster) profile(ctx context.Context, dur time.Duration, dir, name string) func() error {
 	return harness.ProfileAll(ctx, c.https, harness.Roles(len(c.https), c.leader), dur, dir, name)
 }

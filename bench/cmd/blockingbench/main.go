@@ -43,7 +43,7 @@ var (
 	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep       = flag.Bool("keep", false, "keep the binary, data dirs and server logs")
 	flagTrace      = flag.String("trace", "", "directory for execution traces (ROLE-PHASE.trace) of every server during every phase, and the phase's writes at or over its p99 with when they were due (writes-PHASE.txt), to find what stalled them; tracing slows the servers, and DIR belongs on tmpfs (/dev/shm/...): traces written to disk are flushed ~30 s later, in a later phase, and stall the servers' fdatasyncs (runs them with --enable-pprof)")
-	flagPprof      = flag.String("pprof", "", "directory for CPU and allocation profiles (ROLE-PHASE.pprof, ROLE-PHASE.allocs.pprof) of every server during every phase, named leader-, f1-, f2- (followers numbered in member order; runs the servers with --enable-pprof)")
+	flagPprof      = flag.String("pprof", "", "directory for CPU and allocation profiles (ROLE-PHASE.pprof; ROLE-PHASE.allocs-base.pprof and .allocs.pprof at its start and end, see harness.Profile) of every server during every phase, named leader-, f1-, f2- (followers numbered in member order; runs the servers with --enable-pprof)")
 
 	// The writer child runs this binary with these (and -queries):
 	// writes come from their own process, see harness.ServeWrites.

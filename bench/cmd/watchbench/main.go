@@ -56,7 +56,7 @@ var (
 	flagKeep        = flag.Bool("keep", false, "keep binaries, data dirs and server logs")
 	flagLodeArgs    = flag.String("lodestone-args", "", "extra flags for every Lodestone server, space-separated (for experiments, e.g. \"--watch-delivery-interval 0\")")
 	flagTrace       = flag.String("trace", "", "directory for execution traces (ROLE-PHASE.trace) of every Lodestone server during every phase, and the phase's writes at or over its p99 with when they were due (writes-PHASE.txt), to find what stalled them; tracing slows the servers, and DIR belongs on tmpfs (/dev/shm/...): traces written to disk are flushed ~30 s later, in a later phase, and stall the servers' fdatasyncs")
-	flagPprof       = flag.String("pprof", "", "directory for CPU and allocation profiles (ROLE-PHASE.pprof, ROLE-PHASE.allocs.pprof) of every Lodestone server during every phase, named leader-, f1-, f2- as in the CPU line (the servers always run with --enable-pprof: the memory figure uses it)")
+	flagPprof       = flag.String("pprof", "", "directory for CPU and allocation profiles (ROLE-PHASE.pprof; ROLE-PHASE.allocs-base.pprof and .allocs.pprof at its start and end, see harness.Profile) of every Lodestone server during every phase, named leader-, f1-, f2- as in the CPU line (the servers always run with --enable-pprof: the memory figure uses it)")
 	flagWatchMember = flag.String("watch-member", "follower", `members the watch streams go to: "follower" (one follower, where the Go client puts a three-member cluster's watches), "followers" (the connections spread over both) or "leader"; writes always go to the leader`)
 
 	// The broadcaster's own process runs this binary with these.

@@ -30,19 +30,34 @@ func Get(ctx context.Context, url string) (*http.Response, error) {
 	return resp, nil
 }
 
-// Profile starts a CPU profile and an allocation profile, both for dur,
-// of the server whose HTTP base URL (with /debug/pprof) is base, and
-// returns a func that waits for them and writes them to path and to path
-// with ".pprof" replaced by ".allocs.pprof". The allocation profile is the
-// delta over dur (the seconds parameter of a non-CPU profile), so it shows
-// what the phase allocated and not what the process did before it.
+// Profile starts a CPU profile of dur of the server whose HTTP base URL
+// (with /debug/pprof) is base, and allocation profiles at its start and
+// end, and returns a func that waits for them and writes them to path,
+// and to path with ".pprof" replaced by ".allocs-base.pprof" (start) and
+// ".allocs.pprof" (end). What the phase allocated is the difference:
+//
+//	go tool pprof -sample_index=alloc_space -base X.allocs-base.pprof X.allocs.pprof
+//
+// Both allocation profiles force a GC cycle first (heap?gc=1): the runtime
+// publishes allocation samples only at the end of a cycle, and a server
+// with a heap floor may run none in a phase, which left the delta profile
+// (allocs?seconds=N) empty. The forced cycles make a profiled run's
+// latency figures not the benchmark's.
 func Profile(ctx context.Context, base string, dur time.Duration, path string) func() error {
-	secs := int(dur.Seconds())
-	allocs := strings.TrimSuffix(path, ".pprof") + ".allocs.pprof"
-	return WaitAll(
-		fetch(ctx, base+fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), path),
-		fetch(ctx, base+fmt.Sprintf("/debug/pprof/allocs?seconds=%d", secs), allocs),
-	)
+	stem := strings.TrimSuffix(path, ".pprof")
+	heap := base + "/debug/pprof/heap?gc=1"
+	cpu := fetch(ctx, base+fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(dur.Seconds())), path)
+	start := fetch(ctx, heap, stem+".allocs-base.pprof")
+	end := make(chan error, 1)
+	go func() {
+		select {
+		case <-ctx.Done():
+			end <- ctx.Err()
+		case <-time.After(dur):
+			end <- fetch(ctx, heap, stem+".allocs.pprof")()
+		}
+	}()
+	return WaitAll(cpu, start, func() error { return <-end })
 }
 
 // fetch starts copying the body of url to path and returns a func that
