@@ -7,7 +7,10 @@
 //
 //   - A bounded, indexed event log: every Raft index that changed something
 //     is appended with its events and kept until the retention bound (events
-//     and bytes, see Config) pushes it out.
+//     and bytes, see Config) pushes it out. The newest 4,096 entries keep
+//     their events as published; older ones are encoded into byte chunks,
+//     which the garbage collector does not scan (arena.go), and decoded
+//     again only for a watcher resuming from that far back.
 //   - N shards, each with its own lock and goroutine. Watchers are spread
 //     over the shards round-robin. A shard reads the log from its own cursor,
 //     finds the watchers an event concerns through an exact-key map and a

@@ -33,12 +33,17 @@ var (
 )
 
 // runWorkload drives a manual hub with the random workload seed describes
-// and returns the transcript of everything the watchers saw. Every batch is
+// and returns the transcript of everything the watchers saw. hot is the
+// hub's count of decoded log entries (-1: the default, which this workload
+// never exceeds; 0: every entry is read back from its encoding). Every batch is
 // also checked against a brute-force model: the events between the
 // watcher's previous Index and this one, no more, no fewer.
-func runWorkload(t *testing.T, seed uint64, shards int) string {
+func runWorkload(t *testing.T, seed uint64, shards, hot int) string {
 	t.Helper()
 	h := newManualHub(t, watch.Config{Shards: shards, WatcherBuffer: 4, RetainEvents: 40, ProgressInterval: -1})
+	if hot >= 0 {
+		h.SetHotEntries(hot)
+	}
 	rng := rand.New(rand.NewPCG(seed, 7))
 	var m model
 	type sub struct {
@@ -168,18 +173,24 @@ func runWorkload(t *testing.T, seed uint64, shards int) string {
 // TestShardsAgree checks the same answer two ways (STYLE 22): a random
 // workload — publishes, watches from random start indices, polls,
 // closes, progress rounds, restores, evictions and lagging shards — gives
-// exactly the same transcript with 1 shard as with 2 or 5, and every
-// batch agrees with the brute-force model.
+// exactly the same transcript with 1 shard as with 2 or 5, and with the
+// events read back from the log's encoding as with the published ones; and
+// every batch agrees with the brute-force model.
 func TestShardsAgree(t *testing.T) {
 	seed := testSeed(t)
 	t.Logf("seed %d (rerun with WATCH_SEED=%d)", seed, seed)
 	var all strings.Builder
 	for i := range uint64(30) {
-		one := runWorkload(t, seed+i, 1)
+		one := runWorkload(t, seed+i, 1, -1)
 		all.WriteString(one)
 		for _, n := range []int{2, 5} {
-			if many := runWorkload(t, seed+i, n); many != one {
+			if many := runWorkload(t, seed+i, n, -1); many != one {
 				t.Fatalf("seed %d: 1 shard and %d shards disagree:\n%s", seed+i, n, firstDiff(one, many))
+			}
+		}
+		for _, hot := range []int{0, 3} {
+			if cold := runWorkload(t, seed+i, 2, hot); cold != one {
+				t.Fatalf("seed %d: %d hot entries and all hot disagree:\n%s", seed+i, hot, firstDiff(one, cold))
 			}
 		}
 	}
@@ -206,13 +217,15 @@ func firstDiff(a, b string) string {
 // TestShardsAgreeLive is the same check with the real shard goroutines
 // running concurrently with Publish and Watch: watchers join at random
 // points (some replaying history, some from now), and at the end each has
-// exactly the model's events, with 1 shard as with 7.
+// exactly the model's events, with 1 shard and every log entry decoded as
+// with 7 shards and all but the newest 16 read back from their encoding.
 func TestShardsAgreeLive(t *testing.T) {
 	seed := testSeed(t)
 	t.Logf("seed %d (rerun with WATCH_SEED=%d)", seed, seed)
-	run := func(shards int) []string {
+	run := func(shards, hot int) []string {
 		ctx := testCtx(t)
 		h := newHub(t, watch.Config{Shards: shards, WatcherBuffer: 100_000, RetainEvents: 100_000})
+		h.SetHotEntries(hot)
 		var m model
 		rng := rand.New(rand.NewPCG(seed, 11))
 		type sub struct {
@@ -264,7 +277,7 @@ func TestShardsAgreeLive(t *testing.T) {
 		}
 		return outs
 	}
-	one, many := run(1), run(7)
+	one, many := run(1, 4096), run(7, 16)
 	if len(one) != len(many) {
 		t.Fatalf("seed %d: %d vs %d watchers", seed, len(one), len(many))
 	}

@@ -40,3 +40,19 @@ func (h *Hub) TimerRounds(n int) {
 
 // ProgressSlices is how many timer rounds make one interval.
 const ProgressSlices = progressSlices
+
+// SetHotEntries sets how many of the newest log entries stay decoded
+// (hotEntries by default); 0 encodes every entry as it is published, so
+// every shard step and replay decodes. Call it before the first Publish.
+func (h *Hub) SetHotEntries(n int) {
+	h.log.mu.Lock()
+	defer h.log.mu.Unlock()
+	h.log.setHot(n)
+}
+
+// ArenaChunks returns the arena's chunk count.
+func (h *Hub) ArenaChunks() int {
+	h.log.mu.RLock()
+	defer h.log.mu.RUnlock()
+	return len(h.log.arena.chunks)
+}

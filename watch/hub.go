@@ -106,10 +106,10 @@ func (h *Hub) progressLoop(every time.Duration) {
 // point to: the caller must not modify them afterwards. Publish sets each
 // event's Index. After Close, Publish does nothing.
 func (h *Hub) Publish(index uint64, events []Event) {
-	var at time.Time
+	var at int64
 	var bytes int64
 	if len(events) > 0 {
-		at = h.clock.Now()
+		at = h.clock.Now().UnixNano()
 		for i := range events {
 			events[i].Index = index
 			bytes += events[i].size()
@@ -131,7 +131,7 @@ func (h *Hub) Publish(index uint64, events []Event) {
 		l.mu.Unlock()
 		return
 	}
-	l.appendLocked(logEntry{index: index, at: at, events: events, bytes: bytes})
+	l.appendLocked(logEntry{index: index, at: at, bytes: bytes}, events)
 	l.mu.Unlock()
 
 	h.metrics.published.Add(float64(len(events)))
@@ -158,7 +158,7 @@ func (h *Hub) Restore(index uint64) {
 	}
 	l.last = index
 	l.floor = max(l.floor, index)
-	l.appendLocked(logEntry{index: index, reset: true})
+	l.appendLocked(logEntry{index: index, reset: true}, nil)
 	l.mu.Unlock()
 	h.logger.Info("watch hub restored from snapshot", "index", index)
 	for _, s := range h.shards {

@@ -1,19 +1,34 @@
 package watch
 
 import (
+	"math/bits"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
-// logEntry is one published Raft index (or one Restore marker).
+// logEntry is one published Raft index (or one Restore marker). It holds
+// no pointers, so the ring of 100,000 of them is one object the garbage
+// collector marks without scanning (a slice in each entry, even nil, made
+// it read every entry's cache line: ~4 ms per cycle).
 type logEntry struct {
-	seq    uint64 // position in the log, from 1, contiguous
-	index  uint64 // Raft index, strictly increasing with seq
-	at     time.Time
-	events []Event // shared, read-only; nil for a reset marker
-	bytes  int64
-	reset  bool // Restore(index): the state machine was replaced at index
+	seq   uint64 // position in the log, from 1, contiguous
+	index uint64 // Raft index, strictly increasing with seq
+	at    int64  // publish time, Unix nanoseconds (a time.Time holds a pointer)
+	enc   span   // where a cold entry's events are encoded
+	count int    // events
+	bytes int64
+	hot   bool // its events are in eventLog.hotEvents, not encoded yet
+	reset bool // Restore(index): the state machine was replaced at index
+}
+
+// cold reports whether e's events are in the arena only.
+func (e *logEntry) cold() bool { return !e.hot && e.count > 0 }
+
+// entryView is a log entry with its events, as readers copy it out of the
+// log: Publish's slice for a hot entry, a decoded copy for a cold one.
+type entryView struct {
+	logEntry
+	events []Event // shared and read-only
 }
 
 // eventLog is the bounded, indexed log of published events: a ring of
@@ -38,13 +53,34 @@ type eventLog struct {
 
 	maxEvents int
 	maxBytes  int64
+
+	// The newest hot entries keep the []Event Publish was given, in
+	// hotEvents[seq&(len-1)]; older ones are encoded into arena
+	// (arena.go). Shards read the newest entries as soon as they are
+	// published, so they almost never decode.
+	hot       int
+	hotEvents [][]Event // len is a power of two ≥ hot
+	arena     arena
 }
+
+// hotEntries is how many of the newest entries stay decoded: seconds of
+// writes at thousands per second, far more than a shard lags by in
+// normal operation.
+const hotEntries = 4096
 
 func (l *eventLog) init(maxEvents int, maxBytes int64) {
 	l.ring = make([]logEntry, 64)
 	l.head, l.next = 1, 1
 	l.nextA.Store(1)
 	l.maxEvents, l.maxBytes = maxEvents, maxBytes
+	l.setHot(hotEntries)
+}
+
+// setHot sets how many of the newest entries stay decoded; the log must be
+// empty.
+func (l *eventLog) setHot(n int) {
+	l.hot = n
+	l.hotEvents = make([][]Event, 1<<bits.Len(uint(max(n, 1)-1)))
 }
 
 // at returns the slot of seq; the caller holds mu and head ≤ seq < next.
@@ -52,26 +88,97 @@ func (l *eventLog) at(seq uint64) *logEntry {
 	return &l.ring[seq&uint64(len(l.ring)-1)]
 }
 
-// appendLocked adds an entry and evicts down to the retention bounds,
-// always keeping the newest entry. O(events) amortised.
-func (l *eventLog) appendLocked(e logEntry) {
+func (l *eventLog) hotSlot(seq uint64) *[]Event {
+	return &l.hotEvents[seq&uint64(len(l.hotEvents)-1)]
+}
+
+// appendLocked adds an entry with its events, encodes the entry that stops
+// being hot, and evicts down to the retention bounds, always keeping the
+// newest entry. O(events) amortised.
+func (l *eventLog) appendLocked(e logEntry, events []Event) {
 	if l.next-l.head == uint64(len(l.ring)) {
 		l.grow()
 	}
 	e.seq = l.next
+	e.count = len(events)
+	// NB: freeze the entry that stops being hot first: with hot equal to
+	// len(hotEvents), its slot is the new entry's.
+	if seq := e.seq - uint64(l.hot); l.hot > 0 && seq >= l.head && seq < e.seq {
+		l.freeze(l.at(seq))
+	}
+	switch {
+	case len(events) == 0:
+	case l.hot == 0:
+		e.enc = l.arena.put(events)
+	default:
+		e.hot = true
+		*l.hotSlot(e.seq) = events
+	}
 	*l.at(l.next) = e
 	l.next++
-	l.events += len(e.events)
+	l.events += e.count
 	l.bytes += e.bytes
+	evicted := false
 	for (l.events > l.maxEvents || l.bytes > l.maxBytes) && l.next-l.head > 1 {
 		old := l.at(l.head)
 		l.floor = max(l.floor, old.index)
-		l.events -= len(old.events)
+		l.events -= old.count
 		l.bytes -= old.bytes
-		*old = logEntry{} // NB: drop the events so a slow watcher's buffer is the only thing pinning them
+		evicted = evicted || old.cold()
+		if old.hot {
+			*l.hotSlot(old.seq) = nil // NB: so a slow watcher's buffer is the only thing pinning them
+		}
+		*old = logEntry{}
 		l.head++
 	}
+	if evicted {
+		l.dropChunks()
+	}
 	l.nextA.Store(l.next)
+}
+
+// freeze moves a hot entry's events into the arena.
+func (l *eventLog) freeze(e *logEntry) {
+	if !e.hot {
+		return
+	}
+	slot := l.hotSlot(e.seq)
+	e.enc = l.arena.put(*slot)
+	e.hot = false
+	*slot = nil
+}
+
+// dropChunks frees the arena chunks that no retained entry is in. The
+// entries from head on are cold up to the first hot one, and their
+// chunks ascend, so head's chunk is the oldest still needed.
+func (l *eventLog) dropChunks() {
+	for seq := l.head; seq < l.next; seq++ {
+		switch e := l.at(seq); {
+		case e.cold():
+			l.arena.dropBefore(e.enc.chunk)
+			return
+		case !e.reset:
+			l.arena.dropBefore(^uint64(0)) // nothing cold left
+			return
+		}
+	}
+}
+
+// view returns the entry at seq with its events, decoding them if it is
+// cold; the caller holds mu (at least for reading) and head ≤ seq < next.
+// Decoded events are the caller's: a later view decodes again.
+func (l *eventLog) view(seq uint64) entryView {
+	e := l.at(seq)
+	v := entryView{logEntry: *e}
+	switch {
+	case e.hot:
+		v.events = *l.hotSlot(seq)
+	case e.count > 0:
+		evs, err := decodeEvents(l.arena.bytes(e.enc), e.index, e.count)
+		assert(err == nil, "%v", err)
+		v.events = evs
+	}
+	return v
 }
 
 func (l *eventLog) grow() {

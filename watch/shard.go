@@ -60,7 +60,7 @@ type shard struct {
 	lastRound  [progressSlices]uint64
 
 	// Scratch of the stepping goroutine.
-	entries   []logEntry
+	entries   []entryView
 	touched   []*Watcher
 	wakes     []chan struct{}
 	readies   []*Watcher // watchers to put on their Ready lists at flush
@@ -169,7 +169,7 @@ func (s *shard) step() bool {
 	lagged := s.cursor < head
 	n := min(next-from, chunk)
 	for seq := from; seq < from+n; seq++ {
-		s.entries = append(s.entries, *l.at(seq))
+		s.entries = append(s.entries, l.view(seq))
 	}
 	l.mu.RUnlock()
 	more := from+n < next
@@ -266,7 +266,7 @@ func (s *shard) flush() {
 // buffers. Cost: per event, one exact-map probe plus one prefix-map probe
 // per distinct prefix length ≤ len(key) — independent of the number of
 // watchers, except for the watchers that do match.
-func (s *shard) apply(e *logEntry) {
+func (s *shard) apply(e *entryView) {
 	if e.reset {
 		s.cutRestore(e.index)
 		return
@@ -303,12 +303,12 @@ func (s *shard) apply(e *logEntry) {
 	clear(s.touched)
 	s.touched = s.touched[:0]
 	if s.delivered > delivered {
-		s.lagSum = append(s.lagSum, s.h.clock.Now().Sub(e.at).Seconds())
+		s.lagSum = append(s.lagSum, float64(s.h.clock.Now().UnixNano()-e.at)/1e9)
 	}
 }
 
 // offer delivers ev (of entry e) to w if w wants it.
-func (s *shard) offer(w *Watcher, e *logEntry, ev *Event) {
+func (s *shard) offer(w *Watcher, e *entryView, ev *Event) {
 	if e.index <= w.after || !typeOK(w.opts, ev) {
 		return
 	}

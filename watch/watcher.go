@@ -268,10 +268,11 @@ func (w *Watcher) replay(l *eventLog, from, to uint64) (next uint64, ok bool) {
 			w.err = &CompactedError{Requested: w.after, Oldest: e.index, Current: l.last}
 			return seq, false
 		}
-		scanned += len(e.events) + 1
+		scanned += e.count + 1
 		mark := len(w.buf)
-		for i := range e.events {
-			if ev := &e.events[i]; w.matches(ev) {
+		events := l.view(seq).events
+		for i := range events {
+			if ev := &events[i]; w.matches(ev) {
 				w.buf = append(w.buf, ev)
 			}
 		}
