@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/store"
 )
 
@@ -253,7 +254,7 @@ func httpClass(r *http.Request) int {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return classWrite
 	}
-	if r.URL.Query().Has("index") {
+	if consulapi.Query(r.URL).Has("index") {
 		return classWatch // a blocking query
 	}
 	return classRead

@@ -25,9 +25,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,6 +93,9 @@ type API struct {
 	cfg      Config
 	logger   *slog.Logger
 	inFlight prometheus.Gauge // cfg.InFlight, or one nobody reads
+	// parkDone is inFlight.Dec, made once: a method value made per parked
+	// request is one more object per request for each GC cycle to mark.
+	parkDone func()
 }
 
 // New returns the API over b.
@@ -108,7 +111,7 @@ func New(b Backend, cfg Config) *API {
 	if inFlight == nil {
 		inFlight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "unregistered"})
 	}
-	return &API{b: b, cfg: cfg, logger: logger, inFlight: inFlight}
+	return &API{b: b, cfg: cfg, logger: logger, inFlight: inFlight, parkDone: inFlight.Dec}
 }
 
 // Register adds the API's routes to mux.
@@ -218,8 +221,20 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	http.Error(w, msg, code)
 }
 
+// Header values every response shares, set as net/http sets its own
+// constant headers: Header.Set allocates a one-element slice per call, and
+// a leader writes thousands of these answers a second. Nobody modifies
+// them (Header.Add appends to a copy, since their capacity is one).
+var (
+	jsonContentType = []string{"application/json"}
+	leaderKnown     = []string{"true"}
+	leaderUnknown   = []string{"false"}
+	// NB: keys set directly must be canonical, as Set would make them.
+	knownLeaderKey = http.CanonicalHeaderKey("X-Consul-KnownLeader")
+)
+
 func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(code)
 	// NB: the status line is out; an encode error can only be a broken
 	// connection, which the client sees.
@@ -232,11 +247,11 @@ type query struct {
 	wait       time.Duration
 	stale      bool
 	consistent bool
-	params     url.Values // the whole query string, parsed once
+	params     Params // the whole query string
 }
 
 func (a *API) parseQuery(r *http.Request) (query, error) {
-	v := r.URL.Query()
+	v := Query(r.URL)
 	q := query{params: v}
 	if s := v.Get("index"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
@@ -255,8 +270,8 @@ func (a *API) parseQuery(r *http.Request) (query, error) {
 			q.wait = d
 		}
 	}
-	_, q.stale = v["stale"]
-	_, q.consistent = v["consistent"]
+	q.stale = v.Has("stale")
+	q.consistent = v.Has("consistent")
 	if q.stale && q.consistent {
 		return q, badRequest("Cannot specify ?stale with ?consistent, conflicting semantics.")
 	}
@@ -265,8 +280,11 @@ func (a *API) parseQuery(r *http.Request) (query, error) {
 
 // parseWait accepts Go durations and Consul's bare seconds.
 func parseWait(s string) (time.Duration, error) {
-	if n, err := strconv.ParseUint(s, 10, 64); err == nil {
-		return time.Duration(n) * time.Second, nil
+	// NB: a failed ParseUint allocates its error; "10000ms" is the common case.
+	if strings.Trim(s, "0123456789") == "" {
+		if n, err := strconv.ParseUint(s, 10, 64); err == nil {
+			return time.Duration(n) * time.Second, nil
+		}
 	}
 	return time.ParseDuration(s)
 }
@@ -300,7 +318,7 @@ func (a *API) park(w http.ResponseWriter, r *http.Request, q query, d Dep) (done
 	}
 	a.inFlight.Inc()
 	ok, err := a.cfg.Park.Park(w, r, httppark.Wait{Watch: req, Changed: changed,
-		Deadline: time.Now().Add(jittered(q.wait)), Done: a.inFlight.Dec})
+		Deadline: time.Now().Add(jittered(q.wait)), Done: a.parkDone})
 	if ok {
 		return true, errParked
 	}
@@ -337,9 +355,13 @@ func (a *API) read(ctx context.Context, q query) error {
 func (a *API) setMeta(w http.ResponseWriter, index uint64) {
 	_, known, last := a.b.Leader()
 	// NB: Consul never answers index 0; clients treat 0 as "no blocking".
-	w.Header().Set("X-Consul-Index", strconv.FormatUint(max(index, 1), 10))
-	w.Header().Set("X-Consul-KnownLeader", strconv.FormatBool(known))
-	w.Header().Set("X-Consul-LastContact", strconv.FormatInt(last.Milliseconds(), 10))
+	h := w.Header()
+	h.Set("X-Consul-Index", strconv.FormatUint(max(index, 1), 10))
+	h[knownLeaderKey] = leaderUnknown
+	if known {
+		h[knownLeaderKey] = leaderKnown
+	}
+	h.Set("X-Consul-LastContact", strconv.FormatInt(last.Milliseconds(), 10))
 }
 
 func (a *API) statusLeader(w http.ResponseWriter, r *http.Request) {

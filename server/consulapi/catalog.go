@@ -212,7 +212,7 @@ func (a *API) catalogService(w http.ResponseWriter, r *http.Request) error {
 	if err := a.readDep(w, r, ServiceDep(name)); err != nil {
 		return err
 	}
-	insts, m := a.b.Store().ServiceInstances(name, r.URL.Query()["tag"], false)
+	insts, m := a.b.Store().ServiceInstances(name, Query(r.URL).All("tag"), false)
 	out := make([]catalogServiceJSON, len(insts))
 	for i, in := range insts {
 		out[i] = catalogServiceOut(in.Node, in.Service)
@@ -268,7 +268,7 @@ type serviceEntryJSON struct {
 
 func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("service")
-	v := r.URL.Query()
+	v := Query(r.URL)
 	passing, err := boolParam(v, "passing")
 	if err != nil {
 		return err
@@ -276,7 +276,7 @@ func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
 	if err := a.readDep(w, r, ServiceDep(name)); err != nil {
 		return err
 	}
-	hs, m := a.b.Store().HealthService(name, v["tag"], passing)
+	hs, m := a.b.Store().HealthService(name, v.All("tag"), passing)
 	out := make([]serviceEntryJSON, len(hs))
 	for i, h := range hs {
 		out[i] = serviceEntryJSON{Node: nodeOut(h.Node), Service: serviceOut(h.Service), Checks: checksOut(h.Checks)}
@@ -288,21 +288,21 @@ func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
 
 // boolParam reads a Consul flag parameter: present with no value, or a
 // boolean value ("passing", "passing=1", "passing=false").
-func boolParam(v map[string][]string, name string) (bool, error) {
-	vals, ok := v[name]
+func boolParam(v Params, name string) (bool, error) {
+	s, ok := v.Lookup(name)
 	if !ok {
 		return false, nil
 	}
-	if len(vals) == 0 || vals[0] == "" {
+	if s == "" {
 		return true, nil
 	}
-	switch strings.ToLower(vals[0]) {
+	switch strings.ToLower(s) {
 	case "1", "t", "true":
 		return true, nil
 	case "0", "f", "false":
 		return false, nil
 	}
-	return false, badRequest("Invalid %s %q: use true or false", name, vals[0])
+	return false, badRequest("Invalid %s %q: use true or false", name, s)
 }
 
 func (a *API) healthChecks(w http.ResponseWriter, r *http.Request) error {
@@ -527,7 +527,7 @@ func (a *API) agentServiceDeregister(w http.ResponseWriter, r *http.Request) err
 // check's transition, with ?note as the output.
 func (a *API) agentCheckUpdate(st lodestonepb.HealthStatus) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		return a.updateAgentCheck(w, r, st, r.URL.Query().Get("note"))
+		return a.updateAgentCheck(w, r, st, Query(r.URL).Get("note"))
 	}
 }
 

@@ -61,9 +61,7 @@ func (a *API) kvGet(w http.ResponseWriter, r *http.Request, key string) error {
 		return err
 	}
 	v := q.params
-	_, recurse := v["recurse"]
-	_, keys := v["keys"]
-	_, raw := v["raw"]
+	recurse, keys, raw := v.Has("recurse"), v.Has("keys"), v.Has("raw")
 	prefix := recurse || keys
 	if !prefix && key == "" {
 		return badRequest("Missing key name")
@@ -155,14 +153,10 @@ func keyList(kvs []*lodestonepb.KeyValue, prefix, sep string) []string {
 	return out
 }
 
-func parseUintParam(v map[string][]string, name string) (val uint64, set bool, err error) {
-	vals, ok := v[name]
+func parseUintParam(v Params, name string) (val uint64, set bool, err error) {
+	s, ok := v.Lookup(name)
 	if !ok {
 		return 0, false, nil
-	}
-	s := ""
-	if len(vals) > 0 {
-		s = vals[0]
 	}
 	n, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
@@ -175,7 +169,7 @@ func (a *API) kvPut(w http.ResponseWriter, r *http.Request, key string) error {
 	if key == "" {
 		return badRequest("Missing key name")
 	}
-	v := r.URL.Query()
+	v := Query(r.URL)
 	flags, _, err := parseUintParam(v, "flags")
 	if err != nil {
 		return err
@@ -185,10 +179,10 @@ func (a *API) kvPut(w http.ResponseWriter, r *http.Request, key string) error {
 		return err
 	}
 	acquire, release := v.Get("acquire"), v.Get("release")
-	if _, ok := v["acquire"]; ok && acquire == "" {
+	if v.Has("acquire") && acquire == "" {
 		return badRequest("?acquire needs a session id")
 	}
-	if _, ok := v["release"]; ok && release == "" {
+	if v.Has("release") && release == "" {
 		return badRequest("?release needs a session id")
 	}
 	if acquire != "" && release != "" {
@@ -225,8 +219,8 @@ func (a *API) kvPut(w http.ResponseWriter, r *http.Request, key string) error {
 }
 
 func (a *API) kvDelete(w http.ResponseWriter, r *http.Request, key string) error {
-	v := r.URL.Query()
-	_, recurse := v["recurse"]
+	v := Query(r.URL)
+	recurse := v.Has("recurse")
 	if key == "" && !recurse {
 		return badRequest("Missing key name")
 	}
