@@ -173,6 +173,7 @@ func measureBlockingMemory(b *testing.B, s *Server, n int) {
 	}
 	rtmetrics.Read(gcCPU)
 	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "heap-B/query")
+	b.ReportMetric(float64(int64(after.HeapObjects)-int64(before.HeapObjects))/float64(n), "objects/query")
 	b.ReportMetric(float64(int64(after.StackInuse)-int64(before.StackInuse))/float64(n), "stack-B/query")
 	b.ReportMetric(float64(g1-g0)/float64(n), "goroutines/query")
 	b.ReportMetric((gcCPU[0].Value.Float64()-cpu0)/cycles*1000, "gc-cpu-ms/cycle")

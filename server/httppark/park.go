@@ -7,10 +7,12 @@
 // buffers: about 14 KB of heap and 12 KB of stack. The garbage collector
 // scans those stacks and pointers in every cycle, and on a busy core that
 // work stalls the writes the same server orders. A parked query is a hub
-// watcher, a timer and its connection, about 1.9 KB (it keeps only the request
-// headers Config.ResumeHeaders names) and no goroutine; with 2,000 of them
-// a GC cycle costs a third of the CPU
-// (BenchmarkConsulBlockingMemory in server/, both ways in one run).
+// watcher, a place in the Lot's deadline heap and its connection: about
+// 1.4 KB in 20 heap objects, the connection's own included (it keeps the
+// request's strings, not its Request, URL or Header, and only the headers
+// Config.ResumeHeaders names), and no goroutine; with 2,000 of them a GC
+// cycle costs a third of the CPU (BenchmarkConsulBlockingMemory in
+// server/, both ways in one run).
 //
 // How it works:
 //
@@ -18,8 +20,9 @@
 //     subscribes to the hub with the Lot's shared watch.Ready list. The
 //     handler returns at once.
 //   - One goroutine serves the Ready list: a watcher with events asks its
-//     Wait.Changed, and a request whose answer changed is resumed. The
-//     deadline is a timer.
+//     Wait.Changed, and a request whose answer changed is resumed. It
+//     also keeps one alarm, for the earliest deadline of the parked
+//     requests (deadline.go), and answers those whose time is up.
 //   - Resuming runs the server's handler again on a new goroutine, with
 //     WaitOver(ctx) true so it answers instead of waiting, and writes the
 //     answer on the connection in one piece.
@@ -46,6 +49,7 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -117,10 +121,14 @@ type Lot struct {
 	// order holds the same requests as byWatch, p at order[p.slot], for
 	// the sweep to go through a chunk at a time (cursor is where the
 	// current round is).
-	order    []*parked
-	cursor   int
-	closed   bool
-	listener *listener
+	order  []*parked
+	cursor int
+	// deadlines orders the parked requests by Wait.Deadline, for the one
+	// alarm serveReady keeps (a timer per request was two more objects
+	// per request for the GC to mark).
+	deadlines deadlineHeap
+	closed    bool
+	listener  *listener
 
 	resumed, gone, wakeups, sweeps atomic.Uint64
 	served, handedBack, workers    atomic.Uint64
@@ -142,12 +150,12 @@ type Lot struct {
 
 type parked struct {
 	w        *watch.Watcher
-	req      *http.Request
+	req      heldRequest
 	wait     Wait
 	conn     net.Conn
 	leftover []byte // what the client sent after the request
-	timer    *time.Timer
-	slot     int // index in Lot.order while parked
+	slot     int    // index in Lot.order while parked
+	due      int    // index in Lot.deadlines while parked
 }
 
 // New starts a Lot's goroutines; Close stops them.
@@ -235,12 +243,11 @@ func (l *Lot) Park(w http.ResponseWriter, r *http.Request, wt Wait) (bool, error
 		return true, nil
 	}
 	l.addLocked(p)
-	// NB: armed under mu, so the timer's finish finds p registered.
-	p.timer = time.AfterFunc(time.Until(wt.Deadline), func() { l.finish(p) })
 	l.mu.Unlock()
 	// An event published since the watcher started may have been taken
 	// off the Ready list before p was registered, and would not be listed
-	// again: serveReady looks at every new watcher once.
+	// again: serveReady looks at every new watcher once, and arms its
+	// deadline.
 	select {
 	case l.fresh <- p:
 	case <-l.stop:
@@ -253,20 +260,49 @@ func (l *Lot) addLocked(p *parked) {
 	l.byWatch[p.w] = p
 	p.slot = len(l.order)
 	l.order = append(l.order, p)
+	l.deadlines.push(p)
 }
 
-// keep is the part of r a parked request holds for Resume (see
-// Config.Resume); resume gives it its context.
-func (l *Lot) keep(r *http.Request) *http.Request {
-	k := &http.Request{Method: r.Method, URL: r.URL, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor,
-		Header: make(http.Header, len(l.cfg.ResumeHeaders)), Body: http.NoBody, Host: r.Host, RemoteAddr: r.RemoteAddr,
-		RequestURI: r.RequestURI, Close: r.Close}
+// heldRequest is what a parked request keeps of its http.Request for
+// Resume (see Config.Resume): strings, which share the memory of the
+// request line and headers, and no Request, URL or Header of its own.
+// Every object a parked request holds is one more for each GC cycle to
+// mark, 10,000 times over; the request is rebuilt when it resumes.
+type heldRequest struct {
+	method, uri, proto, host, remoteAddr string
+	major, minor                         int
+	close                                bool
+	header                               http.Header // the ResumeHeaders it had; nil if none
+}
+
+func (l *Lot) keep(r *http.Request) heldRequest {
+	k := heldRequest{method: r.Method, uri: r.RequestURI, proto: r.Proto, host: r.Host, remoteAddr: r.RemoteAddr,
+		major: r.ProtoMajor, minor: r.ProtoMinor, close: r.Close}
 	for _, name := range l.cfg.ResumeHeaders {
 		if vs := r.Header.Values(name); len(vs) > 0 {
-			k.Header[textproto.CanonicalMIMEHeaderKey(name)] = slices.Clone(vs)
+			if k.header == nil {
+				k.header = make(http.Header, len(l.cfg.ResumeHeaders))
+			}
+			k.header[textproto.CanonicalMIMEHeaderKey(name)] = slices.Clone(vs)
 		}
 	}
 	return k
+}
+
+// request rebuilds the held request, with ctx. Its URI parsed once
+// already, as the request it came from.
+func (k *heldRequest) request(ctx context.Context) (*http.Request, error) {
+	u, err := url.ParseRequestURI(k.uri)
+	if err != nil {
+		return nil, fmt.Errorf("parked request %q: %w", k.uri, err)
+	}
+	h := k.header
+	if h == nil {
+		h = make(http.Header)
+	}
+	r := &http.Request{Method: k.method, URL: u, Proto: k.proto, ProtoMajor: k.major, ProtoMinor: k.minor,
+		Header: h, Body: http.NoBody, Host: k.host, RemoteAddr: k.remoteAddr, RequestURI: k.uri, Close: k.close}
+	return r.WithContext(ctx), nil
 }
 
 // parkedNow is a snapshot of the parked requests, to go through without
@@ -315,12 +351,20 @@ func (l *Lot) serveReady() {
 	defer l.wg.Done()
 	done, cancel := context.WithCancel(context.Background())
 	cancel() // Next with a done context polls
+	alarm := time.NewTimer(time.Hour)
+	defer alarm.Stop()
+	var armed time.Time // the deadline alarm is set for; zero: none
 	for {
 		select {
 		case <-l.stop:
 			return
 		case p := <-l.fresh:
 			l.check(done, p)
+			armed = l.arm(alarm, armed)
+		case <-alarm.C:
+			armed = time.Time{}
+			l.expire(time.Now())
+			armed = l.arm(alarm, armed)
 		case <-l.ready.C():
 			for _, w := range l.ready.Take() {
 				l.mu.Lock()
@@ -331,6 +375,36 @@ func (l *Lot) serveReady() {
 				}
 			}
 		}
+	}
+}
+
+// arm sets alarm for the earliest deadline of the parked requests, if it
+// is not set for it already, and returns what it is set for.
+func (l *Lot) arm(alarm *time.Timer, armed time.Time) time.Time {
+	l.mu.Lock()
+	next, ok := l.deadlines.first()
+	l.mu.Unlock()
+	if !ok || next.Equal(armed) {
+		return armed
+	}
+	alarm.Reset(time.Until(next))
+	return next
+}
+
+// expire answers the requests whose deadline is not after now.
+func (l *Lot) expire(now time.Time) {
+	l.mu.Lock()
+	var due []*parked
+	for {
+		p, ok := l.deadlines.popDue(now)
+		if !ok {
+			break
+		}
+		due = append(due, p)
+	}
+	l.mu.Unlock()
+	for _, p := range due {
+		l.finish(p)
 	}
 }
 
@@ -423,12 +497,12 @@ func (l *Lot) unpark(p *parked) bool {
 		return false
 	}
 	delete(l.byWatch, p.w)
+	l.deadlines.remove(p)
 	last := l.order[len(l.order)-1]
 	l.order[p.slot], last.slot = last, p.slot
 	l.order[len(l.order)-1] = nil
 	l.order = l.order[:len(l.order)-1]
 	l.mu.Unlock()
-	p.timer.Stop()
 	p.w.Close()
 	if p.wait.Done != nil {
 		p.wait.Done()
@@ -439,7 +513,12 @@ func (l *Lot) unpark(p *parked) bool {
 // resume answers p, then serves its connection's next requests.
 func (l *Lot) resume(p *parked) {
 	l.resumed.Add(1)
-	req := p.req.WithContext(context.WithValue(l.cfg.Context, waitOverKey{}, true))
+	req, err := p.req.request(context.WithValue(l.cfg.Context, waitOverKey{}, true))
+	if err != nil {
+		l.logger.Warn("dropping a parked request", "remote", p.req.remoteAddr, "err", err)
+		p.conn.Close()
+		return
+	}
 	if keep, _ := l.answer(p.conn, nil, l.cfg.Resume, req); !keep {
 		p.conn.Close()
 		return

@@ -322,6 +322,44 @@ func TestParkedRequestAnswersAtItsDeadline(t *testing.T) {
 	}
 }
 
+// TestDeadlinesAnswerInOrder: one alarm serves every parked request's
+// deadline. A request parked after a later one, with an earlier deadline,
+// is still answered at its own; each is answered at or after its
+// deadline, and the long one is still parked meanwhile.
+func TestDeadlinesAnswerInOrder(t *testing.T) {
+	r := newRig(t, time.Hour)
+	start := time.Now()
+	long := get(newClient(t), "http://"+r.addr+"/wait?ms=1500")
+	eventually(t, "the long request parked", func() bool { return r.lot.Len() == 1 })
+	mid := get(newClient(t), "http://"+r.addr+"/wait?ms=300")
+	short := get(newClient(t), "http://"+r.addr+"/wait?ms=100")
+	var order []string
+	var at []time.Duration
+	for range 2 {
+		select {
+		case res := <-short:
+			order, at = append(order, "short"), append(at, time.Since(start))
+			if res.err != nil || res.body != "changed=false" {
+				t.Fatalf("short: %+v", res)
+			}
+		case res := <-mid:
+			order, at = append(order, "mid"), append(at, time.Since(start))
+			if res.err != nil || res.body != "changed=false" {
+				t.Fatalf("mid: %+v", res)
+			}
+		}
+	}
+	if order[0] != "short" || at[0] < 100*time.Millisecond || at[1] < 300*time.Millisecond {
+		t.Fatalf("answered %v at %v: want short (100ms), then mid (300ms), none early", order, at)
+	}
+	if at[1] >= 1500*time.Millisecond || r.lot.Len() != 1 {
+		t.Fatalf("the 100ms and 300ms requests waited until %v (parked now: %d): the alarm stayed on the 1.5s deadline", at[1], r.lot.Len())
+	}
+	if res := <-long; res.err != nil || res.body != "changed=false" || time.Since(start) < 1500*time.Millisecond {
+		t.Fatalf("long: %+v after %v, want changed=false at 1.5s or later", res, time.Since(start))
+	}
+}
+
 // TestParkedClientGoneIsSwept: a client that hangs up while parked is
 // freed by the sweep, without waiting for its deadline.
 func TestParkedClientGoneIsSwept(t *testing.T) {

@@ -83,7 +83,7 @@ func sweepLot(t *testing.T, n, hungUp int) *Lot {
 				}
 			}
 		}
-		l.addLocked(&parked{w: w, conn: server, timer: time.NewTimer(time.Hour)})
+		l.addLocked(&parked{w: w, conn: server, wait: Wait{Deadline: time.Now().Add(time.Hour)}})
 	}
 	return l
 }
@@ -99,5 +99,48 @@ func checkOrder(t *testing.T, l *Lot) {
 		if p.slot != i || l.byWatch[p.w] != p {
 			t.Fatalf("order[%d] records slot %d (registered: %v)", i, p.slot, l.byWatch[p.w] == p)
 		}
+	}
+}
+
+// TestDeadlineHeap: requests leave the heap earliest first, a removed one
+// never comes out, and each knows its position throughout.
+func TestDeadlineHeap(t *testing.T) {
+	var h deadlineHeap
+	base := time.Unix(1000, 0)
+	var all []*parked
+	for i := range 200 {
+		p := &parked{wait: Wait{Deadline: base.Add(time.Duration((i*7919)%200) * time.Millisecond)}}
+		h.push(p)
+		all = append(all, p)
+	}
+	removed := map[*parked]bool{}
+	for i := 0; i < len(all); i += 3 {
+		h.remove(all[i])
+		h.remove(all[i]) // NB: twice is a no-op
+		removed[all[i]] = true
+	}
+	for i, p := range h {
+		if p.due != i {
+			t.Fatalf("heap[%d] records position %d", i, p.due)
+		}
+	}
+	if _, ok := h.popDue(base.Add(-time.Millisecond)); ok {
+		t.Fatal("popDue took a request before its deadline")
+	}
+	var last time.Time
+	n := 0
+	for {
+		p, ok := h.popDue(base.Add(time.Hour))
+		if !ok {
+			break
+		}
+		if removed[p] || p.due != -1 || p.wait.Deadline.Before(last) {
+			t.Fatalf("popped %v after %v (removed %v, position %d)", p.wait.Deadline, last, removed[p], p.due)
+		}
+		last = p.wait.Deadline
+		n++
+	}
+	if want := len(all) - len(removed); n != want {
+		t.Fatalf("popped %d, want %d", n, want)
 	}
 }
