@@ -8,7 +8,7 @@
 // scans those stacks and pointers in every cycle, and on a busy core that
 // work stalls the writes the same server orders. A parked query is a hub
 // watcher, a place in the Lot's deadline heap and its connection: about
-// 1.4 KB in 20 heap objects, the connection's own included (it keeps the
+// 1.4 KB in 18 heap objects, the connection's own included (it keeps the
 // request's strings, not its Request, URL or Header, and only the headers
 // Config.ResumeHeaders names), and no goroutine; with 2,000 of them a GC
 // cycle costs a third of the CPU (BenchmarkConsulBlockingMemory in
@@ -269,14 +269,14 @@ func (l *Lot) addLocked(p *parked) {
 // Every object a parked request holds is one more for each GC cycle to
 // mark, 10,000 times over; the request is rebuilt when it resumes.
 type heldRequest struct {
-	method, uri, proto, host, remoteAddr string
-	major, minor                         int
-	close                                bool
-	header                               http.Header // the ResumeHeaders it had; nil if none
+	method, uri, proto, host string
+	major, minor             int
+	close                    bool
+	header                   http.Header // the ResumeHeaders it had; nil if none
 }
 
 func (l *Lot) keep(r *http.Request) heldRequest {
-	k := heldRequest{method: r.Method, uri: r.RequestURI, proto: r.Proto, host: r.Host, remoteAddr: r.RemoteAddr,
+	k := heldRequest{method: r.Method, uri: r.RequestURI, proto: r.Proto, host: r.Host,
 		major: r.ProtoMajor, minor: r.ProtoMinor, close: r.Close}
 	for _, name := range l.cfg.ResumeHeaders {
 		if vs := r.Header.Values(name); len(vs) > 0 {
@@ -289,9 +289,11 @@ func (l *Lot) keep(r *http.Request) heldRequest {
 	return k
 }
 
-// request rebuilds the held request, with ctx. Its URI parsed once
-// already, as the request it came from.
-func (k *heldRequest) request(ctx context.Context) (*http.Request, error) {
+// request rebuilds the held request, with ctx, from remote (the
+// connection's address: kept in the request, it was one more string per
+// parked request). Its URI parsed once already, as the request it came
+// from.
+func (k *heldRequest) request(ctx context.Context, remote string) (*http.Request, error) {
 	u, err := url.ParseRequestURI(k.uri)
 	if err != nil {
 		return nil, fmt.Errorf("parked request %q: %w", k.uri, err)
@@ -301,7 +303,7 @@ func (k *heldRequest) request(ctx context.Context) (*http.Request, error) {
 		h = make(http.Header)
 	}
 	r := &http.Request{Method: k.method, URL: u, Proto: k.proto, ProtoMajor: k.major, ProtoMinor: k.minor,
-		Header: h, Body: http.NoBody, Host: k.host, RemoteAddr: k.remoteAddr, RequestURI: k.uri, Close: k.close}
+		Header: h, Body: http.NoBody, Host: k.host, RemoteAddr: remote, RequestURI: k.uri, Close: k.close}
 	return r.WithContext(ctx), nil
 }
 
@@ -513,9 +515,10 @@ func (l *Lot) unpark(p *parked) bool {
 // resume answers p, then serves its connection's next requests.
 func (l *Lot) resume(p *parked) {
 	l.resumed.Add(1)
-	req, err := p.req.request(context.WithValue(l.cfg.Context, waitOverKey{}, true))
+	remote := p.conn.RemoteAddr().String()
+	req, err := p.req.request(context.WithValue(l.cfg.Context, waitOverKey{}, true), remote)
 	if err != nil {
-		l.logger.Warn("dropping a parked request", "remote", p.req.remoteAddr, "err", err)
+		l.logger.Warn("dropping a parked request", "remote", remote, "err", err)
 		p.conn.Close()
 		return
 	}
