@@ -37,6 +37,7 @@ const hasPrev = 1
 type arena struct {
 	chunks [][]byte // chunks[i] is chunk first+i; len is the bytes written
 	first  uint64
+	held   int // capacity of the chunks, for the metric
 }
 
 // span is where an entry's encoded events are.
@@ -53,6 +54,7 @@ func (a *arena) put(events []Event) span {
 	}
 	if len(a.chunks) == 0 || cap(a.last())-len(a.last()) < n {
 		a.chunks = append(a.chunks, make([]byte, 0, max(n, arenaChunk)))
+		a.held += cap(a.last())
 	}
 	c := &a.chunks[len(a.chunks)-1]
 	off := len(*c)
@@ -76,6 +78,9 @@ func (a *arena) dropBefore(chunk uint64) {
 	k := min(chunk-min(chunk, a.first), uint64(max(len(a.chunks)-1, 0)))
 	if k == 0 {
 		return
+	}
+	for _, c := range a.chunks[:k] {
+		a.held -= cap(c)
 	}
 	clear(a.chunks[:k])
 	a.chunks = a.chunks[k:]

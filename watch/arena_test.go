@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/lodestone-kv/lodestone/watch"
 )
 
@@ -89,6 +91,47 @@ func TestArenaChunksAreFreed(t *testing.T) {
 	}
 	if n, _, _, _ := h.Retained(); n != 1000 {
 		t.Fatalf("retained %d entries, want 1000", n)
+	}
+}
+
+// TestEncodedLogMetrics: the chunks the encoded events take and the
+// events decoded from them are exported, so an operator sees shards and
+// replays reading past the hot window.
+func TestEncodedLogMetrics(t *testing.T) {
+	h := newManualHub(t, watch.Config{Shards: 1})
+	h.SetHotEntries(0)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(h)
+	gauge := func(name string) float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				m := mf.GetMetric()[0]
+				return m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			}
+		}
+		t.Fatalf("no metric %s", name)
+		return 0
+	}
+	if got := gauge("lodestone_watch_encoded_bytes"); got != 0 {
+		t.Fatalf("encoded bytes %v before any publish, want 0", got)
+	}
+	for i := 1; i <= 3; i++ {
+		h.Publish(uint64(i), []watch.Event{put("k", fmt.Sprint(i))})
+	}
+	if got := gauge("lodestone_watch_encoded_bytes"); got != 256<<10 {
+		t.Fatalf("encoded bytes %v with three encoded entries, want one 256 KiB chunk", got)
+	}
+	before := gauge("lodestone_watch_events_decoded_total")
+	if _, err := h.Watch(testCtx(t), watch.Request{Key: "k", StartIndex: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if got := gauge("lodestone_watch_events_decoded_total") - before; got != 3 {
+		t.Fatalf("a replay of three encoded events decoded %v, want 3", got)
 	}
 }
 

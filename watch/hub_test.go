@@ -1001,6 +1001,8 @@ func TestMetrics(t *testing.T) {
 		"lodestone_watch_oldest_index":                        0,
 		"lodestone_watch_watchers_cut_total{reason=lag}":      0,
 		"lodestone_watch_retained_bytes":                      2 * float64(len("k")+len("1")+128),
+		"lodestone_watch_encoded_bytes":                       0, // both entries still hot
+		"lodestone_watch_events_decoded_total":                0,
 		"lodestone_watch_watchers_cut_total{reason=replay}":   0,
 		"lodestone_watch_watchers_cut_total{reason=restore}":  0,
 		"lodestone_watch_shard_lag_entries{shard=1}":          0,

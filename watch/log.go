@@ -61,6 +61,7 @@ type eventLog struct {
 	hot       int
 	hotEvents [][]Event // len is a power of two ≥ hot
 	arena     arena
+	decoded   atomic.Uint64 // events decoded by view, for the metric
 }
 
 // hotEntries is how many of the newest entries stay decoded: seconds of
@@ -176,6 +177,7 @@ func (l *eventLog) view(seq uint64) entryView {
 	case e.count > 0:
 		evs, err := decodeEvents(l.arena.bytes(e.enc), e.index, e.count)
 		assert(err == nil, "%v", err)
+		l.decoded.Add(uint64(len(evs)))
 		v.events = evs
 	}
 	return v

@@ -23,6 +23,8 @@ type metrics struct {
 	oldestDesc   *prometheus.Desc
 	retainedDesc *prometheus.Desc
 	bytesDesc    *prometheus.Desc
+	encodedDesc  *prometheus.Desc
+	decodedDesc  *prometheus.Desc
 }
 
 func newMetrics() *metrics {
@@ -62,6 +64,10 @@ func newMetrics() *metrics {
 			"Events retained in the log for resuming watchers.", nil, nil),
 		bytesDesc: prometheus.NewDesc(ns+"_"+sub+"_retained_bytes",
 			"Estimated bytes of events retained in the log.", nil, nil),
+		encodedDesc: prometheus.NewDesc(ns+"_"+sub+"_encoded_bytes",
+			"Bytes of the chunks holding the log's encoded (older than the newest 4,096 entries) events.", nil, nil),
+		decodedDesc: prometheus.NewDesc(ns+"_"+sub+"_events_decoded_total",
+			"Events decoded from the log's encoding: read by a shard more than 4,096 entries behind, or replayed for a watcher resuming from that far back.", nil, nil),
 	}
 	for _, r := range []string{reasonOverflow, reasonReplay, reasonLag, reasonRestore} {
 		m.cut.WithLabelValues(r)
@@ -79,7 +85,7 @@ func (h *Hub) Describe(ch chan<- *prometheus.Desc) {
 	m.cut.Describe(ch)
 	m.lag.Describe(ch)
 	m.occupancy.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.watchersDesc, m.shardLagDesc, m.indexDesc, m.oldestDesc, m.retainedDesc, m.bytesDesc} {
+	for _, d := range []*prometheus.Desc{m.watchersDesc, m.shardLagDesc, m.indexDesc, m.oldestDesc, m.retainedDesc, m.bytesDesc, m.encodedDesc, m.decodedDesc} {
 		ch <- d
 	}
 }
@@ -96,7 +102,7 @@ func (h *Hub) Collect(ch chan<- prometheus.Metric) {
 
 	l := &h.log
 	l.mu.RLock()
-	next, last, floor, events, bytes := l.next, l.last, l.floor, l.events, l.bytes
+	next, last, floor, events, bytes, encoded := l.next, l.last, l.floor, l.events, l.bytes, l.arena.held
 	l.mu.RUnlock()
 	for _, s := range h.shards {
 		s.mu.Lock()
@@ -113,4 +119,6 @@ func (h *Hub) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.oldestDesc, prometheus.GaugeValue, float64(floor))
 	ch <- prometheus.MustNewConstMetric(m.retainedDesc, prometheus.GaugeValue, float64(events))
 	ch <- prometheus.MustNewConstMetric(m.bytesDesc, prometheus.GaugeValue, float64(bytes))
+	ch <- prometheus.MustNewConstMetric(m.encodedDesc, prometheus.GaugeValue, float64(encoded))
+	ch <- prometheus.MustNewConstMetric(m.decodedDesc, prometheus.CounterValue, float64(l.decoded.Load()))
 }
