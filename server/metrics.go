@@ -1,6 +1,8 @@
 package server
 
 import (
+	"regexp"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -37,7 +39,13 @@ type metrics struct {
 
 func newMetrics() *metrics {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newSchedLatency())
+	// NB: the GC's CPU by kind (go_cpu_classes_gc_*: mark assist,
+	// dedicated, idle, pause, total) beside the default Go metrics. On a
+	// busy core it is a cycle's marking that delays writes, and
+	// go_gc_duration_seconds counts only its pauses.
+	gcCPU := collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/cpu/classes/gc/`)}
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(gcCPU)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newSchedLatency())
 	latency := func(name, help string) prometheus.Histogram {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "lodestone", Name: name, Help: help,

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"net"
+	"runtime"
 	rtmetrics "runtime/metrics"
 	"testing"
 	"time"
@@ -92,6 +93,18 @@ func TestServerExportsPollDelay(t *testing.T) {
 	waitFor(t, 10*time.Second, func() bool { return gauge(t, s, "lodestone_runtime_poll_delay_seconds") >= 5 })
 	if n := gauge(t, s, "lodestone_runtime_sched_latency_seconds"); n <= 0 {
 		t.Fatalf("lodestone_runtime_sched_latency_seconds has %g observations, want some", n)
+	}
+}
+
+// A server exports the CPU its garbage collector used: after a cycle,
+// the total is above zero and covers the marking.
+func TestServerExportsGCCPU(t *testing.T) {
+	c := newTestCluster(t, 1)
+	s := c.servers[c.waitLeader()]
+	runtime.GC()
+	total, mark := gauge(t, s, "go_cpu_classes_gc_total_cpu_seconds_total"), gauge(t, s, "go_cpu_classes_gc_mark_dedicated_cpu_seconds_total")
+	if total <= 0 || mark > total {
+		t.Fatalf("GC CPU total %gs, dedicated marking %gs: want a positive total covering the marking", total, mark)
 	}
 }
 

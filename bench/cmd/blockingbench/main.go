@@ -238,6 +238,7 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		}
 		roles := harness.Roles(len(c.https), c.leader)
 		gcs := harness.StartGCCount(ctx, c.metricsURLs(), roles)
+		gcCPU := harness.StartGCCPU(ctx, c.metricsURLs(), roles)
 		slow := harness.StartSlowLogWrites(ctx, c.metricsURLs(), roles)
 		t0 := time.Now()
 		name := fmt.Sprintf("rep%d-phase%d-queries-%s", rep+1, id, label)
@@ -278,9 +279,9 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 			members = append(members, role+"="+share(d))
 			calls += calls1[i] - calls0[i]
 		}
-		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms p99-spans=%s server-cpu=%s(%s) gc-cycles=%s slow-log-writes=%s writer-cpu=%s query-cpu=%s leader-index-calls/s=%.0f%s\n",
+		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms p99-spans=%s server-cpu=%s(%s) gc-cycles=%s gc-cpu-ms=%s slow-log-writes=%s writer-cpu=%s query-cpu=%s leader-index-calls/s=%.0f%s\n",
 			rep+1, *flagReps, label, r.acked, r.errors, ms(harness.Percentile(r.lat, 50)), ms(harness.Percentile(r.lat, 99)), r.tail,
-			share(total), strings.Join(members, ","), gcs(), slow(), share(r.writerCPU), share(r.queryCPU), calls/time.Since(t0).Seconds(), note)
+			share(total), strings.Join(members, ","), gcs(), gcCPU(), slow(), share(r.writerCPU), share(r.queryCPU), calls/time.Since(t0).Seconds(), note)
 		return r, nil
 	}
 

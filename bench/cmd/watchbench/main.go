@@ -365,6 +365,7 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 		cpu := startCPU(d, wr.Proc())
 		delays := startDelays(ctx, d)
 		gcs := harness.StartGCCount(ctx, d.memberMetrics, d.roles())
+		gcCPU := harness.StartGCCPU(ctx, d.memberMetrics, d.roles())
 		slow := harness.StartSlowLogWrites(ctx, d.memberMetrics, d.roles())
 		label := "none"
 		if w != nil {
@@ -388,6 +389,9 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 		}
 		if gc := gcs(); gc != "" {
 			r.cpu += ",gc-cycles(" + gc + ")"
+		}
+		if gc := gcCPU(); gc != "" {
+			r.cpu += ",gc-cpu-ms(" + gc + ")"
 		}
 		if sl := slow(); sl != "" {
 			r.cpu += ",slow-log-writes(" + sl + ")"

@@ -70,6 +70,18 @@ func StartGCCount(ctx context.Context, urls, roles []string) func() string {
 	return startCount(ctx, urls, roles, func(m map[string]float64) float64 { return m[gcCyclesMetric] }, gcCyclesMetric)
 }
 
+// gcCPUMetric is the CPU a server's GC used (the runtime's estimate,
+// /cpu/classes/gc/total:cpu-seconds), which Lodestone exports.
+const gcCPUMetric = "go_cpu_classes_gc_total_cpu_seconds_total"
+
+// StartGCCPU is StartGCCount for the milliseconds of CPU each server's GC
+// used (marking, assists and pauses; not sweeping): how big the cycles that
+// fell in a phase were, which their count does not say. A server that does
+// not export it (etcd) makes it report "".
+func StartGCCPU(ctx context.Context, urls, roles []string) func() string {
+	return startCount(ctx, urls, roles, func(m map[string]float64) float64 { return m[gcCPUMetric] * 1000 }, gcCPUMetric)
+}
+
 // Lodestone's log write latency histogram: its count, and its bucket up to
 // 12.8 ms (one of its bounds, 100 µs doubled seven times).
 const (

@@ -64,6 +64,22 @@ func TestStartGCCount(t *testing.T) {
 	}
 }
 
+// TestStartGCCPU: the GC CPU reported is each server's rise in
+// milliseconds, rounded.
+func TestStartGCCPU(t *testing.T) {
+	var ms atomic.Int64
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "go_cpu_classes_gc_total_cpu_seconds_total %g\n", float64(ms.Load())/1000)
+	}))
+	defer server.Close()
+	ms.Store(1250)
+	since := StartGCCPU(context.Background(), []string{server.URL}, []string{"leader"})
+	ms.Store(1286)
+	if got := since(); got != "leader=36" {
+		t.Fatalf("got %q, want leader=36", got)
+	}
+}
+
 // TestStartSlowLogWrites: the writes counted are those over the 12.8 ms
 // bucket, per server, since the start.
 func TestStartSlowLogWrites(t *testing.T) {
