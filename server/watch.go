@@ -64,9 +64,7 @@ func (s *Server) waitForChange(ctx context.Context, key []byte, prefix bool, ind
 	if wait <= 0 || wait > s.cfg.MaxBlockingWait {
 		wait = s.cfg.MaxBlockingWait
 	}
-	k := string(key)
-	d := consulapi.Dep{Key: k, Prefix: prefix, Index: func(st *store.Store) uint64 { return st.KVIndexFor([]byte(k), prefix) }}
-	err := consulapi.Block(ctx, s.hub, s.store, d, index, wait)
+	err := consulapi.Block(ctx, s.hub, s.store, consulapi.KVDep(string(key), prefix), index, wait)
 	if errors.Is(err, consulapi.ErrBadWait) {
 		return invalidf("blocking read: %v", err)
 	}

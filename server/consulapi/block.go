@@ -19,7 +19,22 @@ import (
 type Dep struct {
 	Key    string
 	Prefix bool
-	Index  func(*store.Store) uint64
+	// Index is the store index of what the read returns; nil for a KV
+	// read (KVDep), whose index is the store's for Key and Prefix.
+	Index func(*store.Store) uint64
+}
+
+// KVDep is a KV read of key, with prefix of every key under it. It holds
+// no closure: a parked blocking query keeps its Dep for its whole wait,
+// and every object it holds is one more for each GC cycle to mark.
+func KVDep(key string, prefix bool) Dep { return Dep{Key: key, Prefix: prefix} }
+
+// IndexIn returns d's index in st.
+func (d Dep) IndexIn(st *store.Store) uint64 {
+	if d.Index == nil {
+		return st.KVIndexFor([]byte(d.Key), d.Prefix)
+	}
+	return d.Index(st)
 }
 
 // ServicesDep is the service-name list (/v1/catalog/services).
@@ -81,7 +96,7 @@ func waitSpec(st *store.Store, d Dep, after uint64) (watch.Request, func() bool)
 	// grows with the write rate times the wait (10k clients re-asking an
 	// old index made writes 10x slower).
 	req := watch.Request{Key: d.Key, Prefix: d.Prefix, StartIndex: max(after, st.Index())}
-	return req, func() bool { return d.Index(st) > after }
+	return req, func() bool { return d.IndexIn(st) > after }
 }
 
 // jittered adds up to 1/16 to wait, so synchronized clients spread out.

@@ -67,7 +67,7 @@ func (a *API) kvGet(w http.ResponseWriter, r *http.Request, key string) error {
 		return badRequest("Missing key name")
 	}
 	st := a.b.Store()
-	d := Dep{Key: key, Prefix: prefix, Index: func(s *store.Store) uint64 { return s.KVIndexFor([]byte(key), prefix) }}
+	d := KVDep(key, prefix)
 	if err := a.blockOn(w, r, q, d); err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func (a *API) kvGet(w http.ResponseWriter, r *http.Request, key string) error {
 		return err
 	}
 	// NB: the index before the data (store.KVIndexFor).
-	index := d.Index(st)
+	index := d.IndexIn(st)
 	a.setMeta(w, index)
 
 	if !prefix {
