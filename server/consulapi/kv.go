@@ -89,7 +89,7 @@ func (a *API) kvGet(w http.ResponseWriter, r *http.Request, key string) error {
 			_, err := w.Write(kv.Value)
 			return err
 		}
-		writeJSON(w, http.StatusOK, []kvEntry{toEntry(kv)})
+		writeKVEntries(w, []kvEntry{toEntry(kv)})
 		return nil
 	}
 
@@ -112,7 +112,7 @@ func (a *API) kvGet(w http.ResponseWriter, r *http.Request, key string) error {
 	for i, kv := range kvs {
 		out[i] = toEntry(kv)
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeKVEntries(w, out)
 	return nil
 }
 
