@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,7 @@ func startCPU(d *deployment, writer *harness.Proc) func() string {
 		before[i], _ = harness.CPUTime(p.Pid())
 	}
 	self0 := selfCPU()
+	gc0 := selfGC()
 	writer0, _ := harness.CPUTime(writer.Pid())
 	writes0 := syscw(d.procs[d.leader].Pid())
 	return func() string {
@@ -43,6 +45,10 @@ func startCPU(d *deployment, writer *harness.Proc) func() string {
 			parts = append(parts, fmt.Sprintf("%s=%.0f%%", role, 100*float64(now-before[i])/float64(wall)))
 		}
 		parts = append(parts, fmt.Sprintf("loadgen=%.0f%%", 100*float64(selfCPU()-self0)/float64(wall)))
+		// NB: the load generator reads every delivery; its own GC cycles
+		// delay them as much as the server's would, on the watch member's core.
+		gc := selfGC()
+		parts = append(parts, fmt.Sprintf("loadgen-gc=%d/%.0fms", gc.cycles-gc0.cycles, 1000*(gc.cpu-gc0.cpu)))
 		if now, err := harness.CPUTime(writer.Pid()); err == nil {
 			parts = append(parts, fmt.Sprintf("writer=%.0f%%", 100*float64(now-writer0)/float64(wall)))
 		}
@@ -184,4 +190,24 @@ func quantileSince(before, after map[float64]float64, q float64) (float64, bool)
 		}
 	}
 	return math.Inf(1), true
+}
+
+// gcStats is this process's GC cycles and GC CPU seconds (the runtime's
+// estimate).
+type gcStats struct {
+	cycles uint64
+	cpu    float64
+}
+
+func selfGC() gcStats {
+	ms := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(ms)
+	var s gcStats
+	if ms[0].Value.Kind() == metrics.KindUint64 {
+		s.cycles = ms[0].Value.Uint64()
+	}
+	if ms[1].Value.Kind() == metrics.KindFloat64 {
+		s.cpu = ms[1].Value.Float64()
+	}
+	return s
 }
