@@ -33,7 +33,7 @@ func (p Params) Lookup(name string) (string, bool) {
 	for rest := string(p); rest != ""; {
 		var k, v string
 		var ok bool
-		if k, v, rest, ok = p.next(rest, name); ok && k == name {
+		if k, v, rest, ok = nextParam(rest, name); ok && k == name {
 			return v, true
 		}
 	}
@@ -46,17 +46,17 @@ func (p Params) All(name string) []string {
 	for rest := string(p); rest != ""; {
 		var k, v string
 		var ok bool
-		if k, v, rest, ok = p.next(rest, name); ok && k == name {
+		if k, v, rest, ok = nextParam(rest, name); ok && k == name {
 			vals = append(vals, v)
 		}
 	}
 	return vals
 }
 
-// next splits the first pair off rest and decodes it; ok is false for a
-// pair url.ParseQuery would skip. A key that cannot be name is not
-// unescaped (nor its value).
-func (Params) next(rest, name string) (key, value, left string, ok bool) {
+// nextParam splits the first pair off rest and decodes it; ok is false
+// for a pair url.ParseQuery would skip, and for a key other than name,
+// whose value is not unescaped.
+func nextParam(rest, name string) (key, value, left string, ok bool) {
 	pair, left, _ := strings.Cut(rest, "&")
 	if pair == "" || strings.Contains(pair, ";") {
 		return "", "", left, false

@@ -302,7 +302,9 @@ func (k *heldRequest) request(ctx context.Context, remote string) (*http.Request
 	if h == nil {
 		h = make(http.Header)
 	}
-	r := &http.Request{Method: k.method, URL: u, Proto: k.proto, ProtoMajor: k.major, ProtoMinor: k.minor,
+	// NB: a value, not &http.Request: WithContext copies it into the one
+	// Request this allocates.
+	r := http.Request{Method: k.method, URL: u, Proto: k.proto, ProtoMajor: k.major, ProtoMinor: k.minor,
 		Header: h, Body: http.NoBody, Host: k.host, RemoteAddr: remote, RequestURI: k.uri, Close: k.close}
 	return r.WithContext(ctx), nil
 }
