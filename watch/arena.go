@@ -35,9 +35,10 @@ const hasPrev = 1
 // arena is an append-only sequence of chunks numbered from first. Decoded
 // events copy what they need from a chunk, so no event pins one.
 type arena struct {
-	chunks [][]byte // chunks[i] is chunk first+i; len is the bytes written
-	first  uint64
-	held   int // capacity of the chunks, for the metric
+	chunks  [][]byte // chunks[i] is chunk first+i; len is the bytes written
+	first   uint64
+	held    int    // capacity of the chunks, for the metric
+	scratch []byte // put encodes here first, to know the size
 }
 
 // span is where an entry's encoded events are.
@@ -48,20 +49,21 @@ type span struct {
 
 // put encodes events and returns where they went.
 func (a *arena) put(events []Event) span {
-	n := 0
+	enc := a.scratch[:0]
 	for i := range events {
-		n += encodedSize(&events[i])
+		enc = appendEvent(enc, &events[i])
 	}
-	if len(a.chunks) == 0 || cap(a.last())-len(a.last()) < n {
-		a.chunks = append(a.chunks, make([]byte, 0, max(n, arenaChunk)))
+	if cap(enc) <= arenaChunk {
+		a.scratch = enc // NB: an entry bigger than a chunk is not kept around as scratch
+	}
+	if len(a.chunks) == 0 || cap(a.last())-len(a.last()) < len(enc) {
+		a.chunks = append(a.chunks, make([]byte, 0, max(len(enc), arenaChunk)))
 		a.held += cap(a.last())
 	}
 	c := &a.chunks[len(a.chunks)-1]
 	off := len(*c)
-	for i := range events {
-		*c = appendEvent(*c, &events[i])
-	}
-	return span{chunk: a.first + uint64(len(a.chunks)-1), off: uint32(off), len: uint32(len(*c) - off)}
+	*c = append(*c, enc...)
+	return span{chunk: a.first + uint64(len(a.chunks)-1), off: uint32(off), len: uint32(len(enc))}
 }
 
 func (a *arena) last() []byte { return a.chunks[len(a.chunks)-1] }
@@ -72,44 +74,19 @@ func (a *arena) bytes(sp span) []byte {
 	return c[sp.off : sp.off+sp.len]
 }
 
-// dropBefore frees the chunks numbered below chunk. The chunk being
-// written to is kept whatever chunk says.
+// dropBefore frees the chunks numbered below chunk, except the one being
+// written to.
 func (a *arena) dropBefore(chunk uint64) {
-	k := min(chunk-min(chunk, a.first), uint64(max(len(a.chunks)-1, 0)))
-	if k == 0 {
+	if chunk <= a.first || len(a.chunks) <= 1 {
 		return
 	}
+	k := min(chunk-a.first, uint64(len(a.chunks)-1))
 	for _, c := range a.chunks[:k] {
 		a.held -= cap(c)
 	}
 	clear(a.chunks[:k])
 	a.chunks = a.chunks[k:]
 	a.first += k
-}
-
-func encodedSize(ev *Event) int {
-	n := 2 + kvSize(&ev.KV)
-	if ev.PrevKV != nil {
-		n += kvSize(ev.PrevKV)
-	}
-	return n
-}
-
-func kvSize(kv *KeyValue) int {
-	n := uvarintLen(kv.CreateIndex) + uvarintLen(kv.ModifyIndex) + uvarintLen(kv.LockIndex) + uvarintLen(kv.Flags)
-	n += uvarintLen(uint64(len(kv.Key))) + len(kv.Key)
-	n += uvarintLen(uint64(len(kv.Value))+1) + len(kv.Value)
-	n += uvarintLen(uint64(len(kv.Session))) + len(kv.Session)
-	return n
-}
-
-func uvarintLen(v uint64) int {
-	n := 1
-	for v >= 0x80 {
-		v >>= 7
-		n++
-	}
-	return n
 }
 
 func appendEvent(b []byte, ev *Event) []byte {
