@@ -37,8 +37,11 @@
 //     When it is durable it sends the responses meant for other members and
 //     hands the rest back to the loop, which restores the store from a
 //     snapshot it carried and steps them.
-//  3. Committed entries (raft hands out only those also durable here) are
-//     applied to the store in the loop, in order, waking waiters.
+//  3. Committed entries are applied to the store in the loop, in order,
+//     waking waiters: those raft hands out (committed and durable here),
+//     then those committed by a quorum while this node's own write of them
+//     is still running (earlyapply.go), so a slow local fsync delays
+//     neither a leader's answers nor a follower's watch events.
 //  4. Read-index answers are matched to their waiting reads.
 //
 // So the loop keeps taking proposals and acknowledgements during an fsync,

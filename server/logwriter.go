@@ -20,8 +20,9 @@ import (
 // addressed to this node (its own MsgAppResp as leader, the
 // MsgStorageAppendResp that marks entries stable) go back to the loop,
 // which steps them. So nothing is acknowledged, to a peer or to raft
-// itself, before it is durable, and raft applies only entries that are
-// both committed and stable here.
+// itself, before it is durable here. (Applying need not wait for it: an
+// entry a quorum committed is safe whatever this node's disk does; see
+// earlyapply.go.)
 
 // appendQueue is the loop → writer queue. NB: unbounded so the loop never
 // blocks on the writer while the writer blocks on the loop (appendDoneC);
@@ -127,20 +128,26 @@ func mergeEntries(cur, next []raftpb.Entry) []raftpb.Entry {
 	if len(cur) == 0 {
 		return next
 	}
-	first := next[0].Index
-	keep := len(cur)
-	switch {
-	case first <= cur[0].Index:
-		keep = 0
-	case first <= cur[len(cur)-1].Index:
-		keep = int(first - cur[0].Index)
-	}
+	keep := kept(cur, next[0].Index)
 	// NB: a full copy every time: cur may be raft's unstable slice (the
 	// first message's), and appending to it could overwrite entries raft
 	// still holds. The merged slice is ours from then on.
 	out := make([]raftpb.Entry, 0, keep+len(next))
 	out = append(out, cur[:keep]...)
 	return append(out, next...)
+}
+
+// kept returns how many of cur, consecutive entries, an append starting at
+// index first leaves in place: raft's rule is that an append replaces
+// everything from its first index on.
+func kept(cur []raftpb.Entry, first uint64) int {
+	switch {
+	case len(cur) == 0 || first <= cur[0].Index:
+		return 0
+	case first <= cur[len(cur)-1].Index:
+		return int(first - cur[0].Index)
+	}
+	return len(cur)
 }
 
 // runLogWriter is the writer goroutine. It stops on stopC, after a failed

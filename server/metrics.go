@@ -28,6 +28,7 @@ type metrics struct {
 	term                prometheus.Gauge
 	commitIndex         prometheus.Gauge
 	appliedIndex        prometheus.Gauge
+	appliedEarly        prometheus.Counter // committed entries applied before this node's log write of them finished
 	snapshots           prometheus.Counter
 	snapshotIndex       prometheus.Gauge
 	peerSent            *prometheus.CounterVec
@@ -80,10 +81,14 @@ func newMetrics() *metrics {
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "lodestone", Name: "leader_changes_total", Help: "Leader changes seen by this node.",
 		}),
-		isLeader:      prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lodestone", Name: "is_leader", Help: "1 if this node is the Raft leader."}),
-		term:          prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lodestone", Name: "raft_term", Help: "Current Raft term."}),
-		commitIndex:   prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lodestone", Name: "raft_commit_index", Help: "Raft commit index."}),
-		appliedIndex:  prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lodestone", Name: "raft_applied_index", Help: "Index applied to the state machine."}),
+		isLeader:     prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lodestone", Name: "is_leader", Help: "1 if this node is the Raft leader."}),
+		term:         prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lodestone", Name: "raft_term", Help: "Current Raft term."}),
+		commitIndex:  prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lodestone", Name: "raft_commit_index", Help: "Raft commit index."}),
+		appliedIndex: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lodestone", Name: "raft_applied_index", Help: "Index applied to the state machine."}),
+		appliedEarly: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "raft_entries_applied_before_local_fsync_total",
+			Help: "Committed entries applied while this node's own log write of them was still running (server/earlyapply.go); the rest waited for it.",
+		}),
 		snapshots:     prometheus.NewCounter(prometheus.CounterOpts{Namespace: "lodestone", Name: "snapshots_total", Help: "State machine snapshots taken."}),
 		snapshotIndex: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "lodestone", Name: "snapshot_index", Help: "Index of the newest snapshot."}),
 		peerSent: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -105,7 +110,7 @@ func newMetrics() *metrics {
 		}),
 	}
 	reg.MustRegister(m.proposals, m.proposalBatch, m.commitLatency, m.applyLatency, m.readIndexLatency, m.leaderReads, m.followerLeaderReads, m.leaderIndexCalls, m.readyLatency,
-		m.leaderChanges, m.isLeader, m.term, m.commitIndex, m.appliedIndex, m.snapshots, m.snapshotIndex,
+		m.leaderChanges, m.isLeader, m.term, m.commitIndex, m.appliedIndex, m.appliedEarly, m.snapshots, m.snapshotIndex,
 		m.peerSent, m.peerDropped, m.peerMerged, m.requests, m.pollDelay)
 	return m
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -93,6 +94,7 @@ type node struct {
 	confInFlight   uint64           // request id of our pending conf change, 0 if none
 	replies        []reply          // results of the entry being applied, sent once it is published
 	applies        []raftpb.Message // handleReady's MsgStorageApply messages, reused
+	pending        pendingEntries   // appended, not yet applied (earlyapply.go)
 	readSeq        uint64
 	pendingReads   map[uint64]*readBatch
 	pendingReadOrd []uint64
@@ -492,6 +494,7 @@ func (n *node) handleReady() error {
 	for _, m := range rd.Messages {
 		switch m.To {
 		case raft.LocalAppendThread:
+			n.pending.record(m)
 			n.appendQ.push(m)
 		case raft.LocalApplyThread:
 			applies = append(applies, m)
@@ -506,13 +509,17 @@ func (n *node) handleReady() error {
 			n.transport.send(m)
 		}
 	}
-	// Apply in the loop: committed entries raft hands out are durable here
-	// already, and conf changes need the RawNode.
+	// Apply in the loop, since conf changes need the RawNode: first what
+	// raft hands out (committed and durable here), then what is committed
+	// but still in the log writer's hands (earlyapply.go).
 	for _, m := range applies {
 		if err := n.apply(m.Entries); err != nil {
 			return err
 		}
 		n.stepLocal(m.Responses)
+	}
+	if err := n.applyEarly(); err != nil {
+		return err
 	}
 	// NB: kept for the next Ready, so a write's several Readies do not
 	// each allocate it; cleared so it pins no entries.
@@ -523,6 +530,26 @@ func (n *node) handleReady() error {
 	}
 	n.maybeSnapshot()
 	n.metrics.readyLatency.Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// applyEarly applies the committed entries raft has not handed out yet
+// because this node's log write of them is still running. While a snapshot
+// is due it stops at the commit index the log holds, since a snapshot may
+// not be ahead of the log (maybeSnapshot).
+func (n *node) applyEarly() error {
+	limit := uint64(math.MaxUint64)
+	if n.snapshotDue() {
+		limit = n.durableCommit
+	}
+	ents := n.pending.committed(n.appliedIndex, limit)
+	if len(ents) > 0 {
+		if err := n.apply(ents); err != nil {
+			return err
+		}
+		n.metrics.appliedEarly.Add(float64(len(ents)))
+	}
+	n.pending.release(n.appliedIndex)
 	return nil
 }
 
@@ -775,11 +802,10 @@ func (n *node) applyConfChange(index uint64, cc raftpb.ConfChangeV2) error {
 // writing the file and truncating the log happen on another goroutine so
 // writes go on meanwhile.
 func (n *node) maybeSnapshot() {
-	due := n.appliedIndex-n.snapIndex >= n.cfg.SnapshotEntries || n.snapWantedAt > n.snapIndex
 	// NB: the log refuses a snapshot above the commit index it holds
 	// (raftlog.ErrNotCommitted), and the hard state that committed an
 	// applied entry may still be queued for the log writer.
-	if n.snapshotting || !due || n.durableCommit < n.appliedIndex {
+	if !n.snapshotDue() || n.durableCommit < n.appliedIndex {
 		return
 	}
 	n.snapshotting = true
@@ -794,6 +820,12 @@ func (n *node) maybeSnapshot() {
 		case <-n.stopC:
 		}
 	}()
+}
+
+// snapshotDue reports whether a snapshot should start once the log holds
+// the commit index of everything applied.
+func (n *node) snapshotDue() bool {
+	return !n.snapshotting && (n.appliedIndex-n.snapIndex >= n.cfg.SnapshotEntries || n.snapWantedAt > n.snapIndex)
 }
 
 func (n *node) writeSnapshot(sn *store.Snapshot, cs raftpb.ConfState) snapResult {
