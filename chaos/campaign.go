@@ -130,6 +130,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Outcome, error) {
 		// Snapshots and log truncation happen during the campaign, so
 		// restarted and new members catch up by snapshot too.
 		"--snapshot-entries", "2000", "--catch-up-entries", "500",
+		// The slow-disk-kill fault sets a log-write delay through them.
+		"--fault-hooks",
 	}, cfg.ServerArgs...)
 
 	h := history.New()

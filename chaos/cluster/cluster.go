@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -237,6 +238,26 @@ func (c *Cluster) WaitReady(ctx context.Context, n *Node, within time.Duration) 
 		return ctx.Err()
 	}
 	return fmt.Errorf("%s not ready within %v (see nodes/%s.log)", n.Name(), within, n.Name())
+}
+
+// SetDiskDelay makes every log write of the node wait d before it
+// reaches the disk, through the server's fault hooks (--fault-hooks).
+func (c *Cluster) SetDiskDelay(ctx context.Context, n *Node, d time.Duration) error {
+	u := "http://" + n.httpAddr() + "/debug/faults/disk-delay?d=" + d.String()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("set disk delay on %s: %w", n.Name(), err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("set disk delay on %s: %s: %s", n.Name(), resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
 }
 
 // Kill sends SIGKILL and waits until the process is gone.

@@ -194,13 +194,26 @@ func (n *Nemesis) apply(ctx context.Context, s Step, f *history.Fault) (func(con
 		}
 		nd := n.node(k)
 		f.Target = nd.Name()
+		return func(ctx context.Context) error { return n.restart(ctx, nd) }, n.C.Kill(nd)
+	case SlowDiskKill:
+		k, ok := n.leaderSlot(f)
+		nd := n.node(k)
+		d := time.Duration(100+n.rng.IntN(301)) * time.Millisecond
+		f.Target, f.LeaderFault = nd.Name(), ok
+		f.Detail = fmt.Sprintf("log writes +%v, then SIGKILL", d)
 		heal := func(ctx context.Context) error {
-			if err := n.C.Restart(ctx, nd); err != nil {
+			// NB: killed with its writes still waiting; a restart
+			// starts without the delay. What it had applied goes in the
+			// record, against the log's last index its restart logs.
+			if st, err := n.C.Status(ctx, nd); err == nil {
+				f.Detail += fmt.Sprintf("; applied %d when killed", st.AppliedIndex)
+			}
+			if err := n.C.Kill(nd); err != nil {
 				return err
 			}
-			return n.C.WaitReady(ctx, nd, 15*time.Second)
+			return n.restart(ctx, nd)
 		}
-		return heal, n.C.Kill(nd)
+		return heal, n.C.SetDiskDelay(ctx, nd, d)
 	case PauseLeader, Pause:
 		var k int
 		if s.Kind == PauseLeader {
@@ -229,6 +242,15 @@ func (n *Nemesis) apply(ctx context.Context, s Step, f *history.Fault) (func(con
 		return n.member(ctx, f, members)
 	}
 	return nil, fmt.Errorf("unknown fault kind %q", s.Kind)
+}
+
+// restart starts a killed node again on its data and waits until it is
+// ready.
+func (n *Nemesis) restart(ctx context.Context, nd *cluster.Node) error {
+	if err := n.C.Restart(ctx, nd); err != nil {
+		return err
+	}
+	return n.C.WaitReady(ctx, nd, 15*time.Second)
 }
 
 // member replaces a follower while packet loss is in force: remove it

@@ -34,13 +34,20 @@ const (
 	Loss = "loss"
 	// Delay relays peer traffic through a proxy that holds it.
 	Delay = "delay"
+	// SlowDiskKill makes the leader's log writes lag (each waits
+	// 100-400 ms before it reaches the disk, the page cache included),
+	// then SIGKILLs it and restarts it. A leader applies and answers
+	// what its followers made durable before its own write of it is done
+	// (server/earlyapply.go), so it dies without entries it acknowledged;
+	// they must survive on the others.
+	SlowDiskKill = "slow-disk-kill"
 	// Member replaces a follower (remove, wipe, add under a new name,
 	// join) while packet loss is in force.
 	Member = "member"
 )
 
 // AllKinds lists every kind, in report order.
-var AllKinds = []string{PartitionHalves, PartitionLeader, PartitionBridge, Kill, PauseLeader, Pause, Loss, Delay, Member}
+var AllKinds = []string{PartitionHalves, PartitionLeader, PartitionBridge, Kill, SlowDiskKill, PauseLeader, Pause, Loss, Delay, Member}
 
 // ParseKinds parses a comma-separated list ("all" or "" for AllKinds).
 func ParseKinds(s string) ([]string, error) {
