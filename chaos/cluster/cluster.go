@@ -22,7 +22,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -42,6 +41,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/chaos/netns"
+	"github.com/lodestone-kv/lodestone/internal/faulthook"
 )
 
 // Options configures a cluster.
@@ -243,21 +243,7 @@ func (c *Cluster) WaitReady(ctx context.Context, n *Node, within time.Duration) 
 // SetDiskDelay makes every log write of the node wait d before it
 // reaches the disk, through the server's fault hooks (--fault-hooks).
 func (c *Cluster) SetDiskDelay(ctx context.Context, n *Node, d time.Duration) error {
-	u := "http://" + n.httpAddr() + "/debug/faults/disk-delay?d=" + d.String()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req)
-	if err != nil {
-		return fmt.Errorf("set disk delay on %s: %w", n.Name(), err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("set disk delay on %s: %s: %s", n.Name(), resp.Status, strings.TrimSpace(string(body)))
-	}
-	return nil
+	return faulthook.SetDiskDelay(ctx, n.httpAddr(), d)
 }
 
 // Kill sends SIGKILL and waits until the process is gone.

@@ -57,6 +57,7 @@ var (
 	flagLodeArgs    = flag.String("lodestone-args", "", "extra flags for every Lodestone server, space-separated (for experiments, e.g. \"--watch-delivery-interval 0\")")
 	flagTrace       = flag.String("trace", "", "directory for execution traces (ROLE-PHASE.trace) of every Lodestone server during every phase, and the phase's writes at or over its p99 with when they were due (writes-PHASE.txt), to find what stalled them; tracing slows the servers, and DIR belongs on tmpfs (/dev/shm/...): traces written to disk are flushed ~30 s later, in a later phase, and stall the servers' fdatasyncs")
 	flagPprof       = flag.String("pprof", "", "directory for CPU and allocation profiles (ROLE-PHASE.pprof; ROLE-PHASE.allocs-base.pprof and .allocs.pprof at its start and end, see harness.Profile) of every Lodestone server during every phase, named leader-, f1-, f2- as in the CPU line (the servers always run with --enable-pprof: the memory figure uses it)")
+	flagWatchDisk   = flag.Duration("watch-member-disk-delay", 0, "Lodestone only: every log write of the members serving the watches waits this long first (the servers' --fault-hooks), as on a slow disk; 0 = none")
 	flagWatchMember = flag.String("watch-member", "follower", `members the watch streams go to: "follower" (one follower, where the Go client puts a three-member cluster's watches), "followers" (the connections spread over both) or "leader"; writes always go to the leader`)
 
 	// The broadcaster's own process runs this binary with these.
@@ -328,6 +329,11 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 			if err := harness.Repin(d.procs[i].Pid(), *flagWatchCPUs); err != nil {
 				return sample{}, err
 			}
+		}
+	}
+	if *flagWatchDisk > 0 && sys.name == "lodestone" {
+		if err := d.slowWatchDisks(ctx, *flagWatchDisk); err != nil {
+			return sample{}, err
 		}
 	}
 	self, err := os.Executable()

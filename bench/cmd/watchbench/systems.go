@@ -19,6 +19,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+	"github.com/lodestone-kv/lodestone/internal/faulthook"
 	"github.com/lodestone-kv/lodestone/internal/grpcopt"
 )
 
@@ -83,6 +84,19 @@ func (d *deployment) placeWatches(metrics func(i int) string) {
 	for j := range d.procs {
 		d.memberMetrics[j] = metrics(j)
 	}
+}
+
+// slowWatchDisks makes every log write of the watch members wait delay,
+// through a Lodestone server's fault hooks.
+func (d *deployment) slowWatchDisks(ctx context.Context, delay time.Duration) error {
+	for _, i := range d.watchers {
+		addr := strings.TrimPrefix(strings.TrimSuffix(d.memberMetrics[i], "/metrics"), "http://")
+		if err := faulthook.SetDiskDelay(ctx, addr, delay); err != nil {
+			return err
+		}
+	}
+	logf("log writes of the watch members %v wait %v each", d.watchers, delay)
+	return nil
 }
 
 // watchStream is one bidirectional watch stream, whatever the system.
@@ -319,6 +333,9 @@ func lodestoneSystem(bin string) system {
 						"--initial-cluster", initialCluster(names, peers), "--log-level", "warn", "--enable-pprof", // NB: liveHeap and -pprof use it
 						// NB: 200 probes/s, so a phase's poll-delay p99 rests on ~1,200 samples.
 						"--poll-probe-interval", "5ms"}
+					if *flagWatchDisk > 0 {
+						args = append(args, "--fault-hooks")
+					}
 					return append(args, strings.Fields(*flagLodeArgs)...)
 				},
 				func(ctx context.Context, clients []string) (int, error) {
