@@ -96,6 +96,10 @@ type API struct {
 	// parkDone is inFlight.Dec, made once: a method value made per parked
 	// request is one more object per request for each GC cycle to mark.
 	parkDone func()
+	// kvResume is a.kv as a handler, made once (as parkDone): a parked KV
+	// read resumes straight into it instead of through the server's mux,
+	// which routed the same URL to it when it first came (httppark.Wait).
+	kvResume http.Handler
 }
 
 // New returns the API over b.
@@ -111,7 +115,9 @@ func New(b Backend, cfg Config) *API {
 	if inFlight == nil {
 		inFlight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "unregistered"})
 	}
-	return &API{b: b, cfg: cfg, logger: logger, inFlight: inFlight, parkDone: inFlight.Dec}
+	a := &API{b: b, cfg: cfg, logger: logger, inFlight: inFlight, parkDone: inFlight.Dec}
+	a.kvResume = http.HandlerFunc(a.kv)
+	return a
 }
 
 // Register adds the API's routes to mux.
@@ -295,12 +301,15 @@ func parseWait(s string) (time.Duration, error) {
 // A request the Park lot can take is parked instead (errParked): its
 // handler returns, and the lot runs it again once the wait is over, with
 // httppark.WaitOver true.
-func (a *API) blockOn(w http.ResponseWriter, r *http.Request, q query, d Dep) error {
+//
+// resume, if set, is the handler the mux routes r to, for a parked r to
+// resume in (httppark.Wait.Resume).
+func (a *API) blockOn(w http.ResponseWriter, r *http.Request, q query, d Dep, resume http.Handler) error {
 	if q.index == 0 || httppark.WaitOver(r.Context()) {
 		return nil
 	}
 	if a.cfg.Park.Parkable(r) {
-		if done, err := a.park(w, r, q, d); done {
+		if done, err := a.park(w, r, q, d, resume); done {
 			return err
 		}
 	}
@@ -311,14 +320,14 @@ func (a *API) blockOn(w http.ResponseWriter, r *http.Request, q query, d Dep) er
 
 // park parks r until d changes after q.index. done is false when the lot
 // could not take r: the caller then waits itself.
-func (a *API) park(w http.ResponseWriter, r *http.Request, q query, d Dep) (done bool, err error) {
+func (a *API) park(w http.ResponseWriter, r *http.Request, q query, d Dep, resume http.Handler) (done bool, err error) {
 	req, changed := waitSpec(a.b.Store(), d, q.index)
 	if changed() {
 		return true, nil
 	}
 	a.inFlight.Inc()
 	ok, err := a.cfg.Park.Park(w, r, httppark.Wait{Watch: req, Changed: changed,
-		Deadline: time.Now().Add(jittered(q.wait)), Done: a.parkDone})
+		Deadline: time.Now().Add(jittered(q.wait)), Done: a.parkDone, Resume: resume})
 	if ok {
 		return true, errParked
 	}

@@ -187,7 +187,7 @@ func (a *API) readDep(w http.ResponseWriter, r *http.Request, d Dep) error {
 	if err != nil {
 		return err
 	}
-	if err := a.blockOn(w, r, q, d); err != nil {
+	if err := a.blockOn(w, r, q, d, nil); err != nil {
 		return err
 	}
 	return a.read(r.Context(), q)

@@ -68,7 +68,7 @@ func (a *API) kvGet(w http.ResponseWriter, r *http.Request, key string) error {
 	}
 	st := a.b.Store()
 	d := KVDep(key, prefix)
-	if err := a.blockOn(w, r, q, d); err != nil {
+	if err := a.blockOn(w, r, q, d, a.kvResume); err != nil {
 		return err
 	}
 	if err := a.read(r.Context(), q); err != nil {

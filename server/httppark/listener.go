@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"time"
 )
 
 // Wrap returns inner with the connections the Lot hands back added to
@@ -84,6 +85,11 @@ func (l *Lot) handBack(c net.Conn, leftover []byte) bool {
 	ln := l.listener
 	l.mu.Unlock()
 	if ln == nil {
+		return false
+	}
+	// NB: the Lot's answers leave their write deadline set (answer); the
+	// http.Server sets none of its own and would inherit it.
+	if err := c.SetWriteDeadline(time.Time{}); err != nil {
 		return false
 	}
 	if len(leftover) > 0 {

@@ -23,9 +23,10 @@
 //     Wait.Changed, and a request whose answer changed is resumed. It
 //     also keeps one alarm, for the earliest deadline of the parked
 //     requests (deadline.go), and answers those whose time is up.
-//   - Resuming runs the server's handler again on a new goroutine, with
-//     WaitOver(ctx) true so it answers instead of waiting, and writes the
-//     answer on the connection in one piece.
+//   - Resuming runs the server's handler again on a new goroutine (or the
+//     handler the Wait names, sparing the routing), with WaitOver(ctx)
+//     true so it answers instead of waiting, and writes the answer on the
+//     connection in one piece.
 //   - That goroutine then reads the connection's next request (serve.go):
 //     a blocking query is run there and usually parks again; anything
 //     else, or a client quiet for Config.NextRequestWait, is handed back
@@ -107,6 +108,11 @@ type Wait struct {
 	Deadline time.Time
 	// Done, if set, is called once when the wait ends, however it ends.
 	Done func()
+	// Resume, if set, serves the request once its wait is over instead of
+	// Config.Resume: a handler that knows it is the one Config.Resume
+	// would route the request to spares it the routing, the second time
+	// the same URL is routed.
+	Resume http.Handler
 }
 
 // Lot is the set of parked requests of one HTTP listener.
@@ -524,11 +530,15 @@ func (l *Lot) resume(p *parked) {
 		p.conn.Close()
 		return
 	}
-	if keep, _ := l.answer(p.conn, nil, l.cfg.Resume, req); !keep {
+	h := l.cfg.Resume
+	if p.wait.Resume != nil {
+		h = p.wait.Resume
+	}
+	if keep, _ := l.answer(p.conn, nil, h, req); !keep {
 		p.conn.Close()
 		return
 	}
-	l.serveConn(p.conn, p.leftover)
+	l.serveConn(p.conn, p.leftover, remote)
 }
 
 // answer runs h for req and writes its response on c. br, if set, is
@@ -547,12 +557,13 @@ func (l *Lot) answer(c net.Conn, br *bufio.Reader, h http.Handler, req *http.Req
 	defer l.bufs.Put(buf)
 	buf.Reset()
 	rec.writeTo(buf, req, keep)
+	// NB: the deadline stays set after the write: only the Lot writes on
+	// c, each answer with a deadline of its own, until handBack clears it
+	// for the http.Server. Clearing it here was one more timer change per
+	// answer.
 	err := c.SetWriteDeadline(time.Now().Add(l.cfg.WriteTimeout))
 	if err == nil {
 		_, err = c.Write(buf.Bytes())
-	}
-	if err == nil {
-		err = c.SetWriteDeadline(time.Time{})
 	}
 	if err != nil {
 		l.logger.Debug("parked request: writing the answer", "remote", c.RemoteAddr().String(), "err", err)

@@ -62,6 +62,20 @@ func newRigWith(t testing.TB, cfg httppark.Config) *rig {
 		}
 		r.wait(w, req)
 	})
+	mux.HandleFunc("GET /own", func(w http.ResponseWriter, req *http.Request) {
+		if httppark.WaitOver(req.Context()) {
+			fmt.Fprint(w, "resumed through the mux")
+			return
+		}
+		ok, err := r.lot.Park(w, req, httppark.Wait{Watch: watch.Request{Key: "k", StartIndex: r.index.Load()},
+			Changed: r.changed.Load, Deadline: time.Now().Add(time.Minute),
+			Resume: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+				fmt.Fprintf(w, "resumed by the wait's handler, wait over: %v", httppark.WaitOver(req.Context()))
+			})})
+		if err != nil || !ok {
+			http.Error(w, fmt.Sprint("not parked: ", err), http.StatusInternalServerError)
+		}
+	})
 	mux.HandleFunc("PUT /put", func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
 		fmt.Fprintf(w, "put %s", body)
@@ -304,6 +318,41 @@ func TestQuietConnectionGoesBackToTheServer(t *testing.T) {
 	}
 	if st := r.lot.Stats(); st.Served != 0 {
 		t.Fatalf("%+v: the Lot served a request after handing its connection back", st)
+	}
+}
+
+// Wait.Resume, when set, serves the resumed request instead of
+// Config.Resume.
+func TestResumeGoesToTheWaitsHandler(t *testing.T) {
+	r := newRigWith(t, httppark.Config{SweepInterval: time.Hour})
+	c := dial(t, r.addr)
+	c.send(t, "/own")
+	eventually(t, "the request to park", func() bool { return r.lot.Len() == 1 })
+	r.publish("k", true)
+	if body := c.answer(t); body != "resumed by the wait's handler, wait over: true" {
+		t.Fatalf("answer %q, want the wait's own handler's", body)
+	}
+}
+
+// An answer's write deadline does not outlive the Lot's hold on the
+// connection: the http.Server, which sets none of its own, writes on it
+// long after.
+func TestHandedBackConnectionKeepsNoWriteDeadline(t *testing.T) {
+	const writeTimeout = 50 * time.Millisecond
+	r := newRigWith(t, httppark.Config{SweepInterval: time.Hour, NextRequestWait: 20 * time.Millisecond, WriteTimeout: writeTimeout})
+	c := dial(t, r.addr)
+	c.send(t, "/wait")
+	eventually(t, "the request to park", func() bool { return r.lot.Len() == 1 })
+	r.publish("k", true)
+	c.answer(t)
+	answered := time.Now()
+	eventually(t, "the hand-back", func() bool { return r.lot.Stats().HandedBack == 1 })
+	// NB: waits for a point in time, the answer's deadline, not for a
+	// state: the deadline must be over before the server writes.
+	time.Sleep(time.Until(answered.Add(2 * writeTimeout)))
+	c.write(t, "PUT /put HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx")
+	if body := c.answer(t); body != "put x" {
+		t.Fatalf("answer from the http.Server %q, want put x", body)
 	}
 }
 
