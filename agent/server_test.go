@@ -11,34 +11,24 @@ import (
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/server"
+	"github.com/lodestone-kv/lodestone/server/servertest"
 )
 
 // startServer runs a one-member registry with gossip on ip, in process.
 func startServer(t *testing.T, ip string) (*server.Server, lodestonepb.CatalogClient) {
 	t.Helper()
 	logs := &syncBuffer{}
-	cfg := server.DefaultConfig()
-	cfg.Name, cfg.DataDir = "s1", t.TempDir()
-	cfg.ListenPeer, cfg.ListenGRPC, cfg.ListenHTTP = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.InitialCluster = map[string]string{"s1": "127.0.0.1:0"}
-	cfg.TickInterval = 20 * time.Millisecond
-	cfg.Gossip.Pool = fastGossip(ip)
-	cfg.Gossip.ReconcileInterval = 200 * time.Millisecond
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	srv, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
+	srv := servertest.Start(t, func(cfg *server.Config) {
+		cfg.Gossip.Pool = fastGossip(ip)
+		cfg.Gossip.ReconcileInterval = 200 * time.Millisecond
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
 	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		conn.Close()
-		if err := srv.Close(); err != nil {
-			t.Errorf("close server: %v", err)
-		}
 		if t.Failed() {
 			logs.mu.Lock()
 			t.Logf("server logs:\n%s", logs.b.String())

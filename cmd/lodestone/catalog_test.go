@@ -14,30 +14,14 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
-	"github.com/lodestone-kv/lodestone/server"
+	"github.com/lodestone-kv/lodestone/server/servertest"
 )
 
 // startServer runs a real one-node server for CLI tests of the catalog,
 // health, session and lock commands.
 func startServer(t *testing.T) map[string]string {
 	t.Helper()
-	peer := freeTCPAddr(t)
-	cfg := server.DefaultConfig()
-	cfg.Name, cfg.DataDir = "r1", t.TempDir()
-	cfg.ListenPeer, cfg.ListenGRPC, cfg.ListenHTTP = peer, "127.0.0.1:0", "127.0.0.1:0"
-	cfg.InitialCluster = map[string]string{"r1": peer}
-	cfg.TickInterval, cfg.ElectionTicks = 20*time.Millisecond, 10
-	srv, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(func() {
-		if err := srv.Close(); err != nil {
-			t.Errorf("close server: %v", err)
-		}
-	})
-	return map[string]string{envEndpoints: srv.GRPCAddr()}
+	return map[string]string{envEndpoints: servertest.Start(t, nil).GRPCAddr()}
 }
 
 func TestCatalogHealthSessionFlow(t *testing.T) {

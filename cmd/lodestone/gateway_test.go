@@ -20,7 +20,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/client"
-	"github.com/lodestone-kv/lodestone/server"
+	"github.com/lodestone-kv/lodestone/server/servertest"
 )
 
 // gatewayRoot returns the root command with `gateway` registered (main.go
@@ -96,18 +96,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 	go origin.Serve(oln)
 	defer origin.Close()
 
-	peer := freeTCPAddr(t)
-	cfg := server.DefaultConfig()
-	cfg.Name, cfg.DataDir = "r1", t.TempDir()
-	cfg.ListenPeer, cfg.ListenGRPC, cfg.ListenHTTP = peer, "127.0.0.1:0", "127.0.0.1:0"
-	cfg.InitialCluster = map[string]string{"r1": peer}
-	cfg.TickInterval, cfg.ElectionTicks = 20*time.Millisecond, 10
-	srv, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	defer srv.Close()
+	srv := servertest.Start(t, nil)
 	c, err := client.New(client.Config{Endpoints: []string{srv.GRPCAddr()}})
 	if err != nil {
 		t.Fatal(err)

@@ -8,14 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lodestone-kv/lodestone/internal/testnet"
-
 	"go.uber.org/goleak"
 
 	"github.com/lodestone-kv/lodestone/client"
 	"github.com/lodestone-kv/lodestone/gateway"
 	"github.com/lodestone-kv/lodestone/gateway/demo"
-	"github.com/lodestone-kv/lodestone/server"
+	"github.com/lodestone-kv/lodestone/server/servertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -24,18 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // and the route, the gateway balances over both, and ending ctx
 // deregisters them.
 func TestDemoBehindGateway(t *testing.T) {
-	peer := testnet.FreeAddr(t)
-	cfg := server.DefaultConfig()
-	cfg.Name, cfg.DataDir = "dev", t.TempDir()
-	cfg.ListenPeer, cfg.ListenGRPC, cfg.ListenHTTP = peer, "127.0.0.1:0", "127.0.0.1:0"
-	cfg.InitialCluster = map[string]string{"dev": peer}
-	cfg.TickInterval, cfg.ElectionTicks = 20*time.Millisecond, 10
-	srv, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	defer srv.Close()
+	srv := servertest.Start(t, nil)
 	c, err := client.New(client.Config{Endpoints: []string{srv.GRPCAddr()}})
 	if err != nil {
 		t.Fatal(err)

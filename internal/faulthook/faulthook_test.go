@@ -2,7 +2,6 @@ package faulthook_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -12,31 +11,17 @@ import (
 
 	"github.com/lodestone-kv/lodestone/internal/faulthook"
 	"github.com/lodestone-kv/lodestone/server"
+	"github.com/lodestone-kv/lodestone/server/servertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// startServer runs a one-member server in process, with fault hooks when
-// f is set.
+// startServer runs a one-member server, with fault hooks when f is set.
 func startServer(t *testing.T, f *server.Faults) *server.Server {
-	t.Helper()
-	cfg := server.DefaultConfig()
-	cfg.Name, cfg.DataDir = "s1", t.TempDir()
-	cfg.ListenPeer, cfg.ListenGRPC, cfg.ListenHTTP = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.InitialCluster = map[string]string{"s1": "127.0.0.1:0"}
-	cfg.Faults = f
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(func() {
-		if err := srv.Close(); err != nil {
-			t.Errorf("close server: %v", err)
-		}
+	return servertest.Start(t, func(cfg *server.Config) {
+		cfg.Faults = f
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	})
-	return srv
 }
 
 func TestSetDiskDelay(t *testing.T) {
