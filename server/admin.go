@@ -37,10 +37,12 @@ type liveSnapshot struct {
 // the store view, its term and the configuration agree.
 func (n *node) liveSnapshot() liveSnapshot {
 	sn := n.store.Snapshot()
-	term, err := n.log.Term(sn.Index())
-	if err != nil {
-		return liveSnapshot{err: fmt.Errorf("term of applied index %d: %w", sn.Index(), err)}
+	// NB: the term from apply, not the log: an entry applied before this
+	// node's own append of it was durable is not in the log yet.
+	if sn.Index() != n.appliedIndex {
+		return liveSnapshot{err: fmt.Errorf("store at index %d, applied index %d", sn.Index(), n.appliedIndex)}
 	}
+	term := n.appliedTerm
 	cs := raftpb.ConfState{
 		Voters:   append([]uint64(nil), n.confState.Voters...),
 		Learners: append([]uint64(nil), n.confState.Learners...),

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"io"
 	"slices"
 	"testing"
 	"time"
@@ -178,11 +179,36 @@ func TestAppliesBeforeLocalFsync(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), delay/2)
 	defer cancel()
 	start = time.Now()
-	if _, err := kv.Put(ctx, &lodestonepb.PutRequest{Key: []byte("k"), Value: []byte("v2")}); err != nil {
+	written, err := kv.Put(ctx, &lodestonepb.PutRequest{Key: []byte("k"), Value: []byte("v2")})
+	if err != nil {
 		t.Fatalf("put on the leader %s (log writes take %v): %v after %v", lead, delay, err, time.Since(start))
 	}
 	if n := gauge(t, c.servers[lead], "lodestone_raft_entries_applied_before_local_fsync_total"); n < 1 {
 		t.Errorf("%s: lodestone_raft_entries_applied_before_local_fsync_total = %v, want >= 1", lead, n)
+	}
+	// An operator's snapshot of the leader covers the write its log does
+	// not hold yet, with that entry's term.
+	st, err := c.cluster(lead).Status(ctx, &lodestonepb.StatusRequest{})
+	if err != nil {
+		t.Fatalf("status of %s: %v", lead, err)
+	}
+	snaps, err := lodestonepb.NewAdminClient(c.conn(lead)).SaveSnapshot(ctx, &lodestonepb.SaveSnapshotRequest{})
+	if err != nil {
+		t.Fatalf("save snapshot on %s: %v", lead, err)
+	}
+	chunk, err := snaps.Recv()
+	if err != nil {
+		t.Fatalf("save snapshot on %s (log writes take %v): %v", lead, delay, err)
+	}
+	if h := chunk.GetHeader(); h.GetIndex() < written.Header.GetIndex() || h.GetTerm() != st.Term {
+		t.Fatalf("snapshot header %+v, want index >= %d in term %d", h, written.Header.GetIndex(), st.Term)
+	}
+	for {
+		if _, err := snaps.Recv(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("save snapshot on %s: %v", lead, err)
+		}
 	}
 	faults[lead].SetDiskDelay(0)
 	// Every member holds both writes once the delayed writes are done: the

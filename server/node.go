@@ -86,6 +86,7 @@ type node struct {
 	// Loop-owned state.
 	confState      raftpb.ConfState
 	appliedIndex   uint64
+	appliedTerm    uint64 // the term of the entry at appliedIndex, which the log may not hold yet (earlyapply.go)
 	snapIndex      uint64
 	durableCommit  uint64 // the commit index the log holds (log writer reports)
 	snapshotting   bool
@@ -205,7 +206,7 @@ func (n *node) init() error {
 			return fmt.Errorf("restore snapshot at index %d: %w", snap.Metadata.Index, err)
 		}
 		n.snapIndex = snap.Metadata.Index
-		n.appliedIndex = snap.Metadata.Index
+		n.appliedIndex, n.appliedTerm = snap.Metadata.Index, snap.Metadata.Term
 		n.confState = snap.Metadata.ConfState
 		n.hub.Restore(snap.Metadata.Index)
 		n.logger.Info("restored snapshot", "index", snap.Metadata.Index, "bytes", len(snap.Data))
@@ -619,7 +620,7 @@ func (n *node) restoreSnapshot(snap raftpb.Snapshot) error {
 	}
 	n.confState = snap.Metadata.ConfState
 	n.snapIndex = snap.Metadata.Index
-	n.appliedIndex = snap.Metadata.Index
+	n.appliedIndex, n.appliedTerm = snap.Metadata.Index, snap.Metadata.Term
 	n.hub.Restore(snap.Metadata.Index)
 	for _, mem := range n.store.Members() {
 		if err := n.transport.setPeer(mem.Id, mem.PeerAddr); err != nil {
@@ -664,7 +665,7 @@ func (n *node) apply(ents []raftpb.Entry) error {
 		// follows the applied index. Publish never waits on a watcher.
 		n.hub.Publish(e.Index, toWatchEvents(events))
 		n.sendReplies()
-		n.appliedIndex = e.Index
+		n.appliedIndex, n.appliedTerm = e.Index, e.Term
 	}
 	n.applied.advance(n.appliedIndex)
 	n.metrics.appliedIndex.Set(float64(n.appliedIndex))
