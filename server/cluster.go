@@ -249,10 +249,6 @@ type peerService struct {
 	s *Server
 }
 
-func (p *peerService) Send(stream lodestonepb.Peer_SendServer) error {
-	return p.s.node.transport.receiveStream(stream)
-}
-
 func (p *peerService) Snapshot(stream lodestonepb.Peer_SnapshotServer) error {
 	return p.s.node.transport.receiveSnapshot(stream)
 }

@@ -49,6 +49,7 @@ type Server struct {
 
 	peerLis, grpcLis, httpLis net.Listener
 	peerSrv, grpcSrv          *grpc.Server
+	peerMux                   *peerMux
 	httpSrv                   *http.Server
 	// Mux is the HTTP handler tree; other components add their routes.
 	Mux *http.ServeMux
@@ -195,7 +196,8 @@ func (s *Server) Start() {
 	s.node.start()
 	s.startGossip()
 	grpcLis := newConnLimit(s.grpcLis, positiveOr(s.cfg.MaxConnections, DefaultConfig().MaxConnections))
-	s.serve("peer grpc", func() error { return s.peerSrv.Serve(s.peerLis) })
+	s.peerMux = newPeerMux(s.peerLis, s.logger.With("component", "transport"), s.node.transport.receiveStream)
+	s.serve("peer grpc", func() error { return s.peerSrv.Serve(s.peerMux) })
 	s.serve("client grpc", func() error { return s.grpcSrv.Serve(grpcLis) })
 	s.serve("http", func() error {
 		if err := s.httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
@@ -344,6 +346,11 @@ func (s *Server) Close() error {
 		if s.peerSrv != nil {
 			// NB: peer streams never end by themselves; stop hard.
 			s.peerSrv.Stop()
+		}
+		if s.peerMux != nil {
+			// NB: the gRPC server closed it too; this waits for its
+			// Raft streams.
+			errs = append(errs, s.peerMux.Close())
 		}
 		s.closeListeners()
 		errs = append(errs, s.closeGossip())

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"time"
 
@@ -15,20 +16,18 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/internal/grpcopt"
 )
 
-// The peer transport keeps one gRPC client stream per peer for ordinary
-// Raft messages and opens a separate stream per snapshot, so a large
-// snapshot never delays heartbeats. Raft tolerates loss, so when a peer's
-// queue is full or its stream is down messages are dropped and Raft is told
-// the peer is unreachable; it retries by itself.
+// The peer transport keeps one Raft stream per peer for ordinary Raft
+// messages (raftstream.go) and opens a gRPC stream per snapshot, so a
+// large snapshot never delays heartbeats. Raft tolerates loss, so when a
+// peer's queue is full or its stream is down messages are dropped and Raft
+// is told the peer is unreachable; it retries by itself.
 
 const (
 	peerQueueLen      = 4096
@@ -254,9 +253,8 @@ func (t *transport) reportBlocking(ev transportEvent) {
 // in batches, reconnecting with jittered backoff.
 func (t *transport) runPeer(ctx context.Context, p *peer) {
 	backoff := 50 * time.Millisecond
-	client := lodestonepb.NewPeerClient(p.conn)
 	for ctx.Err() == nil {
-		err := t.streamTo(ctx, client, p)
+		err := t.streamTo(ctx, p)
 		if ctx.Err() != nil {
 			return
 		}
@@ -282,17 +280,33 @@ func (t *transport) runPeer(ctx context.Context, p *peer) {
 	}
 }
 
-func (t *transport) streamTo(ctx context.Context, client lodestonepb.PeerClient, p *peer) error {
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := client.Send(sctx)
+// streamTo dials p's Raft stream and writes queued messages to it in
+// batches, one write each, until the stream fails or ctx ends.
+func (t *transport) streamTo(ctx context.Context, p *peer) error {
+	conn, err := dialRaftStream(ctx, p.addr)
 	if err != nil {
-		return fmt.Errorf("open stream: %w", err)
+		return err
 	}
+	// The receiver only ever says why it ends the stream; a reader waits
+	// for that, so a closed or refusing peer ends the stream at once
+	// rather than at a later write.
+	ended := make(chan error, 1)
+	var reader sync.WaitGroup
+	reader.Add(1)
+	go func() {
+		defer reader.Done()
+		ended <- readRejection(conn)
+	}()
+	stopClose := context.AfterFunc(ctx, func() { conn.Close() })
+	defer func() {
+		stopClose()
+		conn.Close()
+		reader.Wait()
+	}()
 	label := fmt.Sprintf("%x", p.id)
 	sentTotal, mergedTotal := t.metrics.peerSent.WithLabelValues(label), t.metrics.peerMerged.WithLabelValues(label)
-	batch := &lodestonepb.RaftBatch{}
 	var (
+		buf       []byte
 		msgs      []raftpb.Message
 		hold      noticeHold
 		holdTimer *time.Timer
@@ -329,6 +343,12 @@ func (t *transport) streamTo(ctx context.Context, client lodestonepb.PeerClient,
 			}
 		case <-holdC:
 			expired = true
+		case err := <-ended:
+			if errors.Is(err, errStreamRemoved) && t.removedSelf != nil {
+				t.logger.Warn("a peer says this member was removed", "peer", label, "err", err)
+				t.removedSelf()
+			}
+			return err
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -349,28 +369,25 @@ func (t *transport) streamTo(ctx context.Context, client lodestonepb.PeerClient,
 		if len(msgs) == 0 {
 			continue
 		}
-		batch.Msgs = batch.Msgs[:0]
-		for _, m := range msgs {
-			b, err := m.Marshal()
-			if err != nil {
-				return fmt.Errorf("marshal %s: %w", m.Type, err)
+		buf = buf[:0]
+		for i := range msgs {
+			if buf, err = appendFrame(buf, &msgs[i]); err != nil {
+				return err
 			}
-			batch.Msgs = append(batch.Msgs, b)
 		}
-		if err := stream.Send(batch); err != nil {
-			if err == io.EOF {
-				// The server ended the stream; its status says why.
-				_, err = stream.CloseAndRecv()
-				if status.Code(err) == codes.PermissionDenied && t.removedSelf != nil {
-					t.logger.Warn("a peer says this member was removed", "peer", label, "err", err)
-					t.removedSelf()
-				}
-			}
+		if _, err := conn.Write(buf); err != nil {
 			return fmt.Errorf("send: %w", err)
 		}
-		sentTotal.Add(float64(len(batch.Msgs)))
+		sentTotal.Add(float64(len(msgs)))
+		if cap(buf) > peerBufKeep {
+			buf = nil // NB: a batch of big appends does not pin its buffer
+		}
 	}
 }
+
+// peerBufKeep is the largest write buffer a Raft stream keeps between
+// batches.
+const peerBufKeep = 1 << 20
 
 // A leader tells its followers of every new commit index at once, with an
 // append that carries no entries (a commit notice), and each follower
@@ -465,31 +482,32 @@ func (t *transport) streamSnapshot(p *peer, m raftpb.Message) error {
 	return nil
 }
 
-// receiveStream serves Peer.Send: it decodes batches and hands each
-// message to the Raft loop in order.
-func (t *transport) receiveStream(stream lodestonepb.Peer_SendServer) error {
+// receiveStream serves a Raft stream whose preamble was read: it decodes
+// frames and hands each message to the Raft loop in order, until the
+// stream ends or ctx does. A message from a removed member ends the
+// stream with a rejection, so that member learns it was removed.
+func (t *transport) receiveStream(ctx context.Context, conn net.Conn) error {
+	f := newFrameReader(conn)
 	for {
-		batch, err := stream.Recv()
-		if err == io.EOF {
-			return stream.SendAndClose(&lodestonepb.RaftAck{})
-		}
-		if err != nil {
+		var m raftpb.Message
+		if err := f.message(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
 			return err
 		}
-		for _, b := range batch.Msgs {
-			var m raftpb.Message
-			if err := m.Unmarshal(b); err != nil {
-				return fmt.Errorf("decode raft message: %w", err)
+		t.removedMu.Lock()
+		gone := t.removed[m.From]
+		t.removedMu.Unlock()
+		if gone {
+			why := fmt.Sprintf("member %x was removed from the cluster", m.From)
+			if err := writeRejection(conn, rejectRemoved, why); err != nil {
+				t.logger.Debug("telling a removed member", "peer", fmt.Sprintf("%x", m.From), "err", err)
 			}
-			t.removedMu.Lock()
-			gone := t.removed[m.From]
-			t.removedMu.Unlock()
-			if gone {
-				return status.Errorf(codes.PermissionDenied, "member %x was removed from the cluster", m.From)
-			}
-			if err := t.deliver(stream.Context(), m); err != nil {
-				return err
-			}
+			return errors.New(why)
+		}
+		if err := t.deliver(ctx, m); err != nil {
+			return err
 		}
 	}
 }

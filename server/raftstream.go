@@ -1,0 +1,196 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"golang.org/x/sys/unix"
+)
+
+// Raft streams. Ordinary Raft messages go from a member to each peer over
+// a TCP connection of their own, on the peer port, framed by hand rather
+// than as a gRPC stream. Each message on gRPC went through HTTP/2 framing,
+// a hand-off to gRPC's writer goroutine, and on the receiving side a
+// hand-off from its reader goroutine to the stream's: with one write per
+// Raft message at 1,000 puts/s that machinery was 10-17% of every
+// member's CPU (gRPC's code, system calls excluded), on a core the three
+// members of a benchmark share. Snapshots and the small peer calls
+// (LeaderIndex, ChangeConf, TransferLeader) stay on gRPC: they are rare,
+// or want its request/response shape.
+//
+// Wire format, one direction (the dialling member sends, the other
+// receives):
+//
+//	preamble  8 bytes: raftStreamMagic ("LDRAFT" and a version byte pair)
+//	frame     4-byte big-endian length n, 1 <= n <= peerMaxMsgBytes,
+//	          then n bytes: one raftpb.Message in protobuf wire form
+//
+// The receiver writes back at most one frame, its reason for ending the
+// stream, and closes: a first byte rejectRemoved says the sender was
+// removed from the cluster (the rest is text for the log). Anything else
+// the receiver sends, or a closed connection, ends the stream; the sender
+// redials with backoff and Raft resends what was lost (it tolerates loss).
+//
+// The peer port tells the two protocols apart by the first bytes a client
+// sends (peermux.go): an HTTP/2 client opens with "PRI * HTTP/2.0".
+//
+// Failure cases:
+//   - A peer that dies or is cut off with data in flight: TCP_USER_TIMEOUT
+//     (raftStreamUserTimeout) makes the kernel fail the connection once
+//     sent data has gone unacknowledged that long, where TCP's own
+//     retransmission would keep it for minutes; keepalives do the same
+//     for an idle connection. gRPC's keepalive pings did this before.
+//   - A receiver that reads slower than the sender writes (its Raft loop
+//     is busy): the sender's write blocks, its queue fills, and further
+//     messages are dropped with the peer reported unreachable, as when
+//     gRPC's flow control blocked.
+//   - A corrupt or oversized frame: the receiver closes the connection
+//     with an error in its log; nothing of the frame reaches Raft.
+//   - A torn frame at close: the partial message is never delivered.
+
+// raftStreamMagic opens every Raft stream.
+var raftStreamMagic = [8]byte{'L', 'D', 'R', 'A', 'F', 'T', 0, 1}
+
+const (
+	// rejectRemoved opens the receiver's frame that says the sender was
+	// removed from the cluster.
+	rejectRemoved = 1
+
+	raftStreamDialTimeout = time.Second
+	// raftStreamUserTimeout is how long sent data may go unacknowledged
+	// before the kernel gives the connection up (TCP_USER_TIMEOUT); the
+	// same 5 s as the keepalive timeout of the peer gRPC connections.
+	raftStreamUserTimeout = 5 * time.Second
+	raftStreamReadBuffer  = 64 << 10
+)
+
+// errStreamRemoved is what a sender gets when its peer says this member
+// was removed.
+var errStreamRemoved = errors.New("the peer says this member was removed from the cluster")
+
+// dialRaftStream connects to a peer's Raft stream and sends the preamble.
+func dialRaftStream(ctx context.Context, addr string) (net.Conn, error) {
+	d := net.Dialer{
+		Timeout:         raftStreamDialTimeout,
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: time.Second, Count: 3},
+		Control:         setUserTimeout,
+	}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial raft stream to %s: %w", addr, err)
+	}
+	if _, err := conn.Write(raftStreamMagic[:]); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("raft stream preamble to %s: %w", addr, err)
+	}
+	return conn, nil
+}
+
+func setUserTimeout(_, _ string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(raftStreamUserTimeout.Milliseconds()))
+	})
+	if err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("set TCP_USER_TIMEOUT: %w", serr)
+	}
+	return nil
+}
+
+// appendFrame appends m as one frame.
+func appendFrame(buf []byte, m *raftpb.Message) ([]byte, error) {
+	n := m.Size()
+	if n > peerMaxMsgBytes {
+		return buf, fmt.Errorf("%s of %d bytes: over the %d-byte message limit", m.Type, n, peerMaxMsgBytes)
+	}
+	start := len(buf)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(n))
+	buf = append(buf, make([]byte, n)...)
+	if _, err := m.MarshalToSizedBuffer(buf[start+4:]); err != nil {
+		return buf[:start], fmt.Errorf("marshal %s: %w", m.Type, err)
+	}
+	return buf, nil
+}
+
+// frameReader reads a Raft stream's frames.
+type frameReader struct {
+	r   *bufio.Reader
+	buf []byte
+}
+
+func newFrameReader(r io.Reader) *frameReader {
+	return &frameReader{r: bufio.NewReaderSize(r, raftStreamReadBuffer)}
+}
+
+// next reads one frame's payload; it is valid until the next call. A
+// clean end of stream between frames is io.EOF.
+func (f *frameReader) next() ([]byte, error) {
+	var head [4]byte
+	if _, err := io.ReadFull(f.r, head[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(head[:])
+	if n == 0 || n > peerMaxMsgBytes {
+		return nil, fmt.Errorf("frame of %d bytes: want 1 to %d", n, peerMaxMsgBytes)
+	}
+	if cap(f.buf) < int(n) {
+		f.buf = make([]byte, n)
+	}
+	b := f.buf[:n]
+	if _, err := io.ReadFull(f.r, b); err != nil {
+		return nil, fmt.Errorf("frame of %d bytes: %w", n, io.ErrUnexpectedEOF)
+	}
+	return b, nil
+}
+
+// message reads one message.
+func (f *frameReader) message(m *raftpb.Message) error {
+	b, err := f.next()
+	if err != nil {
+		return err
+	}
+	*m = raftpb.Message{}
+	if err := m.Unmarshal(b); err != nil {
+		return fmt.Errorf("decode raft message: %w", err)
+	}
+	return nil
+}
+
+// readRejection waits for what the receiver says before it ends the
+// stream: errStreamRemoved, or why the connection ended.
+func readRejection(conn net.Conn) error {
+	f := newFrameReader(conn)
+	b, err := f.next()
+	switch {
+	case err != nil:
+		return fmt.Errorf("peer ended the raft stream: %w", err)
+	case b[0] == rejectRemoved:
+		return fmt.Errorf("%w: %s", errStreamRemoved, b[1:])
+	default:
+		return fmt.Errorf("peer ended the raft stream: %q", b)
+	}
+}
+
+// writeRejection tells the sender why its stream ends. The sender may be
+// gone already, so a caller only logs an error.
+func writeRejection(conn net.Conn, code byte, why string) error {
+	frame := binary.BigEndian.AppendUint32(nil, uint32(1+len(why)))
+	frame = append(frame, code)
+	frame = append(frame, why...)
+	if err := conn.SetWriteDeadline(time.Now().Add(time.Second)); err != nil {
+		return err
+	}
+	_, err := conn.Write(frame)
+	return err
+}

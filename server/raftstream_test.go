@@ -1,0 +1,245 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+)
+
+func TestFramesRoundTrip(t *testing.T) {
+	msgs := []raftpb.Message{
+		{Type: raftpb.MsgApp, To: 2, From: 1, Term: 3, Index: 9, LogTerm: 3, Commit: 8,
+			Entries: []raftpb.Entry{{Term: 3, Index: 10, Data: []byte("put a=1")}, {Term: 3, Index: 11, Data: bytes.Repeat([]byte{7}, 5000)}}},
+		{Type: raftpb.MsgHeartbeat, To: 2, From: 1, Term: 3, Commit: 11},
+		{Type: raftpb.MsgAppResp, To: 1, From: 2, Term: 3, Index: 11},
+	}
+	var buf []byte
+	for i := range msgs {
+		var err error
+		if buf, err = appendFrame(buf, &msgs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := newFrameReader(bytes.NewReader(buf))
+	for i, want := range msgs {
+		var got raftpb.Message
+		if err := f.message(&got); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if got.String() != want.String() {
+			t.Fatalf("message %d: got %v, want %v", i, got, want)
+		}
+	}
+	var m raftpb.Message
+	if err := f.message(&m); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the last frame: got %v, want EOF", err)
+	}
+
+	// A frame cut short is an error, never a message.
+	f = newFrameReader(bytes.NewReader(buf[:len(buf)-3]))
+	for range 2 {
+		if err := f.message(&m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.message(&m); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("torn frame: got %v, want an unexpected EOF", err)
+	}
+}
+
+func TestFrameLengthChecked(t *testing.T) {
+	for _, n := range []uint32{0, peerMaxMsgBytes + 1, 1<<32 - 1} {
+		frame := binary.BigEndian.AppendUint32(nil, n)
+		_, err := newFrameReader(bytes.NewReader(frame)).next()
+		if err == nil || !strings.Contains(err.Error(), "want 1 to") {
+			t.Errorf("frame of %d bytes: got %v, want a length error", n, err)
+		}
+	}
+	frame := binary.BigEndian.AppendUint32(nil, 3)
+	frame = append(frame, 0xff, 0xff, 0xff)
+	var m raftpb.Message
+	if err := newFrameReader(bytes.NewReader(frame)).message(&m); err == nil || !strings.Contains(err.Error(), "decode raft message") {
+		t.Errorf("garbage frame: got %v, want a decode error", err)
+	}
+}
+
+// TestPeerPortServesBoth: one port serves Raft streams and the peer gRPC
+// API, and a client that connects and says nothing holds up neither.
+func TestPeerPortServesBoth(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan raftpb.Message, 16)
+	rt := newTransport(1, slog.New(slog.DiscardHandler), newMetrics(), func(ctx context.Context, m raftpb.Message) error {
+		select {
+		case got <- m:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}, nil)
+	defer rt.close()
+	mux := newPeerMux(ln, slog.New(slog.DiscardHandler), rt.receiveStream)
+	srv := grpc.NewServer()
+	lodestonepb.RegisterPeerServer(srv, indexOnlyPeer{})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(mux) }()
+	defer func() {
+		srv.Stop()
+		if err := mux.Close(); err != nil {
+			t.Errorf("close mux: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("grpc serve: %v", err)
+		}
+	}()
+
+	silent, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := lodestonepb.NewPeerClient(conn).LeaderIndex(ctx, &lodestonepb.LeaderIndexRequest{})
+	if err != nil || resp.GetIndex() != 42 {
+		t.Fatalf("gRPC call on the peer port: %v, %v", resp, err)
+	}
+
+	stream, err := dialRaftStream(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	var buf []byte
+	for i := range 3 {
+		m := raftpb.Message{Type: raftpb.MsgHeartbeat, To: 1, From: 2, Term: 1, Commit: uint64(i)}
+		if buf, err = appendFrame(buf, &m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := stream.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		select {
+		case m := <-got:
+			if m.Commit != uint64(i) || m.From != 2 {
+				t.Fatalf("message %d: got %v", i, m)
+			}
+		case <-ctx.Done():
+			t.Fatalf("message %d not delivered", i)
+		}
+	}
+
+	// Closing the port ends the Raft streams it serves.
+	srv.Stop()
+	if err := mux.Close(); err != nil {
+		t.Fatalf("close mux: %v", err)
+	}
+	stream.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := stream.Read(make([]byte, 1)); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("read after close: got %v, want the stream ended", err)
+	}
+}
+
+type indexOnlyPeer struct{ lodestonepb.UnimplementedPeerServer }
+
+func (indexOnlyPeer) LeaderIndex(context.Context, *lodestonepb.LeaderIndexRequest) (*lodestonepb.LeaderIndexResponse, error) {
+	return &lodestonepb.LeaderIndexResponse{Index: 42}, nil
+}
+
+// TestRemovedMemberIsTold: a member's messages to a peer that removed it
+// end in a rejection, and the member learns from it that it was removed
+// (it may never see its removal committed).
+func TestRemovedMemberIsTold(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.DiscardHandler)
+	rt := newTransport(1, logger, newMetrics(), func(context.Context, raftpb.Message) error {
+		t.Error("a removed member's message reached Raft")
+		return nil
+	}, nil)
+	rt.removePeer(2)
+	mux := newPeerMux(ln, logger, rt.receiveStream)
+	defer func() {
+		if err := mux.Close(); err != nil {
+			t.Errorf("close mux: %v", err)
+		}
+		if err := rt.close(); err != nil {
+			t.Errorf("close transport: %v", err)
+		}
+	}()
+
+	removed := make(chan struct{})
+	st := newTransport(2, logger, newMetrics(), func(context.Context, raftpb.Message) error { return nil }, nil)
+	st.removedSelf = func() {
+		select {
+		case <-removed:
+		default:
+			close(removed)
+		}
+	}
+	defer st.close()
+	if err := st.setPeer(1, ln.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	st.send(raftpb.Message{Type: raftpb.MsgHeartbeatResp, To: 1, From: 2, Term: 1})
+	select {
+	case <-removed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the removed member was not told")
+	}
+}
+
+// TestRaftStreamUserTimeout: a stream to a peer that stops acknowledging
+// fails within seconds, not TCP's minutes of retransmission.
+func TestRaftStreamUserTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := dialRaftStream(context.Background(), ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	raw, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got int
+	var gerr error
+	if err := raw.Control(func(fd uintptr) {
+		got, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT)
+	}); err != nil || gerr != nil {
+		t.Fatal(err, gerr)
+	}
+	if want := int(raftStreamUserTimeout.Milliseconds()); got != want {
+		t.Fatalf("TCP_USER_TIMEOUT: got %d ms, want %d", got, want)
+	}
+}
