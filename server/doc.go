@@ -22,7 +22,9 @@
 // the same kind, then handles every Ready raft has. Raft runs with
 // AsyncStorageWrites, so a Ready is all messages:
 //
-//  1. Messages to other members leave at once. Raft itself holds back
+//  1. Messages to other members leave at once, each peer's on a framed
+//     TCP stream of its own (raftstream.go; snapshots go over gRPC, and
+//     the peer port serves both: peermux.go). Raft itself holds back
 //     whatever needs the local write first (a follower's acknowledgements,
 //     votes, the leader's count of itself) as responses to that write, so
 //     the leader appends to followers while its own fsync runs (Raft thesis

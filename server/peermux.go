@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/internal/prefixconn"
 )
 
 // peerMux splits the peer port between Raft streams (raftstream.go) and
@@ -100,7 +102,7 @@ func (m *peerMux) route(c net.Conn) {
 	}
 	if head != raftStreamMagic {
 		select {
-		case m.toGRPC <- &prefixedConn{Conn: c, prefix: head[:]}:
+		case m.toGRPC <- &prefixconn.Conn{Conn: c, Prefix: head[:]}:
 		case <-m.ctx.Done():
 			c.Close()
 		}
@@ -162,19 +164,3 @@ func (m *peerMux) Close() error {
 }
 
 func (m *peerMux) Addr() net.Addr { return m.ln.Addr() }
-
-// prefixedConn is a connection whose first bytes were read already: its
-// reads return them first.
-type prefixedConn struct {
-	net.Conn
-	prefix []byte
-}
-
-func (c *prefixedConn) Read(b []byte) (int, error) {
-	if len(c.prefix) == 0 {
-		return c.Conn.Read(b)
-	}
-	n := copy(b, c.prefix)
-	c.prefix = c.prefix[n:]
-	return n, nil
-}

@@ -164,7 +164,9 @@ func TestPeerPortServesBoth(t *testing.T) {
 	}
 }
 
-type indexOnlyPeer struct{ lodestonepb.UnimplementedPeerServer }
+type indexOnlyPeer struct {
+	lodestonepb.UnimplementedPeerServer
+}
 
 func (indexOnlyPeer) LeaderIndex(context.Context, *lodestonepb.LeaderIndexRequest) (*lodestonepb.LeaderIndexResponse, error) {
 	return &lodestonepb.LeaderIndexResponse{Index: 42}, nil

@@ -28,7 +28,8 @@ import (
 var Version = "dev"
 
 // Server is one registry node: the Raft node, the client gRPC listener, the
-// peer gRPC listener and the HTTP listener (metrics, health).
+// peer listener (Raft streams and the peer gRPC API, split by peerMux) and
+// the HTTP listener (metrics, health).
 type Server struct {
 	cfg     Config
 	logger  *slog.Logger

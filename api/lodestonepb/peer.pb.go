@@ -762,51 +762,6 @@ func (x *ConfChangeContext) GetRequestId() uint64 {
 	return 0
 }
 
-// RaftBatch carries marshaled raftpb.Message values in order.
-type RaftBatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Msgs          [][]byte               `protobuf:"bytes,1,rep,name=msgs,proto3" json:"msgs,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RaftBatch) Reset() {
-	*x = RaftBatch{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[6]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RaftBatch) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RaftBatch) ProtoMessage() {}
-
-func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[6]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
-func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{6}
-}
-
-func (x *RaftBatch) GetMsgs() [][]byte {
-	if x != nil {
-		return x.Msgs
-	}
-	return nil
-}
-
 type RaftAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -815,7 +770,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[7]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +782,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[7]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +795,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{6}
 }
 
 // SnapshotChunk streams one MsgSnap: the first chunk carries the message
@@ -858,7 +813,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[8]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +825,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[8]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +838,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SnapshotChunk) GetMessage() []byte {
@@ -924,7 +879,7 @@ type ConfChangeRequest struct {
 
 func (x *ConfChangeRequest) Reset() {
 	*x = ConfChangeRequest{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[9]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +891,7 @@ func (x *ConfChangeRequest) String() string {
 func (*ConfChangeRequest) ProtoMessage() {}
 
 func (x *ConfChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[9]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +904,7 @@ func (x *ConfChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeRequest.ProtoReflect.Descriptor instead.
 func (*ConfChangeRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ConfChangeRequest) GetChange() []byte {
@@ -969,7 +924,7 @@ type ConfChangeResponse struct {
 
 func (x *ConfChangeResponse) Reset() {
 	*x = ConfChangeResponse{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[10]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +936,7 @@ func (x *ConfChangeResponse) String() string {
 func (*ConfChangeResponse) ProtoMessage() {}
 
 func (x *ConfChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[10]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +949,7 @@ func (x *ConfChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeResponse.ProtoReflect.Descriptor instead.
 func (*ConfChangeResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ConfChangeResponse) GetMembers() []*Member {
@@ -1022,7 +977,7 @@ type LeaderIndexRequest struct {
 
 func (x *LeaderIndexRequest) Reset() {
 	*x = LeaderIndexRequest{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[11]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +989,7 @@ func (x *LeaderIndexRequest) String() string {
 func (*LeaderIndexRequest) ProtoMessage() {}
 
 func (x *LeaderIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[11]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1002,7 @@ func (x *LeaderIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderIndexRequest.ProtoReflect.Descriptor instead.
 func (*LeaderIndexRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LeaderIndexRequest) GetTerm() uint64 {
@@ -1073,7 +1028,7 @@ type LeaderIndexResponse struct {
 
 func (x *LeaderIndexResponse) Reset() {
 	*x = LeaderIndexResponse{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[12]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1040,7 @@ func (x *LeaderIndexResponse) String() string {
 func (*LeaderIndexResponse) ProtoMessage() {}
 
 func (x *LeaderIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[12]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1053,7 @@ func (x *LeaderIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderIndexResponse.ProtoReflect.Descriptor instead.
 func (*LeaderIndexResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LeaderIndexResponse) GetIndex() uint64 {
@@ -1173,9 +1128,7 @@ const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\x11ConfChangeContext\x12,\n" +
 	"\x06member\x18\x01 \x01(\v2\x14.lodestone.v1.MemberR\x06member\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\x04R\trequestId\"\x1f\n" +
-	"\tRaftBatch\x12\x12\n" +
-	"\x04msgs\x18\x01 \x03(\fR\x04msgs\"\t\n" +
+	"request_id\x18\x02 \x01(\x04R\trequestId\"\t\n" +
 	"\aRaftAck\"i\n" +
 	"\rSnapshotChunk\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\fR\amessage\x12\x12\n" +
@@ -1192,9 +1145,8 @@ const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\x13LeaderIndexResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x18\n" +
-	"\arefused\x18\x03 \x01(\bR\arefused2\xe2\x03\n" +
-	"\x04Peer\x128\n" +
-	"\x04Send\x12\x17.lodestone.v1.RaftBatch\x1a\x15.lodestone.v1.RaftAck(\x01\x12@\n" +
+	"\arefused\x18\x03 \x01(\bR\arefused2\xa8\x03\n" +
+	"\x04Peer\x12@\n" +
 	"\bSnapshot\x12\x1b.lodestone.v1.SnapshotChunk\x1a\x15.lodestone.v1.RaftAck(\x01\x12O\n" +
 	"\n" +
 	"ChangeConf\x12\x1f.lodestone.v1.ConfChangeRequest\x1a .lodestone.v1.ConfChangeResponse\x12[\n" +
@@ -1214,7 +1166,7 @@ func file_lodestone_v1_peer_proto_rawDescGZIP() []byte {
 	return file_lodestone_v1_peer_proto_rawDescData
 }
 
-var file_lodestone_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_lodestone_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_lodestone_v1_peer_proto_goTypes = []any{
 	(*Command)(nil),                   // 0: lodestone.v1.Command
 	(*SessionInvalidate)(nil),         // 1: lodestone.v1.SessionInvalidate
@@ -1222,76 +1174,73 @@ var file_lodestone_v1_peer_proto_goTypes = []any{
 	(*Rejection)(nil),                 // 3: lodestone.v1.Rejection
 	(*CommandResult)(nil),             // 4: lodestone.v1.CommandResult
 	(*ConfChangeContext)(nil),         // 5: lodestone.v1.ConfChangeContext
-	(*RaftBatch)(nil),                 // 6: lodestone.v1.RaftBatch
-	(*RaftAck)(nil),                   // 7: lodestone.v1.RaftAck
-	(*SnapshotChunk)(nil),             // 8: lodestone.v1.SnapshotChunk
-	(*ConfChangeRequest)(nil),         // 9: lodestone.v1.ConfChangeRequest
-	(*ConfChangeResponse)(nil),        // 10: lodestone.v1.ConfChangeResponse
-	(*LeaderIndexRequest)(nil),        // 11: lodestone.v1.LeaderIndexRequest
-	(*LeaderIndexResponse)(nil),       // 12: lodestone.v1.LeaderIndexResponse
-	(*PutRequest)(nil),                // 13: lodestone.v1.PutRequest
-	(*DeleteRequest)(nil),             // 14: lodestone.v1.DeleteRequest
-	(*TxnRequest)(nil),                // 15: lodestone.v1.TxnRequest
-	(*Member)(nil),                    // 16: lodestone.v1.Member
-	(*CatalogRegisterRequest)(nil),    // 17: lodestone.v1.CatalogRegisterRequest
-	(*CatalogDeregisterRequest)(nil),  // 18: lodestone.v1.CatalogDeregisterRequest
-	(*UpdateCheckRequest)(nil),        // 19: lodestone.v1.UpdateCheckRequest
-	(*CreateSessionRequest)(nil),      // 20: lodestone.v1.CreateSessionRequest
-	(*DestroySessionRequest)(nil),     // 21: lodestone.v1.DestroySessionRequest
-	(*RenewSessionRequest)(nil),       // 22: lodestone.v1.RenewSessionRequest
-	(*AdmissionPolicy)(nil),           // 23: lodestone.v1.AdmissionPolicy
-	(*PutResponse)(nil),               // 24: lodestone.v1.PutResponse
-	(*DeleteResponse)(nil),            // 25: lodestone.v1.DeleteResponse
-	(*TxnResponse)(nil),               // 26: lodestone.v1.TxnResponse
-	(*CatalogRegisterResponse)(nil),   // 27: lodestone.v1.CatalogRegisterResponse
-	(*CatalogDeregisterResponse)(nil), // 28: lodestone.v1.CatalogDeregisterResponse
-	(*UpdateCheckResponse)(nil),       // 29: lodestone.v1.UpdateCheckResponse
-	(*CreateSessionResponse)(nil),     // 30: lodestone.v1.CreateSessionResponse
-	(*DestroySessionResponse)(nil),    // 31: lodestone.v1.DestroySessionResponse
-	(*RenewSessionResponse)(nil),      // 32: lodestone.v1.RenewSessionResponse
-	(*TransferLeaderRequest)(nil),     // 33: lodestone.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),    // 34: lodestone.v1.TransferLeaderResponse
+	(*RaftAck)(nil),                   // 6: lodestone.v1.RaftAck
+	(*SnapshotChunk)(nil),             // 7: lodestone.v1.SnapshotChunk
+	(*ConfChangeRequest)(nil),         // 8: lodestone.v1.ConfChangeRequest
+	(*ConfChangeResponse)(nil),        // 9: lodestone.v1.ConfChangeResponse
+	(*LeaderIndexRequest)(nil),        // 10: lodestone.v1.LeaderIndexRequest
+	(*LeaderIndexResponse)(nil),       // 11: lodestone.v1.LeaderIndexResponse
+	(*PutRequest)(nil),                // 12: lodestone.v1.PutRequest
+	(*DeleteRequest)(nil),             // 13: lodestone.v1.DeleteRequest
+	(*TxnRequest)(nil),                // 14: lodestone.v1.TxnRequest
+	(*Member)(nil),                    // 15: lodestone.v1.Member
+	(*CatalogRegisterRequest)(nil),    // 16: lodestone.v1.CatalogRegisterRequest
+	(*CatalogDeregisterRequest)(nil),  // 17: lodestone.v1.CatalogDeregisterRequest
+	(*UpdateCheckRequest)(nil),        // 18: lodestone.v1.UpdateCheckRequest
+	(*CreateSessionRequest)(nil),      // 19: lodestone.v1.CreateSessionRequest
+	(*DestroySessionRequest)(nil),     // 20: lodestone.v1.DestroySessionRequest
+	(*RenewSessionRequest)(nil),       // 21: lodestone.v1.RenewSessionRequest
+	(*AdmissionPolicy)(nil),           // 22: lodestone.v1.AdmissionPolicy
+	(*PutResponse)(nil),               // 23: lodestone.v1.PutResponse
+	(*DeleteResponse)(nil),            // 24: lodestone.v1.DeleteResponse
+	(*TxnResponse)(nil),               // 25: lodestone.v1.TxnResponse
+	(*CatalogRegisterResponse)(nil),   // 26: lodestone.v1.CatalogRegisterResponse
+	(*CatalogDeregisterResponse)(nil), // 27: lodestone.v1.CatalogDeregisterResponse
+	(*UpdateCheckResponse)(nil),       // 28: lodestone.v1.UpdateCheckResponse
+	(*CreateSessionResponse)(nil),     // 29: lodestone.v1.CreateSessionResponse
+	(*DestroySessionResponse)(nil),    // 30: lodestone.v1.DestroySessionResponse
+	(*RenewSessionResponse)(nil),      // 31: lodestone.v1.RenewSessionResponse
+	(*TransferLeaderRequest)(nil),     // 32: lodestone.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),    // 33: lodestone.v1.TransferLeaderResponse
 }
 var file_lodestone_v1_peer_proto_depIdxs = []int32{
-	13, // 0: lodestone.v1.Command.put:type_name -> lodestone.v1.PutRequest
-	14, // 1: lodestone.v1.Command.delete:type_name -> lodestone.v1.DeleteRequest
-	15, // 2: lodestone.v1.Command.txn:type_name -> lodestone.v1.TxnRequest
-	16, // 3: lodestone.v1.Command.member:type_name -> lodestone.v1.Member
-	17, // 4: lodestone.v1.Command.catalog_register:type_name -> lodestone.v1.CatalogRegisterRequest
-	18, // 5: lodestone.v1.Command.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterRequest
-	19, // 6: lodestone.v1.Command.check_update:type_name -> lodestone.v1.UpdateCheckRequest
-	20, // 7: lodestone.v1.Command.session_create:type_name -> lodestone.v1.CreateSessionRequest
-	21, // 8: lodestone.v1.Command.session_destroy:type_name -> lodestone.v1.DestroySessionRequest
-	22, // 9: lodestone.v1.Command.session_renew:type_name -> lodestone.v1.RenewSessionRequest
+	12, // 0: lodestone.v1.Command.put:type_name -> lodestone.v1.PutRequest
+	13, // 1: lodestone.v1.Command.delete:type_name -> lodestone.v1.DeleteRequest
+	14, // 2: lodestone.v1.Command.txn:type_name -> lodestone.v1.TxnRequest
+	15, // 3: lodestone.v1.Command.member:type_name -> lodestone.v1.Member
+	16, // 4: lodestone.v1.Command.catalog_register:type_name -> lodestone.v1.CatalogRegisterRequest
+	17, // 5: lodestone.v1.Command.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterRequest
+	18, // 6: lodestone.v1.Command.check_update:type_name -> lodestone.v1.UpdateCheckRequest
+	19, // 7: lodestone.v1.Command.session_create:type_name -> lodestone.v1.CreateSessionRequest
+	20, // 8: lodestone.v1.Command.session_destroy:type_name -> lodestone.v1.DestroySessionRequest
+	21, // 9: lodestone.v1.Command.session_renew:type_name -> lodestone.v1.RenewSessionRequest
 	1,  // 10: lodestone.v1.Command.session_invalidate:type_name -> lodestone.v1.SessionInvalidate
-	23, // 11: lodestone.v1.Command.admission:type_name -> lodestone.v1.AdmissionPolicy
-	24, // 12: lodestone.v1.CommandResult.put:type_name -> lodestone.v1.PutResponse
-	25, // 13: lodestone.v1.CommandResult.delete:type_name -> lodestone.v1.DeleteResponse
-	26, // 14: lodestone.v1.CommandResult.txn:type_name -> lodestone.v1.TxnResponse
-	27, // 15: lodestone.v1.CommandResult.catalog_register:type_name -> lodestone.v1.CatalogRegisterResponse
-	28, // 16: lodestone.v1.CommandResult.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterResponse
-	29, // 17: lodestone.v1.CommandResult.check_update:type_name -> lodestone.v1.UpdateCheckResponse
-	30, // 18: lodestone.v1.CommandResult.session_create:type_name -> lodestone.v1.CreateSessionResponse
-	31, // 19: lodestone.v1.CommandResult.session_destroy:type_name -> lodestone.v1.DestroySessionResponse
-	32, // 20: lodestone.v1.CommandResult.session_renew:type_name -> lodestone.v1.RenewSessionResponse
+	22, // 11: lodestone.v1.Command.admission:type_name -> lodestone.v1.AdmissionPolicy
+	23, // 12: lodestone.v1.CommandResult.put:type_name -> lodestone.v1.PutResponse
+	24, // 13: lodestone.v1.CommandResult.delete:type_name -> lodestone.v1.DeleteResponse
+	25, // 14: lodestone.v1.CommandResult.txn:type_name -> lodestone.v1.TxnResponse
+	26, // 15: lodestone.v1.CommandResult.catalog_register:type_name -> lodestone.v1.CatalogRegisterResponse
+	27, // 16: lodestone.v1.CommandResult.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterResponse
+	28, // 17: lodestone.v1.CommandResult.check_update:type_name -> lodestone.v1.UpdateCheckResponse
+	29, // 18: lodestone.v1.CommandResult.session_create:type_name -> lodestone.v1.CreateSessionResponse
+	30, // 19: lodestone.v1.CommandResult.session_destroy:type_name -> lodestone.v1.DestroySessionResponse
+	31, // 20: lodestone.v1.CommandResult.session_renew:type_name -> lodestone.v1.RenewSessionResponse
 	2,  // 21: lodestone.v1.CommandResult.session_invalidate:type_name -> lodestone.v1.SessionInvalidateResult
 	3,  // 22: lodestone.v1.CommandResult.rejected:type_name -> lodestone.v1.Rejection
-	16, // 23: lodestone.v1.ConfChangeContext.member:type_name -> lodestone.v1.Member
-	16, // 24: lodestone.v1.ConfChangeResponse.members:type_name -> lodestone.v1.Member
-	6,  // 25: lodestone.v1.Peer.Send:input_type -> lodestone.v1.RaftBatch
-	8,  // 26: lodestone.v1.Peer.Snapshot:input_type -> lodestone.v1.SnapshotChunk
-	9,  // 27: lodestone.v1.Peer.ChangeConf:input_type -> lodestone.v1.ConfChangeRequest
-	33, // 28: lodestone.v1.Peer.TransferLeader:input_type -> lodestone.v1.TransferLeaderRequest
-	11, // 29: lodestone.v1.Peer.LeaderIndex:input_type -> lodestone.v1.LeaderIndexRequest
-	11, // 30: lodestone.v1.Peer.LeaderIndexStream:input_type -> lodestone.v1.LeaderIndexRequest
-	7,  // 31: lodestone.v1.Peer.Send:output_type -> lodestone.v1.RaftAck
-	7,  // 32: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
-	10, // 33: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
-	34, // 34: lodestone.v1.Peer.TransferLeader:output_type -> lodestone.v1.TransferLeaderResponse
-	12, // 35: lodestone.v1.Peer.LeaderIndex:output_type -> lodestone.v1.LeaderIndexResponse
-	12, // 36: lodestone.v1.Peer.LeaderIndexStream:output_type -> lodestone.v1.LeaderIndexResponse
-	31, // [31:37] is the sub-list for method output_type
-	25, // [25:31] is the sub-list for method input_type
+	15, // 23: lodestone.v1.ConfChangeContext.member:type_name -> lodestone.v1.Member
+	15, // 24: lodestone.v1.ConfChangeResponse.members:type_name -> lodestone.v1.Member
+	7,  // 25: lodestone.v1.Peer.Snapshot:input_type -> lodestone.v1.SnapshotChunk
+	8,  // 26: lodestone.v1.Peer.ChangeConf:input_type -> lodestone.v1.ConfChangeRequest
+	32, // 27: lodestone.v1.Peer.TransferLeader:input_type -> lodestone.v1.TransferLeaderRequest
+	10, // 28: lodestone.v1.Peer.LeaderIndex:input_type -> lodestone.v1.LeaderIndexRequest
+	10, // 29: lodestone.v1.Peer.LeaderIndexStream:input_type -> lodestone.v1.LeaderIndexRequest
+	6,  // 30: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
+	9,  // 31: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
+	33, // 32: lodestone.v1.Peer.TransferLeader:output_type -> lodestone.v1.TransferLeaderResponse
+	11, // 33: lodestone.v1.Peer.LeaderIndex:output_type -> lodestone.v1.LeaderIndexResponse
+	11, // 34: lodestone.v1.Peer.LeaderIndexStream:output_type -> lodestone.v1.LeaderIndexResponse
+	30, // [30:35] is the sub-list for method output_type
+	25, // [25:30] is the sub-list for method input_type
 	25, // [25:25] is the sub-list for extension type_name
 	25, // [25:25] is the sub-list for extension extendee
 	0,  // [0:25] is the sub-list for field type_name
@@ -1338,7 +1287,7 @@ func file_lodestone_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lodestone_v1_peer_proto_rawDesc), len(file_lodestone_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

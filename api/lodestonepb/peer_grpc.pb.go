@@ -22,7 +22,6 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Peer_Send_FullMethodName              = "/lodestone.v1.Peer/Send"
 	Peer_Snapshot_FullMethodName          = "/lodestone.v1.Peer/Snapshot"
 	Peer_ChangeConf_FullMethodName        = "/lodestone.v1.Peer/ChangeConf"
 	Peer_TransferLeader_FullMethodName    = "/lodestone.v1.Peer/TransferLeader"
@@ -34,8 +33,9 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type PeerClient interface {
-	// Send is the long-lived stream one node keeps to each peer.
-	Send(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftBatch, RaftAck], error)
+	// Ordinary Raft messages do not go through this service: each member
+	// keeps a framed TCP stream to each peer on the same port (see
+	// server/raftstream.go). Snapshot streams one MsgSnap.
 	Snapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, RaftAck], error)
 	// ChangeConf proposes a membership change on the leader.
 	ChangeConf(ctx context.Context, in *ConfChangeRequest, opts ...grpc.CallOption) (*ConfChangeResponse, error)
@@ -62,22 +62,9 @@ func NewPeerClient(cc grpc.ClientConnInterface) PeerClient {
 	return &peerClient{cc}
 }
 
-func (c *peerClient) Send(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftBatch, RaftAck], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[0], Peer_Send_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[RaftBatch, RaftAck]{ClientStream: stream}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Peer_SendClient = grpc.ClientStreamingClient[RaftBatch, RaftAck]
-
 func (c *peerClient) Snapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, RaftAck], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[1], Peer_Snapshot_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[0], Peer_Snapshot_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +107,7 @@ func (c *peerClient) LeaderIndex(ctx context.Context, in *LeaderIndexRequest, op
 
 func (c *peerClient) LeaderIndexStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LeaderIndexRequest, LeaderIndexResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[2], Peer_LeaderIndexStream_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[1], Peer_LeaderIndexStream_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -135,8 +122,9 @@ type Peer_LeaderIndexStreamClient = grpc.BidiStreamingClient[LeaderIndexRequest,
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
 type PeerServer interface {
-	// Send is the long-lived stream one node keeps to each peer.
-	Send(grpc.ClientStreamingServer[RaftBatch, RaftAck]) error
+	// Ordinary Raft messages do not go through this service: each member
+	// keeps a framed TCP stream to each peer on the same port (see
+	// server/raftstream.go). Snapshot streams one MsgSnap.
 	Snapshot(grpc.ClientStreamingServer[SnapshotChunk, RaftAck]) error
 	// ChangeConf proposes a membership change on the leader.
 	ChangeConf(context.Context, *ConfChangeRequest) (*ConfChangeResponse, error)
@@ -163,9 +151,6 @@ type PeerServer interface {
 // pointer dereference when methods are called.
 type UnimplementedPeerServer struct{}
 
-func (UnimplementedPeerServer) Send(grpc.ClientStreamingServer[RaftBatch, RaftAck]) error {
-	return status.Error(codes.Unimplemented, "method Send not implemented")
-}
 func (UnimplementedPeerServer) Snapshot(grpc.ClientStreamingServer[SnapshotChunk, RaftAck]) error {
 	return status.Error(codes.Unimplemented, "method Snapshot not implemented")
 }
@@ -201,13 +186,6 @@ func RegisterPeerServer(s grpc.ServiceRegistrar, srv PeerServer) {
 	}
 	s.RegisterService(&Peer_ServiceDesc, srv)
 }
-
-func _Peer_Send_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(PeerServer).Send(&grpc.GenericServerStream[RaftBatch, RaftAck]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Peer_SendServer = grpc.ClientStreamingServer[RaftBatch, RaftAck]
 
 func _Peer_Snapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(PeerServer).Snapshot(&grpc.GenericServerStream[SnapshotChunk, RaftAck]{ServerStream: stream})
@@ -298,11 +276,6 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
-		{
-			StreamName:    "Send",
-			Handler:       _Peer_Send_Handler,
-			ClientStreams: true,
-		},
 		{
 			StreamName:    "Snapshot",
 			Handler:       _Peer_Snapshot_Handler,

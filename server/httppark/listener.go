@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/internal/prefixconn"
 )
 
 // Wrap returns inner with the connections the Lot hands back added to
@@ -93,7 +95,7 @@ func (l *Lot) handBack(c net.Conn, leftover []byte) bool {
 		return false
 	}
 	if len(leftover) > 0 {
-		c = &leftoverConn{Conn: c, pending: leftover}
+		c = &prefixconn.Conn{Conn: c, Prefix: leftover}
 	}
 	select {
 	case ln.back <- c:

@@ -694,22 +694,3 @@ func (r *recorder) writeTo(w *bytes.Buffer, req *http.Request, keep bool) {
 		w.Write(r.body.Bytes())
 	}
 }
-
-// leftoverConn is a handed-back connection whose client had already sent
-// more (a pipelined request): its reads return that first.
-type leftoverConn struct {
-	net.Conn
-	pending []byte
-}
-
-// NetConn returns the connection underneath, which the sweep peeks at.
-func (c *leftoverConn) NetConn() net.Conn { return c.Conn }
-
-func (c *leftoverConn) Read(b []byte) (int, error) {
-	if len(c.pending) == 0 {
-		return c.Conn.Read(b)
-	}
-	n := copy(b, c.pending)
-	c.pending = c.pending[n:]
-	return n, nil
-}

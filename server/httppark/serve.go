@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/internal/prefixconn"
 )
 
 // headBytes bounds the request head serveConn reads itself; a longer one
@@ -28,7 +30,7 @@ const headBytes = 4096
 func (l *Lot) serveConn(c net.Conn, leftover []byte, remote string) {
 	var src net.Conn = c
 	if len(leftover) > 0 {
-		src = &leftoverConn{Conn: c, pending: leftover}
+		src = &prefixconn.Conn{Conn: c, Prefix: leftover}
 	}
 	if !l.track(c) {
 		c.Close()
@@ -152,8 +154,8 @@ var notBodiless = [][]byte{[]byte("Content-Length"), []byte("Transfer-Encoding")
 func unread(br *bufio.Reader, src net.Conn) []byte {
 	b, _ := br.Peek(br.Buffered()) // NB: Peek of what is buffered cannot fail
 	out := bytes.Clone(b)
-	if lc, ok := src.(*leftoverConn); ok {
-		out = append(out, lc.pending...)
+	if lc, ok := src.(*prefixconn.Conn); ok {
+		out = append(out, lc.Prefix...)
 	}
 	return out
 }
