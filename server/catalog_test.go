@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -96,7 +97,13 @@ func TestCatalogGRPCBlockingHealthAndSessions(t *testing.T) {
 // gauge's or counter's value, a histogram's count of observations.
 func gauge(t *testing.T, s *Server, name string) float64 {
 	t.Helper()
-	mfs, err := s.Registry().Gather()
+	return gathered(t, s.Registry(), name)
+}
+
+// gathered reads a metric from g as gauge does.
+func gathered(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,7 @@ type metrics struct {
 	peerSent            *prometheus.CounterVec
 	peerDropped         *prometheus.CounterVec
 	peerMerged          *prometheus.CounterVec
+	peerStreamEnds      *prometheus.CounterVec
 	requests            *prometheus.CounterVec // gRPC by method and code
 	pollDelay           prometheus.Histogram   // pollprobe.go
 }
@@ -100,6 +101,10 @@ func newMetrics() *metrics {
 		peerMerged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "lodestone", Name: "peer_commit_notices_merged_total", Help: "Entry-less commit appends not sent because the next append to the peer carried the same news.",
 		}, []string{"peer"}),
+		peerStreamEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "peer_stream_ends_total",
+			Help: "Raft streams to a peer that failed or could not be opened, each followed by a redial with backoff; one that climbs steadily is a peer down, cut off or refusing.",
+		}, []string{"peer"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "lodestone", Name: "grpc_requests_total", Help: "Client gRPC requests by method and status code.",
 		}, []string{"method", "code"}),
@@ -111,6 +116,6 @@ func newMetrics() *metrics {
 	}
 	reg.MustRegister(m.proposals, m.proposalBatch, m.commitLatency, m.applyLatency, m.readIndexLatency, m.leaderReads, m.followerLeaderReads, m.leaderIndexCalls, m.readyLatency,
 		m.leaderChanges, m.isLeader, m.term, m.commitIndex, m.appliedIndex, m.appliedEarly, m.snapshots, m.snapshotIndex,
-		m.peerSent, m.peerDropped, m.peerMerged, m.requests, m.pollDelay)
+		m.peerSent, m.peerDropped, m.peerMerged, m.peerStreamEnds, m.requests, m.pollDelay)
 	return m
 }

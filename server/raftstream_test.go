@@ -197,7 +197,8 @@ func TestRemovedMemberIsTold(t *testing.T) {
 	}()
 
 	removed := make(chan struct{})
-	st := newTransport(2, logger, newMetrics(), func(context.Context, raftpb.Message) error { return nil }, nil)
+	sm := newMetrics()
+	st := newTransport(2, logger, sm, func(context.Context, raftpb.Message) error { return nil }, nil)
 	st.removedSelf = func() {
 		select {
 		case <-removed:
@@ -214,6 +215,14 @@ func TestRemovedMemberIsTold(t *testing.T) {
 	case <-removed:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the removed member was not told")
+	}
+	// The ended stream is counted once runPeer has it back.
+	deadline := time.Now().Add(5 * time.Second)
+	for gathered(t, sm.reg, "lodestone_peer_stream_ends_total") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("lodestone_peer_stream_ends_total did not count the refused stream")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

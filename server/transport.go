@@ -258,6 +258,7 @@ func (t *transport) runPeer(ctx context.Context, p *peer) {
 		if ctx.Err() != nil {
 			return
 		}
+		t.metrics.peerStreamEnds.WithLabelValues(fmt.Sprintf("%x", p.id)).Inc()
 		t.logger.Info("raft stream to peer ended; redialling", "peer", fmt.Sprintf("%x", p.id), "err", err)
 		t.report(transportEvent{to: p.id, unreachable: true})
 		// Drop what queued up while the stream was down: it is stale, and
