@@ -70,6 +70,10 @@ const (
 	// same 5 s as the keepalive timeout of the peer gRPC connections.
 	raftStreamUserTimeout = 5 * time.Second
 	raftStreamReadBuffer  = 64 << 10
+	// frameKeep is the largest frame buffer a reader keeps for the next
+	// frame; a bigger frame (a large append batch) gets a buffer of its
+	// own, so one burst does not pin its size for the stream's life.
+	frameKeep = 1 << 20
 )
 
 // errStreamRemoved is what a sender gets when its peer says this member
@@ -129,8 +133,9 @@ type frameReader struct {
 	buf []byte
 }
 
-func newFrameReader(r io.Reader) *frameReader {
-	return &frameReader{r: bufio.NewReaderSize(r, raftStreamReadBuffer)}
+// newFrameReader reads frames from r through a buffer of size bytes.
+func newFrameReader(r io.Reader, size int) *frameReader {
+	return &frameReader{r: bufio.NewReaderSize(r, size)}
 }
 
 // next reads one frame's payload; it is valid until the next call. A
@@ -144,10 +149,16 @@ func (f *frameReader) next() ([]byte, error) {
 	if n == 0 || n > peerMaxMsgBytes {
 		return nil, fmt.Errorf("frame of %d bytes: want 1 to %d", n, peerMaxMsgBytes)
 	}
-	if cap(f.buf) < int(n) {
+	var b []byte
+	switch {
+	case n > frameKeep:
+		b = make([]byte, n)
+	case cap(f.buf) < int(n):
 		f.buf = make([]byte, n)
+		fallthrough
+	default:
+		b = f.buf[:n]
 	}
-	b := f.buf[:n]
 	if _, err := io.ReadFull(f.r, b); err != nil {
 		return nil, fmt.Errorf("frame of %d bytes: %w", n, io.ErrUnexpectedEOF)
 	}
@@ -170,7 +181,7 @@ func (f *frameReader) message(m *raftpb.Message) error {
 // readRejection waits for what the receiver says before it ends the
 // stream: errStreamRemoved, or why the connection ended.
 func readRejection(conn net.Conn) error {
-	f := newFrameReader(conn)
+	f := newFrameReader(conn, 512) // NB: one short frame at most
 	b, err := f.next()
 	switch {
 	case err != nil:

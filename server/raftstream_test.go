@@ -26,6 +26,10 @@ func TestFramesRoundTrip(t *testing.T) {
 			Entries: []raftpb.Entry{{Term: 3, Index: 10, Data: []byte("put a=1")}, {Term: 3, Index: 11, Data: bytes.Repeat([]byte{7}, 5000)}}},
 		{Type: raftpb.MsgHeartbeat, To: 2, From: 1, Term: 3, Commit: 11},
 		{Type: raftpb.MsgAppResp, To: 1, From: 2, Term: 3, Index: 11},
+		// Over frameKeep: read into a buffer of its own.
+		{Type: raftpb.MsgApp, To: 2, From: 1, Term: 3, Index: 11, LogTerm: 3, Commit: 11,
+			Entries: []raftpb.Entry{{Term: 3, Index: 12, Data: bytes.Repeat([]byte{9}, frameKeep+1)}}},
+		{Type: raftpb.MsgHeartbeat, To: 2, From: 1, Term: 3, Commit: 12},
 	}
 	var buf []byte
 	for i := range msgs {
@@ -34,7 +38,7 @@ func TestFramesRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f := newFrameReader(bytes.NewReader(buf))
+	f := newFrameReader(bytes.NewReader(buf), 64)
 	for i, want := range msgs {
 		var got raftpb.Message
 		if err := f.message(&got); err != nil {
@@ -50,8 +54,8 @@ func TestFramesRoundTrip(t *testing.T) {
 	}
 
 	// A frame cut short is an error, never a message.
-	f = newFrameReader(bytes.NewReader(buf[:len(buf)-3]))
-	for range 2 {
+	f = newFrameReader(bytes.NewReader(buf[:len(buf)-3]), 64)
+	for range len(msgs) - 1 {
 		if err := f.message(&m); err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +68,7 @@ func TestFramesRoundTrip(t *testing.T) {
 func TestFrameLengthChecked(t *testing.T) {
 	for _, n := range []uint32{0, peerMaxMsgBytes + 1, 1<<32 - 1} {
 		frame := binary.BigEndian.AppendUint32(nil, n)
-		_, err := newFrameReader(bytes.NewReader(frame)).next()
+		_, err := newFrameReader(bytes.NewReader(frame), 64).next()
 		if err == nil || !strings.Contains(err.Error(), "want 1 to") {
 			t.Errorf("frame of %d bytes: got %v, want a length error", n, err)
 		}
@@ -72,7 +76,7 @@ func TestFrameLengthChecked(t *testing.T) {
 	frame := binary.BigEndian.AppendUint32(nil, 3)
 	frame = append(frame, 0xff, 0xff, 0xff)
 	var m raftpb.Message
-	if err := newFrameReader(bytes.NewReader(frame)).message(&m); err == nil || !strings.Contains(err.Error(), "decode raft message") {
+	if err := newFrameReader(bytes.NewReader(frame), 64).message(&m); err == nil || !strings.Contains(err.Error(), "decode raft message") {
 		t.Errorf("garbage frame: got %v, want a decode error", err)
 	}
 }

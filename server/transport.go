@@ -373,8 +373,14 @@ func (t *transport) streamTo(ctx context.Context, p *peer) error {
 		buf = buf[:0]
 		for i := range msgs {
 			if buf, err = appendFrame(buf, &msgs[i]); err != nil {
-				return err
+				// NB: Raft would send it again and again; it is dropped
+				// and the rest of the batch goes.
+				t.logger.Error("dropping a raft message that cannot be sent", "peer", label, "err", err)
+				t.drop(msgs[i])
 			}
+		}
+		if len(buf) == 0 {
+			continue
 		}
 		if _, err := conn.Write(buf); err != nil {
 			return fmt.Errorf("send: %w", err)
@@ -488,7 +494,7 @@ func (t *transport) streamSnapshot(p *peer, m raftpb.Message) error {
 // stream ends or ctx does. A message from a removed member ends the
 // stream with a rejection, so that member learns it was removed.
 func (t *transport) receiveStream(ctx context.Context, conn net.Conn) error {
-	f := newFrameReader(conn)
+	f := newFrameReader(conn, raftStreamReadBuffer)
 	for {
 		var m raftpb.Message
 		if err := f.message(&m); err != nil {
