@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -332,15 +333,18 @@ func (t *transport) streamTo(ctx context.Context, p *peer) error {
 		expired := false
 		select {
 		case m := <-p.queue:
-			msgs = append(msgs, m)
-			for len(msgs) < peerBatchMax {
-				select {
-				case m = <-p.queue:
-					msgs = append(msgs, m)
-					continue
-				default:
-				}
-				break
+			msgs = drainQueue(p.queue, append(msgs, m))
+			// A small batch first lets whatever else is ready to run go,
+			// the Raft loop among it, and takes what that queued into the
+			// same write: under load, several Readies' messages per system
+			// call instead of one each (a leader at 4,000 puts/s made
+			// twice the socket writes without it); idle, nothing else runs
+			// and it costs nothing. A big batch goes at once: waiting
+			// behind every runnable goroutine would only delay it. gRPC's
+			// writer goroutine does the same below 1,000 bytes.
+			if batchBytes(msgs) < smallBatch {
+				runtime.Gosched()
+				msgs = drainQueue(p.queue, msgs)
 			}
 		case <-holdC:
 			expired = true
@@ -390,6 +394,35 @@ func (t *transport) streamTo(ctx context.Context, p *peer) error {
 			buf = nil // NB: a batch of big appends does not pin its buffer
 		}
 	}
+}
+
+// smallBatch is the size under which a stream yields before it writes.
+const smallBatch = 1000
+
+// drainQueue appends what q holds now to msgs, up to peerBatchMax.
+func drainQueue(q <-chan raftpb.Message, msgs []raftpb.Message) []raftpb.Message {
+	for len(msgs) < peerBatchMax {
+		select {
+		case m := <-q:
+			msgs = append(msgs, m)
+		default:
+			return msgs
+		}
+	}
+	return msgs
+}
+
+// batchBytes is about what msgs take on the wire: their entries' data
+// and a few dozen bytes of header each, without marshalling them.
+func batchBytes(msgs []raftpb.Message) int {
+	n := 0
+	for i := range msgs {
+		n += 32
+		for _, e := range msgs[i].Entries {
+			n += 16 + len(e.Data)
+		}
+	}
+	return n
 }
 
 // peerBufKeep is the largest write buffer a Raft stream keeps between
