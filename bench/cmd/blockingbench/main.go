@@ -198,6 +198,10 @@ func run(ctx context.Context) error {
 
 // runRep runs the three phases on a fresh cluster.
 func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err error) {
+	serverCPUs, err := harness.CPUsOf(*flagServerCPUs)
+	if err != nil {
+		return sample{}, fmt.Errorf("-server-cpus: %w", err)
+	}
 	logf("rep %d: starting a fresh cluster", rep+1)
 	c, err := startCluster(ctx, bin, workDir)
 	if err != nil {
@@ -251,6 +255,10 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		gcs := harness.StartGCCount(ctx, c.metricsURLs(), roles)
 		gcCPU := harness.StartGCCPU(ctx, c.metricsURLs(), roles)
 		slow := harness.StartSlowLogWrites(ctx, c.metricsURLs(), roles)
+		ticks0, err := harness.ReadCPUTicks()
+		if err != nil {
+			return writeResult{}, err
+		}
 		t0 := time.Now()
 		name := fmt.Sprintf("rep%d-phase%d-queries-%s", rep+1, id, label)
 		prof := c.profile(ctx, *flagWarmup+*flagDuration, *flagPprof, name)
@@ -279,6 +287,10 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		if err != nil {
 			return r, err
 		}
+		ticks1, err := harness.ReadCPUTicks()
+		if err != nil {
+			return r, err
+		}
 		share := func(d time.Duration) string { return fmt.Sprintf("%.0f%%", 100*d.Seconds()/time.Since(t0).Seconds()) }
 		var total time.Duration
 		var calls float64
@@ -290,9 +302,9 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 			members = append(members, role+"="+share(d))
 			calls += calls1[i] - calls0[i]
 		}
-		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms write-p99.9=%sms p99-spans=%s server-cpu=%s(%s) gc-cycles=%s gc-cpu-ms=%s slow-log-writes=%s writer-cpu=%s query-cpu=%s leader-index-calls/s=%.0f%s\n",
+		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms write-p99.9=%sms p99-spans=%s server-cpu=%s(%s) server-cpus-busy=%s gc-cycles=%s gc-cpu-ms=%s slow-log-writes=%s writer-cpu=%s query-cpu=%s leader-index-calls/s=%.0f%s\n",
 			rep+1, *flagReps, label, r.acked, r.errors, ms(harness.Percentile(r.lat, 50)), ms(harness.Percentile(r.lat, 99)), ms(harness.Percentile(r.lat, 99.9)), r.tail,
-			share(total), strings.Join(members, ","), gcs(), gcCPU(), slow(), share(r.writerCPU), share(r.queryCPU), calls/time.Since(t0).Seconds(), note)
+			share(total), strings.Join(members, ","), harness.CoreBusy(ticks0, ticks1, serverCPUs), gcs(), gcCPU(), slow(), share(r.writerCPU), share(r.queryCPU), calls/time.Since(t0).Seconds(), note)
 		return r, nil
 	}
 

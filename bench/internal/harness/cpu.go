@@ -147,3 +147,83 @@ func Moved(pinning, what, flag, cpus string) (string, error) {
 	}
 	return fmt.Sprintf("%s; %s ran on CPU list %s instead", pinning, what, cpus), nil
 }
+
+// CPUTicks is what /proc/stat says one CPU did since boot, in clock ticks.
+type CPUTicks struct {
+	Busy   uint64 // user, nice, system, irq, softirq, steal
+	Kernel uint64 // system, irq, softirq: the part of Busy spent in the kernel
+	All    uint64 // Busy plus idle and iowait
+}
+
+// ReadCPUTicks reads every CPU's line of /proc/stat.
+func ReadCPUTicks() (map[int]CPUTicks, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil, err
+	}
+	return parseCPUTicks(string(b))
+}
+
+func parseCPUTicks(stat string) (map[int]CPUTicks, error) {
+	out := map[int]CPUTicks{}
+	for line := range strings.Lines(stat) {
+		f := strings.Fields(line)
+		if len(f) < 9 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		cpu, err := strconv.Atoi(f[0][3:])
+		if err != nil {
+			return nil, fmt.Errorf("/proc/stat line %q: %w", f[0], err)
+		}
+		// user nice system idle iowait irq softirq steal (guest time is
+		// counted in user already)
+		var v [8]uint64
+		for i := range v {
+			if v[i], err = strconv.ParseUint(f[1+i], 10, 64); err != nil {
+				return nil, fmt.Errorf("/proc/stat %s field %d: %w", f[0], i+1, err)
+			}
+		}
+		kernel := v[2] + v[5] + v[6]
+		busy := v[0] + v[1] + kernel + v[7]
+		out[cpu] = CPUTicks{Busy: busy, Kernel: kernel, All: busy + v[3] + v[4]}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("/proc/stat: no per-CPU lines")
+	}
+	return out, nil
+}
+
+// CoreBusy says how busy the CPUs in set were between two readings: the
+// busy share of their time, and the kernel's share, as "96%(kernel=53%)".
+// A benchmark prints it to show whether the servers' cores had room left:
+// one that is near 100% before the load under test arrives measures
+// queueing, not the load.
+func CoreBusy(before, after map[int]CPUTicks, set unix.CPUSet) string {
+	var busy, kernel, all uint64
+	for cpu, a := range after {
+		if !set.IsSet(cpu) {
+			continue
+		}
+		b := before[cpu]
+		busy += a.Busy - b.Busy
+		kernel += a.Kernel - b.Kernel
+		all += a.All - b.All
+	}
+	if all == 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.0f%%(kernel=%.0f%%)", 100*float64(busy)/float64(all), 100*float64(kernel)/float64(all))
+}
+
+// CPUsOf is the CPU set a taskset list names, every CPU for "" (no
+// pinning).
+func CPUsOf(list string) (unix.CPUSet, error) {
+	if list != "" {
+		return ParseCPUs(list)
+	}
+	var set unix.CPUSet
+	for cpu := range runtime.NumCPU() {
+		set.Set(cpu)
+	}
+	return set, nil
+}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseCPUs(t *testing.T) {
@@ -74,5 +76,41 @@ func TestRepin(t *testing.T) {
 	}
 	if err := Repin(p.Pid(), "x"); err == nil {
 		t.Error("Repin to CPU list \"x\" succeeded")
+	}
+}
+
+func TestCoreBusy(t *testing.T) {
+	before, err := parseCPUTicks(`cpu  300 0 300 300 0 0 0 0 0 0
+cpu0 100 0 100 100 0 0 0 0 0 0
+cpu1 200 0 200 200 0 0 0 0 0 0
+intr 1 2 3
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Over the interval cpu1 was busy 96 of 100 ticks: 42 user, 40
+	// system, 12 softirq, 2 steal, then 3 idle and 1 iowait. cpu0 was idle.
+	after, err := parseCPUTicks(`cpu  340 0 340 400 1 0 12 2 5 0
+cpu0 100 0 100 200 0 0 0 0 0 0
+cpu1 242 0 240 203 1 0 12 2 5 0
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var one, both unix.CPUSet
+	one.Set(1)
+	both.Set(0)
+	both.Set(1)
+	if got, want := CoreBusy(before, after, one), "96%(kernel=52%)"; got != want {
+		t.Errorf("cpu 1: got %s, want %s", got, want)
+	}
+	if got, want := CoreBusy(before, after, both), "48%(kernel=26%)"; got != want {
+		t.Errorf("cpus 0-1: got %s, want %s", got, want)
+	}
+	if _, err := parseCPUTicks("cpu0 1 2 x 4 5 6 7 8\n"); err == nil {
+		t.Error("a bad field parsed")
+	}
+	if _, err := ReadCPUTicks(); err != nil {
+		t.Errorf("this machine's /proc/stat: %v", err)
 	}
 }
