@@ -349,11 +349,7 @@ func (t *transport) streamTo(ctx context.Context, p *peer) error {
 		case <-holdC:
 			expired = true
 		case err := <-ended:
-			if errors.Is(err, errStreamRemoved) && t.removedSelf != nil {
-				t.logger.Warn("a peer says this member was removed", "peer", label, "err", err)
-				t.removedSelf()
-			}
-			return err
+			return t.streamEnded(label, err)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -387,6 +383,15 @@ func (t *transport) streamTo(ctx context.Context, p *peer) error {
 			continue
 		}
 		if _, err := conn.Write(buf); err != nil {
+			// The peer may have said why before it closed: a removed
+			// member must learn it, or it redials forever.
+			select {
+			case rerr := <-ended:
+				if errors.Is(rerr, errStreamRemoved) {
+					return t.streamEnded(label, rerr)
+				}
+			case <-time.After(time.Second):
+			}
 			return fmt.Errorf("send: %w", err)
 		}
 		sentTotal.Add(float64(len(msgs)))
@@ -394,6 +399,16 @@ func (t *transport) streamTo(ctx context.Context, p *peer) error {
 			buf = nil // NB: a batch of big appends does not pin its buffer
 		}
 	}
+}
+
+// streamEnded acts on the reason a peer gave for ending a Raft stream and
+// returns it.
+func (t *transport) streamEnded(peer string, err error) error {
+	if errors.Is(err, errStreamRemoved) && t.removedSelf != nil {
+		t.logger.Warn("a peer says this member was removed", "peer", peer, "err", err)
+		t.removedSelf()
+	}
+	return err
 }
 
 // smallBatch is the size under which a stream yields before it writes.
