@@ -160,7 +160,10 @@ func (f *frameReader) next() ([]byte, error) {
 		b = f.buf[:n]
 	}
 	if _, err := io.ReadFull(f.r, b); err != nil {
-		return nil, fmt.Errorf("frame of %d bytes: %w", n, io.ErrUnexpectedEOF)
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF // NB: the length came; its payload did not
+		}
+		return nil, fmt.Errorf("frame of %d bytes: %w", n, err)
 	}
 	return b, nil
 }

@@ -230,8 +230,9 @@ func TestRemovedMemberIsTold(t *testing.T) {
 	}
 }
 
-// TestRaftStreamUserTimeout: a stream to a peer that stops acknowledging
-// fails within seconds, not TCP's minutes of retransmission.
+// TestRaftStreamUserTimeout: a Raft stream carries TCP_USER_TIMEOUT, the
+// option that fails a stream to a peer that stops acknowledging within
+// seconds rather than TCP's minutes of retransmission.
 func TestRaftStreamUserTimeout(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
