@@ -252,13 +252,13 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 			return writeResult{}, err
 		}
 		roles := harness.Roles(len(c.https), c.leader)
-		gcs := harness.StartGCCount(ctx, c.metricsURLs(), roles)
-		gcCPU := harness.StartGCCPU(ctx, c.metricsURLs(), roles)
-		slow := harness.StartSlowLogWrites(ctx, c.metricsURLs(), roles)
 		ticks0, err := harness.ReadCPUTicks()
 		if err != nil {
 			return writeResult{}, err
 		}
+		gcs := harness.StartGCCount(ctx, c.metricsURLs(), roles)
+		gcCPU := harness.StartGCCPU(ctx, c.metricsURLs(), roles)
+		slow := harness.StartSlowLogWrites(ctx, c.metricsURLs(), roles)
 		t0 := time.Now()
 		name := fmt.Sprintf("rep%d-phase%d-queries-%s", rep+1, id, label)
 		prof := c.profile(ctx, *flagWarmup+*flagDuration, *flagPprof, name)
