@@ -56,7 +56,7 @@ func startCluster(ctx context.Context, bin, workDir string) (_ *cluster, err err
 			"--listen-peer", c.peers[i], "--listen-grpc", fmt.Sprintf("127.0.0.1:%d", ports[members+i]),
 			"--listen-http", strings.TrimPrefix(c.https[i], "http://"),
 			"--initial-cluster", strings.Join(initial, ","), "--log-level", "warn", "--enable-pprof=" + strconv.FormatBool(*flagPprof != "" || *flagTrace != ""),
-			"--no-parking=" + strconv.FormatBool(*flagNoParking)}
+			"--no-parking=" + strconv.FormatBool(*flagNoParking), "--snapshot-entries", strconv.Itoa(snapshotEntries())}
 		p, err := harness.Start(names[i], bin, args, filepath.Join(dir, names[i]+".log"), *flagServerCPUs)
 		if err != nil {
 			return nil, err

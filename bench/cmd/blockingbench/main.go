@@ -38,6 +38,7 @@ var (
 	flagClientCPUs = flag.String("client-cpus", "0", `CPU list the load generator pins itself to ("" = no pinning)`)
 	flagQueryCPUs  = flag.String("query-member-cpus", "", `CPU list the members that serve the queries (-queries-on) move to once they are known ("" = stay on -server-cpus)`)
 	flagWriterCPUs = flag.String("writer-cpus", "", `CPU list for the writer process ("" = -client-cpus)`)
+	flagSnapEvery  = flag.Int("snapshot-entries", 0, "the servers' --snapshot-entries; 0: the writes of one phase (rate x (warm-up + window)), so that every phase meets one snapshot (README, \"Snapshots\")")
 	flagNoParking  = flag.Bool("no-parking", false, "run the servers with --no-parking: waiting queries hold their net/http goroutines, as before parking (for comparison)")
 	flagWorkDir    = flag.String("work-dir", "", "where the binary and data dirs go (default: the system temp dir)")
 	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
@@ -91,8 +92,8 @@ type sample struct {
 }
 
 func run(ctx context.Context) error {
-	if *flagReps < 1 || *flagRate < 1 || *flagQueries < 1 || *flagWait < time.Second {
-		return errors.New("-reps, -rate and -queries must be >= 1, -wait >= 1s")
+	if *flagReps < 1 || *flagRate < 1 || *flagQueries < 1 || *flagWait < time.Second || *flagSnapEvery < 0 {
+		return errors.New("-reps, -rate and -queries must be >= 1, -wait >= 1s, -snapshot-entries >= 0")
 	}
 	if !slices.Contains([]string{"leader", "follower", "followers", "all"}, *flagQueriesOn) {
 		return fmt.Errorf(`-queries-on %q: want "leader", "follower", "followers" or "all"`, *flagQueriesOn)
@@ -149,8 +150,9 @@ func run(ctx context.Context) error {
 		"index handled as consul-template does: same index -> re-issue, lower -> reset to 0, higher -> take it; first requests spread over one wait), "+
 		"then queries closed again (control); each phase %s warm-up + %s window; %d reps, medians shown; latency from each write's intended start; "+
 		"wake = the query's receipt of a write's value minus that write's intended start; "+
-		"GC: servers at their default heap floor (--gc-heap-floor-mib 512), this process (the queries) at a 2 GiB floor\n",
-		n, keyPrefix, *flagRate, valueSize, n, n, where, flagWait.Milliseconds(), *flagWarmup, *flagDuration, *flagReps)
+		"GC: servers at their default heap floor (--gc-heap-floor-mib 512), this process (the queries) at a 2 GiB floor; "+
+		"snapshots: every %d entries (--snapshot-entries), one per phase\n",
+		n, keyPrefix, *flagRate, valueSize, n, n, where, flagWait.Milliseconds(), *flagWarmup, *flagDuration, *flagReps, snapshotEntries())
 	fmt.Printf("pinning: %s\n", pinning)
 	fmt.Printf("machine: load average %s before, %s after (shared with other work; read the control phase before trusting a ratio)\n", loadBefore, loadAvg())
 
@@ -194,6 +196,18 @@ func run(ctx context.Context) error {
 	fmt.Println(harness.Line{Name: "blocking-wake-p99-" + k, Unit: "ms", Lodestone: med(func(s sample) float64 { return s.wakeP99 }),
 		PeerName: "budget", Peer: budgetWakeMS, Op: "<=", Target: 1})
 	return nil
+}
+
+// snapshotEntries is the servers' snapshot interval: by default the writes
+// of one phase, so that each phase's window holds one snapshot wherever
+// the first falls. The servers' own default, 100,000 entries, put the one
+// snapshot of a rep (its log compaction included) in the 10k phase every
+// time: the keys and the first phase are 72,000 writes.
+func snapshotEntries() int {
+	if *flagSnapEvery > 0 {
+		return *flagSnapEvery
+	}
+	return int(float64(*flagRate) * (*flagWarmup + *flagDuration).Seconds())
 }
 
 // runRep runs the three phases on a fresh cluster.

@@ -75,3 +75,19 @@ func TestQueryTargets(t *testing.T) {
 		}
 	}
 }
+
+// TestEachWindowMeetsOneSnapshot: with the default flags, the log index
+// at which the servers snapshot falls once in every phase's timed window
+// (after the keys' first writes and the phase's warm-up), not only in one.
+func TestEachWindowMeetsOneSnapshot(t *testing.T) {
+	every := snapshotEntries()
+	phase := int(float64(*flagRate) * (*flagWarmup + *flagDuration).Seconds())
+	warm := int(float64(*flagRate) * flagWarmup.Seconds())
+	for p := range 3 {
+		first := *flagQueries + p*phase + warm + 1 // the window's first write's index, roughly
+		last := *flagQueries + (p+1)*phase
+		if n := last/every - (first-1)/every; n != 1 {
+			t.Errorf("phase %d window, entries %d..%d: %d snapshots at every %d entries, want 1", p+1, first, last, n, every)
+		}
+	}
+}
