@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,55 +15,60 @@ import (
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
 )
 
-// cluster is three running Lodestone members, talked to only over HTTP.
+// cluster is three running Lodestone voters, and with -queries-on learner
+// a fourth member that does not vote, talked to only over HTTP (and the
+// CLI, to add the learner).
 type cluster struct {
-	dir    string
-	procs  []*harness.Proc
-	peers  []string // Raft peer addresses, member order
-	https  []string // "http://host:port", member order
-	leader int      // index of the leader once known
+	dir     string
+	procs   []*harness.Proc
+	peers   []string // Raft peer addresses, member order
+	grpcs   []string // client gRPC addresses, member order
+	https   []string // "http://host:port", member order
+	leader  int      // index of the leader once known
+	learner int      // index of the learner; -1: none
 }
 
-const members = 3
+// voters is the cluster's voting members; a learner comes after them.
+const voters = 3
 
 // startCluster starts three members on fresh loopback ports with data in
 // a fresh directory under workDir, each under `taskset -c -server-cpus`,
-// and waits until the leader acknowledges a Consul KV put. On error
-// everything it started is stopped and removed.
-func startCluster(ctx context.Context, bin, workDir string) (_ *cluster, err error) {
+// and waits until the leader acknowledges a Consul KV put; withLearner
+// then adds a fourth member as a learner and waits until it has that put.
+// On error everything it started is stopped and removed.
+func startCluster(ctx context.Context, bin, workDir string, withLearner bool) (_ *cluster, err error) {
 	dir, err := os.MkdirTemp(workDir, "lodestone-")
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{dir: dir}
+	c := &cluster{dir: dir, learner: -1}
 	defer func() {
 		if err != nil {
 			err = fmt.Errorf("%w%s", err, c.logTails())
 			c.stop()
 		}
 	}()
-	ports, err := harness.FreePorts(3 * members)
+	n := voters
+	if withLearner {
+		n++
+	}
+	ports, err := harness.FreePorts(3 * n)
 	if err != nil {
 		return nil, err
 	}
-	var names, initial []string
-	for i := range members {
-		names = append(names, fmt.Sprintf("n%d", i+1))
+	var initial []string
+	for i := range n {
 		c.peers = append(c.peers, fmt.Sprintf("127.0.0.1:%d", ports[i]))
-		c.https = append(c.https, fmt.Sprintf("http://127.0.0.1:%d", ports[2*members+i]))
-		initial = append(initial, names[i]+"="+c.peers[i])
+		c.grpcs = append(c.grpcs, fmt.Sprintf("127.0.0.1:%d", ports[n+i]))
+		c.https = append(c.https, fmt.Sprintf("http://127.0.0.1:%d", ports[2*n+i]))
+		if i < voters {
+			initial = append(initial, memberName(i)+"="+c.peers[i])
+		}
 	}
-	for i := range members {
-		args := []string{"server", "--name", names[i], "--data-dir", filepath.Join(dir, names[i]),
-			"--listen-peer", c.peers[i], "--listen-grpc", fmt.Sprintf("127.0.0.1:%d", ports[members+i]),
-			"--listen-http", strings.TrimPrefix(c.https[i], "http://"),
-			"--initial-cluster", strings.Join(initial, ","), "--log-level", "warn", "--enable-pprof=" + strconv.FormatBool(*flagPprof != "" || *flagTrace != ""),
-			"--no-parking=" + strconv.FormatBool(*flagNoParking), "--snapshot-entries", strconv.Itoa(snapshotEntries())}
-		p, err := harness.Start(names[i], bin, args, filepath.Join(dir, names[i]+".log"), *flagServerCPUs)
-		if err != nil {
+	for i := range voters {
+		if err := c.startMember(bin, i, initial, false); err != nil {
 			return nil, err
 		}
-		c.procs = append(c.procs, p)
 	}
 
 	// The leader: the member whose peer address /v1/status/leader names
@@ -93,9 +100,12 @@ func startCluster(ctx context.Context, bin, workDir string) (_ *cluster, err err
 	defer w.close()
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := w.put(pctx, "blockingbench/probe", []byte("ok"))
+		err := w.put(pctx, probeKey, []byte("ok"))
 		cancel()
 		if err == nil {
+			if withLearner {
+				return c, c.addLearner(ctx, bin, append(initial, memberName(voters)+"="+c.peers[voters]))
+			}
 			return c, nil
 		}
 		if aerr := c.checkAlive(); aerr != nil {
@@ -108,6 +118,70 @@ func startCluster(ctx context.Context, bin, workDir string) (_ *cluster, err err
 			return nil, err
 		}
 	}
+}
+
+// probeKey is the key startCluster writes to see the cluster serve.
+const probeKey = "blockingbench/probe"
+
+func memberName(i int) string { return fmt.Sprintf("n%d", i+1) }
+
+// startMember starts member i with initial as its --initial-cluster, to
+// join a running cluster with join.
+func (c *cluster) startMember(bin string, i int, initial []string, join bool) error {
+	name := memberName(i)
+	args := []string{"server", "--name", name, "--data-dir", filepath.Join(c.dir, name),
+		"--listen-peer", c.peers[i], "--listen-grpc", c.grpcs[i], "--listen-http", strings.TrimPrefix(c.https[i], "http://"),
+		"--initial-cluster", strings.Join(initial, ","), "--join=" + strconv.FormatBool(join),
+		"--log-level", "warn", "--enable-pprof=" + strconv.FormatBool(*flagPprof != "" || *flagTrace != ""),
+		"--no-parking=" + strconv.FormatBool(*flagNoParking), "--snapshot-entries", strconv.Itoa(snapshotEntries())}
+	p, err := harness.Start(name, bin, args, filepath.Join(c.dir, name+".log"), *flagServerCPUs)
+	if err != nil {
+		return err
+	}
+	c.procs = append(c.procs, p)
+	return nil
+}
+
+// addLearner adds the member after the voters as a learner, as an operator
+// would (lodestone members add --learner, then start it with --join), and
+// waits until it serves the probe put from its own state (a stale read).
+func (c *cluster) addLearner(ctx context.Context, bin string, initial []string) error {
+	i := voters
+	add := exec.CommandContext(ctx, bin, "members", "add", memberName(i), "--learner", "--peer", c.peers[i],
+		"--grpc", c.grpcs[i], "--http", strings.TrimPrefix(c.https[i], "http://"), "--endpoints", strings.Join(c.grpcs[:voters], ","))
+	if out, err := add.CombinedOutput(); err != nil {
+		return fmt.Errorf("lodestone members add --learner: %w: %s", err, bytes.TrimSpace(out))
+	}
+	if err := c.startMember(bin, i, initial, true); err != nil {
+		return err
+	}
+	c.learner = i
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var got []struct{ Value []byte }
+		err := getJSON(ctx, c.https[i]+"/v1/kv/"+probeKey+"?stale", &got)
+		if err == nil && len(got) == 1 && string(got[0].Value) == "ok" {
+			return nil
+		}
+		if aerr := c.checkAlive(); aerr != nil {
+			return aerr
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("learner %s has not caught up within 30s (last read: %v)", c.https[i], err)
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// roles names the members in process order for the run lines: leader, f1,
+// f2 (harness.Roles) and learner.
+func (c *cluster) roles() []string {
+	roles := harness.Roles(voters, c.leader)
+	if c.learner >= 0 {
+		roles = append(roles, "learner")
+	}
+	return roles
 }
 
 func (c *cluster) checkAlive() error {
@@ -207,5 +281,5 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // dir/ROLE-NAME.pprof, .allocs-base.pprof and .allocs.pprof: leader, f1, f2
 // (harness.Roles).
 func (c *cluster) profile(ctx context.Context, dur time.Duration, dir, name string) func() error {
-	return harness.ProfileAll(ctx, c.https, harness.Roles(len(c.https), c.leader), dur, dir, name)
+	return harness.ProfileAll(ctx, c.https, c.roles(), dur, dir, name)
 }

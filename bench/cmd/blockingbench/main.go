@@ -33,7 +33,7 @@ var (
 	flagRate       = flag.Int("rate", 1000, "writes per second (open loop: each write has its intended start time)")
 	flagQueries    = flag.Int("queries", 10000, "blocking queries, one per key; the writes go to these keys round-robin")
 	flagWait       = flag.Duration("wait", 10*time.Second, "?wait of every blocking query (the server adds up to 1/16 jitter)")
-	flagQueriesOn  = flag.String("queries-on", "leader", `where the blocking queries go: "leader", "follower" (the one after the leader), "followers" (round-robin over the two) or "all" (round-robin over the three servers)`)
+	flagQueriesOn  = flag.String("queries-on", "leader", `where the blocking queries go: "leader", "follower" (the one after the leader), "followers" (round-robin over the two), "all" (round-robin over the three servers) or "learner" (a fourth member that does not vote, in the cluster in every phase)`)
 	flagServerCPUs = flag.String("server-cpus", "1", `taskset CPU list for every server process ("" = no pinning)`)
 	flagClientCPUs = flag.String("client-cpus", "0", `CPU list the load generator pins itself to ("" = no pinning)`)
 	flagQueryCPUs  = flag.String("query-member-cpus", "", `CPU list the members that serve the queries (-queries-on) move to once they are known ("" = stay on -server-cpus)`)
@@ -95,8 +95,8 @@ func run(ctx context.Context) error {
 	if *flagReps < 1 || *flagRate < 1 || *flagQueries < 1 || *flagWait < time.Second || *flagSnapEvery < 0 {
 		return errors.New("-reps, -rate and -queries must be >= 1, -wait >= 1s, -snapshot-entries >= 0")
 	}
-	if !slices.Contains([]string{"leader", "follower", "followers", "all"}, *flagQueriesOn) {
-		return fmt.Errorf(`-queries-on %q: want "leader", "follower", "followers" or "all"`, *flagQueriesOn)
+	if !slices.Contains([]string{"leader", "follower", "followers", "all", "learner"}, *flagQueriesOn) {
+		return fmt.Errorf(`-queries-on %q: want "leader", "follower", "followers", "all" or "learner"`, *flagQueriesOn)
 	}
 	root, err := filepath.Abs(*flagRoot)
 	if err != nil {
@@ -143,8 +143,9 @@ func run(ctx context.Context) error {
 		"follower":  "all on the follower after the leader",
 		"followers": "round-robin over the two followers",
 		"all":       "round-robin over the three servers",
+		"learner":   "all on a learner, a fourth member that does not vote, in the cluster in every phase",
 	}[*flagQueriesOn]
-	fmt.Printf("setup: per rep a fresh 3-process Lodestone cluster (fsync on) on 127.0.0.1; %d keys %s* written once each first; "+
+	fmt.Printf("setup: per rep a fresh 3-process Lodestone cluster (fsync on, data under %s) on 127.0.0.1; %d keys %s* written once each first; "+
 		"writes: %d/s open loop of %d-byte values through the Consul HTTP KV API (PUT /v1/kv/<key> to the leader, HTTP/1.1 keep-alive), key = write number mod %d; "+
 		"phases: no queries, then %d blocking queries (one goroutine and one HTTP/1.1 connection each, %s; GET /v1/kv/<key>?index=N&wait=%dms in default consistency mode, "+
 		"index handled as consul-template does: same index -> re-issue, lower -> reset to 0, higher -> take it; first requests spread over one wait), "+
@@ -152,7 +153,7 @@ func run(ctx context.Context) error {
 		"wake = the query's receipt of a write's value minus that write's intended start; "+
 		"GC: servers at their default heap floor (--gc-heap-floor-mib 512), this process (the queries) at a 2 GiB floor; "+
 		"snapshots: every %d entries (--snapshot-entries), one per phase\n",
-		n, keyPrefix, *flagRate, valueSize, n, n, where, flagWait.Milliseconds(), *flagWarmup, *flagDuration, *flagReps, snapshotEntries())
+		tmp, n, keyPrefix, *flagRate, valueSize, n, n, where, flagWait.Milliseconds(), *flagWarmup, *flagDuration, *flagReps, snapshotEntries())
 	fmt.Printf("pinning: %s\n", pinning)
 	fmt.Printf("machine: load average %s before, %s after (shared with other work; read the control phase before trusting a ratio)\n", loadBefore, loadAvg())
 
@@ -217,7 +218,7 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		return sample{}, fmt.Errorf("-server-cpus: %w", err)
 	}
 	logf("rep %d: starting a fresh cluster", rep+1)
-	c, err := startCluster(ctx, bin, workDir)
+	c, err := startCluster(ctx, bin, workDir, *flagQueriesOn == "learner")
 	if err != nil {
 		return sample{}, err
 	}
@@ -230,7 +231,7 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		}
 	}()
 	if *flagQueryCPUs != "" {
-		for _, i := range queryMembers(len(c.procs), c.leader, *flagQueriesOn) {
+		for _, i := range queryMembers(voters, c.leader, *flagQueriesOn) {
 			if err := harness.Repin(c.procs[i].Pid(), *flagQueryCPUs); err != nil {
 				return sample{}, err
 			}
@@ -265,7 +266,7 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		if err != nil {
 			return writeResult{}, err
 		}
-		roles := harness.Roles(len(c.https), c.leader)
+		roles := c.roles()
 		ticks0, err := harness.ReadCPUTicks()
 		if err != nil {
 			return writeResult{}, err
@@ -408,18 +409,23 @@ func logf(format string, args ...any) {
 }
 
 // queryTargets returns the HTTP addresses the blocking queries go to, out
-// of the servers' (the leader at index leader), for -queries-on on.
+// of the servers' (the voters', the leader at index leader, then the
+// learner's, if any), for -queries-on on.
 func queryTargets(https []string, leader int, on string) []string {
 	var out []string
-	for _, i := range queryMembers(len(https), leader, on) {
+	for _, i := range queryMembers(voters, leader, on) {
 		out = append(out, https[i])
 	}
 	return out
 }
 
 // queryMembers returns the indices of the members -queries-on names, in
-// member order.
+// member order: n voters (the leader at index leader), and with "learner"
+// the learner after them.
 func queryMembers(n, leader int, on string) []int {
+	if on == "learner" {
+		return []int{n}
+	}
 	var out []int
 	for i := range n {
 		switch on {

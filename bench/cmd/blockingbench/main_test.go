@@ -60,7 +60,7 @@ func TestCountLabel(t *testing.T) {
 }
 
 func TestQueryTargets(t *testing.T) {
-	https := []string{"a", "b", "c"}
+	https := []string{"a", "b", "c", "d"} // d: a learner
 	for _, tc := range []struct {
 		on   string
 		want []string
@@ -69,6 +69,7 @@ func TestQueryTargets(t *testing.T) {
 		{"follower", []string{"c"}},
 		{"followers", []string{"a", "c"}},
 		{"all", []string{"a", "b", "c"}},
+		{"learner", []string{"d"}},
 	} {
 		if got := queryTargets(https, 1, tc.on); !slices.Equal(got, tc.want) {
 			t.Errorf("queryTargets(%v, 1, %q) = %v, want %v", https, tc.on, got, tc.want)
