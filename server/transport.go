@@ -341,7 +341,11 @@ func (t *transport) streamTo(ctx context.Context, p *peer) error {
 			// twice the socket writes without it); idle, nothing else runs
 			// and it costs nothing. A big batch goes at once: waiting
 			// behind every runnable goroutine would only delay it. gRPC's
-			// writer goroutine does the same below 1,000 bytes.
+			// writer goroutine does the same below 1,000 bytes. Without
+			// the yield, 64 closed-loop clients put 12% fewer per second
+			// at 13% more server CPU per put; on a leader only while four
+			// or more of its proposals were in flight, it changed
+			// neither that nor the blocking-query write p99.
 			if batchBytes(msgs) < smallBatch {
 				runtime.Gosched()
 				msgs = drainQueue(p.queue, msgs)
