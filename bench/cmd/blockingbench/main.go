@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -38,6 +39,7 @@ var (
 	flagClientCPUs = flag.String("client-cpus", "0", `CPU list the load generator pins itself to ("" = no pinning)`)
 	flagQueryCPUs  = flag.String("query-member-cpus", "", `CPU list the members that serve the queries (-queries-on) move to once they are known ("" = stay on -server-cpus)`)
 	flagWriterCPUs = flag.String("writer-cpus", "", `CPU list for the writer process ("" = -client-cpus)`)
+	flagWriterFIFO = flag.Bool("writer-fifo", true, "run the writer process at real-time priority (chrt -f 10, needs root): it shares its CPU with the query side, and a write's latency should not include its wait for the query side's turn (README, \"Workload and phases\")")
 	flagSnapEvery  = flag.Int("snapshot-entries", 0, "the servers' --snapshot-entries; 0: the writes of one phase (rate x (warm-up + window)), so that every phase meets one snapshot (README, \"Snapshots\")")
 	flagNoParking  = flag.Bool("no-parking", false, "run the servers with --no-parking: waiting queries hold their net/http goroutines, as before parking (for comparison)")
 	flagWorkDir    = flag.String("work-dir", "", "where the binary and data dirs go (default: the system temp dir)")
@@ -125,6 +127,12 @@ func run(ctx context.Context) error {
 	if pinning, err = harness.Moved(pinning, "the writer process", "writer-cpus", *flagWriterCPUs); err != nil {
 		return err
 	}
+	if *flagWriterFIFO {
+		if out, err := exec.CommandContext(ctx, "chrt", "-f", writerPriority, "true").CombinedOutput(); err != nil {
+			return fmt.Errorf("-writer-fifo: chrt -f %s: %v: %s(run as root, or with -writer-fifo=false)", writerPriority, err, out)
+		}
+		pinning += "; the writer process ran at real-time priority (SCHED_FIFO " + writerPriority + ")"
+	}
 	logf("%s", pinning)
 	loadBefore := loadAvg()
 
@@ -204,6 +212,10 @@ func run(ctx context.Context) error {
 // the first falls. The servers' own default, 100,000 entries, put the one
 // snapshot of a rep (its log compaction included) in the 10k phase every
 // time: the keys and the first phase are 72,000 writes.
+// writerPriority is the writer's SCHED_FIFO priority under -writer-fifo:
+// above every normal process, below the kernel's own real-time threads.
+const writerPriority = "10"
+
 func snapshotEntries() int {
 	if *flagSnapEvery > 0 {
 		return *flagSnapEvery
@@ -248,7 +260,11 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 	if err != nil {
 		return sample{}, err
 	}
-	wr, err := harness.StartWriter("writer", self, []string{"-serve-writer", "-target", c.https[c.leader], "-queries", strconv.Itoa(n)},
+	wbin, wargs := self, []string{"-serve-writer", "-target", c.https[c.leader], "-queries", strconv.Itoa(n)}
+	if *flagWriterFIFO {
+		wbin, wargs = "chrt", append([]string{"-f", writerPriority, self}, wargs...)
+	}
+	wr, err := harness.StartWriter("writer", wbin, wargs,
 		filepath.Join(workDir, fmt.Sprintf("writer-rep%d.log", rep+1)), cmp.Or(*flagWriterCPUs, *flagClientCPUs))
 	if err != nil {
 		return sample{}, err
