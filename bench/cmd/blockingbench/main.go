@@ -129,7 +129,7 @@ func run(ctx context.Context) error {
 	}
 	if *flagWriterFIFO {
 		if out, err := exec.CommandContext(ctx, "chrt", "-f", writerPriority, "true").CombinedOutput(); err != nil {
-			return fmt.Errorf("-writer-fifo: chrt -f %s: %v: %s(run as root, or with -writer-fifo=false)", writerPriority, err, out)
+			return fmt.Errorf("-writer-fifo: chrt -f %s failed (%v) %s: run as root, or with -writer-fifo=false", writerPriority, err, strings.TrimSpace(string(out)))
 		}
 		pinning += "; the writer process ran at real-time priority (SCHED_FIFO " + writerPriority + ")"
 	}
@@ -207,15 +207,15 @@ func run(ctx context.Context) error {
 	return nil
 }
 
+// writerPriority is the writer's SCHED_FIFO priority under -writer-fifo:
+// above every normal process, below the kernel's own real-time threads.
+const writerPriority = "10"
+
 // snapshotEntries is the servers' snapshot interval: by default the writes
 // of one phase, so that each phase's window holds one snapshot wherever
 // the first falls. The servers' own default, 100,000 entries, put the one
 // snapshot of a rep (its log compaction included) in the 10k phase every
 // time: the keys and the first phase are 72,000 writes.
-// writerPriority is the writer's SCHED_FIFO priority under -writer-fifo:
-// above every normal process, below the kernel's own real-time threads.
-const writerPriority = "10"
-
 func snapshotEntries() int {
 	if *flagSnapEvery > 0 {
 		return *flagSnapEvery
