@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -73,49 +74,54 @@ func startCluster(ctx context.Context, bin, workDir string, withLearner bool) (_
 
 	// The leader: the member whose peer address /v1/status/leader names
 	// (Consul answers with the leader's Raft address).
-	deadline := time.Now().Add(30 * time.Second)
-	for c.leader = -1; c.leader < 0; {
-		if err := c.checkAlive(); err != nil {
-			return nil, err
-		}
+	c.leader = -1
+	err = c.poll(ctx, 30*time.Second, "a leader", func(ctx context.Context) error {
 		var addr string
-		if err := getJSON(ctx, c.https[0]+"/v1/status/leader", &addr); err == nil {
-			for i, p := range c.peers {
-				if p == addr {
-					c.leader = i
-				}
-			}
+		if err := getJSON(ctx, c.https[0]+"/v1/status/leader", &addr); err != nil {
+			return err
 		}
-		if c.leader >= 0 {
-			break
+		if i := slices.Index(c.peers, addr); i >= 0 {
+			c.leader = i
+			return nil
 		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("no leader within 30s (last answer %q)", addr)
-		}
-		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
-			return nil, err
-		}
+		return fmt.Errorf("/v1/status/leader answered %q", addr)
+	})
+	if err != nil {
+		return nil, err
 	}
 	w := newWriter(c.https[c.leader])
 	defer w.close()
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	err = c.poll(ctx, 20*time.Second, "the probe put on leader "+c.https[c.leader], func(ctx context.Context) error {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := w.put(pctx, probeKey, []byte("ok"))
-		cancel()
+		defer cancel()
+		return w.put(pctx, probeKey, []byte("ok"))
+	})
+	if err != nil {
+		return nil, err
+	}
+	if withLearner {
+		return c, c.addLearner(ctx, bin, append(initial, memberName(voters)+"="+c.peers[voters]))
+	}
+	return c, nil
+}
+
+// poll runs try every 100 ms until it succeeds, a member exits, ctx ends
+// or timeout passes; the timeout's error names what did not happen and
+// try's last error.
+func (c *cluster) poll(ctx context.Context, timeout time.Duration, what string, try func(context.Context) error) error {
+	for deadline := time.Now().Add(timeout); ; {
+		err := try(ctx)
 		if err == nil {
-			if withLearner {
-				return c, c.addLearner(ctx, bin, append(initial, memberName(voters)+"="+c.peers[voters]))
-			}
-			return c, nil
+			return nil
 		}
 		if aerr := c.checkAlive(); aerr != nil {
-			return nil, aerr
+			return aerr
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("probe put on leader %s: %w", c.https[c.leader], err)
+			return fmt.Errorf("%s: not within %s: %w", what, timeout, err)
 		}
 		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
-			return nil, err
+			return err
 		}
 	}
 }
@@ -156,22 +162,16 @@ func (c *cluster) addLearner(ctx context.Context, bin string, initial []string) 
 		return err
 	}
 	c.learner = i
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	return c.poll(ctx, 30*time.Second, "learner "+c.https[i]+" catching up", func(ctx context.Context) error {
 		var got []struct{ Value []byte }
-		err := getJSON(ctx, c.https[i]+"/v1/kv/"+probeKey+"?stale", &got)
-		if err == nil && len(got) == 1 && string(got[0].Value) == "ok" {
-			return nil
-		}
-		if aerr := c.checkAlive(); aerr != nil {
-			return aerr
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("learner %s has not caught up within 30s (last read: %v)", c.https[i], err)
-		}
-		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+		if err := getJSON(ctx, c.https[i]+"/v1/kv/"+probeKey+"?stale", &got); err != nil {
 			return err
 		}
-	}
+		if len(got) != 1 || string(got[0].Value) != "ok" {
+			return fmt.Errorf("stale read of %s gave %d entries", probeKey, len(got))
+		}
+		return nil
+	})
 }
 
 // roles names the members in process order for the run lines: leader, f1,
