@@ -138,7 +138,7 @@ func (c *cluster) startMember(bin string, i int, initial []string, join bool) er
 	args := []string{"server", "--name", name, "--data-dir", filepath.Join(c.dir, name),
 		"--listen-peer", c.peers[i], "--listen-grpc", c.grpcs[i], "--listen-http", strings.TrimPrefix(c.https[i], "http://"),
 		"--initial-cluster", strings.Join(initial, ","), "--join=" + strconv.FormatBool(join),
-		"--log-level", "warn", "--enable-pprof=" + strconv.FormatBool(*flagPprof != "" || *flagTrace != ""),
+		"--log-level", "warn", "--enable-pprof=" + strconv.FormatBool(*flagGCBefore || *flagPprof != "" || *flagTrace != ""),
 		"--no-parking=" + strconv.FormatBool(*flagNoParking), "--snapshot-entries", strconv.Itoa(snapshotEntries())}
 	p, err := harness.Start(name, bin, args, filepath.Join(c.dir, name+".log"), *flagServerCPUs)
 	if err != nil {

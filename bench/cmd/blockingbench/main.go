@@ -40,6 +40,7 @@ var (
 	flagQueryCPUs  = flag.String("query-member-cpus", "", `CPU list the members that serve the queries (-queries-on) move to once they are known ("" = stay on -server-cpus)`)
 	flagWriterCPUs = flag.String("writer-cpus", "", `CPU list for the writer process ("" = -client-cpus)`)
 	flagWriterFIFO = flag.Bool("writer-fifo", true, "run the writer process at real-time priority (chrt -f 10, needs root): it shares its CPU with the query side, and a write's latency should not include its wait for the query side's turn (README, \"Workload and phases\")")
+	flagGCBefore   = flag.Bool("gc-before-phase", true, "force a GC cycle on every server before each phase's warm-up, so the cycles in a window are its own allocation's, not the previous phase's or the queries' opening (README, \"Windows\")")
 	flagSnapEvery  = flag.Int("snapshot-entries", 0, "the servers' --snapshot-entries; 0: the writes of one phase (rate x (warm-up + window)), so that every phase meets one snapshot (README, \"Snapshots\")")
 	flagNoParking  = flag.Bool("no-parking", false, "run the servers with --no-parking: waiting queries hold their net/http goroutines, as before parking (for comparison)")
 	flagWorkDir    = flag.String("work-dir", "", "where the binary and data dirs go (default: the system temp dir)")
@@ -159,9 +160,9 @@ func run(ctx context.Context) error {
 		"index handled as consul-template does: same index -> re-issue, lower -> reset to 0, higher -> take it; first requests spread over one wait), "+
 		"then queries closed again (control); each phase %s warm-up + %s window; %d reps, medians shown; latency from each write's intended start; "+
 		"wake = the query's receipt of a write's value minus that write's intended start; "+
-		"GC: servers at their default heap floor (--gc-heap-floor-mib 512), this process (the queries) at a 2 GiB floor; "+
+		"GC: servers at their default heap floor (--gc-heap-floor-mib 512), %s, this process (the queries) at a 2 GiB floor; "+
 		"snapshots: every %d entries (--snapshot-entries), one per phase\n",
-		tmp, n, keyPrefix, *flagRate, valueSize, n, n, where, flagWait.Milliseconds(), *flagWarmup, *flagDuration, *flagReps, snapshotEntries())
+		tmp, n, keyPrefix, *flagRate, valueSize, n, n, where, flagWait.Milliseconds(), *flagWarmup, *flagDuration, *flagReps, gcBefore(), snapshotEntries())
 	fmt.Printf("pinning: %s\n", pinning)
 	fmt.Printf("machine: load average %s before, %s after (shared with other work; read the control phase before trusting a ratio)\n", loadBefore, loadAvg())
 
@@ -276,6 +277,11 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 	}()
 	var s sample
 	phase := func(label string, id byte, q *queries) (writeResult, error) {
+		if *flagGCBefore {
+			if err := harness.CollectAll(ctx, c.https); err != nil {
+				return writeResult{}, fmt.Errorf("phase %s: %w", label, err)
+			}
+		}
 		p := newPhase(id, *flagRate, *flagWarmup, *flagDuration)
 		cpu0 := c.cpu()
 		calls0, err := c.members(ctx, leaderIndexMetric)
@@ -333,8 +339,8 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 			members = append(members, role+"="+share(d))
 			calls += calls1[i] - calls0[i]
 		}
-		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms write-p99.9=%sms p99-spans=%s server-cpu=%s(%s) server-cpus-busy=%s gc-cycles=%s gc-cpu-ms=%s slow-log-writes=%s writer-cpu=%s query-cpu=%s leader-index-calls/s=%.0f%s\n",
-			rep+1, *flagReps, label, r.acked, r.errors, ms(harness.Percentile(r.lat, 50)), ms(harness.Percentile(r.lat, 99)), ms(harness.Percentile(r.lat, 99.9)), r.tail,
+		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms write-p99.9=%sms p99-spans=%s p99-stalls=%s server-cpu=%s(%s) server-cpus-busy=%s gc-cycles=%s gc-cpu-ms=%s slow-log-writes=%s writer-cpu=%s query-cpu=%s leader-index-calls/s=%.0f%s\n",
+			rep+1, *flagReps, label, r.acked, r.errors, ms(harness.Percentile(r.lat, 50)), ms(harness.Percentile(r.lat, 99)), ms(harness.Percentile(r.lat, 99.9)), r.tail, r.tail.StallsString(),
 			share(total), strings.Join(members, ","), harness.CoreBusy(ticks0, ticks1, serverCPUs), gcs(), gcCPU(), slow(), share(r.writerCPU), share(r.queryCPU), calls/time.Since(t0).Seconds(), note)
 		return r, nil
 	}
@@ -387,6 +393,14 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 	}
 	s.after, s.after999 = harness.Millis(harness.Percentile(r.lat, 99)), harness.Millis(harness.Percentile(r.lat, 99.9))
 	return s, nil
+}
+
+// gcBefore says what the setup line says of -gc-before-phase.
+func gcBefore() string {
+	if *flagGCBefore {
+		return "each collected before every phase's warm-up"
+	}
+	return "not collected between phases"
 }
 
 func ms(d time.Duration) string { return harness.FormatValue(harness.Millis(d)) }

@@ -360,9 +360,9 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 		if !r.drained {
 			note += " NOT-DRAINED"
 		}
-		fmt.Printf("run rep=%d/%d system=%s watchers=%s writes=%d errors=%d write-p50=%sms write-p99=%sms p99-spans=%s lag-p50=%sms lag-p99=%sms due=%d delivered=%d extra=%d dups=%d cpu=%s%s\n",
+		fmt.Printf("run rep=%d/%d system=%s watchers=%s writes=%d errors=%d write-p50=%sms write-p99=%sms p99-spans=%s p99-stalls=%s lag-p50=%sms lag-p99=%sms due=%d delivered=%d extra=%d dups=%d cpu=%s%s\n",
 			rep+1, *flagReps, sys.name, label, r.writes, r.errors,
-			harness.FormatValue(harness.Millis(harness.Percentile(r.writeLat, 50))), harness.FormatValue(harness.Millis(harness.Percentile(r.writeLat, 99))), r.tail,
+			harness.FormatValue(harness.Millis(harness.Percentile(r.writeLat, 50))), harness.FormatValue(harness.Millis(harness.Percentile(r.writeLat, 99))), r.tail, r.tail.StallsString(),
 			harness.FormatValue(harness.Millis(harness.Percentile(r.lag, 50))), harness.FormatValue(harness.Millis(harness.Percentile(r.lag, 99))),
 			r.expected, r.exact, r.extra, r.dups, r.cpu, note)
 	}

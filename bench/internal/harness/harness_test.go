@@ -351,7 +351,15 @@ func TestTailSpread(t *testing.T) {
 		want TailSpread
 	}{
 		// seqs 500-519: 490-509 ms into the window, spans 4 and 5.
-		{"one stall", func(seq int) bool { return seq >= 500 && seq < 520 }, TailSpread{Spans: 2, Of: 10}},
+		{"one stall", func(seq int) bool { return seq >= 500 && seq < 520 }, TailSpread{Spans: 2, Of: 10,
+			Stalls: []TailStall{{Offset: 400 * time.Millisecond, Length: 200 * time.Millisecond, Writes: 20}}}},
+		// seqs 110-114 and 810-820: spans 1 and 8, the later one larger;
+		// span 6's four are not a stall.
+		{"two stalls", func(seq int) bool {
+			return (seq >= 110 && seq < 115) || (seq >= 810 && seq < 821) || seq == 610 || seq == 620 || seq == 630 || seq == 640
+		}, TailSpread{Spans: 3, Of: 10, Stalls: []TailStall{
+			{Offset: 800 * time.Millisecond, Length: 100 * time.Millisecond, Writes: 11},
+			{Offset: 100 * time.Millisecond, Length: 100 * time.Millisecond, Writes: 5}}}},
 		{"spread", func(seq int) bool { return seq%50 == 25 }, TailSpread{Spans: 10, Of: 10}},
 	} {
 		var seqs []int
@@ -369,6 +377,9 @@ func TestTailSpread(t *testing.T) {
 		got := tailSpread(p, seqs, lats)
 		if got.Spans != tc.want.Spans || got.Of != tc.want.Of {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+		if !slices.Equal(got.Stalls, tc.want.Stalls) {
+			t.Errorf("%s: stalls %s, want %s", tc.name, got.StallsString(), tc.want.StallsString())
 		}
 		if len(got.Slowest) != 20 {
 			t.Fatalf("%s: %d slowest writes, want the 20 slow ones", tc.name, len(got.Slowest))

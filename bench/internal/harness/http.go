@@ -60,6 +60,24 @@ func Profile(ctx context.Context, base string, dur time.Duration, path string) f
 	return WaitAll(cpu, start, func() error { return <-end })
 }
 
+// CollectAll forces a GC cycle on every server (bases are their HTTP base
+// URLs; they run with --enable-pprof), one after the other, each
+// finished, sweep included, when its request returns.
+func CollectAll(ctx context.Context, bases []string) error {
+	for _, base := range bases {
+		resp, err := Get(ctx, base+"/debug/pprof/heap?gc=1")
+		if err != nil {
+			return fmt.Errorf("force a GC: %w", err)
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return fmt.Errorf("force a GC at %s: %w", base, err)
+		}
+	}
+	return nil
+}
+
 // fetch starts copying the body of url to path and returns a func that
 // waits for it.
 func fetch(ctx context.Context, url, path string) func() error {

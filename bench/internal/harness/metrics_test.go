@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -99,5 +100,35 @@ func TestStartSlowLogWrites(t *testing.T) {
 	fast.Store(195)
 	if got := since(); got != "leader=3" {
 		t.Fatalf("got %q, want leader=3", got)
+	}
+}
+
+// TestCollectAll: every server is asked for a heap profile after a forced
+// GC, in turn; one that refuses fails it, naming the request.
+func TestCollectAll(t *testing.T) {
+	var asked []string
+	serve := func(ok bool) *httptest.Server {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			asked = append(asked, r.URL.String())
+			if !ok {
+				http.NotFound(w, r)
+				return
+			}
+			fmt.Fprint(w, "profile")
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	a, b := serve(true), serve(true)
+	if err := CollectAll(context.Background(), []string{a.URL, b.URL}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"/debug/pprof/heap?gc=1", "/debug/pprof/heap?gc=1"}; !slices.Equal(asked, want) {
+		t.Fatalf("asked %q, want %q", asked, want)
+	}
+	off := serve(false)
+	err := CollectAll(context.Background(), []string{off.URL})
+	if err == nil || !strings.Contains(err.Error(), "/debug/pprof/heap?gc=1") || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("a server without the profiler: %v, want an error naming the request and its status", err)
 	}
 }

@@ -73,6 +73,38 @@ type TailSpread struct {
 	// Slowest are the writes at or over the p99, by intended start: with
 	// the servers' execution traces (TraceAll), where to look.
 	Slowest []TailWrite `json:"slowest,omitempty"`
+	// Stalls are the largest runs of consecutive spans that each hold at
+	// least StallWrites of those writes, most writes first (at most
+	// MaxStalls): where a phase's p99 came from, by when.
+	Stalls []TailStall `json:"stalls,omitempty"`
+}
+
+// TailStall is a run of consecutive TailSpan spans of a timed window, each
+// holding at least StallWrites writes at or over the window's p99.
+type TailStall struct {
+	Offset time.Duration `json:"offset"` // from the window's start to the run's
+	Length time.Duration `json:"length"`
+	Writes int           `json:"writes"` // at or over the p99, in the run
+}
+
+// A span with StallWrites writes at or over the p99 (5 in 100 ms) is part
+// of a stall; TailSpread keeps the MaxStalls largest.
+const (
+	StallWrites = 5
+	MaxStalls   = 3
+)
+
+// StallsString is "+OFFSET+LENGTH:WRITES" for each stall, comma-separated,
+// or "none".
+func (t TailSpread) StallsString() string {
+	if len(t.Stalls) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(t.Stalls))
+	for i, s := range t.Stalls {
+		parts[i] = fmt.Sprintf("+%.1fs+%.1fs:%d", s.Offset.Seconds(), s.Length.Seconds(), s.Writes)
+	}
+	return strings.Join(parts, ",")
 }
 
 // TailWrite is one of a phase's slowest writes.
@@ -94,16 +126,44 @@ func tailSpread(p WritePhase, seqs []int, lats []time.Duration) TailSpread {
 	if len(lats) == 0 {
 		return t
 	}
-	seen := map[int]bool{}
+	perSpan := make([]int, t.Of)
 	for i, lat := range lats {
 		if lat >= p99 {
-			seen[span(seqs[i])] = true
+			if sp := span(seqs[i]); sp >= 0 && sp < len(perSpan) {
+				perSpan[sp]++
+			}
 			t.Slowest = append(t.Slowest, TailWrite{At: p.Intended(seqs[i]), Latency: lat})
 		}
 	}
-	t.Spans = len(seen)
+	for _, n := range perSpan {
+		if n > 0 {
+			t.Spans++
+		}
+	}
+	t.Stalls = stalls(perSpan)
 	slices.SortFunc(t.Slowest, func(a, b TailWrite) int { return a.At.Compare(b.At) })
 	return t
+}
+
+// stalls finds the runs of spans holding at least StallWrites slow writes
+// each, and keeps the MaxStalls with the most.
+func stalls(perSpan []int) []TailStall {
+	var out []TailStall
+	for i := 0; i < len(perSpan); {
+		if perSpan[i] < StallWrites {
+			i++
+			continue
+		}
+		s := TailStall{Offset: time.Duration(i) * TailSpan}
+		for ; i < len(perSpan) && perSpan[i] >= StallWrites; i++ {
+			s.Length += TailSpan
+			s.Writes += perSpan[i]
+		}
+		out = append(out, s)
+	}
+	// NB: stable, so equal stalls stay in time order.
+	slices.SortStableFunc(out, func(a, b TailStall) int { return b.Writes - a.Writes })
+	return out[:min(len(out), MaxStalls)]
 }
 
 // SaveSlowest writes t.Slowest to path, one write a line: when it was
