@@ -45,7 +45,7 @@ func Get(ctx context.Context, url string) (*http.Response, error) {
 // latency figures not the benchmark's.
 func Profile(ctx context.Context, base string, dur time.Duration, path string) func() error {
 	stem := strings.TrimSuffix(path, ".pprof")
-	heap := base + "/debug/pprof/heap?gc=1"
+	heap := base + collectedHeap
 	cpu := fetch(ctx, base+fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(dur.Seconds())), path)
 	start := fetch(ctx, heap, stem+".allocs-base.pprof")
 	end := make(chan error, 1)
@@ -60,12 +60,16 @@ func Profile(ctx context.Context, base string, dur time.Duration, path string) f
 	return WaitAll(cpu, start, func() error { return <-end })
 }
 
+// collectedHeap is a server's heap profile taken after a forced GC cycle
+// (with --enable-pprof).
+const collectedHeap = "/debug/pprof/heap?gc=1"
+
 // CollectAll forces a GC cycle on every server (bases are their HTTP base
 // URLs; they run with --enable-pprof), one after the other, each
 // finished, sweep included, when its request returns.
 func CollectAll(ctx context.Context, bases []string) error {
 	for _, base := range bases {
-		resp, err := Get(ctx, base+"/debug/pprof/heap?gc=1")
+		resp, err := Get(ctx, base+collectedHeap)
 		if err != nil {
 			return fmt.Errorf("force a GC: %w", err)
 		}
