@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -106,10 +107,13 @@ func TestStartSlowLogWrites(t *testing.T) {
 // TestCollectAll: every server is asked for a heap profile after a forced
 // GC, in turn; one that refuses fails it, naming the request.
 func TestCollectAll(t *testing.T) {
+	var mu sync.Mutex // NB: the handlers run on the servers' goroutines
 	var asked []string
 	serve := func(ok bool) *httptest.Server {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
 			asked = append(asked, r.URL.String())
+			mu.Unlock()
 			if !ok {
 				http.NotFound(w, r)
 				return
@@ -123,8 +127,11 @@ func TestCollectAll(t *testing.T) {
 	if err := CollectAll(context.Background(), []string{a.URL, b.URL}); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"/debug/pprof/heap?gc=1", "/debug/pprof/heap?gc=1"}; !slices.Equal(asked, want) {
-		t.Fatalf("asked %q, want %q", asked, want)
+	mu.Lock()
+	got := slices.Clone(asked)
+	mu.Unlock()
+	if want := []string{"/debug/pprof/heap?gc=1", "/debug/pprof/heap?gc=1"}; !slices.Equal(got, want) {
+		t.Fatalf("asked %q, want %q", got, want)
 	}
 	off := serve(false)
 	err := CollectAll(context.Background(), []string{off.URL})
