@@ -29,8 +29,8 @@ func (b consulBackend) Barrier(ctx context.Context) error {
 	return nil
 }
 
-func (b consulBackend) LeaderBarrier(ctx context.Context) error {
-	if err := b.s.node.leaderRead(ctx); err != nil {
+func (b consulBackend) LeaderBarrier(ctx context.Context, began time.Time) error {
+	if err := b.s.node.leaderRead(ctx, began); err != nil {
 		return toStatus(err)
 	}
 	return nil

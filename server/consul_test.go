@@ -367,3 +367,59 @@ func TestConsulFollowerDefaultReadSeesAcknowledgedWrites(t *testing.T) {
 		t.Errorf("follower served %v default-mode reads with %v leader index calls; want %d reads, calls at most reads", reads, calls, writers*rounds)
 	}
 }
+
+// Blocking queries parked on a follower and woken one write at a time
+// each answer with the write that woke them, and share the leader index
+// calls: a read began when its query parked, so a call sent after that
+// settles it, and the first wake-up's call serves the rest. One call per
+// wake-up was as many calls to the leader as writes.
+func TestConsulFollowerWokenQueriesShareLeaderIndexCalls(t *testing.T) {
+	c := newTestCluster(t, 3)
+	lead := c.waitLeader()
+	fol := c.follower()
+	leader, follower := consulClient(t, c, lead).KV(), consulClient(t, c, fol).KV()
+	const queries = 20
+	key := func(i int) string { return fmt.Sprintf("woken/%02d", i) }
+	for i := range queries {
+		if _, err := leader.Put(&consul.KVPair{Key: key(i), Value: []byte("old")}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, meta, err := leader.Get(key(queries-1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitApplied(fol, meta.LastIndex)
+	const inFlight = "lodestone_blocking_queries_in_flight"
+	base := gauge(t, c.servers[fol], inFlight)
+	got := make(chan error, queries)
+	for i := range queries {
+		go func() {
+			pair, _, err := follower.Get(key(i), &consul.QueryOptions{WaitIndex: meta.LastIndex, WaitTime: time.Minute})
+			switch {
+			case err != nil:
+				got <- fmt.Errorf("blocking get %s: %w", key(i), err)
+			case pair == nil || string(pair.Value) != "new":
+				got <- fmt.Errorf("blocking get %s woke with %+v, want the value new", key(i), pair)
+			default:
+				got <- nil
+			}
+		}()
+	}
+	waitFor(t, 10*time.Second, func() bool { return gauge(t, c.servers[fol], inFlight)-base == queries })
+	const calls = "lodestone_leader_index_calls_total"
+	before := gauge(t, c.servers[fol], calls)
+	for i := range queries {
+		if _, err := leader.Put(&consul.KVPair{Key: key(i), Value: []byte("new")}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// NB: the first wake-up asks; a later one asks again only if it
+	// parked after that call went out, and all of these parked before.
+	if n := gauge(t, c.servers[fol], calls) - before; n != 1 {
+		t.Errorf("%d queries woken on a follower made %v leader index calls; want 1, sent after they all parked", queries, n)
+	}
+}

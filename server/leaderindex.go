@@ -12,9 +12,13 @@ import (
 )
 
 // leaderIndexer gives a follower's default-consistency reads (leaderRead)
-// the leader's commit index, one question at a time: a read that starts
-// while a call is out waits for the next call, because the one out may
-// have been answered before the read began. On the leader a batch costs
+// the leader's commit index, one question at a time: a read that began
+// before the last answered call was sent takes that call's answer, and
+// any other read waits for the next call (one out now may have been
+// answered before the read began). A blocking query's read begins when
+// it parks, so the reads its wake-ups make almost never ask: each
+// write woke one query on a follower, and asking for every one of them
+// was 1,000 calls a second on a leader taking 1,000 writes a second. On the leader a batch costs
 // one message on the follower's LeaderIndexStream (indexStream), where a
 // ReadIndex costs a heartbeat round to every peer; 2,000 re-issued
 // blocking queries a second on the followers, each with its own
@@ -34,6 +38,9 @@ type leaderIndexer struct {
 	closed  bool
 	calling bool
 	next    *indexBatch // the reads the next call answers
+	// The newest answered call: when it was sent and what the leader said.
+	lastSent  time.Time
+	lastIndex uint64
 }
 
 // indexBatch is the reads one call answers: done closes once index or
@@ -50,13 +57,19 @@ func newLeaderIndexer(ask func(ctx context.Context) (uint64, error)) *leaderInde
 	return &leaderIndexer{ask: ask, ctx: ctx, cancel: cancel}
 }
 
-// index returns a leader commit index learned by a call sent after index
-// was called.
-func (l *leaderIndexer) index(ctx context.Context) (uint64, error) {
+// index returns a leader commit index learned by a call sent after
+// began, when the read asking for it began: the last call's, if it was
+// sent after began, or the next one's.
+func (l *leaderIndexer) index(ctx context.Context, began time.Time) (uint64, error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		return 0, errStopped
+	}
+	if l.lastSent.After(began) {
+		i := l.lastIndex
+		l.mu.Unlock()
+		return i, nil
 	}
 	b := l.next
 	if b == nil {
@@ -91,7 +104,13 @@ func (l *leaderIndexer) run() {
 			return
 		}
 		l.mu.Unlock()
+		sent := time.Now() // NB: before the question goes out, so a read taking the answer began before it did
 		b.index, b.err = l.ask(l.ctx)
+		if b.err == nil {
+			l.mu.Lock()
+			l.lastSent, l.lastIndex = sent, b.index
+			l.mu.Unlock()
+		}
 		close(b.done)
 	}
 }

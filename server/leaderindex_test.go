@@ -22,7 +22,11 @@ type fakeLeader struct {
 }
 
 func (f *fakeLeader) ask(ctx context.Context) (uint64, error) {
-	f.started <- struct{}{}
+	select {
+	case f.started <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
 	select {
 	case i := <-f.answer:
 		return i, nil
@@ -47,7 +51,7 @@ func TestLeaderIndexerReadsWaitForACallSentAfterThem(t *testing.T) {
 	read := func() chan got {
 		ch := make(chan got, 1)
 		go func() {
-			i, err := l.index(ctx)
+			i, err := l.index(ctx, time.Now())
 			ch <- got{i, err}
 		}()
 		return ch
@@ -90,6 +94,66 @@ func TestLeaderIndexerReadsWaitForACallSentAfterThem(t *testing.T) {
 	}
 }
 
+// A read that began before the last answered call was sent takes its
+// answer with no call of its own (a parked blocking query's read began
+// when it parked); a read that began after it, or after a failed call,
+// waits for a new one.
+func TestLeaderIndexerReusesACallSentAfterTheRead(t *testing.T) {
+	f := &fakeLeader{started: make(chan struct{}), answer: make(chan uint64)}
+	l := newLeaderIndexer(f.ask)
+	defer l.close()
+	ctx := context.Background()
+	read := func(began time.Time) chan uint64 {
+		ch := make(chan uint64, 1)
+		go func() {
+			i, err := l.index(ctx, began)
+			if err != nil {
+				t.Errorf("read: %v", err)
+			}
+			ch <- i
+		}()
+		return ch
+	}
+	answer := func(ch chan uint64, what string) uint64 {
+		t.Helper()
+		select {
+		case i := <-ch:
+			return i
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%s: no answer within 2s", what)
+			return 0
+		}
+	}
+	parked := time.Now()
+	first := read(time.Now())
+	<-f.started
+	f.answer <- 10
+	if i := <-first; i != 10 {
+		t.Fatalf("first read: %d, want 10", i)
+	}
+	if i := answer(read(parked), "a read that began before the call"); i != 10 {
+		t.Errorf("a read that began before the call: %d, want its answer 10", i)
+	}
+	later := read(time.Now())
+	select {
+	case <-f.started: // NB: the call the later read needs
+	case i := <-later:
+		t.Fatalf("a read that began after the last call was sent took its answer %d", i)
+	}
+	f.answer <- 20
+	if i := <-later; i != 20 {
+		t.Errorf("later read: %d, want 20 from a call of its own", i)
+	}
+	if i := answer(read(parked), "the parked read again"); i != 20 {
+		t.Errorf("the parked read again: %d, want the newest answer 20", i)
+	}
+	select {
+	case <-f.started:
+		t.Fatal("a call started for reads the last call settles")
+	case <-time.After(20 * time.Millisecond):
+	}
+}
+
 // close fails the call out and refuses reads after it, leaving no
 // goroutine behind (TestMain checks for leaks).
 func TestLeaderIndexerClose(t *testing.T) {
@@ -100,7 +164,7 @@ func TestLeaderIndexerClose(t *testing.T) {
 	var err error
 	go func() {
 		defer wg.Done()
-		_, err = l.index(context.Background())
+		_, err = l.index(context.Background(), time.Now())
 	}()
 	<-f.started
 	l.close()
@@ -108,7 +172,7 @@ func TestLeaderIndexerClose(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("read out at close: %v, want context.Canceled", err)
 	}
-	if _, err := l.index(context.Background()); !errors.Is(err, errStopped) {
+	if _, err := l.index(context.Background(), time.Now()); !errors.Is(err, errStopped) {
 		t.Errorf("read after close: %v, want errStopped", err)
 	}
 }
@@ -121,7 +185,7 @@ func TestLeaderIndexerReaderContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := l.index(ctx)
+		_, err := l.index(ctx, time.Now())
 		done <- err
 	}()
 	<-f.started

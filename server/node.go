@@ -1038,20 +1038,21 @@ func (n *node) readIndex(ctx context.Context) (uint64, error) {
 // leaderRead is Consul's default consistency mode: on a leader that has
 // committed an entry of its own term it waits only for its own commit
 // index to be applied, with no quorum round; a follower waits for the
-// leader's commit index, which it asks for (leaderindex.go); elsewhere,
-// or when the leader cannot answer, it is readIndex.
+// leader's commit index as of some time after began, when the read
+// began, which it asks for unless it asked since (leaderindex.go);
+// elsewhere, or when the leader cannot answer, it is readIndex.
 // NB: such a read is stale only on a leader cut off from the quorum that
 // has not yet noticed, which with CheckQuorum is at most an election
 // timeout: Consul's default mode makes the same trade for the same cost
 // (no round per read), and ?consistent still pays for the round.
-func (n *node) leaderRead(ctx context.Context) error {
+func (n *node) leaderRead(ctx context.Context, began time.Time) error {
 	st := n.status.Load()
 	switch {
 	case st.state == raft.StateLeader && st.commit >= st.termStart:
 		n.metrics.leaderReads.Inc()
 		return n.waitApplied(ctx, st.commit)
 	case st.state != raft.StateLeader && st.lead != raft.None:
-		index, err := n.leaderIdx.index(ctx)
+		index, err := n.leaderIdx.index(ctx, began)
 		if err == nil {
 			n.metrics.followerLeaderReads.Inc()
 			return n.waitApplied(ctx, index)

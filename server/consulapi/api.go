@@ -56,8 +56,10 @@ type Backend interface {
 	// default mode: on the leader, everything it has committed, with no
 	// quorum round per read (stale only on a leader cut off from the
 	// quorum that has not yet stepped down); on a follower, everything
-	// the leader had committed when asked, also with no round.
-	LeaderBarrier(ctx context.Context) error
+	// the leader had committed at some moment after began, also with no
+	// round. began is when the read began: a read reflects every write
+	// acknowledged before it, and none later is owed.
+	LeaderBarrier(ctx context.Context, began time.Time) error
 	// Store is the state machine, read-only.
 	Store() *store.Store
 	// Hub is the watch hub fed by the apply loop.
@@ -249,6 +251,11 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // query is the parsed form of Consul's read options.
 type query struct {
+	// began is when the read began, for LeaderBarrier: when the request
+	// was parsed, or for one resumed after its wait, when it was parked
+	// (just after it arrived; a read owes no write acknowledged after
+	// that).
+	began      time.Time
 	index      uint64
 	wait       time.Duration
 	stale      bool
@@ -259,6 +266,11 @@ type query struct {
 func (a *API) parseQuery(r *http.Request) (query, error) {
 	v := Query(r.URL)
 	q := query{params: v}
+	if at, ok := httppark.ParkedAt(r.Context()); ok {
+		q.began = at
+	} else {
+		q.began = time.Now()
+	}
 	if s := v.Get("index"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
@@ -356,7 +368,7 @@ func (a *API) read(ctx context.Context, q query) error {
 	case q.consistent:
 		return a.b.Barrier(ctx)
 	default:
-		return a.b.LeaderBarrier(ctx)
+		return a.b.LeaderBarrier(ctx, q.began)
 	}
 }
 

@@ -156,6 +156,7 @@ type Lot struct {
 }
 
 type parked struct {
+	at       time.Time // when Park took it
 	w        *watch.Watcher
 	req      heldRequest
 	wait     Wait
@@ -195,11 +196,24 @@ func New(cfg Config) *Lot {
 	return l
 }
 
-type waitOverKey struct{}
+// parkedAtKey is the context key of a resumed request's park time.
+type parkedAtKey struct{}
 
 // WaitOver reports whether ctx is a resumed request's: its wait is over
 // and the handler must answer now.
-func WaitOver(ctx context.Context) bool { return ctx.Value(waitOverKey{}) != nil }
+func WaitOver(ctx context.Context) bool {
+	_, ok := ParkedAt(ctx)
+	return ok
+}
+
+// ParkedAt returns when a resumed request was parked, if ctx is one's.
+// Its read began then, for the consistency its answer owes: a write
+// acknowledged while it waited is in the answer only if the read finds
+// it there.
+func ParkedAt(ctx context.Context) (time.Time, bool) {
+	at, ok := ctx.Value(parkedAtKey{}).(time.Time)
+	return at, ok
+}
 
 // Parkable reports whether Park could take r: an HTTP/1.x GET without a
 // body, on a Lot whose listener serves it. It does not look at w.
@@ -223,6 +237,7 @@ func (l *Lot) Park(w http.ResponseWriter, r *http.Request, wt Wait) (bool, error
 	if !ok || !l.Parkable(r) {
 		return false, nil
 	}
+	at := time.Now()
 	wt.Watch.Ready = l.ready
 	wt.Watch.NoProgress = true
 	watcher, err := l.cfg.Hub.Watch(context.Background(), wt.Watch)
@@ -234,7 +249,7 @@ func (l *Lot) Park(w http.ResponseWriter, r *http.Request, wt Wait) (bool, error
 		watcher.Close()
 		return false, nil
 	}
-	p := &parked{w: watcher, req: l.keep(r), wait: wt, conn: conn}
+	p := &parked{at: at, w: watcher, req: l.keep(r), wait: wt, conn: conn}
 	if n := rw.Reader.Buffered(); n > 0 {
 		b, _ := rw.Reader.Peek(n) // NB: Peek of what is buffered cannot fail
 		p.leftover = bytes.Clone(b)
@@ -532,7 +547,7 @@ func (l *Lot) unpark(p *parked) bool {
 func (l *Lot) resume(p *parked) {
 	l.resumed.Add(1)
 	remote := p.conn.RemoteAddr().String()
-	req, err := p.req.request(context.WithValue(l.cfg.Context, waitOverKey{}, true), remote)
+	req, err := p.req.request(context.WithValue(l.cfg.Context, parkedAtKey{}, p.at), remote)
 	if err != nil {
 		l.logger.Warn("dropping a parked request", "remote", remote, "err", err)
 		p.conn.Close()

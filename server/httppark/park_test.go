@@ -70,7 +70,8 @@ func newRigWith(t testing.TB, cfg httppark.Config) *rig {
 		ok, err := r.lot.Park(w, req, httppark.Wait{Watch: watch.Request{Key: "k", StartIndex: r.index.Load()},
 			Changed: r.changed.Load, Deadline: time.Now().Add(time.Minute),
 			Resume: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-				fmt.Fprintf(w, "resumed by the wait's handler, wait over: %v", httppark.WaitOver(req.Context()))
+				at, _ := httppark.ParkedAt(req.Context())
+				fmt.Fprintf(w, "resumed by the wait's handler, wait over: %v, parked at %d", httppark.WaitOver(req.Context()), at.UnixNano())
 			})})
 		if err != nil || !ok {
 			http.Error(w, fmt.Sprint("not parked: ", err), http.StatusInternalServerError)
@@ -326,11 +327,20 @@ func TestQuietConnectionGoesBackToTheServer(t *testing.T) {
 func TestResumeGoesToTheWaitsHandler(t *testing.T) {
 	r := newRigWith(t, httppark.Config{SweepInterval: time.Hour})
 	c := dial(t, r.addr)
+	sent := time.Now()
 	c.send(t, "/own")
 	eventually(t, "the request to park", func() bool { return r.lot.Len() == 1 })
+	parked := time.Now()
 	r.publish("k", true)
-	if body := c.answer(t); body != "resumed by the wait's handler, wait over: true" {
-		t.Fatalf("answer %q, want the wait's own handler's", body)
+	body := c.answer(t)
+	var at int64
+	if _, err := fmt.Sscanf(body, "resumed by the wait's handler, wait over: true, parked at %d", &at); err != nil {
+		t.Fatalf("answer %q, want the wait's own handler's: %v", body, err)
+	}
+	// ParkedAt is when its read began, for the consistency the answer owes.
+	if at < sent.UnixNano() || at > parked.UnixNano() {
+		t.Errorf("ParkedAt %v, want between the request's sending (%v) and the Lot holding it (%v)",
+			time.Unix(0, at), sent, parked)
 	}
 }
 
