@@ -16,9 +16,9 @@ import (
 // before the last answered call was sent takes that call's answer, and
 // any other read waits for the next call (one out now may have been
 // answered before the read began). A blocking query's read begins when
-// it parks, so the reads its wake-ups make almost never ask: each
-// write woke one query on a follower, and asking for every one of them
-// was 1,000 calls a second on a leader taking 1,000 writes a second. On the leader a batch costs
+// it parks, so its wake-up almost never asks: each write woke one query
+// on a follower, and a call per wake-up was 1,000 calls a second to a
+// leader taking 1,000 writes a second. On the leader a batch costs
 // one message on the follower's LeaderIndexStream (indexStream), where a
 // ReadIndex costs a heartbeat round to every peer; 2,000 re-issued
 // blocking queries a second on the followers, each with its own

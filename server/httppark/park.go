@@ -207,9 +207,8 @@ func WaitOver(ctx context.Context) bool {
 }
 
 // ParkedAt returns when a resumed request was parked, if ctx is one's.
-// Its read began then, for the consistency its answer owes: a write
-// acknowledged while it waited is in the answer only if the read finds
-// it there.
+// Its read is taken to begin then: the answer owes every write
+// acknowledged before that moment, and no later one.
 func ParkedAt(ctx context.Context) (time.Time, bool) {
 	at, ok := ctx.Value(parkedAtKey{}).(time.Time)
 	return at, ok

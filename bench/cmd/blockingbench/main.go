@@ -34,7 +34,7 @@ var (
 	flagRate       = flag.Int("rate", 1000, "writes per second (open loop: each write has its intended start time)")
 	flagQueries    = flag.Int("queries", 10000, "blocking queries, one per key; the writes go to these keys round-robin")
 	flagWait       = flag.Duration("wait", 10*time.Second, "?wait of every blocking query (the server adds up to 1/16 jitter)")
-	flagQueriesOn  = flag.String("queries-on", "follower", `where the blocking queries go: "follower" (the one after the leader), "leader", "followers" (round-robin over the two), "all" (round-robin over the three servers) or "learner" (a fourth member that does not vote, in the cluster in every phase)`)
+	flagQueriesOn  = flag.String("queries-on", "learner", `where the blocking queries go: "learner" (a fourth member that does not vote, in the cluster in every phase), "follower" (the one after the leader), "leader", "followers" (round-robin over the two) or "all" (round-robin over the three servers); README, "Layout"`)
 	flagServerCPUs = flag.String("server-cpus", "1", `taskset CPU list for every server process ("" = no pinning)`)
 	flagClientCPUs = flag.String("client-cpus", "0", `CPU list the load generator pins itself to ("" = no pinning)`)
 	flagQueryCPUs  = flag.String("query-member-cpus", "0", `CPU list the members that serve the queries (-queries-on) move to once they are known, as machines of their own would keep their work off the write path's core ("" = stay on -server-cpus: with -writer-cpus "", every server on one core; README, "Layout")`)
