@@ -1,0 +1,163 @@
+package server
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// ackLog records what an appendAcks observed, in order.
+type ackLog struct {
+	peers []uint64
+	lags  []time.Duration
+}
+
+func (l *ackLog) observe(peer uint64, d time.Duration) {
+	l.peers = append(l.peers, peer)
+	l.lags = append(l.lags, d)
+}
+
+func app(to, first, last uint64) raftpb.Message {
+	m := raftpb.Message{Type: raftpb.MsgApp, To: to}
+	for i := first; i <= last; i++ {
+		m.Entries = append(m.Entries, raftpb.Entry{Index: i})
+	}
+	return m
+}
+
+func appResp(from, index uint64, reject bool) raftpb.Message {
+	return raftpb.Message{Type: raftpb.MsgAppResp, From: from, Index: index, Reject: reject}
+}
+
+func TestAppendAcksTimesEachAppendToTheAckThatCoversIt(t *testing.T) {
+	var l ackLog
+	a := newAppendAcks(l.observe)
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+
+	a.sent(app(2, 1, 3), ms(0))
+	a.sent(app(3, 1, 3), ms(0))
+	a.sent(app(2, 4, 4), ms(5))
+	a.sent(raftpb.Message{Type: raftpb.MsgApp, To: 2, Index: 4}, ms(6)) // commit notice: no entries, not timed
+	a.sent(raftpb.Message{Type: raftpb.MsgHeartbeat, To: 2}, ms(6))
+
+	// Peer 2 acknowledges through 4 at once: both its appends are timed.
+	a.received(appResp(2, 4, false), ms(9))
+	// Peer 3 rejects (as it would an append after index 3 it lacks), then
+	// the leader resends 1..3 later: the first send's time stands, so the
+	// retry shows in the lag.
+	a.received(appResp(3, 3, true), ms(10))
+	a.sent(app(3, 1, 3), ms(11))
+	a.received(appResp(3, 3, false), ms(20))
+	// An acknowledgement with nothing in flight times nothing.
+	a.received(appResp(3, 3, false), ms(21))
+
+	wantPeers := []uint64{2, 2, 3}
+	wantLags := []time.Duration{9 * time.Millisecond, 4 * time.Millisecond, 20 * time.Millisecond}
+	if !slices.Equal(l.peers, wantPeers) || !slices.Equal(l.lags, wantLags) {
+		t.Fatalf("observed peers %v lags %v; want %v %v", l.peers, l.lags, wantPeers, wantLags)
+	}
+}
+
+func TestAppendAcksBoundsEachPeerAndForgets(t *testing.T) {
+	var l ackLog
+	a := newAppendAcks(l.observe)
+	t0 := time.Unix(1000, 0)
+	for i := range uint64(maxSentAppends + 10) {
+		a.sent(app(2, i+1, i+1), t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	if got := len(a.pending[2]); got != maxSentAppends {
+		t.Fatalf("%d appends in flight to a silent peer; want the bound, %d", got, maxSentAppends)
+	}
+	// The oldest ten were dropped: the first timed is the 11th.
+	a.received(appResp(2, 11, false), t0.Add(time.Hour))
+	if len(l.lags) != 1 || l.lags[0] != time.Hour-10*time.Millisecond {
+		t.Fatalf("after dropping the oldest, observed %v; want one lag of 1h-10ms", l.lags)
+	}
+
+	a.sent(app(3, 1, 1), t0)
+	a.forget(2)
+	a.received(appResp(2, 100, false), t0.Add(time.Second))
+	a.reset()
+	a.received(appResp(3, 1, false), t0.Add(time.Second))
+	if len(l.lags) != 1 {
+		t.Fatalf("acknowledgements after forget and reset were timed: %v", l.lags)
+	}
+}
+
+// appendAcksOf is the sample count of lodestone_peer_append_ack_seconds
+// for peer in g: the appends to it the leader has seen acknowledged.
+func appendAcksOf(t *testing.T, g prometheus.Gatherer, peer string) uint64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "lodestone_peer_append_ack_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "peer" && l.GetValue() == peer {
+					return m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestLeaderTimesEachFollowersAppends: on a real cluster the leader
+// times every follower's appends, and a stopped follower's count stops
+// while the other's goes on, which is how an operator tells them apart.
+func TestLeaderTimesEachFollowersAppends(t *testing.T) {
+	c := newTestCluster(t, 3)
+	lead := c.waitLeader()
+	var followers []string
+	for _, n := range c.names {
+		if n != lead {
+			followers = append(followers, n)
+		}
+	}
+	reg := c.servers[lead].Registry()
+	peer := func(name string) string { return fmt.Sprintf("%x", MemberID(name)) }
+	kv := c.kv(lead)
+	const writes = 20
+	for i := range writes {
+		put(t, kv, fmt.Sprintf("k%d", i), "v")
+	}
+	// Each put is its own append to each follower; the one not needed for
+	// the quorum may acknowledge after the put returns.
+	waitFor(t, 10*time.Second, func() bool {
+		return appendAcksOf(t, reg, peer(followers[0])) >= writes && appendAcksOf(t, reg, peer(followers[1])) >= writes
+	})
+	for _, f := range followers {
+		if got := appendAcksOf(t, c.servers[f].Registry(), peer(lead)); got != 0 {
+			t.Fatalf("follower %s timed %d appends to the leader; a follower sends none", f, got)
+		}
+	}
+
+	c.stop(followers[1])
+	putAll := func(prefix string) {
+		for i := range writes {
+			put(t, kv, fmt.Sprintf("%s%d", prefix, i), "v")
+		}
+	}
+	// An acknowledgement the stopped follower sent before it stopped may
+	// still be on its way in; a round of puts lets it land.
+	putAll("settle")
+	stopped := appendAcksOf(t, reg, peer(followers[1]))
+	live := appendAcksOf(t, reg, peer(followers[0]))
+	putAll("after")
+	if got := appendAcksOf(t, reg, peer(followers[0])); got < live+writes {
+		t.Fatalf("the live follower's timed appends went from %d to %d over %d puts; want at least %d more", live, got, writes, writes)
+	}
+	if got := appendAcksOf(t, reg, peer(followers[1])); got != stopped {
+		t.Fatalf("the stopped follower's timed appends went from %d to %d; it acknowledged nothing", stopped, got)
+	}
+}
