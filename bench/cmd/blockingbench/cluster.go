@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+	"github.com/lodestone-kv/lodestone/server"
 )
 
 // cluster is three running Lodestone voters, and with -queries-on learner
@@ -140,6 +141,9 @@ func (c *cluster) startMember(bin string, i int, initial []string, join bool) er
 		"--initial-cluster", strings.Join(initial, ","), "--join=" + strconv.FormatBool(join),
 		"--log-level", "warn", "--enable-pprof=" + strconv.FormatBool(*flagGCBefore || *flagPprof != "" || *flagTrace != ""),
 		"--no-parking=" + strconv.FormatBool(*flagNoParking), "--snapshot-entries", strconv.Itoa(snapshotEntries())}
+	if *flagServerProcs > 0 {
+		bin, args = "env", append([]string{"GOMAXPROCS=" + strconv.Itoa(*flagServerProcs), bin}, args...)
+	}
 	p, err := harness.Start(name, bin, args, filepath.Join(c.dir, name+".log"), *flagServerCPUs)
 	if err != nil {
 		return err
@@ -202,6 +206,52 @@ func (c *cluster) cpu() []time.Duration {
 	return t
 }
 
+// footprint says, per member, its resident memory and its Raft log
+// file's size, in MiB: "leader=610/48,...". The two grow over a fresh
+// cluster's first minutes (README, "Settling").
+func (c *cluster) footprint(ctx context.Context) (string, error) {
+	files, err := c.members(ctx, raftLogFileMetric)
+	if err != nil {
+		return "", err
+	}
+	var parts []string
+	for i, role := range c.roles() {
+		rss, err := harness.RSS(c.procs[i].Pid())
+		if err != nil {
+			return "", err
+		}
+		parts = append(parts, fmt.Sprintf("%s=%.0f/%.0f", role, float64(rss)/(1<<20), files[i]/(1<<20)))
+	}
+	return strings.Join(parts, ","), nil
+}
+
+// appendAcks reads, from the leader's lodestone_peer_append_ack_seconds,
+// each other member's acknowledged appends and their summed lag in
+// seconds, in process order (the leader's own are zero).
+func (c *cluster) appendAcks(ctx context.Context) (count, sum []float64, err error) {
+	var names []string
+	for i := range c.procs {
+		if i != c.leader {
+			sel := fmt.Sprintf(`{peer="%x"}`, server.MemberID(memberName(i)))
+			names = append(names, appendAckMetric+"_count"+sel, appendAckMetric+"_sum"+sel)
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := harness.Scrape(sctx, c.https[c.leader]+"/metrics", names...)
+	if err != nil {
+		return nil, nil, err
+	}
+	count, sum = make([]float64, len(c.procs)), make([]float64, len(c.procs))
+	for i, j := 0, 0; i < len(c.procs); i++ {
+		if i != c.leader {
+			count[i], sum[i] = m[names[j]], m[names[j+1]]
+			j += 2
+		}
+	}
+	return count, sum, nil
+}
+
 // stop stops the followers, then the leader (SIGTERM, SIGKILL after
 // 10s), and removes the data unless -keep.
 func (c *cluster) stop() error {
@@ -233,6 +283,8 @@ func getJSON(ctx context.Context, url string, v any) error {
 const (
 	inFlightMetric    = `lodestone_blocking_queries_in_flight{api="http"}`
 	leaderIndexMetric = `lodestone_leader_index_calls_total`
+	raftLogFileMetric = `lodestone_raftlog_file_bytes`
+	appendAckMetric   = `lodestone_peer_append_ack_seconds`
 )
 
 // metricsURLs are the members' /metrics, in process order.

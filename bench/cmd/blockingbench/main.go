@@ -28,26 +28,29 @@ import (
 )
 
 var (
-	flagReps       = flag.Int("reps", 3, "repetitions, each on a fresh cluster; medians are reported (use an odd number)")
-	flagDuration   = flag.Duration("duration", time.Minute, "measured write window of each phase: long enough that each phase meets the servers' GC cycles at its own rate (README, \"Windows\")")
-	flagWarmup     = flag.Duration("warmup", 2*time.Second, "writes before each window (checked, not timed)")
-	flagRate       = flag.Int("rate", 1000, "writes per second (open loop: each write has its intended start time)")
-	flagQueries    = flag.Int("queries", 10000, "blocking queries, one per key; the writes go to these keys round-robin")
-	flagWait       = flag.Duration("wait", 10*time.Second, "?wait of every blocking query (the server adds up to 1/16 jitter)")
-	flagQueriesOn  = flag.String("queries-on", "learner", `where the blocking queries go: "learner" (a fourth member that does not vote, in the cluster in every phase), "follower" (the one after the leader), "leader", "followers" (round-robin over the two) or "all" (round-robin over the three servers); README, "Layout"`)
-	flagServerCPUs = flag.String("server-cpus", "1", `taskset CPU list for every server process ("" = no pinning)`)
-	flagClientCPUs = flag.String("client-cpus", "0", `CPU list the load generator pins itself to ("" = no pinning)`)
-	flagQueryCPUs  = flag.String("query-member-cpus", "0", `CPU list the members that serve the queries (-queries-on) move to once they are known, as machines of their own would keep their work off the write path's core ("" = stay on -server-cpus: with -writer-cpus "", every server on one core; README, "Layout")`)
-	flagWriterCPUs = flag.String("writer-cpus", "1", `CPU list for the writer process ("" = -client-cpus)`)
-	flagWriterFIFO = flag.Bool("writer-fifo", false, "run the writer process at real-time priority (chrt -f 10, needs root): for the one-core layout, where it shares its CPU with the query side and a write's latency should not include its wait for the query side's turn (README, \"Layout\")")
-	flagGCBefore   = flag.Bool("gc-before-phase", true, "force a GC cycle on every server before each phase's warm-up, so the cycles in a window are its own allocation's, not the previous phase's or the queries' opening (README, \"Windows\")")
-	flagSnapEvery  = flag.Int("snapshot-entries", 0, "the servers' --snapshot-entries; 0: the writes of one phase (rate x (warm-up + window)), so that every phase meets one snapshot (README, \"Snapshots\")")
-	flagNoParking  = flag.Bool("no-parking", false, "run the servers with --no-parking: waiting queries hold their net/http goroutines, as before parking (for comparison)")
-	flagWorkDir    = flag.String("work-dir", "", "where the binary and data dirs go (default: the system temp dir)")
-	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
-	flagKeep       = flag.Bool("keep", false, "keep the binary, data dirs and server logs")
-	flagTrace      = flag.String("trace", "", "directory for execution traces (ROLE-PHASE.trace) of every server during every phase, and the phase's writes at or over its p99 with when they were due (writes-PHASE.txt), to find what stalled them; tracing slows the servers, and DIR belongs on tmpfs (/dev/shm/...): traces written to disk are flushed ~30 s later, in a later phase, and stall the servers' fdatasyncs (runs them with --enable-pprof)")
-	flagPprof      = flag.String("pprof", "", "directory for CPU and allocation profiles (ROLE-PHASE.pprof; ROLE-PHASE.allocs-base.pprof and .allocs.pprof at its start and end, see harness.Profile) of every server during every phase, named leader-, f1-, f2- (followers numbered in member order; runs the servers with --enable-pprof)")
+	flagReps        = flag.Int("reps", 3, "repetitions, each on a fresh cluster; medians are reported (use an odd number)")
+	flagDuration    = flag.Duration("duration", time.Minute, "measured write window of each phase: long enough that each phase meets the servers' GC cycles at its own rate (README, \"Windows\")")
+	flagWarmup      = flag.Duration("warmup", 2*time.Second, "writes before each window (checked, not timed)")
+	flagSettle      = flag.Duration("settle", 2*time.Minute, "writes on each fresh cluster before the first phase, in windows of -settle-window, each reported on a settle line and left out of the ratio: a fresh cluster gets faster over its first minutes (README, \"Settling\")")
+	flagSettleWin   = flag.Duration("settle-window", 30*time.Second, "the window of each settle line")
+	flagRate        = flag.Int("rate", 1000, "writes per second (open loop: each write has its intended start time)")
+	flagQueries     = flag.Int("queries", 10000, "blocking queries, one per key; the writes go to these keys round-robin")
+	flagWait        = flag.Duration("wait", 10*time.Second, "?wait of every blocking query (the server adds up to 1/16 jitter)")
+	flagQueriesOn   = flag.String("queries-on", "learner", `where the blocking queries go: "learner" (a fourth member that does not vote, in the cluster in every phase), "follower" (the one after the leader), "leader", "followers" (round-robin over the two) or "all" (round-robin over the three servers); README, "Layout"`)
+	flagServerCPUs  = flag.String("server-cpus", "1", `taskset CPU list for every server process ("" = no pinning)`)
+	flagClientCPUs  = flag.String("client-cpus", "0", `CPU list the load generator pins itself to ("" = no pinning)`)
+	flagServerProcs = flag.Int("server-gomaxprocs", 0, "GOMAXPROCS for every server process (0: the Go runtime's choice, the size of its CPU list)")
+	flagQueryCPUs   = flag.String("query-member-cpus", "0", `CPU list the members that serve the queries (-queries-on) move to once they are known, as machines of their own would keep their work off the write path's core ("" = stay on -server-cpus: with -writer-cpus "", every server on one core; README, "Layout")`)
+	flagWriterCPUs  = flag.String("writer-cpus", "1", `CPU list for the writer process ("" = -client-cpus)`)
+	flagWriterFIFO  = flag.Bool("writer-fifo", false, "run the writer process at real-time priority (chrt -f 10, needs root): for the one-core layout, where it shares its CPU with the query side and a write's latency should not include its wait for the query side's turn (README, \"Layout\")")
+	flagGCBefore    = flag.Bool("gc-before-phase", true, "force a GC cycle on every server before each phase's warm-up, so the cycles in a window are its own allocation's, not the previous phase's or the queries' opening (README, \"Windows\")")
+	flagSnapEvery   = flag.Int("snapshot-entries", 0, "the servers' --snapshot-entries; 0: the writes of one phase (rate x (warm-up + window)), so that every phase meets one snapshot (README, \"Snapshots\")")
+	flagNoParking   = flag.Bool("no-parking", false, "run the servers with --no-parking: waiting queries hold their net/http goroutines, as before parking (for comparison)")
+	flagWorkDir     = flag.String("work-dir", "", "where the binary and data dirs go (default: the system temp dir)")
+	flagRoot        = flag.String("root", "..", "the lodestone module root, relative to bench/")
+	flagKeep        = flag.Bool("keep", false, "keep the binary, data dirs and server logs")
+	flagTrace       = flag.String("trace", "", "directory for execution traces (ROLE-PHASE.trace) of every server during every phase, and the phase's writes at or over its p99 with when they were due (writes-PHASE.txt), to find what stalled them; tracing slows the servers, and DIR belongs on tmpfs (/dev/shm/...): traces written to disk are flushed ~30 s later, in a later phase, and stall the servers' fdatasyncs (runs them with --enable-pprof)")
+	flagPprof       = flag.String("pprof", "", "directory for CPU and allocation profiles (ROLE-PHASE.pprof; ROLE-PHASE.allocs-base.pprof and .allocs.pprof at its start and end, see harness.Profile) of every server during every phase, named leader-, f1-, f2- (followers numbered in member order; runs the servers with --enable-pprof)")
 
 	// The writer child runs this binary with these (and -queries):
 	// writes come from their own process, see harness.ServeWrites.
@@ -276,15 +279,19 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		}
 	}()
 	var s sample
-	phase := func(label string, id byte, q *queries) (writeResult, error) {
+	phase := func(label string, id byte, warmup, dur time.Duration, q *queries) (writeResult, error) {
 		if *flagGCBefore {
 			if err := harness.CollectAll(ctx, c.https); err != nil {
 				return writeResult{}, fmt.Errorf("phase %s: %w", label, err)
 			}
 		}
-		p := newPhase(id, *flagRate, *flagWarmup, *flagDuration)
+		p := newPhase(id, *flagRate, warmup, dur)
 		cpu0 := c.cpu()
 		calls0, err := c.members(ctx, leaderIndexMetric)
+		if err != nil {
+			return writeResult{}, err
+		}
+		acks0, lag0, err := c.appendAcks(ctx)
 		if err != nil {
 			return writeResult{}, err
 		}
@@ -298,8 +305,8 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		slow := harness.StartSlowLogWrites(ctx, c.metricsURLs(), roles)
 		t0 := time.Now()
 		name := fmt.Sprintf("rep%d-phase%d-queries-%s", rep+1, id, label)
-		prof := c.profile(ctx, *flagWarmup+*flagDuration, *flagPprof, name)
-		prof = harness.WaitAll(prof, harness.TraceAll(ctx, c.https, roles, *flagWarmup+*flagDuration, *flagTrace, name))
+		prof := c.profile(ctx, warmup+dur, *flagPprof, name)
+		prof = harness.WaitAll(prof, harness.TraceAll(ctx, c.https, roles, warmup+dur, *flagTrace, name))
 		r, err := runWrites(ctx, wr, p, q)
 		if perr := prof(); perr != nil && err == nil {
 			err = fmt.Errorf("profile: %w", perr)
@@ -324,29 +331,46 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		if err != nil {
 			return r, err
 		}
+		acks1, lag1, err := c.appendAcks(ctx)
+		if err != nil {
+			return r, err
+		}
 		ticks1, err := harness.ReadCPUTicks()
+		if err != nil {
+			return r, err
+		}
+		foot, err := c.footprint(ctx)
 		if err != nil {
 			return r, err
 		}
 		share := func(d time.Duration) string { return fmt.Sprintf("%.0f%%", 100*d.Seconds()/time.Since(t0).Seconds()) }
 		var total time.Duration
 		var calls float64
-		var members []string
+		var members, lags []string
 		cpu1 := c.cpu()
 		for i, role := range roles {
 			d := cpu1[i] - cpu0[i]
 			total += d
 			members = append(members, role+"="+share(d))
 			calls += calls1[i] - calls0[i]
+			if n := acks1[i] - acks0[i]; n > 0 {
+				lags = append(lags, fmt.Sprintf("%s=%.2f", role, 1000*(lag1[i]-lag0[i])/n))
+			}
 		}
-		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms write-p99.9=%sms p99-spans=%s p99-stalls=%s server-cpu=%s(%s) server-cpus-busy=%s gc-cycles=%s gc-cpu-ms=%s slow-log-writes=%s writer-cpu=%s query-cpu=%s leader-index-calls/s=%.0f%s\n",
+		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms write-p99.9=%sms p99-spans=%s p99-stalls=%s server-cpu=%s(%s) server-cpus-busy=%s gc-cycles=%s gc-cpu-ms=%s slow-log-writes=%s writer-cpu=%s query-cpu=%s leader-index-calls/s=%.0f append-ack-mean-ms=%s rss/raft-log-mib=%s%s\n",
 			rep+1, *flagReps, label, r.acked, r.errors, ms(harness.Percentile(r.lat, 50)), ms(harness.Percentile(r.lat, 99)), ms(harness.Percentile(r.lat, 99.9)), r.tail, r.tail.StallsString(),
-			share(total), strings.Join(members, ","), harness.CoreBusy(ticks0, ticks1, serverCPUs), gcs(), gcCPU(), slow(), share(r.writerCPU), share(r.queryCPU), calls/time.Since(t0).Seconds(), note)
+			share(total), strings.Join(members, ","), harness.CoreBusy(ticks0, ticks1, serverCPUs), gcs(), gcCPU(), slow(), share(r.writerCPU), share(r.queryCPU), calls/time.Since(t0).Seconds(), strings.Join(lags, ","), foot, note)
 		return r, nil
 	}
 
+	for i, left := 0, *flagSettle; left > 0; i, left = i+1, left-*flagSettleWin {
+		logf("settling: writes, no queries, %v left", left)
+		if _, err := phase(fmt.Sprintf("settle-%d", i+1), 0, 0, min(left, *flagSettleWin), nil); err != nil {
+			return s, err
+		}
+	}
 	logf("phase 1: writes, no queries")
-	r, err := phase("none", 1, nil)
+	r, err := phase("none", 1, *flagWarmup, *flagDuration, nil)
 	if err != nil {
 		return s, err
 	}
@@ -368,7 +392,7 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		waiting += v
 	}
 	logf("phase 2: writes with %d queries (%.0f waiting on the servers now)", n, waiting)
-	r, err = phase(countLabel(n), 2, q)
+	r, err = phase(countLabel(n), 2, *flagWarmup, *flagDuration, q)
 	if err != nil {
 		return s, err
 	}
@@ -387,7 +411,7 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 	// drifted (a bigger store, a noisy neighbour) shows here; the ratio's
 	// baseline pools both control phases (see harness.Baseline).
 	logf("phase 3: writes, queries closed (control)")
-	r, err = phase("none-after", 3, nil)
+	r, err = phase("none-after", 3, *flagWarmup, *flagDuration, nil)
 	if err != nil {
 		return s, err
 	}

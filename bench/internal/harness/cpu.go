@@ -114,6 +114,24 @@ func CPUTime(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * 10 * time.Millisecond, nil
 }
 
+// RSS is the resident memory of process pid, in bytes.
+func RSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Pages: size, resident, shared, ...
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, fmt.Errorf("parse /proc/%d/statm: %q", pid, b)
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse /proc/%d/statm: resident %q: %w", pid, f[1], err)
+	}
+	return pages * int64(os.Getpagesize()), nil
+}
+
 // Pinning applies the load generator's CPU list (clientCPUs, "" = none) to
 // this process and returns the sentence a benchmark prints to state how
 // its servers (serverCPUs, applied by Start through taskset) and its load
