@@ -7,9 +7,11 @@ import (
 )
 
 // maxSentAppends bounds the appends timed per peer. A peer that stops
-// answering would otherwise grow its queue by the write rate; past the
-// bound the oldest are dropped untimed, and the peer's lag shows in
-// lodestone_peer_stream_ends_total and the missing acknowledgements.
+// answering would otherwise grow its queue by the write rate; at the
+// bound the older half is dropped untimed (half, so that a peer that
+// stays silent costs one copy per maxSentAppends/2 appends, not one per
+// append), and the peer shows in lodestone_peer_stream_ends_total and in
+// its count of timed appends standing still.
 const maxSentAppends = 4096
 
 // appendAcks times replication on the leader: each append from its
@@ -46,7 +48,7 @@ func (a *appendAcks) sent(m raftpb.Message, now time.Time) {
 		return
 	}
 	if len(q) == maxSentAppends {
-		q = q[:copy(q, q[1:])]
+		q = q[:copy(q, q[len(q)/2:])]
 	}
 	a.pending[m.To] = append(q, sentAppend{last: last, at: now})
 }

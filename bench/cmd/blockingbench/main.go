@@ -98,8 +98,8 @@ type sample struct {
 }
 
 func run(ctx context.Context) error {
-	if *flagReps < 1 || *flagRate < 1 || *flagQueries < 1 || *flagWait < time.Second || *flagSnapEvery < 0 {
-		return errors.New("-reps, -rate and -queries must be >= 1, -wait >= 1s, -snapshot-entries >= 0")
+	if *flagReps < 1 || *flagRate < 1 || *flagQueries < 1 || *flagWait < time.Second || *flagSnapEvery < 0 || *flagSettle < 0 || *flagSettleWin < time.Second {
+		return errors.New("-reps, -rate and -queries must be >= 1, -wait >= 1s, -snapshot-entries >= 0, -settle >= 0 and -settle-window >= 1s")
 	}
 	if !slices.Contains([]string{"leader", "follower", "followers", "all", "learner"}, *flagQueriesOn) {
 		return fmt.Errorf(`-queries-on %q: want "leader", "follower", "followers", "all" or "learner"`, *flagQueriesOn)
