@@ -95,19 +95,10 @@ func TestAppendAcksBoundsEachPeerAndForgets(t *testing.T) {
 // for peer in g: the appends to it the leader has seen acknowledged.
 func appendAcksOf(t *testing.T, g prometheus.Gatherer, peer string) uint64 {
 	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "lodestone_peer_append_ack_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "peer" && l.GetValue() == peer {
-					return m.GetHistogram().GetSampleCount()
-				}
+	for _, m := range family(t, g, "lodestone_peer_append_ack_seconds").GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "peer" && l.GetValue() == peer {
+				return m.GetHistogram().GetSampleCount()
 			}
 		}
 	}
@@ -120,12 +111,7 @@ func appendAcksOf(t *testing.T, g prometheus.Gatherer, peer string) uint64 {
 func TestLeaderTimesEachFollowersAppends(t *testing.T) {
 	c := newTestCluster(t, 3)
 	lead := c.waitLeader()
-	var followers []string
-	for _, n := range c.names {
-		if n != lead {
-			followers = append(followers, n)
-		}
-	}
+	followers := c.followersOf(lead)
 	reg := c.servers[lead].Registry()
 	peer := func(name string) string { return fmt.Sprintf("%x", MemberID(name)) }
 	kv := c.kv(lead)

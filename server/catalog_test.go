@@ -103,21 +103,30 @@ func gauge(t *testing.T, s *Server, name string) float64 {
 // gathered reads a metric from g as gauge does.
 func gathered(t *testing.T, g prometheus.Gatherer, name string) float64 {
 	t.Helper()
+	mf := family(t, g, name)
+	if mf == nil {
+		t.Fatalf("metric %s not found", name)
+	}
+	var sum float64
+	for _, m := range mf.GetMetric() {
+		sum += metricValue(m)
+	}
+	return sum
+}
+
+// family is the metric family name in g, or nil.
+func family(t *testing.T, g prometheus.Gatherer, name string) *dto.MetricFamily {
+	t.Helper()
 	mfs, err := g.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name {
-			var sum float64
-			for _, m := range mf.GetMetric() {
-				sum += metricValue(m)
-			}
-			return sum
+			return mf
 		}
 	}
-	t.Fatalf("metric %s not found", name)
-	return 0
+	return nil
 }
 
 func metricValue(m *dto.Metric) float64 {

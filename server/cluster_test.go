@@ -21,12 +21,7 @@ import (
 func TestWriteThroughFollowerReadOnAnother(t *testing.T) {
 	c := newTestCluster(t, 3)
 	lead := c.waitLeader()
-	var followers []string
-	for _, n := range c.names {
-		if n != lead {
-			followers = append(followers, n)
-		}
-	}
+	followers := c.followersOf(lead)
 	resp := put(t, c.kv(followers[0]), "greeting", "hello")
 	if resp.Header.Index == 0 || resp.Kv.GetModifyIndex() != resp.Header.Index {
 		t.Fatalf("put header index %d, kv modify index %d: want equal and non-zero", resp.Header.Index, resp.Kv.GetModifyIndex())

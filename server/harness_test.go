@@ -293,6 +293,17 @@ func (c *testCluster) follower() string {
 	return ""
 }
 
+// followersOf lists the members other than lead, in member order.
+func (c *testCluster) followersOf(lead string) []string {
+	var fs []string
+	for _, n := range c.names {
+		if n != lead {
+			fs = append(fs, n)
+		}
+	}
+	return fs
+}
+
 // waitApplied waits until member name has applied index.
 func (c *testCluster) waitApplied(name string, index uint64) {
 	c.t.Helper()
