@@ -1,8 +1,10 @@
 package server
 
 import (
+	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -33,6 +35,21 @@ type sentAppend struct {
 
 func newAppendAcks(observe func(peer uint64, d time.Duration)) *appendAcks {
 	return &appendAcks{pending: make(map[uint64][]sentAppend), observe: observe}
+}
+
+// observeByPeer records into vec under each peer's id, keeping each
+// peer's child: a label lookup per acknowledgement would allocate. Like
+// appendAcks, it belongs to the raft loop.
+func observeByPeer(vec *prometheus.HistogramVec) func(peer uint64, d time.Duration) {
+	children := map[uint64]prometheus.Observer{}
+	return func(peer uint64, d time.Duration) {
+		o, ok := children[peer]
+		if !ok {
+			o = vec.WithLabelValues(fmt.Sprintf("%x", peer))
+			children[peer] = o
+		}
+		o.Observe(d.Seconds())
+	}
 }
 
 // sent notes an outgoing message; only appends that carry entries count.

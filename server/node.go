@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -192,15 +191,7 @@ func newNode(cfg Config, logger *slog.Logger, m *metrics, st *store.Store, hub *
 	n.slow = newSlowLeader(cfg.SlowLeader, m.reg)
 	n.adm = newAdmission(st, m.reg)
 	n.leaderIdx = newLeaderIndexer(n.askLeaderIndex)
-	ackObservers := map[uint64]prometheus.Observer{} // a label lookup per ack would allocate
-	n.appendAcks = newAppendAcks(func(peer uint64, d time.Duration) {
-		o, ok := ackObservers[peer]
-		if !ok {
-			o = m.peerAppendAck.WithLabelValues(fmt.Sprintf("%x", peer))
-			ackObservers[peer] = o
-		}
-		o.Observe(d.Seconds())
-	})
+	n.appendAcks = newAppendAcks(observeByPeer(m.peerAppendAck))
 	if err := n.init(); err != nil {
 		return nil, errors.Join(err, lg.Close())
 	}
