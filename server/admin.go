@@ -2,15 +2,12 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"fmt"
 	"sort"
 
-	"go.etcd.io/raft/v3/raftpb"
-
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
-	"github.com/lodestone-kv/lodestone/store"
+	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
 )
 
 // snapshotChunkBytes is the data carried by one SavedSnapshotChunk: well
@@ -24,74 +21,29 @@ type adminService struct {
 	s *Server
 }
 
-// liveSnapshot is a copy-on-write view of the store taken in apply order,
-// with the Raft term and configuration at its index.
-type liveSnapshot struct {
-	snap *store.Snapshot
-	term uint64
-	cs   raftpb.ConfState
-	err  error
-}
-
-// liveSnapshot runs in the Raft loop: nothing is applied while it runs, so
-// the store view, its term and the configuration agree.
-func (n *node) liveSnapshot() liveSnapshot {
-	sn := n.store.Snapshot()
-	// NB: the term from apply, not the log: an entry applied before this
-	// node's own append of it was durable is not in the log yet.
-	if sn.Index() != n.appliedIndex {
-		return liveSnapshot{err: fmt.Errorf("store at index %d, applied index %d", sn.Index(), n.appliedIndex)}
-	}
-	term := n.appliedTerm
-	cs := raftpb.ConfState{
-		Voters:   append([]uint64(nil), n.confState.Voters...),
-		Learners: append([]uint64(nil), n.confState.Learners...),
-	}
-	return liveSnapshot{snap: sn, term: term, cs: cs}
-}
-
-// takeSnapshot asks the loop for a liveSnapshot.
-func (n *node) takeSnapshot(ctx context.Context) (liveSnapshot, error) {
-	ch := make(chan liveSnapshot, 1)
-	select {
-	case n.liveSnapC <- ch:
-	case <-ctx.Done():
-		return liveSnapshot{}, ctx.Err()
-	case <-n.doneC:
-		return liveSnapshot{}, n.stoppedErr()
-	}
-	select {
-	case ls := <-ch:
-		return ls, ls.err
-	case <-ctx.Done():
-		return liveSnapshot{}, ctx.Err()
-	}
-}
-
 // SaveSnapshot streams the state as of a linearizable read: everything
 // acknowledged before the call is in it. The header comes first, then the
 // data in chunks, then the SHA-256 of the data.
 func (a *adminService) SaveSnapshot(_ *lodestonepb.SaveSnapshotRequest, stream lodestonepb.Admin_SaveSnapshotServer) error {
 	ctx := stream.Context()
-	n := a.s.node
-	if _, err := n.readIndex(ctx); err != nil {
-		return toStatus(err)
+	if _, err := a.s.raft.ReadIndex(ctx); err != nil {
+		return rpcstatus.Of(err)
 	}
-	ls, err := n.takeSnapshot(ctx)
+	ls, err := a.s.raft.Snapshot(ctx)
 	if err != nil {
-		return toStatus(err)
+		return rpcstatus.Of(err)
 	}
 	var buf bytes.Buffer
-	if _, err := ls.snap.WriteTo(&buf); err != nil {
-		return toStatus(fmt.Errorf("encode snapshot: %w", err))
+	if _, err := ls.Snap.WriteTo(&buf); err != nil {
+		return rpcstatus.Of(fmt.Errorf("encode snapshot: %w", err))
 	}
 	data := buf.Bytes()
-	voters := append([]uint64(nil), ls.cs.Voters...)
+	voters := append([]uint64(nil), ls.Conf.Voters...)
 	sort.Slice(voters, func(i, j int) bool { return voters[i] < voters[j] })
-	learners := append([]uint64(nil), ls.cs.Learners...)
+	learners := append([]uint64(nil), ls.Conf.Learners...)
 	sort.Slice(learners, func(i, j int) bool { return learners[i] < learners[j] })
 	hdr := &lodestonepb.SavedSnapshotHeader{
-		Index: ls.snap.Index(), Term: ls.term, Voters: voters, Learners: learners,
+		Index: ls.Snap.Index(), Term: ls.Term, Voters: voters, Learners: learners,
 		Size: uint64(len(data)), Member: a.s.cfg.Name,
 	}
 	if err := stream.Send(&lodestonepb.SavedSnapshotChunk{Header: hdr}); err != nil {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
 	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/store"
 )
@@ -38,11 +39,8 @@ import (
 // Admin, Cluster and Peer services, /metrics, /healthz, /readyz and
 // /debug/ are never gated, so operators can always see and steer.
 
-// admissionKey holds the replicated policy (a marshaled AdmissionPolicy).
-// It is an ordinary KV key (keys cannot hold NUL, so no hidden namespace
-// is available to a command stored as a key): a full listing shows it,
-// and a client that overwrites it with something undecodable turns
-// admission control off.
+// admissionKey holds the replicated policy (a marshaled AdmissionPolicy);
+// the Raft node applies the Admission command as a put of it.
 const admissionKey = "_lodestone/admission"
 
 // Request classes.
@@ -226,7 +224,7 @@ func grpcClass(method string) int {
 
 func (s *Server) admitUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if c := grpcClass(info.FullMethod); c >= 0 {
-		if err := s.node.adm.check(c); err != nil {
+		if err := s.adm.check(c); err != nil {
 			return nil, err
 		}
 	}
@@ -235,7 +233,7 @@ func (s *Server) admitUnary(ctx context.Context, req any, info *grpc.UnaryServer
 
 func (s *Server) admitStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if c := grpcClass(info.FullMethod); c >= 0 {
-		if err := s.node.adm.check(c); err != nil {
+		if err := s.adm.check(c); err != nil {
 			return err
 		}
 	}
@@ -264,7 +262,7 @@ func httpClass(r *http.Request) int {
 func (s *Server) admitHTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c := httpClass(r); c >= 0 {
-			if ok, wait := s.node.adm.admit(c); !ok {
+			if ok, wait := s.adm.admit(c); !ok {
 				secs := int(math.Ceil(wait.Seconds()))
 				w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 				w.Header().Set("X-Lodestone-Retry-After-Ms", strconv.FormatInt(wait.Milliseconds(), 10))
@@ -274,26 +272,6 @@ func (s *Server) admitHTTP(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// applyAdmission applies a replicated policy: it is stored as the
-// reserved key, so every replica and every snapshot holds it.
-func (n *node) applyAdmission(index, id uint64, pol *lodestonepb.AdmissionPolicy, at int64) []store.Event {
-	val, err := proto.MarshalOptions{Deterministic: true}.Marshal(pol)
-	if err != nil {
-		n.store.Advance(index)
-		n.replyAfterPublish(id, proposalResult{index: index, err: fmt.Errorf("encode admission policy: %w", err)})
-		return nil
-	}
-	res, events := n.store.Apply(index, &lodestonepb.Command{
-		Op:           &lodestonepb.Command_Put{Put: &lodestonepb.PutRequest{Key: []byte(admissionKey), Value: val}},
-		TimeUnixNano: at,
-	})
-	n.adm.invalidate()
-	n.logger.Info("admission policy changed", "index", index, "enabled", pol.GetEnabled(),
-		"reads", pol.GetReads(), "writes", pol.GetWrites(), "watches", pol.GetWatches(), "ramp_percent_per_min", pol.GetRampPercentPerMin())
-	n.replyAfterPublish(id, proposalResult{index: index, result: res})
-	return events
 }
 
 // SetAdmission replicates a new policy; enabled=false turns it off.
@@ -310,23 +288,23 @@ func (a *adminService) SetAdmission(ctx context.Context, req *lodestonepb.SetAdm
 	}
 	now := time.Now().UnixNano()
 	p.SetUnixNano = now
-	res, err := a.s.node.proposeCommand(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_Admission{Admission: p}, TimeUnixNano: now})
+	res, err := a.s.raft.Propose(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_Admission{Admission: p}, TimeUnixNano: now})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, rpcstatus.Of(err)
 	}
-	return &lodestonepb.SetAdmissionResponse{Policy: p, Index: res.index}, nil
+	return &lodestonepb.SetAdmissionResponse{Policy: p, Index: res.Index}, nil
 }
 
 // GetAdmission returns the policy this server enforces.
 func (a *adminService) GetAdmission(ctx context.Context, _ *lodestonepb.GetAdmissionRequest) (*lodestonepb.GetAdmissionResponse, error) {
-	if _, err := a.s.node.readIndex(ctx); err != nil {
-		return nil, toStatus(err)
+	if _, err := a.s.raft.ReadIndex(ctx); err != nil {
+		return nil, rpcstatus.Of(err)
 	}
 	now := time.Now()
-	a.s.node.adm.invalidate()
-	p := a.s.node.adm.policy(now)
+	a.s.adm.invalidate()
+	p := a.s.adm.policy(now)
 	if p == nil {
 		return &lodestonepb.GetAdmissionResponse{Policy: &lodestonepb.AdmissionPolicy{}}, nil
 	}
-	return &lodestonepb.GetAdmissionResponse{Policy: p, CurrentPercent: 100 * rampFraction(p, a.s.node.adm.started, now)}, nil
+	return &lodestonepb.GetAdmissionResponse{Policy: p, CurrentPercent: 100 * rampFraction(p, a.s.adm.started, now)}, nil
 }

@@ -204,7 +204,7 @@ func TestAdmissionReplicated(t *testing.T) {
 	c.stop("n3")
 	c.start("n3", false)
 	waitFor(t, 10*time.Second, func() bool {
-		p := c.servers["n3"].node.adm.policy(time.Now().Add(time.Hour))
+		p := c.servers["n3"].adm.policy(time.Now().Add(time.Hour))
 		return p != nil && p.GetWrites() == 5
 	})
 

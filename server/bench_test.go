@@ -55,7 +55,7 @@ func benchPut(b *testing.B, writers int) {
 	wg.Wait()
 	b.StopTimer()
 	lead := c.servers[c.waitLeader()]
-	st := lead.node.log.Stats()
+	st := lead.log.Stats()
 	b.ReportMetric(float64(b.N)/float64(st.Commits), "puts/commit")
 	b.ReportMetric(float64(st.LastCommitDuration.Microseconds()), "last-commit-µs")
 }

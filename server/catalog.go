@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
 	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/store"
 )
@@ -39,7 +40,7 @@ func (s *Server) applyChecked(ctx context.Context, cmd *lodestonepb.Command) (*l
 	}
 	if res.Result == nil && !res.CasFailed && !res.LockFailed {
 		if err := store.CheckCommand(cmd); err != nil {
-			return nil, 0, toStatus(err)
+			return nil, 0, rpcstatus.Of(err)
 		}
 	}
 	if err := store.ResultError(res); err != nil {
@@ -85,11 +86,11 @@ func (s *Server) blockingRead(ctx context.Context, d consulapi.Dep, c lodestonep
 	}
 	if err := consulapi.Block(ctx, s.hub, s.store, d, waitIndex, wait); err != nil {
 		if errors.Is(err, consulapi.ErrBadWait) {
-			return invalidf("blocking read: %v", err)
+			return rpcstatus.Invalidf("blocking read: %v", err)
 		}
-		return toStatus(err)
+		return rpcstatus.Of(err)
 	}
-	return toStatus(s.kv.read(ctx, c))
+	return rpcstatus.Of(s.kv.read(ctx, c))
 }
 
 // catalogService serves the Catalog gRPC API with the store's (Consul's)
@@ -149,7 +150,7 @@ func (c *catalogService) Services(ctx context.Context, req *lodestonepb.Services
 
 func (c *catalogService) Service(ctx context.Context, req *lodestonepb.ServiceRequest) (*lodestonepb.ServiceResponse, error) {
 	if req.Name == "" {
-		return nil, invalidf("service name is empty; name the service to list")
+		return nil, rpcstatus.Invalidf("service name is empty; name the service to list")
 	}
 	if err := c.s.blockingRead(ctx, consulapi.ServiceDep(req.Name), req.Consistency, req.WaitIndex, req.WaitMs); err != nil {
 		return nil, err
@@ -168,7 +169,7 @@ func (c *catalogService) Nodes(ctx context.Context, req *lodestonepb.NodesReques
 
 func (c *catalogService) Node(ctx context.Context, req *lodestonepb.NodeRequest) (*lodestonepb.NodeResponse, error) {
 	if req.Name == "" {
-		return nil, invalidf("node name is empty; name the node to read")
+		return nil, rpcstatus.Invalidf("node name is empty; name the node to read")
 	}
 	if err := c.s.blockingRead(ctx, consulapi.NodeDep(req.Name), req.Consistency, req.WaitIndex, req.WaitMs); err != nil {
 		return nil, err
@@ -179,7 +180,7 @@ func (c *catalogService) Node(ctx context.Context, req *lodestonepb.NodeRequest)
 
 func (c *catalogService) Checks(ctx context.Context, req *lodestonepb.ChecksRequest) (*lodestonepb.ChecksResponse, error) {
 	if (req.Node == "") == (req.ServiceName == "") {
-		return nil, invalidf("set exactly one of node and service_name")
+		return nil, rpcstatus.Invalidf("set exactly one of node and service_name")
 	}
 	d := consulapi.NodeDep(req.Node)
 	if req.ServiceName != "" {
@@ -200,7 +201,7 @@ func (c *catalogService) Checks(ctx context.Context, req *lodestonepb.ChecksRequ
 
 func (c *catalogService) HealthService(ctx context.Context, req *lodestonepb.HealthServiceRequest) (*lodestonepb.HealthServiceResponse, error) {
 	if req.Name == "" {
-		return nil, invalidf("service name is empty; name the service to read")
+		return nil, rpcstatus.Invalidf("service name is empty; name the service to read")
 	}
 	if err := c.s.blockingRead(ctx, consulapi.ServiceDep(req.Name), req.Consistency, req.WaitIndex, req.WaitMs); err != nil {
 		return nil, err
@@ -211,7 +212,7 @@ func (c *catalogService) HealthService(ctx context.Context, req *lodestonepb.Hea
 
 func (c *catalogService) ChecksInState(ctx context.Context, req *lodestonepb.ChecksInStateRequest) (*lodestonepb.ChecksInStateResponse, error) {
 	if _, ok := lodestonepb.HealthStatus_name[int32(req.State)]; !ok {
-		return nil, invalidf("unknown health state %d; use passing, warning, critical or unspecified (any)", req.State)
+		return nil, rpcstatus.Invalidf("unknown health state %d; use passing, warning, critical or unspecified (any)", req.State)
 	}
 	if err := c.s.blockingRead(ctx, consulapi.ChecksDep(), req.Consistency, req.WaitIndex, req.WaitMs); err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/member"
 )
 
 // A write sent to a follower is forwarded to the leader, and a
@@ -177,7 +178,7 @@ func TestRemoveThatWouldLoseQuorumRefused(t *testing.T) {
 		}
 	}
 	c.stop(down)
-	waitFor(t, 10*c.electionTimeout(), func() bool { return !c.servers[lead].node.peerActive(MemberID(down)) })
+	waitFor(t, 10*c.electionTimeout(), func() bool { return !c.servers[lead].raft.PeerActive(member.ID(down)) })
 	_, err := c.cluster(lead).RemoveMember(ctxT(t), &lodestonepb.RemoveMemberRequest{Member: &lodestonepb.MemberRef{Name: other}})
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "quorum") {
 		t.Fatalf("got %v, want FailedPrecondition about quorum", err)
@@ -222,12 +223,12 @@ func TestRestartCatchesUpBySnapshot(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		last = put(t, c.kv(lead), fmt.Sprintf("k%03d", i), fmt.Sprint(i)).Header.Index
 	}
-	if first := c.servers[lead].node.log.Stats().FirstIndex; first <= 2 {
+	if first := c.servers[lead].log.Stats().FirstIndex; first <= 2 {
 		t.Fatalf("leader log first index %d: want it truncated by snapshots", first)
 	}
 	c.start(f, false)
 	c.waitApplied(f, last)
-	if got := c.servers[f].node.log.Stats().SnapshotIndex; got == 0 {
+	if got := c.servers[f].log.Stats().SnapshotIndex; got == 0 {
 		t.Fatalf("%s caught up without a snapshot; the test meant to exercise snapshot install", f)
 	}
 	check := func(name string) {
@@ -466,7 +467,7 @@ func TestMemberAddedAfterSnapshotCatchesUp(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		put(t, c.kv(lead), fmt.Sprintf("k%03d", i), fmt.Sprint(i))
 	}
-	if first := c.servers[lead].node.log.Stats().FirstIndex; first <= 2 {
+	if first := c.servers[lead].log.Stats().FirstIndex; first <= 2 {
 		t.Fatalf("leader log first index %d: want it truncated by snapshots", first)
 	}
 	addr := c.add("n4")

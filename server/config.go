@@ -1,15 +1,14 @@
 package server
 
 import (
-	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"net"
-	"sort"
 	"strings"
 	"time"
 
+	"github.com/lodestone-kv/lodestone/internal/member"
+	"github.com/lodestone-kv/lodestone/raftnode"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
 )
@@ -129,11 +128,11 @@ type Config struct {
 	Gossip GossipConfig
 
 	// SlowLeader moves leadership off a leader whose disk is slow
-	// (SlowLeaderConfig).
-	SlowLeader SlowLeaderConfig
+	// (raftnode.SlowLeaderConfig).
+	SlowLeader raftnode.SlowLeaderConfig
 	// Faults are fault-injection hooks for tests and the chaos harness;
 	// nil (always, in production) means none.
-	Faults *Faults
+	Faults *raftnode.Faults
 
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
@@ -181,7 +180,7 @@ func DefaultConfig() Config {
 		WatchDeliveryInterval:     5 * time.Millisecond,
 		WatchBusyDeliveryInterval: 20 * time.Millisecond,
 		MaxBlockingWait:           5 * time.Minute,
-		SlowLeader:                DefaultSlowLeaderConfig(),
+		SlowLeader:                raftnode.DefaultSlowLeaderConfig(),
 		Catalog:                   DefaultCatalogConfig(),
 		StartTimeout:              10 * time.Second,
 		Gossip:                    DefaultGossipConfig(),
@@ -231,7 +230,7 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return bad("initial-cluster", "member %q address %q is not host:port", name, addr)
 		}
-		id := MemberID(name)
+		id := member.ID(name)
 		if other, dup := ids[id]; dup {
 			return bad("initial-cluster", "members %q and %q hash to the same id; rename one", name, other)
 		}
@@ -270,8 +269,8 @@ func (c *Config) Validate() error {
 	if err := c.Catalog.validate(); err != nil {
 		return err
 	}
-	if err := c.SlowLeader.validate(); err != nil {
-		return err
+	if err := c.SlowLeader.Validate(); err != nil {
+		return &ConfigError{Field: "slow-leader", Err: err}
 	}
 	if err := c.Watch.Validate(); err != nil {
 		return &ConfigError{Field: "watch", Err: err}
@@ -287,49 +286,3 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
-
-// ParseInitialCluster parses "n1=host:port,n2=host:port".
-func ParseInitialCluster(s string) (map[string]string, error) {
-	out := map[string]string{}
-	if strings.TrimSpace(s) == "" {
-		return out, nil
-	}
-	for _, part := range strings.Split(s, ",") {
-		name, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
-		if !ok || name == "" || addr == "" {
-			return nil, fmt.Errorf("initial cluster entry %q is not name=host:port", part)
-		}
-		if _, dup := out[name]; dup {
-			return nil, fmt.Errorf("initial cluster names %q twice", name)
-		}
-		out[name] = addr
-	}
-	return out, nil
-}
-
-// FormatInitialCluster is the inverse of ParseInitialCluster, sorted by name.
-func FormatInitialCluster(m map[string]string) string {
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = n + "=" + m[n]
-	}
-	return strings.Join(parts, ",")
-}
-
-// MemberID derives a member's Raft id from its name. Raft reserves 0.
-func MemberID(name string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	id := h.Sum64()
-	if id == 0 {
-		id = 1
-	}
-	return id
-}
-
-var errStopped = errors.New("server: stopped")

@@ -8,6 +8,7 @@ import (
 	"go.etcd.io/raft/v3"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
 	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
@@ -23,15 +24,15 @@ func (b consulBackend) Apply(ctx context.Context, cmd *lodestonepb.Command) (*lo
 }
 
 func (b consulBackend) Barrier(ctx context.Context) error {
-	if _, err := b.s.node.readIndex(ctx); err != nil {
-		return toStatus(err)
+	if _, err := b.s.raft.ReadIndex(ctx); err != nil {
+		return rpcstatus.Of(err)
 	}
 	return nil
 }
 
 func (b consulBackend) LeaderBarrier(ctx context.Context, began time.Time) error {
-	if err := b.s.node.leaderRead(ctx, began); err != nil {
-		return toStatus(err)
+	if err := b.s.raft.LeaderRead(ctx, began); err != nil {
+		return rpcstatus.Of(err)
 	}
 	return nil
 }
@@ -41,17 +42,15 @@ func (b consulBackend) Hub() *watch.Hub      { return b.s.hub }
 func (b consulBackend) Limits() store.Limits { return b.s.cfg.Limits }
 
 func (b consulBackend) Leader() (string, bool, time.Duration) {
-	lead := b.s.node.publishedStatus().lead
+	lead := b.s.raft.Status().Lead
 	if lead == raft.None {
 		return "", false, 0
 	}
 	addr := b.s.store.PeerAddr(lead)
-	if lead == b.s.node.id {
+	if lead == b.s.raft.ID() {
 		return addr, true, 0
 	}
-	b.s.node.heardMu.Lock()
-	at, ok := b.s.node.heard[lead]
-	b.s.node.heardMu.Unlock()
+	at, ok := b.s.raft.LastHeard(lead)
 	var last time.Duration
 	if ok {
 		last = time.Since(at)
@@ -75,15 +74,14 @@ func (b consulBackend) Agent() (string, string) { return b.s.agentNode() }
 // the result, not as an error.
 func (s *Server) apply(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
 	if err := s.cfg.Limits.ValidateCommand(cmd); err != nil {
-		return nil, 0, toStatus(err)
+		return nil, 0, rpcstatus.Of(err)
 	}
-	r, err := s.node.proposeCommand(ctx, cmd)
+	r, err := s.raft.Propose(ctx, cmd)
 	if err != nil {
-		return nil, 0, toStatus(err)
+		return nil, 0, rpcstatus.Of(err)
 	}
-	res, ok := r.result.(*lodestonepb.CommandResult)
-	if !ok || res == nil {
-		return nil, 0, toStatus(fmt.Errorf("command at index %d produced no result", r.index))
+	if r.Result == nil {
+		return nil, 0, rpcstatus.Of(fmt.Errorf("command at index %d produced no result", r.Index))
 	}
-	return res, r.index, nil
+	return r.Result, r.Index, nil
 }

@@ -225,7 +225,7 @@ func TestConsulLockFreedByTTLAcrossLeaderChange(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := c.servers[lead].node.transferLeader(ctx, c.servers[to].ID()); err != nil {
+	if _, err := c.servers[lead].raft.TransferLeader(ctx, c.servers[to].ID()); err != nil {
 		t.Fatalf("transfer leadership to %s: %v", to, err)
 	}
 	changed := time.Now()

@@ -307,7 +307,7 @@ func (g *serverGossip) run(ctx context.Context) {
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	for {
-		leaderC := g.s.node.leaderChanged()
+		leaderC := g.s.raft.LeaderChanged()
 		select {
 		case <-ctx.Done():
 			return
@@ -316,7 +316,7 @@ func (g *serverGossip) run(ctx context.Context) {
 		case <-tick.C:
 		case <-leaderC:
 		}
-		if g.s.node.publishedStatus().state != raft.StateLeader {
+		if g.s.raft.Status().State != raft.StateLeader {
 			continue
 		}
 		if err := g.reconcile(ctx); err != nil && ctx.Err() == nil {
@@ -337,7 +337,7 @@ func (g *serverGossip) reconcile(ctx context.Context) error {
 	g.runs.Inc()
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := g.s.node.readIndex(rctx); err != nil {
+	if _, err := g.s.raft.ReadIndex(rctx); err != nil {
 		return fmt.Errorf("read catalog: %w", err)
 	}
 	now := g.now()

@@ -60,7 +60,7 @@ func assertIndexStill(t *testing.T, c *testCluster, n float64) {
 	t.Helper()
 	for range 3 {
 		leader := c.waitLeader()
-		term := c.servers[leader].node.publishedStatus().term
+		term := c.servers[leader].raft.Status().Term
 		// Followers may still be applying the last write: start from the
 		// leader's index once everyone has it.
 		li := c.servers[leader].Store().Index()
@@ -73,7 +73,7 @@ func assertIndexStill(t *testing.T, c *testCluster, n float64) {
 		waitFor(t, 20*time.Second, func() bool { return reconcileRuns(t, c) >= start+n })
 		changed := false
 		for _, s := range c.servers {
-			changed = changed || s.node.publishedStatus().term != term
+			changed = changed || s.raft.Status().Term != term
 		}
 		if changed {
 			t.Logf("leader changed during the window; measuring again")

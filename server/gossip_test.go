@@ -54,7 +54,7 @@ func newSession(node, id string) *lodestonepb.Command {
 	}}}
 }
 
-func member(name string, st gossip.State) gossip.Member {
+func gossipMember(name string, st gossip.State) gossip.Member {
 	return gossip.Member{Name: name, Addr: "127.0.0.9:7946", Role: gossip.RoleAgent, State: st}
 }
 
@@ -81,36 +81,36 @@ func TestPlanGossip(t *testing.T) {
 		wantSerf  map[string]lodestonepb.HealthStatus
 	}{
 		{name: "new alive member: node and passing serfHealth in one write",
-			members: []gossip.Member{member("a1", A)}, wantKinds: "register",
+			members: []gossip.Member{gossipMember("a1", A)}, wantKinds: "register",
 			wantSerf: map[string]lodestonepb.HealthStatus{"a1": lodestonepb.HealthStatus_HEALTH_PASSING}},
 		{name: "alive member registered by its agent: serfHealth only",
-			setup: []*lodestonepb.Command{regService("a1", "web")}, members: []gossip.Member{member("a1", A)}, wantKinds: "register",
+			setup: []*lodestonepb.Command{regService("a1", "web")}, members: []gossip.Member{gossipMember("a1", A)}, wantKinds: "register",
 			wantSerf: map[string]lodestonepb.HealthStatus{"a1": lodestonepb.HealthStatus_HEALTH_PASSING}},
 		{name: "steady state writes nothing",
 			setup:   []*lodestonepb.Command{regService("a1", "web"), serfRegister(&lodestonepb.Node{Name: "a1"}, true, lodestonepb.HealthStatus_HEALTH_PASSING, serfOutputAlive)},
-			members: []gossip.Member{member("a1", A)}, wantKinds: ""},
+			members: []gossip.Member{gossipMember("a1", A)}, wantKinds: ""},
 		{name: "failed member: critical, sessions invalidated",
 			setup: []*lodestonepb.Command{regService("a1", "web"), serfRegister(&lodestonepb.Node{Name: "a1"}, true, lodestonepb.HealthStatus_HEALTH_PASSING, serfOutputAlive),
 				newSession("a1", "00000000-0000-4000-8000-000000000001")},
-			members: []gossip.Member{member("a1", F)}, wantKinds: "check,invalidate",
+			members: []gossip.Member{gossipMember("a1", F)}, wantKinds: "check,invalidate",
 			wantSerf: map[string]lodestonepb.HealthStatus{"a1": lodestonepb.HealthStatus_HEALTH_CRITICAL}},
 		{name: "failed member without sessions: one write",
 			setup:   []*lodestonepb.Command{regService("a1", "web"), serfRegister(&lodestonepb.Node{Name: "a1"}, true, lodestonepb.HealthStatus_HEALTH_PASSING, serfOutputAlive)},
-			members: []gossip.Member{member("a1", L)}, wantKinds: "check",
+			members: []gossip.Member{gossipMember("a1", L)}, wantKinds: "check",
 			wantSerf: map[string]lodestonepb.HealthStatus{"a1": lodestonepb.HealthStatus_HEALTH_CRITICAL}},
 		{name: "failed member whose serfHealth is missing gets it critical",
 			setup:   []*lodestonepb.Command{regService("a1", "web")},
-			members: []gossip.Member{member("a1", F)}, wantKinds: "register",
+			members: []gossip.Member{gossipMember("a1", F)}, wantKinds: "register",
 			wantSerf: map[string]lodestonepb.HealthStatus{"a1": lodestonepb.HealthStatus_HEALTH_CRITICAL}},
 		{name: "failed member not in the catalog: nothing",
-			members: []gossip.Member{member("a1", F)}, wantKinds: ""},
+			members: []gossip.Member{gossipMember("a1", F)}, wantKinds: ""},
 		{name: "member back alive: passing again",
 			setup:   []*lodestonepb.Command{regService("a1", "web"), serfRegister(&lodestonepb.Node{Name: "a1"}, true, lodestonepb.HealthStatus_HEALTH_CRITICAL, serfOutputFailed)},
-			members: []gossip.Member{member("a1", A)}, wantKinds: "check",
+			members: []gossip.Member{gossipMember("a1", A)}, wantKinds: "check",
 			wantSerf: map[string]lodestonepb.HealthStatus{"a1": lodestonepb.HealthStatus_HEALTH_PASSING}},
 		{name: "unknown to the pool: left alone before the reap grace",
 			setup:   []*lodestonepb.Command{regService("ghost", "web"), serfRegister(&lodestonepb.Node{Name: "ghost"}, true, lodestonepb.HealthStatus_HEALTH_PASSING, serfOutputAlive)},
-			members: []gossip.Member{member("a1", A)}, wantKinds: "register",
+			members: []gossip.Member{gossipMember("a1", A)}, wantKinds: "register",
 			wantSerf: map[string]lodestonepb.HealthStatus{"ghost": lodestonepb.HealthStatus_HEALTH_PASSING}},
 		{name: "unknown to the pool: critical after the reap grace",
 			setup:   []*lodestonepb.Command{regService("ghost", "web"), serfRegister(&lodestonepb.Node{Name: "ghost"}, true, lodestonepb.HealthStatus_HEALTH_PASSING, serfOutputAlive)},
@@ -156,7 +156,7 @@ func TestPlanGossipManyHealthyNodesWritesNothing(t *testing.T) {
 	var ms []gossip.Member
 	for i := range 100 {
 		name := fmt.Sprintf("a%03d", i)
-		ms = append(ms, member(name, gossip.StateAlive))
+		ms = append(ms, gossipMember(name, gossip.StateAlive))
 		f.apply(regService(name, "svc"))
 	}
 	for _, c := range planGossip(ms, f.st, true) {

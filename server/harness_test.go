@@ -240,11 +240,11 @@ func (c *testCluster) waitLeader() string {
 func (c *testCluster) agreedLeader() string {
 	var lead uint64
 	for _, s := range c.servers {
-		st := s.node.publishedStatus()
-		if st.lead == 0 || (lead != 0 && st.lead != lead) {
+		st := s.raft.Status()
+		if st.Lead == 0 || (lead != 0 && st.Lead != lead) {
 			return ""
 		}
-		lead = st.lead
+		lead = st.Lead
 	}
 	for name, s := range c.servers {
 		if s.ID() == lead {
@@ -259,7 +259,7 @@ func (c *testCluster) agreedLeader() string {
 func (c *testCluster) waitAnyLeaderChange(timeout time.Duration) {
 	cases := make([]<-chan struct{}, 0, len(c.servers))
 	for _, s := range c.servers {
-		cases = append(cases, s.node.leaderChanged())
+		cases = append(cases, s.raft.LeaderChanged())
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -309,8 +309,8 @@ func (c *testCluster) waitApplied(name string, index uint64) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.servers[name].node.waitApplied(ctx, index); err != nil {
-		c.t.Fatalf("%s did not apply index %d: %v (applied %d)", name, index, err, c.servers[name].node.applied.current())
+	if err := c.servers[name].raft.WaitApplied(ctx, index); err != nil {
+		c.t.Fatalf("%s did not apply index %d: %v (applied %d)", name, index, err, c.servers[name].raft.Applied())
 	}
 }
 

@@ -2,8 +2,10 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -18,27 +20,46 @@ func (s *Server) routeHTTP() {
 	}
 	s.Mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	s.Mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := s.node.fatal.Load(); err != nil {
-			http.Error(w, "raft loop stopped: "+(*err).Error(), http.StatusServiceUnavailable)
+		if err := s.raft.Failed(); err != nil {
+			http.Error(w, "raft loop stopped: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ok\n"))
 	})
 	s.Mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		st := s.node.publishedStatus()
-		applied := s.node.applied.current()
-		body := map[string]any{"leader": st.lead != 0, "term": st.term, "commit_index": st.commit, "applied_index": applied}
+		st := s.raft.Status()
+		applied := s.raft.Applied()
+		body := map[string]any{"leader": st.Lead != 0, "term": st.Term, "commit_index": st.Commit, "applied_index": applied}
 		code := http.StatusOK
 		switch {
-		case s.node.fatal.Load() != nil:
+		case s.raft.Failed() != nil:
 			code, body["reason"] = http.StatusServiceUnavailable, "raft loop stopped"
-		case st.lead == 0:
+		case st.Lead == 0:
 			code, body["reason"] = http.StatusServiceUnavailable, "no leader known"
-		case applied < st.commit:
+		case applied < st.Commit:
 			code, body["reason"] = http.StatusServiceUnavailable, "applying committed entries"
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
 		json.NewEncoder(w).Encode(body)
+	})
+}
+
+// routeFaults serves the fault hooks when Config.Faults is set:
+// PUT /debug/faults/disk-delay?d=200ms.
+func (s *Server) routeFaults() {
+	f := s.cfg.Faults
+	if f == nil {
+		return
+	}
+	s.Mux.HandleFunc("PUT /debug/faults/disk-delay", func(w http.ResponseWriter, r *http.Request) {
+		d, err := time.ParseDuration(r.URL.Query().Get("d"))
+		if err != nil || d < 0 {
+			http.Error(w, "d must be a non-negative duration such as 200ms", http.StatusBadRequest)
+			return
+		}
+		f.SetDiskDelay(d)
+		s.logger.Warn("fault injected: disk delay", "delay", d)
+		fmt.Fprintf(w, "disk delay %v\n", d)
 	})
 }

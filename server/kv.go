@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // kvService serves the KV gRPC API. Writes go through Raft from any node
@@ -16,13 +18,13 @@ type kvService struct {
 }
 
 func (k *kvService) header(index uint64) *lodestonepb.ResponseHeader {
-	st := k.s.node.publishedStatus()
+	st := k.s.raft.Status()
 	return &lodestonepb.ResponseHeader{
 		Index:       index,
-		Term:        st.term,
-		LeaderId:    st.lead,
-		NodeId:      k.s.node.id,
-		KnownLeader: st.lead != 0,
+		Term:        st.Term,
+		LeaderId:    st.Lead,
+		NodeId:      k.s.raft.ID(),
+		KnownLeader: st.Lead != 0,
 	}
 }
 
@@ -32,19 +34,19 @@ func (k *kvService) read(ctx context.Context, c lodestonepb.Consistency) error {
 	if c == lodestonepb.Consistency_STALE || k.s.cfg.UnsafeStaleReads {
 		return nil
 	}
-	_, err := k.s.node.readIndex(ctx)
+	_, err := k.s.raft.ReadIndex(ctx)
 	return err
 }
 
 func (k *kvService) Get(ctx context.Context, req *lodestonepb.GetRequest) (*lodestonepb.GetResponse, error) {
 	if err := k.s.cfg.Limits.ValidateKey(req.Key); err != nil {
-		return nil, toStatus(err)
+		return nil, rpcstatus.Of(err)
 	}
 	if err := k.s.waitForChange(ctx, req.Key, false, req.WaitIndex, req.WaitMs); err != nil {
-		return nil, toStatus(err)
+		return nil, rpcstatus.Of(err)
 	}
 	if err := k.read(ctx, req.Consistency); err != nil {
-		return nil, toStatus(err)
+		return nil, rpcstatus.Of(err)
 	}
 	kv, index := k.s.store.Get(req.Key)
 	return &lodestonepb.GetResponse{Header: k.header(index), Kv: kv}, nil
@@ -52,20 +54,20 @@ func (k *kvService) Get(ctx context.Context, req *lodestonepb.GetRequest) (*lode
 
 func (k *kvService) Range(ctx context.Context, req *lodestonepb.RangeRequest) (*lodestonepb.RangeResponse, error) {
 	if max := k.s.cfg.Limits.MaxRangeLimit; int(req.Limit) > max {
-		return nil, invalidf("range limit %d is above the maximum %d (limit max-range-keys); page with start_after", req.Limit, max)
+		return nil, rpcstatus.Invalidf("range limit %d is above the maximum %d (limit max-range-keys); page with start_after", req.Limit, max)
 	}
 	limit := k.s.cfg.Limits.RangeLimit(req.Limit)
 	if err := k.s.cfg.Limits.ValidatePrefix(req.Prefix); err != nil {
-		return nil, toStatus(err)
+		return nil, rpcstatus.Of(err)
 	}
 	if err := k.s.cfg.Limits.ValidatePrefix(req.StartAfter); err != nil {
-		return nil, toStatus(err)
+		return nil, rpcstatus.Of(err)
 	}
 	if err := k.s.waitForChange(ctx, req.Prefix, true, req.WaitIndex, req.WaitMs); err != nil {
-		return nil, toStatus(err)
+		return nil, rpcstatus.Of(err)
 	}
 	if err := k.read(ctx, req.Consistency); err != nil {
-		return nil, toStatus(err)
+		return nil, rpcstatus.Of(err)
 	}
 	kvs, more, index := k.s.store.Range(req.Prefix, req.StartAfter, limit, req.KeysOnly)
 	return &lodestonepb.RangeResponse{Header: k.header(index), Kvs: kvs, More: more}, nil
@@ -81,7 +83,7 @@ func (k *kvService) write(ctx context.Context, cmd *lodestonepb.Command) (*lodes
 		return nil, 0, rejectedStatus(err)
 	}
 	if res.CasFailed {
-		return res, index, toStatus(fmt.Errorf("%w: the key's ModifyIndex did not match; nothing was written (read it again and retry with its current index)", errCASFailed))
+		return res, index, status.Error(codes.FailedPrecondition, "compare-and-swap failed: the key's ModifyIndex did not match; nothing was written (read it again and retry with its current index)")
 	}
 	return res, index, nil
 }

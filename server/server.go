@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -17,7 +18,10 @@ import (
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/internal/grpcopt"
+	"github.com/lodestone-kv/lodestone/internal/member"
+	"github.com/lodestone-kv/lodestone/peer"
 	"github.com/lodestone-kv/lodestone/raftlog"
+	"github.com/lodestone-kv/lodestone/raftnode"
 	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/server/httppark"
 	"github.com/lodestone-kv/lodestone/store"
@@ -31,13 +35,17 @@ var Version = "dev"
 // peer listener (Raft streams and the peer gRPC API, split by peerMux) and
 // the HTTP listener (metrics, health).
 type Server struct {
-	cfg     Config
-	logger  *slog.Logger
-	metrics *metrics
-	store   *store.Store
-	hub     *watch.Hub
-	node    *node
-	kv      *kvService
+	cfg       Config
+	logger    *slog.Logger
+	metrics   *metrics
+	store     *store.Store
+	hub       *watch.Hub
+	log       *raftlog.Log
+	raft      *raftnode.Node
+	transport *peer.Transport
+	peerPort  *peer.Port
+	kv        *kvService
+	adm       *admission // admission.go
 	// gossip is the pool member and leader reconciler; nil without
 	// Config.Gossip (gossip.go).
 	gossip *serverGossip
@@ -49,8 +57,7 @@ type Server struct {
 	httpConns *connLimit
 
 	peerLis, grpcLis, httpLis net.Listener
-	peerSrv, grpcSrv          *grpc.Server
-	peerMux                   *peerMux
+	grpcSrv                   *grpc.Server
 	httpSrv                   *http.Server
 	// Mux is the HTTP handler tree; other components add their routes.
 	Mux *http.ServeMux
@@ -112,14 +119,41 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("start watch hub: %w", err)
 	}
 	s.metrics.reg.MustRegister(s.hub)
-	s.node, err = newNode(cfg, logger, s.metrics, s.store, s.hub)
-	if err != nil {
+	if err := s.openRaft(); err != nil {
 		s.closeListeners()
 		return nil, errors.Join(err, s.hub.Close())
 	}
-	s.metrics.reg.MustRegister(raftlog.NewCollector(s.node.log))
+	s.adm = newAdmission(s.store, s.metrics.reg)
 	s.sessionMetrics = newSessionMetrics(s.metrics.reg, s.store)
 	return s, nil
+}
+
+// openRaft opens the Raft log and wires the Raft node to the peer
+// transport: the node sends through the transport, and the transport
+// feeds it what arrives.
+func (s *Server) openRaft() error {
+	lg, err := raftlog.Open(filepath.Join(s.cfg.DataDir, "raft"), raftlog.Options{Logger: s.logger})
+	if err != nil {
+		return fmt.Errorf("open raft log: %w", err)
+	}
+	id := member.ID(s.cfg.Name)
+	s.transport = peer.NewTransport(peer.Config{Self: id, CommitNoticeHold: s.cfg.CommitNoticeHold,
+		Logger: s.logger.With("component", "transport"), Registerer: s.metrics.reg})
+	s.raft, err = raftnode.New(raftnode.Config{
+		ID: id, Log: lg, Store: s.store, Hub: s.hub, Sender: s.transport,
+		InitialCluster: s.cfg.InitialCluster, Join: s.cfg.Join,
+		TickInterval: s.cfg.TickInterval, ElectionTicks: s.cfg.ElectionTicks, HeartbeatTicks: s.cfg.HeartbeatTicks,
+		SnapshotEntries: s.cfg.SnapshotEntries, CatchUpEntries: s.cfg.CatchUpEntries, MaxBatchProposals: s.cfg.MaxBatchProposals,
+		SlowLeader: s.cfg.SlowLeader, Faults: s.cfg.Faults, LeaderIndex: s.transport.AskLeaderIndex,
+		Logger: s.logger, Registerer: s.metrics.reg,
+	})
+	if err != nil {
+		return errors.Join(err, s.transport.Close(), lg.Close())
+	}
+	s.transport.SetNode(s.raft)
+	s.log = lg
+	s.metrics.reg.MustRegister(raftlog.NewCollector(lg))
+	return nil
 }
 
 func (s *Server) closeListeners() {
@@ -136,7 +170,7 @@ func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
 func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
 
 // ID is this member's Raft id.
-func (s *Server) ID() uint64 { return s.node.id }
+func (s *Server) ID() uint64 { return s.raft.ID() }
 
 // Registry is the server's Prometheus registry.
 func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
@@ -148,12 +182,6 @@ func (s *Server) Store() *store.Store { return s.store }
 // Start begins serving; it returns at once. Done reports when the server
 // stops by itself (removed from the cluster or a fatal disk error).
 func (s *Server) Start() {
-	s.peerSrv = grpc.NewServer(append(grpcopt.PeerServerOptions(),
-		grpc.MaxRecvMsgSize(peerMaxMsgBytes), grpc.MaxSendMsgSize(peerMaxMsgBytes),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
-	)...)
-	lodestonepb.RegisterPeerServer(s.peerSrv, &peerService{s: s})
-
 	s.grpcSrv = grpc.NewServer(append(grpcopt.ServerOptions(),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
 		grpc.MaxConcurrentStreams(s.cfg.MaxStreamsPerConnection),
@@ -194,11 +222,13 @@ func (s *Server) Start() {
 	s.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return s.ctx }}
 
-	s.node.start()
+	if err := s.raft.Start(); err != nil {
+		s.errC <- fmt.Errorf("start raft: %w", err)
+	}
 	s.startGossip()
 	grpcLis := newConnLimit(s.grpcLis, positiveOr(s.cfg.MaxConnections, DefaultConfig().MaxConnections))
-	s.peerMux = newPeerMux(s.peerLis, s.logger.With("component", "transport"), s.node.transport.receiveStream)
-	s.serve("peer grpc", func() error { return s.peerSrv.Serve(s.peerMux) })
+	s.peerPort = peer.NewPort(s.peerLis, s.transport, s.raft, s.store.Members, s.logger.With("component", "transport"))
+	s.serve("peer grpc", s.peerPort.Serve)
 	s.serve("client grpc", func() error { return s.grpcSrv.Serve(grpcLis) })
 	s.serve("http", func() error {
 		if err := s.httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
@@ -217,7 +247,7 @@ func (s *Server) Start() {
 		s.runSessionTTL()
 	}()
 	s.startPollProbe()
-	s.logger.Info("server started", "peer", s.PeerAddr(), "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "id", fmt.Sprintf("%x", s.node.id))
+	s.logger.Info("server started", "peer", s.PeerAddr(), "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "id", fmt.Sprintf("%x", s.raft.ID()))
 }
 
 // startPollProbe runs the poll probe (pollprobe.go) until the server
@@ -261,10 +291,10 @@ func (s *Server) Done() <-chan error {
 		select {
 		case err := <-s.errC:
 			out <- err
-		case <-s.node.removedC:
+		case <-s.raft.Removed():
 			out <- errors.New("this member was removed from the cluster")
-		case <-s.node.doneC:
-			out <- s.node.stoppedErr()
+		case <-s.raft.Done():
+			out <- s.raft.Err()
 		case <-s.ctx.Done():
 		}
 	}()
@@ -276,13 +306,13 @@ func (s *Server) Done() <-chan error {
 func (s *Server) publishSelf() {
 	backoff := 200 * time.Millisecond
 	for s.ctx.Err() == nil {
-		if s.node.publishedStatus().lead != 0 {
+		if s.raft.Status().Lead != 0 {
 			if s.selfPublished() {
 				return
 			}
 			ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-			_, err := s.node.proposeCommand(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_Member{Member: &lodestonepb.Member{
-				Id: s.node.id, Name: s.cfg.Name, GrpcAddr: s.GRPCAddr(), HttpAddr: s.HTTPAddr(),
+			_, err := s.raft.Propose(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_Member{Member: &lodestonepb.Member{
+				Id: s.raft.ID(), Name: s.cfg.Name, GrpcAddr: s.GRPCAddr(), HttpAddr: s.HTTPAddr(),
 			}}})
 			cancel()
 			if err == nil && s.selfPublished() {
@@ -303,7 +333,7 @@ func (s *Server) publishSelf() {
 
 func (s *Server) selfPublished() bool {
 	for _, m := range s.store.Members() {
-		if m.Id == s.node.id {
+		if m.Id == s.raft.ID() {
 			return m.GrpcAddr == s.GRPCAddr() && m.HttpAddr == s.HTTPAddr()
 		}
 	}
@@ -317,7 +347,7 @@ func (s *Server) countRequests(ctx context.Context, req any, info *grpc.UnarySer
 }
 
 func (s *Server) logStats() *lodestonepb.LogStats {
-	st := s.node.log.Stats()
+	st := s.log.Stats()
 	return &lodestonepb.LogStats{
 		FirstIndex: st.FirstIndex, LastIndex: st.LastIndex, FileBytes: uint64(st.FileBytes),
 		FreePages: uint64(st.FreePages), PendingPages: uint64(st.PendingPages),
@@ -344,18 +374,15 @@ func (s *Server) Close() error {
 			// After the http.Server: it hands no connection back any more.
 			errs = append(errs, s.park.Close())
 		}
-		if s.peerSrv != nil {
-			// NB: peer streams never end by themselves; stop hard.
-			s.peerSrv.Stop()
-		}
-		if s.peerMux != nil {
-			// NB: the gRPC server closed it too; this waits for its
-			// Raft streams.
-			errs = append(errs, s.peerMux.Close())
+		if s.peerPort != nil {
+			// NB: peer streams never end by themselves; this stops hard
+			// and waits for the Raft streams.
+			errs = append(errs, s.peerPort.Close())
 		}
 		s.closeListeners()
 		errs = append(errs, s.closeGossip())
-		errs = append(errs, s.node.stop())
+		s.raft.Stop()
+		errs = append(errs, s.transport.Close(), s.log.Close())
 		// After the node: nothing publishes any more.
 		errs = append(errs, s.hub.Close())
 		s.wg.Wait()

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
 	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
@@ -23,7 +24,7 @@ type sessionService struct {
 
 func (ss *sessionService) Create(ctx context.Context, req *lodestonepb.CreateSessionRequest) (*lodestonepb.CreateSessionResponse, error) {
 	if req.Session == nil {
-		return nil, invalidf("session is missing; set at least session.node")
+		return nil, rpcstatus.Invalidf("session is missing; set at least session.node")
 	}
 	res, index, err := ss.s.applyChecked(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_SessionCreate{SessionCreate: req}})
 	if err != nil {
@@ -56,7 +57,7 @@ func (ss *sessionService) Renew(ctx context.Context, req *lodestonepb.RenewSessi
 
 func (ss *sessionService) Info(ctx context.Context, req *lodestonepb.SessionInfoRequest) (*lodestonepb.SessionInfoResponse, error) {
 	if req.Id == "" {
-		return nil, invalidf("session id is empty")
+		return nil, rpcstatus.Invalidf("session id is empty")
 	}
 	if err := ss.s.blockingRead(ctx, consulapi.SessionsDep(), req.Consistency, req.WaitIndex, req.WaitMs); err != nil {
 		return nil, err
@@ -75,7 +76,7 @@ func (ss *sessionService) List(ctx context.Context, req *lodestonepb.ListSession
 
 func (ss *sessionService) ListNode(ctx context.Context, req *lodestonepb.ListNodeSessionsRequest) (*lodestonepb.ListSessionsResponse, error) {
 	if req.Node == "" {
-		return nil, invalidf("node name is empty")
+		return nil, rpcstatus.Invalidf("node name is empty")
 	}
 	if err := ss.s.blockingRead(ctx, consulapi.SessionsDep(), req.Consistency, req.WaitIndex, req.WaitMs); err != nil {
 		return nil, err
@@ -94,8 +95,8 @@ func (ss *sessionService) ListNode(ctx context.Context, req *lodestonepb.ListNod
 // It returns when the server closes.
 func (s *Server) runSessionTTL() {
 	for {
-		changed := s.node.leaderChanged()
-		if st := s.node.publishedStatus(); st.state == raft.StateLeader {
+		changed := s.raft.LeaderChanged()
+		if st := s.raft.Status(); st.State == raft.StateLeader {
 			ctx, cancel := context.WithCancel(s.ctx)
 			done := make(chan struct{})
 			go func() {

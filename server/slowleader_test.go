@@ -6,14 +6,14 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	"go.etcd.io/raft/v3"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/raftnode"
 )
 
 // startFaulty restarts member name with its own fault hooks.
-func (c *testCluster) startFaulty(name string, f *Faults) {
+func (c *testCluster) startFaulty(name string, f *raftnode.Faults) {
 	c.t.Helper()
 	c.stop(name)
 	c.base.Faults = f
@@ -27,11 +27,11 @@ func (c *testCluster) startFaulty(name string, f *Faults) {
 // not come back during the cool-down even when the new leader dies and
 // the slow node is one of the two left.
 func TestSlowLeaderStepsDown(t *testing.T) {
-	slow := SlowLeaderConfig{Threshold: 50 * time.Millisecond, Window: time.Second, Cooldown: 5 * time.Second}
+	slow := raftnode.SlowLeaderConfig{Threshold: 50 * time.Millisecond, Window: time.Second, Cooldown: 5 * time.Second}
 	c := newTestCluster(t, 3, func(cfg *Config) { cfg.SlowLeader = slow; cfg.ElectionTicks = 25 })
-	faults := map[string]*Faults{}
+	faults := map[string]*raftnode.Faults{}
 	for _, n := range c.names {
-		faults[n] = &Faults{}
+		faults[n] = &raftnode.Faults{}
 		c.startFaulty(n, faults[n])
 	}
 	lead := c.waitLeader()
@@ -67,11 +67,7 @@ func TestSlowLeaderStepsDown(t *testing.T) {
 	if took < slow.Window {
 		t.Errorf("stepped down after %v, before the %v window", took, slow.Window)
 	}
-	var m dto.Metric
-	if err := c.servers[lead].node.slow.stepDowns.WithLabelValues("slow_disk").Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := m.GetCounter().GetValue(), 1.0; got != want {
+	if got, want := gauge(t, c.servers[lead], "lodestone_leader_step_downs_total"), 1.0; got != want {
 		t.Errorf("lodestone_leader_step_downs_total{reason=slow_disk} = %v, want %v", got, want)
 	}
 	cooldownEnd := start.Add(took).Add(slow.Cooldown)
@@ -88,10 +84,10 @@ func TestSlowLeaderStepsDown(t *testing.T) {
 	}
 	sawThird := false
 	for time.Until(cooldownEnd) > 300*time.Millisecond {
-		if st := c.servers[lead].node.publishedStatus(); st.state == raft.StateLeader {
+		if st := c.servers[lead].raft.Status(); st.State == raft.StateLeader {
 			t.Fatalf("the slow node %s led again %v before its cool-down ended", lead, time.Until(cooldownEnd))
 		}
-		if c.servers[third].node.publishedStatus().state == raft.StateLeader {
+		if c.servers[third].raft.Status().State == raft.StateLeader {
 			sawThird = true
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -11,14 +10,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
-	"github.com/lodestone-kv/lodestone/store"
-	"github.com/lodestone-kv/lodestone/watch"
 )
 
 type watchClient struct {
@@ -720,23 +716,3 @@ func TestWatchFromNowAfterAcknowledgedWrite(t *testing.T) {
 // every field, and its PrevKV uses the same key string as its KV, so a
 // retained event is one key object, not two; a PrevKV for another key
 // keeps its own.
-func TestWatchEventsShareTheKey(t *testing.T) {
-	prev := &lodestonepb.KeyValue{Key: []byte("a/1"), Value: []byte("old"), CreateIndex: 3, ModifyIndex: 4}
-	cur := &lodestonepb.KeyValue{Key: []byte("a/1"), Value: []byte("new"), CreateIndex: 3, ModifyIndex: 9, LockIndex: 1, Flags: 42, Session: "s"}
-	other := &lodestonepb.KeyValue{Key: []byte("b"), ModifyIndex: 2}
-	got := toWatchEvents([]store.Event{
-		{Type: store.EventPut, KV: cur, PrevKV: prev},
-		{Type: store.EventDelete, KV: &lodestonepb.KeyValue{Key: []byte("a/2"), ModifyIndex: 9}, PrevKV: other},
-	})
-	want := []watch.Event{
-		{Type: watch.Put, KV: watch.KeyValue{Key: "a/1", Value: []byte("new"), CreateIndex: 3, ModifyIndex: 9, LockIndex: 1, Flags: 42, Session: "s"},
-			PrevKV: &watch.KeyValue{Key: "a/1", Value: []byte("old"), CreateIndex: 3, ModifyIndex: 4}},
-		{Type: watch.Delete, KV: watch.KeyValue{Key: "a/2", ModifyIndex: 9}, PrevKV: &watch.KeyValue{Key: "b", ModifyIndex: 2}},
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("toWatchEvents:\n got %+v\nwant %+v", got, want)
-	}
-	if unsafe.StringData(got[0].PrevKV.Key) != unsafe.StringData(got[0].KV.Key) {
-		t.Fatal("the PrevKV of a put holds a second copy of its key")
-	}
-}

@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lodestone-kv/lodestone/internal/heapfloor"
+	"github.com/lodestone-kv/lodestone/internal/member"
+	"github.com/lodestone-kv/lodestone/raftnode"
 	"github.com/lodestone-kv/lodestone/server"
 )
 
@@ -124,12 +126,12 @@ func runServer(ctx context.Context, o *serverOptions, stderr io.Writer) error {
 	cfg.Logger = logger
 	gossipKeyFromEnv(&cfg.Gossip.Pool)
 	if o.faultHooks {
-		cfg.Faults = &server.Faults{}
+		cfg.Faults = &raftnode.Faults{}
 		cfg.Faults.SetDiskDelay(o.faultDiskDelay)
 	} else if o.faultDiskDelay != 0 {
 		return errors.New("--fault-disk-delay needs --fault-hooks")
 	}
-	cfg.InitialCluster, err = server.ParseInitialCluster(o.initialCluster)
+	cfg.InitialCluster, err = member.ParseCluster(o.initialCluster)
 	if err != nil {
 		return fmt.Errorf("--initial-cluster: %w", err)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lodestone-kv/lodestone/server"
+	"github.com/lodestone-kv/lodestone/internal/member"
 	"github.com/lodestone-kv/lodestone/tools/compact"
 	"github.com/lodestone-kv/lodestone/tools/snapshot"
 )
@@ -123,7 +123,7 @@ truncated FILE is refused and nothing is written.`,
 			case initial == "":
 				return usagef(cmd, "--initial-cluster is required (every member of the new cluster)")
 			}
-			ic, err := server.ParseInitialCluster(initial)
+			ic, err := member.ParseCluster(initial)
 			if err != nil {
 				return usagef(cmd, "--initial-cluster: %v", err)
 			}

@@ -1,5 +1,5 @@
 // Package faulthook drives the fault-injection hooks a Lodestone server
-// serves when it runs with --fault-hooks (server.Faults), for the chaos
+// serves when it runs with --fault-hooks (raftnode.Faults), for the chaos
 // harness and the benchmarks.
 package faulthook
 

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lodestone-kv/lodestone/internal/faulthook"
+	"github.com/lodestone-kv/lodestone/raftnode"
 	"github.com/lodestone-kv/lodestone/server"
 	"github.com/lodestone-kv/lodestone/server/servertest"
 )
@@ -17,7 +18,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // startServer runs a one-member server, with fault hooks when f is set.
-func startServer(t *testing.T, f *server.Faults) *server.Server {
+func startServer(t *testing.T, f *raftnode.Faults) *server.Server {
 	return servertest.Start(t, func(cfg *server.Config) {
 		cfg.Faults = f
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -27,7 +28,7 @@ func startServer(t *testing.T, f *server.Faults) *server.Server {
 func TestSetDiskDelay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	f := &server.Faults{}
+	f := &raftnode.Faults{}
 	srv := startServer(t, f)
 	if err := faulthook.SetDiskDelay(ctx, srv.HTTPAddr(), 250*time.Millisecond); err != nil {
 		t.Fatal(err)

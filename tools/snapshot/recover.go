@@ -13,8 +13,8 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/lodestone-kv/lodestone/internal/member"
 	"github.com/lodestone-kv/lodestone/raftlog"
-	"github.com/lodestone-kv/lodestone/server"
 	"github.com/lodestone-kv/lodestone/store"
 )
 
@@ -82,7 +82,7 @@ func Recover(o RecoverOptions, out io.Writer) (RecoverPlan, error) {
 }
 
 func recoverLog(lg *raftlog.Log, o RecoverOptions, out io.Writer) (RecoverPlan, error) {
-	self := server.MemberID(o.Name)
+	self := member.ID(o.Name)
 	hs, _, err := lg.InitialState()
 	if err != nil {
 		return RecoverPlan{}, fmt.Errorf("read hard state: %w", err)

@@ -12,8 +12,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/member"
 	"github.com/lodestone-kv/lodestone/raftlog"
-	"github.com/lodestone-kv/lodestone/server"
 )
 
 // RestoreOptions configures Restore.
@@ -68,7 +68,7 @@ func Restore(o RestoreOptions, out io.Writer) (Info, error) {
 	sort.Strings(names)
 	var voters []uint64
 	for _, name := range names {
-		id := server.MemberID(name)
+		id := member.ID(name)
 		voters = append(voters, id)
 		st.SetMember(index, &lodestonepb.Member{Id: id, Name: name, PeerAddr: o.InitialCluster[name]})
 	}
@@ -119,7 +119,7 @@ func Restore(o RestoreOptions, out io.Writer) (Info, error) {
 	}
 	in := describe(o.Path, p, st)
 	fmt.Fprintf(out, "restored %s into %s: index %d, term %d, %d keys, %d services; member %s of a new cluster of %d (%s)\n",
-		o.Path, o.DataDir, index, term, in.Keys, in.Services, o.Name, len(names), server.FormatInitialCluster(o.InitialCluster))
+		o.Path, o.DataDir, index, term, in.Keys, in.Services, o.Name, len(names), member.FormatCluster(o.InitialCluster))
 	return in, nil
 }
 

@@ -1,4 +1,4 @@
-package server
+package raftnode
 
 import (
 	"fmt"
@@ -153,7 +153,7 @@ func kept(cur []raftpb.Entry, first uint64) int {
 // runLogWriter is the writer goroutine. It stops on stopC, after a failed
 // write (reported to the loop, which stops the node) or when the loop has
 // exited.
-func (n *node) runLogWriter() {
+func (n *Node) runLogWriter() {
 	defer n.wg.Done()
 	var spare []raftpb.Message
 	for {
@@ -185,7 +185,7 @@ func (n *node) runLogWriter() {
 }
 
 // writeAppend persists one batch and sends its responses to other members.
-func (n *node) writeAppend(b appendBatch) appendDone {
+func (n *Node) writeAppend(b appendBatch) appendDone {
 	var d appendDone
 	if b.snap != nil {
 		if err := n.log.ApplySnapshot(*b.snap); err != nil {
@@ -200,7 +200,7 @@ func (n *node) writeAppend(b appendBatch) appendDone {
 		d.err = fmt.Errorf("persist log: %w", err)
 		return d
 	}
-	d.at, d.took, d.wrote = time.Now(), took, len(b.ents) > 0
+	d.at, d.took, d.wrote = n.clock.Now(), took, len(b.ents) > 0
 	d.commit = max(d.commit, b.hs.Commit)
 	// Durable now: acknowledgements may leave.
 	for _, m := range b.responses {
@@ -210,7 +210,7 @@ func (n *node) writeAppend(b appendBatch) appendDone {
 			}
 			d.local = append(d.local, m)
 		} else {
-			n.transport.send(m)
+			n.sender.Send(m)
 		}
 	}
 	return d

@@ -1,4 +1,4 @@
-package server
+package peer
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/internal/grpcopt"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // The peer transport keeps one Raft stream per peer for ordinary Raft
@@ -34,39 +35,37 @@ const (
 	peerQueueLen      = 4096
 	peerBatchMax      = 256
 	snapshotChunkSize = 1 << 20
-	peerMaxMsgBytes   = 64 << 20
+	maxMsgBytes       = 64 << 20
 	snapshotTimeout   = 10 * time.Minute
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// transportEvent is reported back to the Raft loop, which alone may touch
-// the RawNode.
-type transportEvent struct {
-	to          uint64
-	unreachable bool
-	snapshot    bool
-	snapStatus  raft.SnapshotStatus
+// Node is the Raft member a Transport serves; *raftnode.Node is one.
+type Node interface {
+	// Step hands a received message to the Raft loop; it may block to
+	// push back on a peer that sends faster than the loop steps.
+	Step(ctx context.Context, m raftpb.Message) error
+	// ReportUnreachable must not block; ReportSnapshot may.
+	ReportUnreachable(id uint64)
+	ReportSnapshot(id uint64, st raft.SnapshotStatus)
+	// Dropped is told of every message that was never sent. Raft does
+	// not resend a follower's proposals (MsgProp), so their callers can
+	// be told at once that nothing was applied. It must not block.
+	Dropped(m raftpb.Message)
+	// MarkRemoved is called when a peer refuses our messages because this
+	// member was removed: a removed follower may never see the commit of
+	// its own removal, so this is how it learns.
+	MarkRemoved()
 }
 
-type transport struct {
+// Transport carries Raft messages between members: it implements
+// raftnode.Sender and feeds what it receives to its Node.
+type Transport struct {
 	self    uint64
 	logger  *slog.Logger
 	metrics *metrics
-
-	// deliver hands a received message to the Raft loop; it may block to
-	// push back on a peer that sends faster than the loop steps.
-	deliver func(ctx context.Context, m raftpb.Message) error
-	// events carries unreachable and snapshot reports to the loop.
-	events chan transportEvent
-	// dropped is told of proposals that were never sent (MsgProp from a
-	// follower to its leader); Raft does not resend them, so their callers
-	// can be told at once that nothing was applied. It must not block.
-	dropped func(raftpb.Message)
-	// removedSelf is called when a peer refuses our messages because this
-	// member was removed: a removed follower may never see the commit of
-	// its own removal, so this is how it learns.
-	removedSelf func()
+	node    Node
 	// commitHold is Config.CommitNoticeHold (0: never hold).
 	commitHold time.Duration
 
@@ -79,6 +78,8 @@ type transport struct {
 
 	mu    sync.Mutex
 	peers map[uint64]*peer
+
+	index indexStream // a follower's questions to its leader (indexstream.go)
 }
 
 type peer struct {
@@ -89,31 +90,65 @@ type peer struct {
 	cancel context.CancelFunc
 }
 
-func newTransport(self uint64, logger *slog.Logger, m *metrics, deliver func(context.Context, raftpb.Message) error, dropped func(raftpb.Message)) *transport {
+// Config configures a Transport.
+type Config struct {
+	Self uint64 // this member's Raft id
+	// CommitNoticeHold is how long an entry-less commit notice may wait
+	// for the next append to the same peer, which carries the same news
+	// (0: never hold).
+	CommitNoticeHold time.Duration
+	Logger           *slog.Logger
+	Registerer       prometheus.Registerer
+}
+
+// NewTransport makes a Transport with no peers. Messages received before
+// SetNode are refused.
+func NewTransport(cfg Config) *Transport {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &transport{
-		self:    self,
-		logger:  logger,
-		metrics: m,
-		deliver: deliver,
-		dropped: dropped,
-		events:  make(chan transportEvent, 1024),
-		ctx:     ctx,
-		cancel:  cancel,
-		peers:   map[uint64]*peer{},
-		removed: map[uint64]bool{},
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	return &Transport{
+		self:       cfg.Self,
+		logger:     cfg.Logger,
+		metrics:    newMetrics(cfg.Registerer),
+		commitHold: cfg.CommitNoticeHold,
+		node:       unset{},
+		ctx:        ctx,
+		cancel:     cancel,
+		peers:      map[uint64]*peer{},
+		removed:    map[uint64]bool{},
 	}
 }
 
-// setPeer adds a peer or changes its address. Adding self is a no-op.
-func (t *transport) setPeer(id uint64, addr string) error {
+// SetNode sets the member received messages go to. Call it once, before
+// the peer port serves anything.
+func (t *Transport) SetNode(n Node) { t.node = n }
+
+// unset is the Node before SetNode: it refuses what arrives.
+type unset struct{}
+
+func (unset) Step(context.Context, raftpb.Message) error { return ErrStopped }
+func (unset) ReportUnreachable(uint64)                   {}
+func (unset) ReportSnapshot(uint64, raft.SnapshotStatus) {}
+func (unset) Dropped(raftpb.Message)                     {}
+func (unset) MarkRemoved()                               {}
+
+// ErrStopped is returned once the transport is closed.
+var ErrStopped = errors.New("peer transport stopped")
+
+// SetPeer adds a peer or changes its address. Adding self is a no-op.
+func (t *Transport) SetPeer(id uint64, addr string) error {
 	if id == t.self || addr == "" {
 		return nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.ctx.Err() != nil {
-		return errStopped
+		return ErrStopped
 	}
 	if p, ok := t.peers[id]; ok {
 		if p.addr == addr {
@@ -123,7 +158,7 @@ func (t *transport) setPeer(id uint64, addr string) error {
 	}
 	conn, err := grpc.NewClient(addr, append(grpcopt.PeerDialOptions(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(peerMaxMsgBytes), grpc.MaxCallSendMsgSize(peerMaxMsgBytes)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)),
 		// NB: gRPC's default reconnect backoff grows to two minutes; a
 		// member that restarts must hear heartbeats within an election.
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -147,7 +182,8 @@ func (t *transport) setPeer(id uint64, addr string) error {
 	return nil
 }
 
-func (t *transport) removePeer(id uint64) {
+// RemovePeer forgets a peer; its messages are refused from now on.
+func (t *Transport) RemovePeer(id uint64) {
 	t.removedMu.Lock()
 	t.removed[id] = true
 	t.removedMu.Unlock()
@@ -160,15 +196,15 @@ func (t *transport) removePeer(id uint64) {
 	}
 }
 
-func (t *transport) stopPeerLocked(p *peer) {
+func (t *Transport) stopPeerLocked(p *peer) {
 	p.cancel()
 	if err := p.conn.Close(); err != nil {
 		t.logger.Debug("close peer connection", "peer", fmt.Sprintf("%x", p.id), "err", err)
 	}
 }
 
-// peerAddr returns the known address of a peer.
-func (t *transport) peerAddr(id uint64) (string, bool) {
+// PeerAddr returns the known address of a peer.
+func (t *Transport) PeerAddr(id uint64) (string, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p, ok := t.peers[id]
@@ -178,9 +214,9 @@ func (t *transport) peerAddr(id uint64) (string, bool) {
 	return p.addr, true
 }
 
-// peerClient returns a Peer client on the transport's connection to id,
-// for small calls beside its Raft stream.
-func (t *transport) peerClient(id uint64) (lodestonepb.PeerClient, bool) {
+// Client returns a Peer client on the transport's connection to id, for
+// small calls beside its Raft stream.
+func (t *Transport) Client(id uint64) (lodestonepb.PeerClient, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p, ok := t.peers[id]
@@ -190,9 +226,9 @@ func (t *transport) peerClient(id uint64) (lodestonepb.PeerClient, bool) {
 	return lodestonepb.NewPeerClient(p.conn), true
 }
 
-// send queues m for its peer without blocking; a full queue drops it and
+// Send queues m for its peer without blocking; a full queue drops it and
 // reports the peer unreachable. MsgSnap goes on its own stream.
-func (t *transport) send(m raftpb.Message) {
+func (t *Transport) Send(m raftpb.Message) {
 	if m.To == t.self {
 		return
 	}
@@ -212,14 +248,14 @@ func (t *transport) send(m raftpb.Message) {
 	case p.queue <- m:
 	default:
 		t.drop(m)
-		t.report(transportEvent{to: m.To, unreachable: true})
+		t.node.ReportUnreachable(m.To)
 	}
 }
 
 // goSendSnapshot streams m on a goroutine of its own. NB: a function of
 // its own so that only a snapshot's message escapes to the heap, not
 // every message send queues (3% of a leader's allocations).
-func (t *transport) goSendSnapshot(p *peer, m raftpb.Message) {
+func (t *Transport) goSendSnapshot(p *peer, m raftpb.Message) {
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
@@ -227,32 +263,14 @@ func (t *transport) goSendSnapshot(p *peer, m raftpb.Message) {
 	}()
 }
 
-func (t *transport) drop(m raftpb.Message) {
+func (t *Transport) drop(m raftpb.Message) {
 	t.metrics.peerDropped.WithLabelValues(fmt.Sprintf("%x", m.To)).Inc()
-	if m.Type == raftpb.MsgProp && t.dropped != nil {
-		t.dropped(m)
-	}
-}
-
-func (t *transport) report(ev transportEvent) {
-	select {
-	case t.events <- ev:
-	default:
-		// NB: unreachable reports are advisory; dropping one only delays
-		// a probe. Snapshot reports go through reportBlocking.
-	}
-}
-
-func (t *transport) reportBlocking(ev transportEvent) {
-	select {
-	case t.events <- ev:
-	case <-t.ctx.Done():
-	}
+	t.node.Dropped(m)
 }
 
 // runPeer keeps a stream open to one peer and writes queued messages to it
 // in batches, reconnecting with jittered backoff.
-func (t *transport) runPeer(ctx context.Context, p *peer) {
+func (t *Transport) runPeer(ctx context.Context, p *peer) {
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		err := t.streamTo(ctx, p)
@@ -261,7 +279,7 @@ func (t *transport) runPeer(ctx context.Context, p *peer) {
 		}
 		t.metrics.peerStreamEnds.WithLabelValues(fmt.Sprintf("%x", p.id)).Inc()
 		t.logger.Info("raft stream to peer ended; redialling", "peer", fmt.Sprintf("%x", p.id), "err", err)
-		t.report(transportEvent{to: p.id, unreachable: true})
+		t.node.ReportUnreachable(p.id)
 		// Drop what queued up while the stream was down: it is stale, and
 		// Raft resends what matters once the peer answers again.
 		for drained := false; !drained; {
@@ -284,7 +302,7 @@ func (t *transport) runPeer(ctx context.Context, p *peer) {
 
 // streamTo dials p's Raft stream and writes queued messages to it in
 // batches, one write each, until the stream fails or ctx ends.
-func (t *transport) streamTo(ctx context.Context, p *peer) error {
+func (t *Transport) streamTo(ctx context.Context, p *peer) error {
 	conn, err := dialRaftStream(ctx, p.addr)
 	if err != nil {
 		return err
@@ -407,10 +425,10 @@ func (t *transport) streamTo(ctx context.Context, p *peer) error {
 
 // streamEnded acts on the reason a peer gave for ending a Raft stream and
 // returns it.
-func (t *transport) streamEnded(peer string, err error) error {
-	if errors.Is(err, errStreamRemoved) && t.removedSelf != nil {
+func (t *Transport) streamEnded(peer string, err error) error {
+	if errors.Is(err, errStreamRemoved) {
 		t.logger.Warn("a peer says this member was removed", "peer", peer, "err", err)
-		t.removedSelf()
+		t.node.MarkRemoved()
 	}
 	return err
 }
@@ -493,7 +511,7 @@ func (h *noticeHold) next(msgs []raftpb.Message, expired, enabled bool) (_ []raf
 	return msgs, merged
 }
 
-func (t *transport) sendSnapshot(p *peer, m raftpb.Message) {
+func (t *Transport) sendSnapshot(p *peer, m raftpb.Message) {
 	start := time.Now()
 	err := t.streamSnapshot(p, m)
 	status := raft.SnapshotFinish
@@ -504,10 +522,10 @@ func (t *transport) sendSnapshot(p *peer, m raftpb.Message) {
 		t.logger.Info("snapshot sent", "peer", fmt.Sprintf("%x", p.id), "index", m.Snapshot.Metadata.Index,
 			"bytes", len(m.Snapshot.Data), "took", time.Since(start))
 	}
-	t.reportBlocking(transportEvent{to: p.id, snapshot: true, snapStatus: status})
+	t.node.ReportSnapshot(p.id, status)
 }
 
-func (t *transport) streamSnapshot(p *peer, m raftpb.Message) error {
+func (t *Transport) streamSnapshot(p *peer, m raftpb.Message) error {
 	ctx, cancel := context.WithTimeout(t.ctx, snapshotTimeout)
 	defer cancel()
 	stream, err := lodestonepb.NewPeerClient(p.conn).Snapshot(ctx)
@@ -545,7 +563,7 @@ func (t *transport) streamSnapshot(p *peer, m raftpb.Message) error {
 // frames and hands each message to the Raft loop in order, until the
 // stream ends or ctx does. A message from a removed member ends the
 // stream with a rejection, so that member learns it was removed.
-func (t *transport) receiveStream(ctx context.Context, conn net.Conn) error {
+func (t *Transport) ReceiveStream(ctx context.Context, conn net.Conn) error {
 	f := newFrameReader(conn, raftStreamReadBuffer)
 	for {
 		var m raftpb.Message
@@ -565,7 +583,7 @@ func (t *transport) receiveStream(ctx context.Context, conn net.Conn) error {
 			}
 			return errors.New(why)
 		}
-		if err := t.deliver(ctx, m); err != nil {
+		if err := t.node.Step(ctx, m); err != nil {
 			return err
 		}
 	}
@@ -573,7 +591,7 @@ func (t *transport) receiveStream(ctx context.Context, conn net.Conn) error {
 
 // receiveSnapshot serves Peer.Snapshot: it reassembles and checks the data
 // before Raft sees the message.
-func (t *transport) receiveSnapshot(stream lodestonepb.Peer_SnapshotServer) error {
+func (t *Transport) receiveSnapshot(stream lodestonepb.Peer_SnapshotServer) error {
 	first, err := stream.Recv()
 	if err != nil {
 		return fmt.Errorf("receive snapshot header: %w", err)
@@ -598,15 +616,16 @@ func (t *transport) receiveSnapshot(stream lodestonepb.Peer_SnapshotServer) erro
 	}
 	m.Snapshot.Data = data
 	t.logger.Info("snapshot received", "index", m.Snapshot.Metadata.Index, "bytes", len(data))
-	if err := t.deliver(stream.Context(), m); err != nil {
+	if err := t.node.Step(stream.Context(), m); err != nil {
 		return err
 	}
 	return stream.SendAndClose(&lodestonepb.RaftAck{})
 }
 
-// close stops every peer goroutine and waits for them.
-func (t *transport) close() error {
+// Close stops every peer goroutine and waits for them.
+func (t *Transport) Close() error {
 	t.cancel()
+	t.index.close()
 	t.mu.Lock()
 	var errs []error
 	for id, p := range t.peers {

@@ -1,16 +1,10 @@
-package server
+package raftnode
 
 import (
-	"context"
-	"io"
 	"slices"
 	"testing"
-	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	"go.etcd.io/raft/v3/raftpb"
-
-	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
 
 // ents makes entries from..to of term, normal unless listed in conf.
@@ -129,91 +123,5 @@ func TestPendingEntriesRelease(t *testing.T) {
 		if e.Index != 0 {
 			t.Fatalf("released slot %d still holds entry %d", i, e.Index)
 		}
-	}
-}
-
-// A member whose log writes are slow still applies, and delivers watch
-// events for, what the other two made durable, long before its own write
-// finishes; a leader whose log writes are slow answers writes the two
-// followers committed. Each member's injected disk delay is far longer than
-// the time allowed for the answer, so the assertions fail if applying waits
-// for the local fsync, as it did.
-func TestAppliesBeforeLocalFsync(t *testing.T) {
-	const delay = 2 * time.Second
-	c := newTestCluster(t, 3, func(cfg *Config) { cfg.SlowLeader = SlowLeaderConfig{} })
-	faults := map[string]*Faults{}
-	for _, n := range c.names {
-		faults[n] = &Faults{}
-		c.startFaulty(n, faults[n])
-	}
-	lead := c.waitLeader()
-	slow := c.follower()
-	kv := c.kv(lead)
-	put(t, kv, "warm", "up")
-
-	w := openWatch(t, c, slow)
-	w.create(&lodestonepb.WatchCreate{WatchId: 1, Key: []byte("k")})
-	faults[slow].SetDiskDelay(delay)
-	start := time.Now()
-	resp := put(t, kv, "k", "v1")
-	evs, _ := w.collect(1)
-	if took := time.Since(start); took > delay/2 {
-		t.Fatalf("the watch on %s (log writes take %v) got the write after %v", slow, delay, took)
-	}
-	if string(evs[0].Kv.GetValue()) != "v1" || evs[0].Kv.GetModifyIndex() != resp.Header.GetIndex() {
-		t.Fatalf("watch event %+v, want k=v1 at index %d", evs[0].Kv, resp.Header.GetIndex())
-	}
-	if n := gauge(t, c.servers[slow], "lodestone_raft_entries_applied_before_local_fsync_total"); n < 1 {
-		t.Errorf("%s: lodestone_raft_entries_applied_before_local_fsync_total = %v, want >= 1", slow, n)
-	}
-	faults[slow].SetDiskDelay(0)
-	// NB: the slow write still sleeps; until it is done the follower
-	// acknowledges nothing, and a leader without it has no quorum to
-	// commit by.
-	waitFor(t, 2*delay, func() bool {
-		var m dto.Metric
-		return c.servers[slow].node.slow.saveTime.Write(&m) == nil && m.GetHistogram().GetSampleSum() >= delay.Seconds()
-	})
-
-	faults[lead].SetDiskDelay(delay)
-	ctx, cancel := context.WithTimeout(context.Background(), delay/2)
-	defer cancel()
-	start = time.Now()
-	written, err := kv.Put(ctx, &lodestonepb.PutRequest{Key: []byte("k"), Value: []byte("v2")})
-	if err != nil {
-		t.Fatalf("put on the leader %s (log writes take %v): %v after %v", lead, delay, err, time.Since(start))
-	}
-	if n := gauge(t, c.servers[lead], "lodestone_raft_entries_applied_before_local_fsync_total"); n < 1 {
-		t.Errorf("%s: lodestone_raft_entries_applied_before_local_fsync_total = %v, want >= 1", lead, n)
-	}
-	// An operator's snapshot of the leader covers the write its log does
-	// not hold yet, with that entry's term.
-	st, err := c.cluster(lead).Status(ctx, &lodestonepb.StatusRequest{})
-	if err != nil {
-		t.Fatalf("status of %s: %v", lead, err)
-	}
-	snaps, err := lodestonepb.NewAdminClient(c.conn(lead)).SaveSnapshot(ctx, &lodestonepb.SaveSnapshotRequest{})
-	if err != nil {
-		t.Fatalf("save snapshot on %s: %v", lead, err)
-	}
-	chunk, err := snaps.Recv()
-	if err != nil {
-		t.Fatalf("save snapshot on %s (log writes take %v): %v", lead, delay, err)
-	}
-	if h := chunk.GetHeader(); h.GetIndex() < written.Header.GetIndex() || h.GetTerm() != st.Term {
-		t.Fatalf("snapshot header %+v, want index >= %d in term %d", h, written.Header.GetIndex(), st.Term)
-	}
-	for {
-		if _, err := snaps.Recv(); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatalf("save snapshot on %s: %v", lead, err)
-		}
-	}
-	faults[lead].SetDiskDelay(0)
-	// Every member holds both writes once the delayed writes are done: the
-	// early apply was not instead of the durable one.
-	if got := get(t, c.kv(slow), "k", lodestonepb.Consistency_LINEARIZABLE); string(got.GetValue()) != "v2" {
-		t.Fatalf("linearizable read on %s: %q, want v2", slow, got.GetValue())
 	}
 }

@@ -1,14 +1,16 @@
-package server
+package raftnode
 
 import (
 	"container/heap"
 	"sync"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
 
 // proposalResult is what the apply loop hands back to a waiting proposer.
 type proposalResult struct {
 	index  uint64
-	result any
+	result *lodestonepb.CommandResult
 	err    error
 }
 

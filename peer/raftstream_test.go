@@ -1,4 +1,4 @@
-package server
+package peer
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestFramesRoundTrip(t *testing.T) {
@@ -66,7 +67,7 @@ func TestFramesRoundTrip(t *testing.T) {
 }
 
 func TestFrameLengthChecked(t *testing.T) {
-	for _, n := range []uint32{0, peerMaxMsgBytes + 1, 1<<32 - 1} {
+	for _, n := range []uint32{0, maxMsgBytes + 1, 1<<32 - 1} {
 		frame := binary.BigEndian.AppendUint32(nil, n)
 		_, err := newFrameReader(bytes.NewReader(frame), 64).next()
 		if err == nil || !strings.Contains(err.Error(), "want 1 to") {
@@ -89,16 +90,16 @@ func TestPeerPortServesBoth(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan raftpb.Message, 16)
-	rt := newTransport(1, slog.New(slog.DiscardHandler), newMetrics(), func(ctx context.Context, m raftpb.Message) error {
+	rt := newTestTransport(1, testNode{step: func(ctx context.Context, m raftpb.Message) error {
 		select {
 		case got <- m:
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	}, nil)
-	defer rt.close()
-	mux := newPeerMux(ln, slog.New(slog.DiscardHandler), rt.receiveStream)
+	}}, nil)
+	defer rt.Close()
+	mux := newPeerMux(ln, slog.New(slog.DiscardHandler), rt.ReceiveStream)
 	srv := grpc.NewServer()
 	lodestonepb.RegisterPeerServer(srv, indexOnlyPeer{})
 	served := make(chan error, 1)
@@ -185,36 +186,35 @@ func TestRemovedMemberIsTold(t *testing.T) {
 		t.Fatal(err)
 	}
 	logger := slog.New(slog.DiscardHandler)
-	rt := newTransport(1, logger, newMetrics(), func(context.Context, raftpb.Message) error {
+	rt := newTestTransport(1, testNode{step: func(context.Context, raftpb.Message) error {
 		t.Error("a removed member's message reached Raft")
 		return nil
-	}, nil)
-	rt.removePeer(2)
-	mux := newPeerMux(ln, logger, rt.receiveStream)
+	}}, nil)
+	rt.RemovePeer(2)
+	mux := newPeerMux(ln, logger, rt.ReceiveStream)
 	defer func() {
 		if err := mux.Close(); err != nil {
 			t.Errorf("close mux: %v", err)
 		}
-		if err := rt.close(); err != nil {
+		if err := rt.Close(); err != nil {
 			t.Errorf("close transport: %v", err)
 		}
 	}()
 
 	removed := make(chan struct{})
-	sm := newMetrics()
-	st := newTransport(2, logger, sm, func(context.Context, raftpb.Message) error { return nil }, nil)
-	st.removedSelf = func() {
+	sm := prometheus.NewRegistry()
+	st := newTestTransport(2, testNode{removed: func() {
 		select {
 		case <-removed:
 		default:
 			close(removed)
 		}
-	}
-	defer st.close()
-	if err := st.setPeer(1, ln.Addr().String()); err != nil {
+	}}, sm)
+	defer st.Close()
+	if err := st.SetPeer(1, ln.Addr().String()); err != nil {
 		t.Fatal(err)
 	}
-	st.send(raftpb.Message{Type: raftpb.MsgHeartbeatResp, To: 1, From: 2, Term: 1})
+	st.Send(raftpb.Message{Type: raftpb.MsgHeartbeatResp, To: 1, From: 2, Term: 1})
 	select {
 	case <-removed:
 	case <-time.After(5 * time.Second):
@@ -222,7 +222,7 @@ func TestRemovedMemberIsTold(t *testing.T) {
 	}
 	// The ended stream is counted once runPeer has it back.
 	deadline := time.Now().Add(5 * time.Second)
-	for gathered(t, sm.reg, "lodestone_peer_stream_ends_total") < 1 {
+	for gathered(t, sm, "lodestone_peer_stream_ends_total") < 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("lodestone_peer_stream_ends_total did not count the refused stream")
 		}

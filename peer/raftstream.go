@@ -1,4 +1,4 @@
-package server
+package peer
 
 import (
 	"bufio"
@@ -30,7 +30,7 @@ import (
 // receives):
 //
 //	preamble  8 bytes: raftStreamMagic ("LDRAFT" and a version byte pair)
-//	frame     4-byte big-endian length n, 1 <= n <= peerMaxMsgBytes,
+//	frame     4-byte big-endian length n, 1 <= n <= maxMsgBytes,
 //	          then n bytes: one raftpb.Message in protobuf wire form
 //
 // The receiver writes back at most one frame, its reason for ending the
@@ -115,8 +115,8 @@ func setUserTimeout(_, _ string, c syscall.RawConn) error {
 // appendFrame appends m as one frame.
 func appendFrame(buf []byte, m *raftpb.Message) ([]byte, error) {
 	n := m.Size()
-	if n > peerMaxMsgBytes {
-		return buf, fmt.Errorf("%s of %d bytes: over the %d-byte message limit", m.Type, n, peerMaxMsgBytes)
+	if n > maxMsgBytes {
+		return buf, fmt.Errorf("%s of %d bytes: over the %d-byte message limit", m.Type, n, maxMsgBytes)
 	}
 	start := len(buf)
 	buf = binary.BigEndian.AppendUint32(buf, uint32(n))
@@ -146,8 +146,8 @@ func (f *frameReader) next() ([]byte, error) {
 		return nil, err
 	}
 	n := binary.BigEndian.Uint32(head[:])
-	if n == 0 || n > peerMaxMsgBytes {
-		return nil, fmt.Errorf("frame of %d bytes: want 1 to %d", n, peerMaxMsgBytes)
+	if n == 0 || n > maxMsgBytes {
+		return nil, fmt.Errorf("frame of %d bytes: want 1 to %d", n, maxMsgBytes)
 	}
 	var b []byte
 	switch {

@@ -1,12 +1,10 @@
-package server
+package raftnode
 
 import (
-	"fmt"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -88,64 +86,5 @@ func TestAppendAcksBoundsEachPeerAndForgets(t *testing.T) {
 	a.received(appResp(3, 1, false), t0.Add(time.Second))
 	if len(l.lags) != 1 {
 		t.Fatalf("acknowledgements after forget and reset were timed: %v", l.lags)
-	}
-}
-
-// appendAcksOf is the sample count of lodestone_peer_append_ack_seconds
-// for peer in g: the appends to it the leader has seen acknowledged.
-func appendAcksOf(t *testing.T, g prometheus.Gatherer, peer string) uint64 {
-	t.Helper()
-	for _, m := range family(t, g, "lodestone_peer_append_ack_seconds").GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "peer" && l.GetValue() == peer {
-				return m.GetHistogram().GetSampleCount()
-			}
-		}
-	}
-	return 0
-}
-
-// TestLeaderTimesEachFollowersAppends: on a real cluster the leader
-// times every follower's appends, and a stopped follower's count stops
-// while the other's goes on, which is how an operator tells them apart.
-func TestLeaderTimesEachFollowersAppends(t *testing.T) {
-	c := newTestCluster(t, 3)
-	lead := c.waitLeader()
-	followers := c.followersOf(lead)
-	reg := c.servers[lead].Registry()
-	peer := func(name string) string { return fmt.Sprintf("%x", MemberID(name)) }
-	kv := c.kv(lead)
-	const writes = 20
-	for i := range writes {
-		put(t, kv, fmt.Sprintf("k%d", i), "v")
-	}
-	// Each put is its own append to each follower; the one not needed for
-	// the quorum may acknowledge after the put returns.
-	waitFor(t, 10*time.Second, func() bool {
-		return appendAcksOf(t, reg, peer(followers[0])) >= writes && appendAcksOf(t, reg, peer(followers[1])) >= writes
-	})
-	for _, f := range followers {
-		if got := appendAcksOf(t, c.servers[f].Registry(), peer(lead)); got != 0 {
-			t.Fatalf("follower %s timed %d appends to the leader; a follower sends none", f, got)
-		}
-	}
-
-	c.stop(followers[1])
-	putAll := func(prefix string) {
-		for i := range writes {
-			put(t, kv, fmt.Sprintf("%s%d", prefix, i), "v")
-		}
-	}
-	// An acknowledgement the stopped follower sent before it stopped may
-	// still be on its way in; a round of puts lets it land.
-	putAll("settle")
-	stopped := appendAcksOf(t, reg, peer(followers[1]))
-	live := appendAcksOf(t, reg, peer(followers[0]))
-	putAll("after")
-	if got := appendAcksOf(t, reg, peer(followers[0])); got < live+writes {
-		t.Fatalf("the live follower's timed appends went from %d to %d over %d puts; want at least %d more", live, got, writes, writes)
-	}
-	if got := appendAcksOf(t, reg, peer(followers[1])); got != stopped {
-		t.Fatalf("the stopped follower's timed appends went from %d to %d; it acknowledged nothing", stopped, got)
 	}
 }

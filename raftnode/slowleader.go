@@ -1,8 +1,7 @@
-package server
+package raftnode
 
 import (
 	"fmt"
-	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -44,9 +43,9 @@ func DefaultSlowLeaderConfig() SlowLeaderConfig {
 	}
 }
 
-func (c SlowLeaderConfig) validate() error {
+func (c SlowLeaderConfig) Validate() error {
 	if c.Threshold < 0 || (c.Threshold > 0 && (c.Window <= 0 || c.Cooldown < 0)) {
-		return &ConfigError{Field: "slow-leader", Err: fmt.Errorf("threshold %v, window %v, cooldown %v: want threshold >= 0 and, with a threshold, a positive window and cooldown >= 0", c.Threshold, c.Window, c.Cooldown)}
+		return fmt.Errorf("threshold %v, window %v, cooldown %v: want threshold >= 0 and, with a threshold, a positive window and cooldown >= 0", c.Threshold, c.Window, c.Cooldown)
 	}
 	return nil
 }
@@ -107,15 +106,15 @@ func newSlowLeader(cfg SlowLeaderConfig, reg prometheus.Registerer) *slowLeader 
 // delay, if any) and returns how long it took. It runs on the log writer
 // (logwriter.go); the loop feeds the latency of writes with entries to the
 // slow-leader check (observeWrite) when it gets the result.
-func (n *node) saveTimed(hs raftpb.HardState, ents []raftpb.Entry) (time.Duration, error) {
-	start := time.Now()
+func (n *Node) saveTimed(hs raftpb.HardState, ents []raftpb.Entry) (time.Duration, error) {
+	start := n.clock.Now()
 	if d := n.cfg.Faults.DiskDelay(); d > 0 && len(ents) > 0 {
-		time.Sleep(d) // NB: the fault hook: a disk that takes d per write
+		<-n.clock.After(d) // NB: the fault hook: a disk that takes d per write
 	}
 	if err := n.log.Save(hs, ents); err != nil {
 		return 0, err
 	}
-	took := time.Since(start)
+	took := n.clock.Now().Sub(start)
 	if len(ents) > 0 {
 		n.slow.saveTime.Observe(took.Seconds())
 	}
@@ -125,8 +124,8 @@ func (n *node) saveTimed(hs raftpb.HardState, ents []raftpb.Entry) (time.Duratio
 // observeWrite runs in the loop for each finished log write with entries.
 // NB: only while leading: a follower's slow disk does not hold up the
 // cluster's writes (the leader needs only a quorum of acknowledgements).
-func (n *node) observeWrite(d appendDone) {
-	if d.wrote && n.status.Load().state == raft.StateLeader {
+func (n *Node) observeWrite(d appendDone) {
+	if d.wrote && n.status.Load().State == raft.StateLeader {
 		n.slow.observe(d.at, d.took)
 	}
 }
@@ -147,16 +146,16 @@ func (sl *slowLeader) observe(now time.Time, took time.Duration) {
 
 // checkSlowLeader runs on every tick: a leader whose writes stayed slow
 // for the window hands leadership to the healthiest up-to-date follower.
-func (n *node) checkSlowLeader() {
+func (n *Node) checkSlowLeader() {
 	sl := n.slow
-	now := time.Now()
+	now := n.clock.Now()
 	if left := sl.cooldownUntil.Sub(now); left > 0 {
 		sl.cooling.Set(left.Seconds())
 	} else {
 		sl.cooling.Set(0)
 	}
-	if sl.slowSince.IsZero() || n.status.Load().state != raft.StateLeader {
-		if n.status.Load().state != raft.StateLeader {
+	if sl.slowSince.IsZero() || n.status.Load().State != raft.StateLeader {
+		if n.status.Load().State != raft.StateLeader {
 			sl.slowSince = time.Time{}
 		}
 		return
@@ -192,9 +191,9 @@ func (n *node) checkSlowLeader() {
 // NB: not peerActive's few heartbeats: a slow leader's own loop sits in
 // its slow writes, so it reads its followers' messages late; their last
 // message can look older than they are.
-func (n *node) healthiestFollower() uint64 {
+func (n *Node) healthiestFollower() uint64 {
 	st := n.rn.Status()
-	reachable := n.electionTimeout()
+	reachable := n.ElectionTimeout()
 	var best uint64
 	var bestMatch uint64
 	var bestHeard time.Time
@@ -206,10 +205,8 @@ func (n *node) healthiestFollower() uint64 {
 		if !ok {
 			continue
 		}
-		n.heardMu.Lock()
-		heard := n.heard[id]
-		n.heardMu.Unlock()
-		if time.Since(heard) > reachable {
+		heard, _ := n.LastHeard(id)
+		if n.clock.Now().Sub(heard) > reachable {
 			continue
 		}
 		if best == 0 || pr.Match > bestMatch || (pr.Match == bestMatch && heard.After(bestHeard)) {
@@ -220,15 +217,15 @@ func (n *node) healthiestFollower() uint64 {
 }
 
 // coolingDown reports whether this node must not campaign now.
-func (n *node) coolingDown() bool {
-	return time.Now().Before(n.slow.cooldownUntil)
+func (n *Node) coolingDown() bool {
+	return n.clock.Now().Before(n.slow.cooldownUntil)
 }
 
 // holdCampaign drops, during a cool-down, the messages by which this node
 // would campaign: its pre-vote requests (every election starts with one,
 // PreVote is on) and an incoming MsgTimeoutNow (a transfer to it, which
 // skips the pre-vote). It still answers others' votes.
-func (n *node) holdCampaign(msgs []raftpb.Message) []raftpb.Message {
+func (n *Node) holdCampaign(msgs []raftpb.Message) []raftpb.Message {
 	if !n.coolingDown() {
 		return msgs
 	}
@@ -240,23 +237,4 @@ func (n *node) holdCampaign(msgs []raftpb.Message) []raftpb.Message {
 		out = append(out, m)
 	}
 	return out
-}
-
-// routeFaults serves the fault hooks when Config.Faults is set:
-// PUT /debug/faults/disk-delay?d=200ms.
-func (s *Server) routeFaults() {
-	f := s.cfg.Faults
-	if f == nil {
-		return
-	}
-	s.Mux.HandleFunc("PUT /debug/faults/disk-delay", func(w http.ResponseWriter, r *http.Request) {
-		d, err := time.ParseDuration(r.URL.Query().Get("d"))
-		if err != nil || d < 0 {
-			http.Error(w, "d must be a non-negative duration such as 200ms", http.StatusBadRequest)
-			return
-		}
-		f.SetDiskDelay(d)
-		s.logger.Warn("fault injected: disk delay", "delay", d)
-		fmt.Fprintf(w, "disk delay %v\n", d)
-	})
 }

@@ -1,0 +1,161 @@
+package raftnode
+
+import (
+	"context"
+	"encoding/binary"
+	"time"
+
+	"go.etcd.io/raft/v3"
+)
+
+type readBatch struct {
+	waiters []chan readResult
+	started time.Time
+}
+
+func (n *Node) startRead(first chan readResult) {
+	b := &readBatch{waiters: []chan readResult{first}, started: n.clock.Now()}
+	for len(b.waiters) < 4096 {
+		select {
+		case r := <-n.readC:
+			b.waiters = append(b.waiters, r)
+			continue
+		default:
+		}
+		break
+	}
+	n.readSeq++
+	// NB: the leader drops a read whose context equals one it is already
+	// confirming, so the context names this node as well as the batch.
+	var key [16]byte
+	binary.BigEndian.PutUint64(key[:8], n.id)
+	binary.BigEndian.PutUint64(key[8:], n.readSeq)
+	n.pendingReads[n.readSeq] = b
+	n.pendingReadOrd = append(n.pendingReadOrd, n.readSeq)
+	n.rn.ReadIndex(key[:])
+}
+
+func (n *Node) finishRead(rs raft.ReadState) {
+	if len(rs.RequestCtx) != 16 || binary.BigEndian.Uint64(rs.RequestCtx) != n.id {
+		return
+	}
+	seq := binary.BigEndian.Uint64(rs.RequestCtx[8:])
+	b, ok := n.pendingReads[seq]
+	if !ok {
+		return
+	}
+	delete(n.pendingReads, seq)
+	for _, w := range b.waiters {
+		w <- readResult{index: rs.Index}
+	}
+}
+
+// expireReads fails read batches that got no answer within an election
+// timeout: the leader is gone or unreachable, and a read is safe to retry.
+func (n *Node) expireReads() {
+	limit := n.ElectionTimeout()
+	keep := n.pendingReadOrd[:0]
+	for _, seq := range n.pendingReadOrd {
+		b, ok := n.pendingReads[seq]
+		if !ok {
+			continue
+		}
+		if n.clock.Now().Sub(b.started) > limit {
+			delete(n.pendingReads, seq)
+			for _, w := range b.waiters {
+				w <- readResult{err: ErrReadTimeout}
+			}
+			continue
+		}
+		keep = append(keep, seq)
+	}
+	n.pendingReadOrd = keep
+}
+
+func (n *Node) failReads(err error) {
+	for seq, b := range n.pendingReads {
+		for _, w := range b.waiters {
+			w <- readResult{err: err}
+		}
+		delete(n.pendingReads, seq)
+	}
+	n.pendingReadOrd = nil
+}
+
+// ReadIndex returns an index that a linearizable read must wait for:
+// confirmed by a quorum, then applied locally.
+func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
+	if n.status.Load().Lead == raft.None {
+		return 0, ErrNoLeader
+	}
+	start := n.clock.Now()
+	ch := make(chan readResult, 1)
+	select {
+	case n.readC <- ch:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-n.doneC:
+		return 0, n.Err()
+	}
+	var res readResult
+	select {
+	case res = <-ch:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-n.doneC:
+		return 0, n.Err()
+	}
+	if res.err != nil {
+		return 0, res.err
+	}
+	if err := n.WaitApplied(ctx, res.index); err != nil {
+		return 0, err
+	}
+	n.metrics.readIndexLatency.Observe(n.clock.Now().Sub(start).Seconds())
+	return res.index, nil
+}
+
+// LeaderRead is Consul's default consistency mode: on a leader that has
+// committed an entry of its own term it waits only for its own commit
+// index to be applied, with no quorum round; a follower waits for the
+// leader's commit index as of some time after began, when the read
+// began, which it asks for unless it asked since (leaderindex.go);
+// elsewhere, or when the leader cannot answer, it is readIndex.
+// NB: such a read is stale only on a leader cut off from the quorum that
+// has not yet noticed, which with CheckQuorum is at most an election
+// timeout: Consul's default mode makes the same trade for the same cost
+// (no round per read), and ?consistent still pays for the round.
+func (n *Node) LeaderRead(ctx context.Context, began time.Time) error {
+	st := n.status.Load()
+	switch {
+	case st.State == raft.StateLeader && st.Commit >= st.TermStart:
+		n.metrics.leaderReads.Inc()
+		return n.WaitApplied(ctx, st.Commit)
+	case st.State != raft.StateLeader && st.Lead != raft.None:
+		index, err := n.leaderIdx.index(ctx, began)
+		if err == nil {
+			n.metrics.followerLeaderReads.Inc()
+			return n.WaitApplied(ctx, index)
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		// The leader could not answer (it changed, or is not reachable
+		// from here): a quorum round settles the read instead.
+		n.logger.Debug("leader index call failed; reading through ReadIndex", "err", err)
+	}
+	_, err := n.ReadIndex(ctx)
+	return err
+}
+
+func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
+	select {
+	case <-n.applied.wait(index):
+		if n.applied.current() < index {
+			return n.Err()
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,198 @@
+package raftnode
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/lodestone-kv/lodestone/raftlog"
+	"github.com/lodestone-kv/lodestone/store"
+)
+
+// maybeSnapshot starts a snapshot once enough entries were applied since
+// the last one. The store view is taken here, in apply order; encoding,
+// writing the file and truncating the log happen on another goroutine so
+// writes go on meanwhile.
+func (n *Node) maybeSnapshot() {
+	// NB: the log refuses a snapshot above the commit index it holds
+	// (raftlog.ErrNotCommitted), and the hard state that committed an
+	// applied entry may still be queued for the log writer.
+	if !n.snapshotDue() || n.durableCommit < n.appliedIndex {
+		return
+	}
+	n.snapshotting = true
+	sn := n.store.Snapshot()
+	cs := n.confState
+	n.startSnapshot(func() snapResult { return n.writeSnapshot(sn, cs) })
+}
+
+// goSnapshot runs job on a goroutine of its own and hands its result to
+// the loop.
+func (n *Node) goSnapshot(job func() snapResult) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		res := job()
+		select {
+		case n.snapDoneC <- res:
+		case <-n.stopC:
+		}
+	}()
+}
+
+// snapshotDue reports whether a snapshot should start once the log holds
+// the commit index of everything applied.
+func (n *Node) snapshotDue() bool {
+	return !n.snapshotting && (n.appliedIndex-n.snapIndex >= n.cfg.SnapshotEntries || n.snapWantedAt > n.snapIndex)
+}
+
+func (n *Node) writeSnapshot(sn *store.Snapshot, cs raftpb.ConfState) snapResult {
+	start := n.clock.Now()
+	var buf bytes.Buffer
+	// NB: sized from the last snapshot (+1/8 for growth): growing a buffer
+	// of many megabytes by doubling copied and zeroed it over and over,
+	// about half of a snapshot's CPU.
+	if last := n.lastSnapBytes.Load(); last > 0 {
+		buf.Grow(int(last + last/8))
+	}
+	if _, err := sn.WriteTo(yieldingWriter{&buf}); err != nil {
+		return snapResult{index: sn.Index(), err: fmt.Errorf("encode snapshot: %w", err)}
+	}
+	if _, err := n.log.CreateSnapshot(sn.Index(), &cs, buf.Bytes()); err != nil {
+		if errors.Is(err, raft.ErrSnapOutOfDate) {
+			// A snapshot from the leader overtook this one.
+			return snapResult{index: sn.Index(), err: nil, stale: true}
+		}
+		return snapResult{index: sn.Index(), err: fmt.Errorf("save snapshot: %w", err)}
+	}
+	if sn.Index() > n.cfg.CatchUpEntries {
+		to := sn.Index() - n.cfg.CatchUpEntries
+		if err := compactInSteps(n.log, to, func() bool { return n.pause(compactPause) }); err != nil {
+			return snapResult{index: sn.Index(), err: fmt.Errorf("compact log to %d: %w", to, err)}
+		}
+	}
+	n.lastSnapBytes.Store(int64(buf.Len()))
+	n.logger.Info("snapshot saved", "index", sn.Index(), "bytes", buf.Len(), "took", n.clock.Now().Sub(start))
+	return snapResult{index: sn.Index()}
+}
+
+// A snapshot's log compaction deletes compactStep entries at a time,
+// compactPause apart. Every member snapshots at about the same index;
+// compacting 95,000 entries at once took about 40 ms of CPU on each, and
+// on a shared core the three bursts stalled every write for 200-300 ms.
+// Paced, a step (about 0.5 ms of CPU, one bbolt transaction) comes every
+// 20 ms and the compaction takes about 2 s, which nothing waits for.
+const (
+	compactStep  = 1024
+	compactPause = 20 * time.Millisecond
+)
+
+// compactInSteps compacts l up to index compactStep entries at a time,
+// calling pause between two steps; it stops early, with no error, when
+// pause reports false (the node is stopping).
+func compactInSteps(l *raftlog.Log, index uint64, pause func() bool) error {
+	for {
+		first, err := l.FirstIndex()
+		if err != nil {
+			return err
+		}
+		if first > index {
+			return nil // NB: compacted meanwhile (a snapshot from the leader)
+		}
+		step := min(index, first-1+compactStep)
+		if err := l.Compact(step); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			return err
+		}
+		if step == index || !pause() {
+			return nil
+		}
+	}
+}
+
+// pause waits d, or until the node stops (false).
+func (n *Node) pause(d time.Duration) bool {
+	select {
+	case <-n.clock.After(d):
+		return true
+	case <-n.stopC:
+		return false
+	}
+}
+
+// yieldingWriter lets other goroutines run after each write to w. A
+// snapshot encodes into memory with no system call to give up the
+// processor at: on a server with one processor, encoding 10,000 keys held
+// it for 7 ms, every write in flight waiting. The encoder writes 64 KiB at
+// a time, so this bounds that to a fraction of a millisecond.
+type yieldingWriter struct{ w io.Writer }
+
+func (y yieldingWriter) Write(p []byte) (int, error) {
+	n, err := y.w.Write(p)
+	runtime.Gosched()
+	return n, err
+}
+
+func (n *Node) saveSnapshot(s snapResult) {
+	n.snapshotting = false
+	if s.err != nil {
+		n.logger.Error("snapshot failed", "index", s.index, "err", s.err)
+		return
+	}
+	if s.stale {
+		return
+	}
+	n.snapIndex = max(n.snapIndex, s.index)
+	n.metrics.snapshots.Inc()
+	n.metrics.snapshotIndex.Set(float64(n.snapIndex))
+}
+
+// LiveSnapshot is a copy-on-write view of the store taken in apply order,
+// with the Raft term and configuration at its index.
+type LiveSnapshot struct {
+	Snap *store.Snapshot
+	Term uint64
+	Conf raftpb.ConfState
+	err  error
+}
+
+// liveSnapshot runs in the Raft loop: nothing is applied while it runs, so
+// the store view, its term and the configuration agree.
+func (n *Node) liveSnapshot() LiveSnapshot {
+	sn := n.store.Snapshot()
+	// NB: the term from apply, not the log: an entry applied before this
+	// node's own append of it was durable is not in the log yet.
+	if sn.Index() != n.appliedIndex {
+		return LiveSnapshot{err: fmt.Errorf("store at index %d, applied index %d", sn.Index(), n.appliedIndex)}
+	}
+	cs := raftpb.ConfState{
+		Voters:   append([]uint64(nil), n.confState.Voters...),
+		Learners: append([]uint64(nil), n.confState.Learners...),
+	}
+	return LiveSnapshot{Snap: sn, Term: n.appliedTerm, Conf: cs}
+}
+
+// Snapshot takes a LiveSnapshot at the applied index, for an operator's
+// backup. Call ReadIndex first for one that holds every acknowledged write.
+func (n *Node) Snapshot(ctx context.Context) (LiveSnapshot, error) {
+	ch := make(chan LiveSnapshot, 1)
+	select {
+	case n.liveSnapC <- ch:
+	case <-ctx.Done():
+		return LiveSnapshot{}, ctx.Err()
+	case <-n.doneC:
+		return LiveSnapshot{}, n.Err()
+	}
+	select {
+	case ls := <-ch:
+		return ls, ls.err
+	case <-ctx.Done():
+		return LiveSnapshot{}, ctx.Err()
+	}
+}
