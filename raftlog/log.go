@@ -62,7 +62,7 @@ type Log struct {
 	pendBytes int64
 
 	closed bool             // wmu+mu
-	failed error            // wmu+mu: first failed write transaction
+	failed error            // wmu+mu: first failed write (journal record or raft.db transaction)
 	hs     raftpb.HardState // wmu+mu
 	// hsDirty means hs holds a commit index newer than the one on disk: a
 	// commit-only change is kept in memory and written by the next
@@ -98,8 +98,9 @@ type Log struct {
 
 var _ raft.Storage = (*Log)(nil)
 
-// Open opens (creating if needed) the log in dir: dir/raft.db and
-// dir/snap/. It verifies the checksum of every stored entry and record and the
+// Open opens (creating if needed) the log in dir: dir/raft.db, dir/raft.wal
+// and dir/snap/. It first replays into raft.db the Saves that raft.wal holds
+// and raft.db lacks (left there by a crash). It verifies the checksum of every stored entry and record and the
 // presence and size of the current snapshot's data file, so a damaged log is
 // refused here, with an error wrapping ErrCorrupt that names the file and the
 // index, rather than later inside raft, which panics on storage errors. It
@@ -125,14 +126,14 @@ func Open(dir string, opts Options) (*Log, error) {
 			Namespace: "lodestone",
 			Subsystem: "raftlog",
 			Name:      "save_duration_seconds",
-			Help:      "Time to commit and fsync one Save (one Ready's entries and hard state) to raft.db.",
+			Help:      "Time to make one Save (one Ready's entries and hard state) durable: its raft.wal record written and fdatasynced, or its raft.db commit when it checkpoints.",
 			Buckets:   prometheus.ExponentialBuckets(50e-6, 2, 18), // 50µs .. ~6.5s
 		}),
 		commitWriteBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "lodestone",
 			Subsystem: "raftlog",
 			Name:      "commit_write_bytes",
-			Help:      "Bytes one Save's bbolt commit wrote to raft.db: dirty pages plus the meta page (the freelist is never written).",
+			Help:      "Bytes one Save wrote: the raft.wal space its record takes, or, when it checkpoints, its raft.db commit's dirty pages plus the meta page (the freelist is never written).",
 			Buckets:   prometheus.ExponentialBuckets(4096, 2, 16), // 4 KiB .. 128 MiB
 		}),
 		rotatePause: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -174,9 +175,10 @@ func Open(dir string, opts Options) (*Log, error) {
 }
 
 // Close stops a rotation in progress (its temporary file is removed; the old
-// file stays in use), waits for any write or snapshot in progress, then
-// closes raft.db. Every later call returns ErrClosed, except Close (nil) and
-// Stats.
+// file stays in use), waits for any write or snapshot in progress, folds the
+// journal and a commit index held only in memory into raft.db (unless an
+// earlier write failed), then closes raft.wal and raft.db. Every later call
+// returns ErrClosed, except Close (nil) and Stats.
 func (l *Log) Close() error {
 	l.stopRotation()
 	l.rotMu.Lock()

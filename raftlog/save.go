@@ -11,8 +11,11 @@ import (
 
 // Save persists one Ready: ents (replacing every stored entry with index >=
 // ents[0].Index, the conflicting suffix) and hs (unless
-// raft.IsEmptyHardState(hs)), in one bbolt write transaction made durable
-// before Save returns. Entries at or below FirstIndex()-1 are skipped, as
+// raft.IsEmptyHardState(hs)), durable before Save returns: as one record
+// appended to the journal (raft.wal) and fdatasynced, or, when the journal is
+// full, disabled or holds as much as a checkpoint allows, as one bbolt write
+// transaction of raft.db that also carries what the journal held (FORMAT.md
+// "Journal"). Entries at or below FirstIndex()-1 are skipped, as
 // raft.MemoryStorage.Append does. ents must be consecutive and must not leave
 // a gap after LastIndex(), and hs.Commit must lie in [FirstIndex()-1, the
 // resulting last index] (raft refuses to start otherwise); if not, Save
@@ -20,8 +23,8 @@ import (
 //
 // A Save with no entries whose hard state differs from the saved one only in
 // Commit (raft.MustSync is false) writes nothing: the new commit index is
-// kept in memory, served by InitialState, and written by the next
-// transaction. After a crash the commit index may therefore read lower than
+// kept in memory, served by InitialState, and written by the next journal
+// record or raft.db transaction. After a crash the commit index may therefore read lower than
 // it was; Raft relearns it from the leader, and nothing committed is lost
 // because the entries themselves were synced.
 //
@@ -70,8 +73,8 @@ func (l *Log) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 	if len(ents) == 0 && !raft.MustSync(hs, l.hs, 0) {
 		// NB: only the commit index moved. Raft needs no fsync for that
 		// (a restarted node relearns its commit index from the leader), and
-		// syncing it would add a full bbolt commit to every write's path.
-		// The next transaction writes it.
+		// syncing it would add a second write and fdatasync to every
+		// write's path. The next journal record or transaction writes it.
 		l.mu.Lock()
 		l.hs, l.hsDirty = hs, true
 		l.mu.Unlock()

@@ -47,11 +47,12 @@ type Stats struct {
 	Checkpoints        uint64
 	JournalBytes       int64
 	EntriesAppended    uint64        // entries written by Save since Open
-	LastCommitDuration time.Duration // commit + fsync time of the last Save
+	LastCommitDuration time.Duration // time the last Save took to become durable (journal record or checkpoint)
 	LastCommitBytes    int64         // encoded entry bytes written by the last Save
-	// LastCommitWriteBytes is what the last Save's bbolt commit wrote to
-	// raft.db: its dirty pages plus one meta page. It stays near the entry
-	// size however many free pages the file has.
+	// LastCommitWriteBytes is what the last Save wrote: the raft.wal space
+	// its record takes (whole 4 KiB pages) or, if it was a checkpoint, its
+	// raft.db commit's dirty pages plus one meta page. It stays near the
+	// entry size however many free pages raft.db has.
 	LastCommitWriteBytes int64
 
 	// Rotation (FORMAT.md "Rotation").
