@@ -17,17 +17,22 @@ var errNothingReplayed = errors.New("journal holds no records to replay")
 // Only open calls it, before the Log is shared.
 func (l *Log) openJournal() (err error) {
 	path := filepath.Join(l.dir, journalFileName)
-	_, statErr := os.Stat(path)
+	_, statErr := l.fs.Stat(path)
 	exists := statErr == nil
+	if statErr != nil && !errors.Is(statErr, os.ErrNotExist) {
+		// NB: taking the file for missing would, with the journal disabled,
+		// skip replaying records that Saves acknowledged.
+		return fmt.Errorf("raftlog: stat journal %s: %w", path, statErr)
+	}
 	if l.opts.JournalBytes < 0 && !exists {
 		return nil
 	}
-	j, err := openJournal(path, max(l.opts.JournalBytes, 0))
+	j, err := openJournal(l.fs, path, max(l.opts.JournalBytes, 0))
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if err != nil {
+		if err != nil && j != nil {
 			_ = j.close()
 		}
 	}()
@@ -76,7 +81,7 @@ func (l *Log) openJournal() (err error) {
 		return fmt.Errorf("raftlog: replay journal %s: %w", path, err)
 	}
 	if torn >= 0 {
-		l.logger.Warn("raftlog journal ends in a torn record: a Save cut short by a crash, never acknowledged",
+		l.logger.Warn("raftlog journal ends in a torn record: a Save cut short by a crash or a failed write, never acknowledged",
 			"path", path, "offset", torn, "records_replayed", n)
 	}
 	if n > 0 {
@@ -84,10 +89,12 @@ func (l *Log) openJournal() (err error) {
 	}
 	if l.opts.JournalBytes < 0 {
 		// Replayed into raft.db: nothing in it is needed any more.
-		if err := j.close(); err != nil {
-			return err
+		cerr := j.close()
+		j = nil // closed: not again on the way out
+		if cerr != nil {
+			return cerr
 		}
-		if err := os.Remove(path); err != nil {
+		if err := l.fs.Remove(path); err != nil {
 			return fmt.Errorf("raftlog: remove disabled journal: %w", err)
 		}
 		return l.fs.SyncDir(l.dir)

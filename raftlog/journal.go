@@ -29,8 +29,7 @@ const (
 
 // journal appends records to raft.wal. It is used under the Log's wmu only.
 type journal struct {
-	f    *os.File
-	fd   int
+	f    RandomFile
 	path string
 	size int64 // bytes preallocated; a record must end within them
 
@@ -40,15 +39,15 @@ type journal struct {
 	buf   []byte // reused encode buffer
 }
 
-// openJournal opens or creates path and makes it at least size bytes,
-// allocated, so that an fdatasync after a write within it has no file size
-// to update.
-func openJournal(path string, size int64) (*journal, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+// openJournal opens or creates path through fsys and makes it at least size
+// bytes, allocated, so that an fdatasync after a write within it has no file
+// size to update.
+func openJournal(fsys FS, path string, size int64) (*journal, error) {
+	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: open journal: %w", err)
 	}
-	j := &journal{f: f, fd: int(f.Fd()), path: path}
+	j := &journal{f: f, path: path}
 	fi, err := f.Stat()
 	if err != nil {
 		_ = f.Close()
@@ -56,10 +55,10 @@ func openJournal(path string, size int64) (*journal, error) {
 	}
 	j.size = fi.Size()
 	if j.size < size {
-		if unsupported, err := preallocate(j.fd, size); err != nil {
+		if err := f.Allocate(size); err != nil {
 			// NB: a filesystem without fallocate gets a sparse file; writes
 			// then also allocate blocks, which fdatasync must record.
-			if !unsupported {
+			if !errors.Is(err, errors.ErrUnsupported) {
 				_ = f.Close()
 				return nil, fmt.Errorf("raftlog: preallocate journal %s to %d bytes: %w", path, size, err)
 			}
@@ -108,7 +107,8 @@ func (j *journal) fits(n int) bool {
 
 // append writes r as the next record and fdatasyncs it. It returns the bytes
 // the record occupies. On error the journal must not be used again: what
-// reached the disk is unknown.
+// reached the disk is unknown (none, part or all of the record), and the
+// Log refuses further writes (FORMAT.md "Failure cases").
 func (j *journal) append(r *journalRecord) (int64, error) {
 	n := r.payloadLen()
 	total := journalHeader + n
@@ -133,10 +133,14 @@ func (j *journal) append(r *journalRecord) (int64, error) {
 		p = p[4+copy(p[4:], v):]
 	}
 	binary.BigEndian.PutUint32(b[24:], recordCRC(b))
-	if _, err := j.f.WriteAt(b, j.off); err != nil {
+	wrote, err := j.f.WriteAt(b, j.off)
+	if err == nil && wrote < len(b) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
 		return 0, fmt.Errorf("write journal %s at %d: %w", j.path, j.off, err)
 	}
-	if err := datasync(j.fd); err != nil {
+	if err := j.f.Datasync(); err != nil {
 		return 0, fmt.Errorf("fdatasync journal %s: %w", j.path, err)
 	}
 	span := recordSpan(n)
@@ -284,9 +288,9 @@ func decodeJournalPayload(p []byte) (r journalRecord, ok bool) {
 }
 
 // countJournal counts the intact records of epoch in the journal at path,
-// read-only. A missing file holds none.
-func countJournal(path string, epoch uint64) (uint64, error) {
-	f, err := os.Open(path)
+// read-only through fsys. A missing file holds none.
+func countJournal(fsys FS, path string, epoch uint64) (uint64, error) {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
 	}

@@ -67,9 +67,11 @@ type Options struct {
 	// remaps, each of which waits for open read transactions.
 	InitialMmapSize int
 
-	// FS is the filesystem for snapshot data files (dir/snap) and for the
-	// rename and directory sync of a rotation. Nil means the operating system
-	// (OSFS). Tests inject faults through it.
+	// FS is the filesystem for every file in dir but raft.db: the journal
+	// (raft.wal), the snapshot data files (dir/snap), the directory syncs of
+	// Open, and the rename and directory sync of a rotation. Nil means the
+	// operating system (OSFS). Tests inject faults through it
+	// (raftlogtest.FaultFS).
 	FS FS
 
 	// RotateFreeRatio is the share of raft.db, in [0, 1), held by free and
