@@ -9,8 +9,9 @@ import (
 	"github.com/lodestone-kv/lodestone/raftlog"
 )
 
-// BenchmarkSave measures one Save (one bbolt commit, fsync on) of batch
-// entries of 16 KiB each, the entry size of the outage in DESIGN.md. The log
+// BenchmarkSave measures one Save (a journal record and its fdatasync, and
+// every CheckpointBytes a checkpoint's bbolt commit) of batch entries of
+// 16 KiB each, the entry size of the outage in DESIGN.md. The log
 // is snapshotted and compacted every 4096 entries (outside the timer), as a
 // server does, so the file reuses freed pages.
 //

@@ -321,9 +321,10 @@ func slicesRepeat(t, n uint64) []uint64 {
 
 // TestCrashRecovery kills the workload with SIGKILL at random moments and
 // checks after each kill that every operation reported durable survived and
-// the one in flight is all there or not at all (DESIGN: "Entries and hard
-// state of one Ready are written in one bbolt transaction with one fsync
-// before the messages that depend on them are sent").
+// the one in flight is all there or not at all: a Save's entries and hard
+// state are one journal record (or one bbolt transaction), durable before
+// Save returns and so before the messages that depend on them are sent
+// (doc.go "The caller's duties"; FORMAT.md "Journal", "Replay").
 func TestCrashRecovery(t *testing.T) {
 	if os.Getenv(crashDirEnv) != "" {
 		t.Skip("in the child")

@@ -61,7 +61,7 @@
 //
 // Any error from Save, ApplySnapshot, CreateSnapshot or Compact means the
 // state on disk is not what the caller asked for: stop the node. A failed
-// write transaction also makes the Log refuse further writes (ErrWriteFailed)
+// write (a journal record or a raft.db transaction) also makes the Log refuse further writes (ErrWriteFailed)
 // until it is closed and reopened, because after a failed fsync the kernel's
 // view of the file cannot be trusted.
 //

@@ -16,7 +16,8 @@ var ErrCorrupt = errors.New("raftlog: corrupt")
 var ErrClosed = errors.New("raftlog: log closed")
 
 // ErrWriteFailed is returned by every write method after an earlier write
-// transaction failed (for example an fsync error). After a failed fsync the
+// failed: a journal record (raft.wal) or a raft.db transaction, for example
+// on an fsync error. After a failed fsync the
 // kernel may have dropped the dirty pages and the state of the file is
 // unknown, so the Log refuses further writes instead of guessing ("fail-stop");
 // the caller must stop the node and reopen the Log, which recovers from what

@@ -244,6 +244,14 @@ func encodeVersion(v uint64) []byte {
 	return b[:]
 }
 
+func decodeU64(b []byte) uint64 {
+	var v uint64
+	for _, c := range b {
+		v = v<<8 | uint64(c)
+	}
+	return v
+}
+
 // snapFileName names the data file of the snapshot at index/term:
 // "<index as 16 hex digits>-<term as 16 hex digits>.snap", so lexical order is
 // index order.

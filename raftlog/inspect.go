@@ -232,7 +232,7 @@ func Inspect(dir string, lockTimeout time.Duration) (in Inspection, err error) {
 			if detail != "" {
 				return &CorruptError{Path: path, Record: "journal epoch", Detail: detail}
 			}
-			in.JournalRecords, err = countJournal(filepath.Join(dir, journalFileName), consumed+1)
+			in.JournalRecords, err = countJournal(OSFS{}, filepath.Join(dir, journalFileName), consumed+1)
 		}
 		return err
 	})

@@ -8,9 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
-	"path/filepath"
 
-	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -31,8 +29,7 @@ const (
 
 // journal appends records to raft.wal. It is used under the Log's wmu only.
 type journal struct {
-	f    *os.File
-	fd   int
+	f    RandomFile
 	path string
 	size int64 // bytes preallocated; a record must end within them
 
@@ -42,15 +39,15 @@ type journal struct {
 	buf   []byte // reused encode buffer
 }
 
-// openJournal opens or creates path and makes it at least size bytes,
-// allocated, so that an fdatasync after a write within it has no file size
-// to update.
-func openJournal(path string, size int64) (*journal, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+// openJournal opens or creates path through fsys and makes it at least size
+// bytes, allocated, so that an fdatasync after a write within it has no file
+// size to update.
+func openJournal(fsys FS, path string, size int64) (*journal, error) {
+	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: open journal: %w", err)
 	}
-	j := &journal{f: f, fd: int(f.Fd()), path: path}
+	j := &journal{f: f, path: path}
 	fi, err := f.Stat()
 	if err != nil {
 		_ = f.Close()
@@ -58,10 +55,10 @@ func openJournal(path string, size int64) (*journal, error) {
 	}
 	j.size = fi.Size()
 	if j.size < size {
-		if unsupported, err := preallocate(j.fd, size); err != nil {
+		if err := f.Allocate(size); err != nil {
 			// NB: a filesystem without fallocate gets a sparse file; writes
 			// then also allocate blocks, which fdatasync must record.
-			if !unsupported {
+			if !errors.Is(err, errors.ErrUnsupported) {
 				_ = f.Close()
 				return nil, fmt.Errorf("raftlog: preallocate journal %s to %d bytes: %w", path, size, err)
 			}
@@ -110,7 +107,8 @@ func (j *journal) fits(n int) bool {
 
 // append writes r as the next record and fdatasyncs it. It returns the bytes
 // the record occupies. On error the journal must not be used again: what
-// reached the disk is unknown.
+// reached the disk is unknown (none, part or all of the record), and the
+// Log refuses further writes (FORMAT.md "Failure cases").
 func (j *journal) append(r *journalRecord) (int64, error) {
 	n := r.payloadLen()
 	total := journalHeader + n
@@ -135,10 +133,14 @@ func (j *journal) append(r *journalRecord) (int64, error) {
 		p = p[4+copy(p[4:], v):]
 	}
 	binary.BigEndian.PutUint32(b[24:], recordCRC(b))
-	if _, err := j.f.WriteAt(b, j.off); err != nil {
+	wrote, err := j.f.WriteAt(b, j.off)
+	if err == nil && wrote < len(b) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
 		return 0, fmt.Errorf("write journal %s at %d: %w", j.path, j.off, err)
 	}
-	if err := datasync(j.fd); err != nil {
+	if err := j.f.Datasync(); err != nil {
 		return 0, fmt.Errorf("fdatasync journal %s: %w", j.path, err)
 	}
 	span := recordSpan(n)
@@ -286,9 +288,9 @@ func decodeJournalPayload(p []byte) (r journalRecord, ok bool) {
 }
 
 // countJournal counts the intact records of epoch in the journal at path,
-// read-only. A missing file holds none.
-func countJournal(path string, epoch uint64) (uint64, error) {
-	f, err := os.Open(path)
+// read-only through fsys. A missing file holds none.
+func countJournal(fsys FS, path string, epoch uint64) (uint64, error) {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
 	}
@@ -329,236 +331,4 @@ func firstJournalEpoch() uint64 {
 	var b [8]byte
 	_, _ = rand.Read(b[:])                    // NB: crypto/rand.Read never returns an error
 	return binary.BigEndian.Uint64(b[:]) >> 1 // room to count up
-}
-
-// errNothingReplayed rolls back the replay transaction of an empty journal.
-var errNothingReplayed = errors.New("journal holds no records to replay")
-
-// openJournal opens raft.wal and replays into raft.db, in one transaction,
-// every record raft.db does not hold yet, so that load sees the whole log.
-// Only open calls it, before the Log is shared.
-func (l *Log) openJournal() (err error) {
-	path := filepath.Join(l.dir, journalFileName)
-	_, statErr := os.Stat(path)
-	exists := statErr == nil
-	if l.opts.JournalBytes < 0 && !exists {
-		return nil
-	}
-	j, err := openJournal(path, max(l.opts.JournalBytes, 0))
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = j.close()
-		}
-	}()
-	if !exists {
-		if err := l.fs.SyncDir(l.dir); err != nil {
-			return fmt.Errorf("raftlog: sync dir %s: %w", l.dir, err)
-		}
-	}
-	var n, next uint64
-	var torn int64
-	err = l.db.Update(func(tx *bolt.Tx) (err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				err = l.corrupt("bbolt", 0, fmt.Sprintf("bbolt panicked while replaying the journal: %v", r), nil)
-			}
-		}()
-		meta := tx.Bucket(bucketMeta)
-		var consumed, prev uint64
-		if v := meta.Get(keyJournal); v != nil {
-			var detail string
-			if consumed, detail = decodeJournalEpoch(v); detail != "" {
-				return l.corrupt("journal epoch", 0, detail, nil)
-			}
-		}
-		if v := meta.Get(keyCompacted); v != nil {
-			c, detail := decodeCompacted(v)
-			if detail != "" {
-				return l.corrupt("compacted", 0, detail, nil)
-			}
-			prev = c.index
-		}
-		next = consumed + 1
-		n, torn, err = j.replay(consumed+1, func(seq uint64, r journalRecord) error {
-			return replayRecord(tx, path, seq, prev, r)
-		})
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return errNothingReplayed
-		}
-		next = consumed + 2
-		return meta.Put(keyJournal, encodeJournalEpoch(consumed+1))
-	})
-	if err != nil && !errors.Is(err, errNothingReplayed) {
-		return fmt.Errorf("raftlog: replay journal %s: %w", path, err)
-	}
-	if torn >= 0 {
-		l.logger.Warn("raftlog journal ends in a torn record: a Save cut short by a crash, never acknowledged",
-			"path", path, "offset", torn, "records_replayed", n)
-	}
-	if n > 0 {
-		l.logger.Info("raftlog journal replayed", "path", path, "records", n)
-	}
-	if l.opts.JournalBytes < 0 {
-		// Replayed into raft.db: nothing in it is needed any more.
-		if err := j.close(); err != nil {
-			return err
-		}
-		if err := os.Remove(path); err != nil {
-			return fmt.Errorf("raftlog: remove disabled journal: %w", err)
-		}
-		return l.fs.SyncDir(l.dir)
-	}
-	j.restart(next)
-	l.jr = j
-	return nil
-}
-
-// replayRecord applies one journal record to raft.db as Save did to memory:
-// its entries replace any stored at their indexes and everything after them.
-func replayRecord(tx *bolt.Tx, path string, seq, prev uint64, r journalRecord) error {
-	b := tx.Bucket(bucketEntries)
-	b.FillPercent = 1.0
-	if len(r.vals) > 0 {
-		c := b.Cursor()
-		last := prev
-		if k, _ := c.Last(); k != nil {
-			last, _ = keyIndex(k)
-		}
-		if r.first > last+1 {
-			return &CorruptError{Path: path, Record: "journal record", Index: seq,
-				Detail: fmt.Sprintf("entries from %d would leave a gap after stored index %d", r.first, last)}
-		}
-		end := r.first + uint64(len(r.vals)) - 1
-		for i := end + 1; i <= last; i++ {
-			if err := b.Delete(indexKey(i)); err != nil {
-				return fmt.Errorf("delete entry %d: %w", i, err)
-			}
-		}
-	}
-	for k, v := range r.vals {
-		i := r.first + uint64(k)
-		if _, detail, err := decodeEntry(v, i); detail != "" {
-			return &CorruptError{Path: path, Record: "journal entry", Index: i, Detail: detail, Err: err}
-		}
-		if i <= prev {
-			continue // compacted since (a checkpoint came first, so cannot happen; harmless)
-		}
-		if err := b.Put(indexKey(i), v); err != nil {
-			return fmt.Errorf("put entry %d: %w", i, err)
-		}
-	}
-	if r.hs != nil {
-		if _, err := journalHardState(path, seq, r.hs); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketMeta).Put(keyHardState, r.hs); err != nil {
-			return fmt.Errorf("put hard state: %w", err)
-		}
-	}
-	return nil
-}
-
-// journalPending reports whether the journal holds records raft.db lacks.
-// The caller holds wmu or mu.
-func (l *Log) journalPending() bool {
-	return l.jr != nil && l.jr.seq > 0
-}
-
-// journalFits reports whether a Save can go to the journal instead of a
-// checkpoint: the journal is on, the record fits, and the entries pending
-// afterwards (from pendFrom to last) stay within the checkpoint bounds and
-// half the cache, so every entry raft.db lacks is still served from memory.
-// The caller holds wmu.
-func (l *Log) journalFits(pendFrom, last uint64, dataBytes int64, r *journalRecord) bool {
-	if l.jr == nil || l.cache.maxEntries <= 0 || !l.jr.fits(r.payloadLen()) {
-		return false
-	}
-	maxEntries := min(l.opts.CheckpointEntries, l.cache.maxEntries/2)
-	if pendFrom != 0 && last-pendFrom+1 > uint64(maxEntries) {
-		return false
-	}
-	return l.pendBytes+dataBytes <= min(l.opts.CheckpointBytes, l.cache.maxBytes/2)
-}
-
-// flushTx writes what the journal holds and raft.db lacks into tx: the
-// pending entries up to upTo, the removal of a stale suffix, a newer hard
-// state, and the consumed epoch. The caller holds wmu and calls
-// flushedLocked once tx has committed.
-func (l *Log) flushTx(tx *bolt.Tx, upTo uint64) error {
-	if !l.journalPending() {
-		return nil
-	}
-	b := tx.Bucket(bucketEntries)
-	b.FillPercent = 1.0
-	if l.pendFrom != 0 {
-		for i := l.pendFrom; i <= min(l.last, upTo); i++ {
-			if !l.cache.covers(i) {
-				return fmt.Errorf("pending entry %d is not cached (cache from %d)", i, l.cache.first())
-			}
-			if err := b.Put(indexKey(i), encodeEntry(l.cache.get(i))); err != nil {
-				return fmt.Errorf("put entry %d: %w", i, err)
-			}
-		}
-	}
-	for i := l.last + 1; i <= l.diskLast; i++ {
-		if err := b.Delete(indexKey(i)); err != nil {
-			return fmt.Errorf("delete entry %d: %w", i, err)
-		}
-	}
-	meta := tx.Bucket(bucketMeta)
-	if l.hsDirty {
-		if err := meta.Put(keyHardState, encodeHardState(l.hs)); err != nil {
-			return fmt.Errorf("put hard state: %w", err)
-		}
-	}
-	return meta.Put(keyJournal, encodeJournalEpoch(l.jr.epoch))
-}
-
-// flushedLocked records that a transaction holding flushTx's writes
-// committed: raft.db holds the whole log and the journal starts a new epoch.
-// The caller holds wmu and mu, and has updated last.
-func (l *Log) flushedLocked(flushed bool) {
-	if flushed {
-		l.jr.restart(l.jr.epoch + 1)
-		l.hsDirty = false
-		l.checkpoints.Add(1)
-		l.journalBytes.Store(0)
-	}
-	l.pendFrom, l.pendBytes, l.diskLast = 0, 0, l.last
-}
-
-// commitTx runs one raft.db write transaction that carries what the
-// journal holds (flushTx, entries up to upTo) and then fn: no raft.db
-// transaction leaves the journal behind it. flushed tells the caller to call
-// flushedLocked once its in-memory view is updated. The caller holds wmu.
-func (l *Log) commitTx(step string, upTo uint64, fn func(*bolt.Tx) error) (flushed bool, err error) {
-	flushed = l.journalPending()
-	err = l.update(step, func(tx *bolt.Tx) error {
-		if err := l.flushTx(tx, upTo); err != nil {
-			return err
-		}
-		return fn(tx)
-	})
-	return flushed, err
-}
-
-// checkpointLocked folds the journal into raft.db if it holds anything. The
-// caller holds wmu.
-func (l *Log) checkpointLocked() error {
-	if !l.journalPending() {
-		return nil
-	}
-	if _, err := l.commitTx("checkpoint", l.last, func(*bolt.Tx) error { return nil }); err != nil {
-		return err
-	}
-	l.mu.Lock()
-	l.flushedLocked(true)
-	l.mu.Unlock()
-	return nil
 }

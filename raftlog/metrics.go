@@ -10,10 +10,10 @@ import "github.com/prometheus/client_golang/prometheus"
 //
 // Exported series (namespace lodestone, subsystem raftlog):
 //
-//	save_duration_seconds          histogram  commit + fsync time of one Save
-//	commit_write_bytes             histogram  bytes one Save's commit wrote (dirty pages + meta page)
+//	save_duration_seconds          histogram  time to make one Save durable (journal record or checkpoint)
+//	commit_write_bytes             histogram  bytes one Save wrote (its raft.wal record, or a checkpoint's pages)
 //	last_commit_write_bytes        gauge      the same for the last Save
-//	entries_appended_total         counter    entries written by Save
+//	entries_appended_total         counter    entries written by Save (to raft.wal or raft.db)
 //	saves_total                    counter    successful Saves
 //	checkpoints_total              counter    folds of the journal (raft.wal) into raft.db
 //	journal_bytes                  gauge      bytes of raft.wal holding records raft.db lacks
@@ -41,7 +41,7 @@ func desc(name, help string) *prometheus.Desc {
 }
 
 var (
-	descEntriesAppended  = desc("entries_appended_total", "Entries written to raft.db by Save.")
+	descEntriesAppended  = desc("entries_appended_total", "Entries written by Save, to the journal (raft.wal) or raft.db.")
 	descSaves            = desc("saves_total", "Successful Saves (one per Ready with entries or a new hard state).")
 	descCheckpoints      = desc("checkpoints_total", "Folds of the journal (raft.wal) into raft.db, each one bbolt commit.")
 	descJournalBytes     = desc("journal_bytes", "Bytes of the journal (raft.wal) holding records raft.db lacks; replayed at the next Open.")
@@ -55,7 +55,7 @@ var (
 	descPendingPages     = desc("pending_pages", "bbolt pages freed by recent transactions, reusable once no reader needs them.")
 	descFreeBytes        = desc("free_bytes", "Bytes in bbolt free and pending pages (what rotating raft.db would give back).")
 	descFreelistBytes    = desc("freelist_bytes", "Bytes the bbolt freelist would take on disk; never written, since NoFreelistSync is set.")
-	descLastCommitWrite  = desc("last_commit_write_bytes", "Bytes the last Save's bbolt commit wrote to raft.db (dirty pages plus the meta page).")
+	descLastCommitWrite  = desc("last_commit_write_bytes", "Bytes the last Save wrote: the raft.wal space its record takes, or its raft.db commit's dirty pages plus the meta page.")
 	descRotations        = desc("rotations_total", "Completed online rotations (compactions) of raft.db.")
 	descRotationFailures = desc("rotation_failures_total", "Rotations of raft.db that failed; the old file stayed in use.")
 	descRotating         = desc("rotation_in_progress", "1 while a rotation of raft.db is copying or swapping, else 0.")

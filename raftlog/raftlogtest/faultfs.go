@@ -8,21 +8,27 @@ import (
 	"github.com/lodestone-kv/lodestone/raftlog"
 )
 
-// Op names one operation of raftlog.FS or raftlog.File.
+// Op names one operation of raftlog.FS, raftlog.File or raftlog.RandomFile.
 type Op string
 
-// The operations FaultFS can fail.
+// The operations FaultFS can fail. Where File and RandomFile have the same
+// kind of operation they share an Op; the path tells the files apart.
 const (
 	OpMkdirAll   Op = "mkdirall"
 	OpCreateTemp Op = "createtemp"
+	OpOpenFile   Op = "openfile"
 	OpReadFile   Op = "readfile"
-	OpStat       Op = "stat"
+	OpStat       Op = "stat" // FS.Stat and RandomFile.Stat
 	OpRename     Op = "rename"
 	OpRemove     Op = "remove"
 	OpReadDir    Op = "readdir"
 	OpSyncDir    Op = "syncdir"
-	OpWrite      Op = "write"
-	OpSync       Op = "sync"
+	OpWrite      Op = "write" // File.Write and RandomFile.WriteAt
+	OpRead       Op = "read"  // RandomFile.ReadAt
+	OpAllocate   Op = "allocate"
+	OpTruncate   Op = "truncate"
+	OpSync       Op = "sync" // File.Sync and RandomFile.Sync (fsync)
+	OpDatasync   Op = "datasync"
 	OpClose      Op = "close"
 )
 
@@ -37,8 +43,9 @@ type FaultFS struct {
 	// name). A non-nil result is returned instead of performing it.
 	Fail func(op Op, path string) error
 
-	// ShortWrite, if set and true for a File.Write, writes only the first
-	// half of the buffer and reports that count with a nil error.
+	// ShortWrite, if set and true for a File.Write or RandomFile.WriteAt,
+	// writes only the first half of the buffer and reports that count with
+	// a nil error.
 	ShortWrite func(path string) bool
 
 	mu    sync.Mutex
@@ -92,6 +99,18 @@ func (f *FaultFS) CreateTemp(dir, pattern string) (raftlog.File, error) {
 		return nil, err
 	}
 	return &faultFile{File: file, fs: f}, nil
+}
+
+// OpenFile implements raftlog.FS.
+func (f *FaultFS) OpenFile(name string, flag int, perm fs.FileMode) (raftlog.RandomFile, error) {
+	if err := f.before(OpOpenFile, name); err != nil {
+		return nil, err
+	}
+	file, err := f.inner().OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &faultRandomFile{RandomFile: file, fs: f}, nil
 }
 
 // ReadFile implements raftlog.FS.
@@ -170,4 +189,69 @@ func (f *faultFile) Close() error {
 		return err
 	}
 	return f.File.Close()
+}
+
+type faultRandomFile struct {
+	raftlog.RandomFile
+	fs *FaultFS
+}
+
+func (f *faultRandomFile) ReadAt(p []byte, off int64) (int, error) {
+	if err := f.fs.before(OpRead, f.Name()); err != nil {
+		return 0, err
+	}
+	return f.RandomFile.ReadAt(p, off)
+}
+
+func (f *faultRandomFile) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.fs.before(OpWrite, f.Name()); err != nil {
+		return 0, err
+	}
+	if f.fs.ShortWrite != nil && f.fs.ShortWrite(f.Name()) {
+		return f.RandomFile.WriteAt(p[:len(p)/2], off)
+	}
+	return f.RandomFile.WriteAt(p, off)
+}
+
+func (f *faultRandomFile) Stat() (fs.FileInfo, error) {
+	if err := f.fs.before(OpStat, f.Name()); err != nil {
+		return nil, err
+	}
+	return f.RandomFile.Stat()
+}
+
+func (f *faultRandomFile) Allocate(size int64) error {
+	if err := f.fs.before(OpAllocate, f.Name()); err != nil {
+		return err
+	}
+	return f.RandomFile.Allocate(size)
+}
+
+func (f *faultRandomFile) Truncate(size int64) error {
+	if err := f.fs.before(OpTruncate, f.Name()); err != nil {
+		return err
+	}
+	return f.RandomFile.Truncate(size)
+}
+
+func (f *faultRandomFile) Sync() error {
+	if err := f.fs.before(OpSync, f.Name()); err != nil {
+		return err
+	}
+	return f.RandomFile.Sync()
+}
+
+func (f *faultRandomFile) Datasync() error {
+	if err := f.fs.before(OpDatasync, f.Name()); err != nil {
+		return err
+	}
+	return f.RandomFile.Datasync()
+}
+
+func (f *faultRandomFile) Close() error {
+	if err := f.fs.before(OpClose, f.Name()); err != nil {
+		_ = f.RandomFile.Close() // do not leak the descriptor in tests
+		return err
+	}
+	return f.RandomFile.Close()
 }
