@@ -28,7 +28,7 @@ type Client struct {
 	closed bool
 	conns  map[string]*grpc.ClientConn // by endpoint address, dialed lazily
 	book   book
-	wmux   *watchMux // every Watch's stream; nil until the first Watch (watch.go)
+	wmux   *watchMux // every Watch's stream; nil until the first Watch (watch_mux.go)
 }
 
 // New returns a Client for cfg (zero fields take their defaults; see
