@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/ctxtime"
 	"github.com/lodestone-kv/lodestone/internal/grpcopt"
 )
 
@@ -170,7 +171,7 @@ func invoke[R any](ctx context.Context, c *Client, spec callSpec,
 					// says more than a deadline error would.
 					return zero, c.newError(spec, lastEP, last, attempts, verdict{}, "", nil)
 				}
-				if err := sleep(ctx, delay); err != nil {
+				if err := ctxtime.Sleep(ctx, delay); err != nil {
 					return zero, c.ctxError(spec, lastEP, ctx, attempts, prev)
 				}
 			}
@@ -289,17 +290,5 @@ func (c *Client) ctxError(spec callSpec, ep string, ctx context.Context, attempt
 		Message:  msg,
 		Attempts: attempts,
 		cause:    err,
-	}
-}
-
-// sleep waits d or until ctx ends, whichever is first.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

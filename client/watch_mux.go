@@ -10,6 +10,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/lodestone-kv/lodestone/internal/ctxtime"
 )
 
 // watchMux carries every Watch of a Client over one gRPC Watch stream at a
@@ -146,7 +148,7 @@ func (m *watchMux) run() {
 				if hint := hintDelay(retryHint(lastErr), rand.Int64N); hint > d {
 					d = hint // admission control asked for it
 				}
-				if err := sleep(m.ctx, d); err != nil {
+				if err := ctxtime.Sleep(m.ctx, d); err != nil {
 					return
 				}
 			}
