@@ -104,7 +104,7 @@ func (c *Client) conn(ep string) (*grpc.ClientConn, error) {
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(traceHandler{}),
+		RPCTraceDialOption(),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff: grpcbackoff.Config{
 				BaseDelay:  c.cfg.BackoffBase,
@@ -194,14 +194,14 @@ func invoke[R any](ctx context.Context, c *Client, spec callSpec,
 			}
 			return zero, &Error{Op: spec.op, Endpoint: ep, Code: codes.InvalidArgument, Message: err.Error(), Attempts: attempts, cause: err}
 		}
-		tr := &rpcTrace{}
-		resp, err := rpc(withTrace(ctx, tr), cc)
+		tctx, tr := WithRPCTrace(ctx)
+		resp, err := rpc(tctx, cc)
 		attempts++
 		if err == nil {
 			c.observe(ep, header(resp))
 			return resp, nil
 		}
-		last = attempt{err: err, sent: tr.sent.Load(), responded: tr.responded.Load(), ctxDone: ctx.Err() != nil}
+		last = attempt{err: err, sent: tr.Sent(), responded: tr.Responded(), ctxDone: ctx.Err() != nil}
 		lastEP = ep
 		v := judge(spec.write, last)
 		if !v.retry || spec.only != "" {
