@@ -21,6 +21,7 @@ import (
 	"github.com/lodestone-kv/lodestone/chaos/netns"
 	"github.com/lodestone-kv/lodestone/chaos/report"
 	"github.com/lodestone-kv/lodestone/chaos/workload"
+	"github.com/lodestone-kv/lodestone/internal/ctxtime"
 )
 
 // Config is one campaign.
@@ -216,7 +217,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Outcome, error) {
 	plan := nemesis.Plan(cfg.Kinds, cfg.PerKind, cfg.Duration, cfg.Seed)
 	fmt.Fprintf(out, "chaos: %d faults planned over %v: %s\n", len(plan), cfg.Duration, strings.Join(nemesis.Counts(plan), " "))
 	nem := &nemesis.Nemesis{C: c, Net: nw, H: h, Logger: logger, Seed: cfg.Seed}
-	sleepCtx(ctx, 2*time.Second) // a calm start, the baseline for availability
+	_ = ctxtime.Sleep(ctx, 2*time.Second) // a calm start, the baseline for availability
 	if err := nem.Run(ctx, plan, time.Now().Add(cfg.Duration*3/2+30*time.Second)); err != nil && ctx.Err() == nil {
 		h.Note("nemesis: %v", err)
 	}
@@ -231,7 +232,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Outcome, error) {
 	}
 	cancel()
 	if !interrupted {
-		sleepCtx(ctx, 3*time.Second)
+		_ = ctxtime.Sleep(ctx, 3*time.Second)
 	}
 	stopWorkloads()
 
@@ -249,7 +250,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Outcome, error) {
 	if cfg.Watchers > 0 && fin.Complete && !watch.Disabled() {
 		deadline := time.Now().Add(20 * time.Second)
 		for !watch.CaughtUp(fin.Index) && time.Now().Before(deadline) && fctx.Err() == nil {
-			sleepCtx(fctx, 100*time.Millisecond)
+			_ = ctxtime.Sleep(fctx, 100*time.Millisecond)
 		}
 		if !watch.CaughtUp(fin.Index) {
 			h.Note("watch: watchers had not caught up to the final index %d within 20s", fin.Index)
@@ -375,11 +376,4 @@ func moduleRoot() (string, error) {
 		dir = parent
 	}
 	return "", errors.New("not inside the lodestone module; pass --binary and --runs-dir")
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
 }

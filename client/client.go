@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/ctxtime"
 	"github.com/lodestone-kv/lodestone/internal/grpcopt"
 )
 
@@ -28,7 +29,7 @@ type Client struct {
 	closed bool
 	conns  map[string]*grpc.ClientConn // by endpoint address, dialed lazily
 	book   book
-	wmux   *watchMux // every Watch's stream; nil until the first Watch (watch.go)
+	wmux   *watchMux // every Watch's stream; nil until the first Watch (watch_mux.go)
 }
 
 // New returns a Client for cfg (zero fields take their defaults; see
@@ -103,7 +104,7 @@ func (c *Client) conn(ep string) (*grpc.ClientConn, error) {
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(traceHandler{}),
+		RPCTraceDialOption(),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff: grpcbackoff.Config{
 				BaseDelay:  c.cfg.BackoffBase,
@@ -170,7 +171,7 @@ func invoke[R any](ctx context.Context, c *Client, spec callSpec,
 					// says more than a deadline error would.
 					return zero, c.newError(spec, lastEP, last, attempts, verdict{}, "", nil)
 				}
-				if err := sleep(ctx, delay); err != nil {
+				if err := ctxtime.Sleep(ctx, delay); err != nil {
 					return zero, c.ctxError(spec, lastEP, ctx, attempts, prev)
 				}
 			}
@@ -193,14 +194,14 @@ func invoke[R any](ctx context.Context, c *Client, spec callSpec,
 			}
 			return zero, &Error{Op: spec.op, Endpoint: ep, Code: codes.InvalidArgument, Message: err.Error(), Attempts: attempts, cause: err}
 		}
-		tr := &rpcTrace{}
-		resp, err := rpc(withTrace(ctx, tr), cc)
+		tctx, tr := WithRPCTrace(ctx)
+		resp, err := rpc(tctx, cc)
 		attempts++
 		if err == nil {
 			c.observe(ep, header(resp))
 			return resp, nil
 		}
-		last = attempt{err: err, sent: tr.sent.Load(), responded: tr.responded.Load(), ctxDone: ctx.Err() != nil}
+		last = attempt{err: err, sent: tr.Sent(), responded: tr.Responded(), ctxDone: ctx.Err() != nil}
 		lastEP = ep
 		v := judge(spec.write, last)
 		if !v.retry || spec.only != "" {
@@ -289,17 +290,5 @@ func (c *Client) ctxError(spec callSpec, ep string, ctx context.Context, attempt
 		Message:  msg,
 		Attempts: attempts,
 		cause:    err,
-	}
-}
-
-// sleep waits d or until ctx ends, whichever is first.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

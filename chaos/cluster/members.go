@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/ctxtime"
 )
 
 // MemberID derives a member's Raft id from its name as the server does
@@ -71,14 +72,14 @@ func (c *Cluster) Remove(ctx context.Context, n *Node) error {
 			last = nil
 			break
 		}
-		sleep(ctx, 300*time.Millisecond)
+		_ = ctxtime.Sleep(ctx, 300*time.Millisecond)
 	}
 	// NB: a removal refused with an unknown outcome (the leader changed
 	// while it was in flight) may still commit after every attempt above
 	// saw the member listed; settle it before reporting a failure, or the
 	// slot keeps a node that the cluster has removed and that exits on start.
 	for settle := time.Now().Add(5 * time.Second); last != nil && ctx.Err() == nil && time.Now().Before(settle); {
-		sleep(ctx, 250*time.Millisecond)
+		_ = ctxtime.Sleep(ctx, 250*time.Millisecond)
 		if in, lerr := c.isMember(ctx, name); lerr == nil && !in {
 			last = nil
 		}
@@ -153,7 +154,7 @@ func (c *Cluster) Add(ctx context.Context, n *Node) error {
 			last = nil
 			break
 		}
-		sleep(ctx, 300*time.Millisecond)
+		_ = ctxtime.Sleep(ctx, 300*time.Millisecond)
 	}
 	if last != nil {
 		return fmt.Errorf("add member %s: %w", name, last)
@@ -167,10 +168,3 @@ func (c *Cluster) Add(ctx context.Context, n *Node) error {
 
 // IsMember reports whether the harness believes the slot holds a member.
 func (n *Node) IsMember() bool { n.mu.Lock(); defer n.mu.Unlock(); return n.member }
-
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
-}

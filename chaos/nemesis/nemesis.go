@@ -12,6 +12,7 @@ import (
 	"github.com/lodestone-kv/lodestone/chaos/cluster"
 	"github.com/lodestone-kv/lodestone/chaos/history"
 	"github.com/lodestone-kv/lodestone/chaos/netns"
+	"github.com/lodestone-kv/lodestone/internal/ctxtime"
 )
 
 // Nemesis injects faults. It owns no goroutines: Run executes the plan in
@@ -63,7 +64,7 @@ func (n *Nemesis) one(ctx context.Context, s Step) {
 		f.Skipped, f.Err, f.End = true, err.Error(), n.H.Now()
 		n.H.RecordFault(f)
 		n.Logger.Warn("fault skipped", "kind", s.Kind, "why", err)
-		sleep(ctx, s.Settle)
+		_ = ctxtime.Sleep(ctx, s.Settle)
 		return
 	}
 	if err != nil {
@@ -72,7 +73,7 @@ func (n *Nemesis) one(ctx context.Context, s Step) {
 	} else {
 		n.Logger.Info("fault", "id", f.ID, "kind", f.Kind, "target", f.Target, "detail", f.Detail)
 	}
-	sleep(ctx, s.Hold)
+	_ = ctxtime.Sleep(ctx, s.Hold)
 	// NB: heal with a context of its own: an interrupted campaign must
 	// still undo the fault (Cleanup is the last resort, not the plan).
 	hctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -85,7 +86,7 @@ func (n *Nemesis) one(ctx context.Context, s Step) {
 	cancel()
 	f.End = n.H.Now()
 	n.H.RecordFault(f)
-	sleep(ctx, s.Settle)
+	_ = ctxtime.Sleep(ctx, s.Settle)
 }
 
 func (n *Nemesis) slots() []int {
@@ -354,7 +355,7 @@ func (n *Nemesis) caughtUp(ctx context.Context, members []int, within time.Durat
 		if why == "" {
 			return nil
 		}
-		sleep(ctx, 200*time.Millisecond)
+		_ = ctxtime.Sleep(ctx, 200*time.Millisecond)
 	}
 	return fmt.Errorf("members not caught up within %v: %s", within, why)
 }
@@ -376,11 +377,4 @@ func (n *Nemesis) HealAll(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/chaos/check"
 	"github.com/lodestone-kv/lodestone/chaos/history"
+	"github.com/lodestone-kv/lodestone/client"
 )
 
 // LockNode is the catalog node the lock workload's sessions are bound to
@@ -332,7 +333,7 @@ func (w *lockWorker) do(ctx context.Context, op *history.Op, write bool, call fu
 	n := w.env.pick(w.rng)
 	op.Proc, op.Workload, op.Node = w.proc, check.LockWorkload, n.Name()
 	w.env.H.Invoke(op)
-	tctx, tr := withTrace(ctx)
+	tctx, tr := client.WithRPCTrace(ctx)
 	cctx, cancel := context.WithTimeout(tctx, w.env.opTimeout())
 	err := call(cctx, n.Conn)
 	cancel()

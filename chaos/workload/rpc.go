@@ -3,57 +3,21 @@ package workload
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/chaos/history"
+	"github.com/lodestone-kv/lodestone/client"
 )
 
-// rpcTrace records what gRPC's codes cannot tell: whether the request left
-// the client, and whether a server's status came back (as client/trace.go
-// does; kept separate so the harness judges outcomes independently of the
-// client library it may one day test).
-type rpcTrace struct {
-	sent      atomic.Bool // stats.OutHeader: a server may be executing it
-	responded atomic.Bool // stats.InTrailer: the status is the server's
-}
-
-type traceKey struct{}
-
-func withTrace(ctx context.Context) (context.Context, *rpcTrace) {
-	t := &rpcTrace{}
-	return context.WithValue(ctx, traceKey{}, t), t
-}
-
-type traceHandler struct{}
-
-var _ stats.Handler = traceHandler{}
-
-func (traceHandler) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (traceHandler) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-func (traceHandler) HandleConn(context.Context, stats.ConnStats) {}
-func (traceHandler) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	t, _ := ctx.Value(traceKey{}).(*rpcTrace)
-	if t == nil {
-		return
-	}
-	switch s.(type) {
-	case *stats.OutHeader:
-		t.sent.Store(true)
-	case *stats.InTrailer:
-		t.responded.Store(true)
-	}
-}
-
-// DialOptions must be on every connection the workloads use.
+// DialOptions must be on every connection the workloads use. They install
+// the client's RPC trace handler, so each write's client.RPCTrace says
+// what went over the wire (request sent, server status received); the
+// verdict drawn from it is the harness's own (classifyWrite).
 func DialOptions() []grpc.DialOption {
-	return []grpc.DialOption{grpc.WithStatsHandler(traceHandler{})}
+	return []grpc.DialOption{client.RPCTraceDialOption()}
 }
 
 // classifyWrite turns a write's error into a Jepsen outcome, relying only
@@ -67,21 +31,21 @@ func DialOptions() []grpc.DialOption {
 //     (Unavailable, InvalidArgument, NotFound, ResourceExhausted): Fail;
 //   - the request never left the client: Fail;
 //   - anything else (timeout, reset, Aborted, Internal, ...): Info.
-func classifyWrite(err error, t *rpcTrace) (typ string, mismatch bool) {
+func classifyWrite(err error, t *client.RPCTrace) (typ string, mismatch bool) {
 	if err == nil {
 		return history.OK, false
 	}
 	code := status.Code(err)
 	switch {
-	case t.responded.Load() && code == codes.FailedPrecondition:
+	case t.Responded() && code == codes.FailedPrecondition:
 		return history.Fail, true
-	case t.responded.Load():
+	case t.Responded():
 		switch code {
 		case codes.Unavailable, codes.InvalidArgument, codes.NotFound, codes.ResourceExhausted:
 			return history.Fail, false
 		}
 		return history.Info, false
-	case !t.sent.Load():
+	case !t.Sent():
 		return history.Fail, false
 	}
 	return history.Info, false

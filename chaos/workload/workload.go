@@ -37,6 +37,7 @@ import (
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/chaos/cluster"
 	"github.com/lodestone-kv/lodestone/chaos/history"
+	"github.com/lodestone-kv/lodestone/client"
 )
 
 // Workload is one kind of client activity.
@@ -136,7 +137,7 @@ func (e *Env) put(ctx context.Context, n *cluster.Node, proc int, workload, f, k
 		op.Prev, op.PrevIndex = prev, idx
 	}
 	e.H.Invoke(&op)
-	tctx, tr := withTrace(ctx)
+	tctx, tr := client.WithRPCTrace(ctx)
 	cctx, cancel := context.WithTimeout(tctx, e.opTimeout())
 	resp, err := lodestonepb.NewKVClient(n.Conn).Put(cctx, req)
 	cancel()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+	"github.com/lodestone-kv/lodestone/internal/ctxtime"
 	"github.com/lodestone-kv/lodestone/server"
 )
 
@@ -121,7 +122,7 @@ func (c *cluster) poll(ctx context.Context, timeout time.Duration, what string, 
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s: not within %s: %w", what, timeout, err)
 		}
-		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -315,17 +316,6 @@ func (c *cluster) members(ctx context.Context, metric string) ([]float64, error)
 		vs[i] = v
 	}
 	return vs, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // profile starts CPU and allocation profiles of every server for dur when

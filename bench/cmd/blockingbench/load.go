@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+	"github.com/lodestone-kv/lodestone/internal/ctxtime"
 )
 
 // keyPrefix holds every key the benchmark writes and watches: key k is
@@ -264,7 +265,7 @@ func openQueries(parent context.Context, targets []string, n int, wait time.Dura
 func (q *queries) run(ctx context.Context, url string, at time.Time, ready func()) {
 	defer q.wg.Done()
 	defer ready()
-	if sleepCtx(ctx, time.Until(at)) != nil {
+	if ctxtime.Sleep(ctx, time.Until(at)) != nil {
 		return
 	}
 	var index uint64
@@ -282,7 +283,7 @@ func (q *queries) run(ctx context.Context, url string, at time.Time, ready func(
 			}
 			q.fail(err)
 			// consul-template backs off (250ms base) and retries.
-			if sleepCtx(ctx, 250*time.Millisecond) != nil {
+			if ctxtime.Sleep(ctx, 250*time.Millisecond) != nil {
 				return
 			}
 			continue
@@ -390,7 +391,7 @@ func (q *queries) finish(ctx context.Context) queryCounts {
 	}
 	for deadline := time.Now().Add(q.wait); ; {
 		due, seen := pending()
-		if seen == due || time.Now().After(deadline) || sleepCtx(ctx, 20*time.Millisecond) != nil {
+		if seen == due || time.Now().After(deadline) || ctxtime.Sleep(ctx, 20*time.Millisecond) != nil {
 			break
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+	"github.com/lodestone-kv/lodestone/internal/ctxtime"
 )
 
 // The workload, in numbers (DESIGN.md "Watch fan-out"; the service-
@@ -289,7 +290,7 @@ func (w *watchers) attach(ctx context.Context, exact, prefixes int) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("only %d of %d watches acknowledged after 2m", w.created.Load(), want)
 		}
-		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -399,7 +400,7 @@ func runPhase(ctx context.Context, id byte, wr *harness.Writer, w *watchers,
 		if time.Now().After(deadline) || w.err() != nil {
 			break
 		}
-		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return phaseResult{}, err
 		}
 	}

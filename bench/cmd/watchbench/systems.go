@@ -19,6 +19,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+	"github.com/lodestone-kv/lodestone/internal/ctxtime"
 	"github.com/lodestone-kv/lodestone/internal/faulthook"
 	"github.com/lodestone-kv/lodestone/internal/grpcopt"
 )
@@ -212,7 +213,7 @@ func startThree(ctx context.Context, name, bin, workDir, cpus string,
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("no leader within 30s: %w", lerr)
 		}
-		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return nil, err
 		}
 	}
@@ -241,20 +242,9 @@ func probePut(ctx context.Context, d *deployment, put func(conn *grpc.ClientConn
 		if time.Now().After(deadline) {
 			return fmt.Errorf("probe put on %s: %w", d.target, err)
 		}
-		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 
