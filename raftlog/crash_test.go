@@ -321,9 +321,10 @@ func slicesRepeat(t, n uint64) []uint64 {
 
 // TestCrashRecovery kills the workload with SIGKILL at random moments and
 // checks after each kill that every operation reported durable survived and
-// the one in flight is all there or not at all (DESIGN: "Entries and hard
-// state of one Ready are written in one bbolt transaction with one fsync
-// before the messages that depend on them are sent").
+// the one in flight is all there or not at all (docs/architecture.md,
+// "Nothing acknowledged is ever lost": entries, hard state and snapshot
+// metadata of one write are durable together before any message that
+// depends on them leaves).
 func TestCrashRecovery(t *testing.T) {
 	if os.Getenv(crashDirEnv) != "" {
 		t.Skip("in the child")
