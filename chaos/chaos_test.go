@@ -35,8 +35,9 @@ func serverSupports(bin, flag string) bool {
 	return !strings.Contains(string(out), "unknown flag")
 }
 
-// The harness can fail: with reads that skip ReadIndex (DESIGN "Data
-// flow": linearizable reads confirm leadership, then wait for apply), an
+// The harness can fail: with reads that skip ReadIndex (docs/architecture.md,
+// "Reads are linearizable by default": they confirm leadership, then wait
+// for apply), an
 // isolated or paused leader and lagging followers serve stale values, and
 // the campaign must report the anomaly every time. Until the server has
 // the hidden --unsafe-stale-reads flag, the same broken reads are made by

@@ -19,8 +19,8 @@ import (
 // against clienttest.WatchLog, a fake server with the semantics of
 // watch.proto and injectable faults: whatever breaks, a watch returns
 // every matching event after its start index exactly once, in index
-// order, with each index whole (DESIGN.md, "Chaos": no gaps, no
-// duplicates, no reordering, resume continuity).
+// order, with each index whole (docs/architecture.md, "Watches have no
+// gaps, no duplicates and no reordering", resume continuity included).
 
 // evKey identifies an event for comparisons.
 type evKey struct {

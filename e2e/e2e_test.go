@@ -255,8 +255,8 @@ func status(ctx context.Context, conn *grpc.ClientConn) (*lodestonepb.StatusResp
 }
 
 // SIGKILL of the leader: a new leader within twice the election timeout,
-// and every acknowledged write is still there (DESIGN: "Nothing
-// acknowledged is ever lost").
+// and every acknowledged write is still there (docs/architecture.md,
+// "Nothing acknowledged is ever lost").
 func TestKillLeaderLosesNoAcknowledgedWrite(t *testing.T) {
 	dir := t.TempDir()
 	nodes := startCluster(t, dir, "a", "b", "c")

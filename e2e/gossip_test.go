@@ -110,9 +110,10 @@ func pollUntil(t *testing.T, within time.Duration, what string, cond func() bool
 
 const ttlService = `{"services": [{"Name": "web", "Port": 8080, "Check": {"TTL": "1h", "Status": "passing"}}]}`
 
-// DESIGN "Gossip": the leader turns a gossip-detected node failure into
-// critical checks and invalidated sessions. kill -9 of an agent process
-// must do so within the configured detection time.
+// The leader turns a gossip-detected node failure into critical checks and
+// invalidated sessions (docs/architecture.md, "What else travels the log").
+// kill -9 of an agent process must do so within the configured detection
+// time.
 func TestGossipKillAgentTurnsNodeCritical(t *testing.T) {
 	dir := t.TempDir()
 	s := startGossipServer(t, dir)
@@ -242,7 +243,7 @@ func stabilityWindow(t *testing.T) time.Duration {
 	return 20 * time.Second
 }
 
-// DESIGN "Gossip": liveness costs no steady Raft writes. 100 healthy
+// docs/architecture.md, "Liveness costs no steady Raft writes". 100 healthy
 // services with TCP checks running every 500ms, a gossip pool probing
 // every 200ms, a leader reconciling every second: the Raft index does not
 // move.

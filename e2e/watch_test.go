@@ -18,8 +18,9 @@ import (
 // resumes on another member from the last index it saw, and in the end has
 // delivered every change under the prefix exactly once, in index order —
 // the same changes a linearizable Range shows, and every write the writers
-// had acknowledged (DESIGN.md, "Chaos": per key no gaps, no duplicates, no
-// reordering, resume continuity across leader changes). It runs with the
+// had acknowledged (docs/architecture.md, "Watches have no gaps, no
+// duplicates and no reordering": per key, resume continuity across leader
+// changes included). It runs with the
 // stream on the leader, which the kill forces into an election, and with
 // the client's default placement, on a follower.
 //

@@ -3,9 +3,9 @@
 // from the registry, and keeps doing so when origins are slow, when the
 // registry churns, and when the registry is down.
 //
-// (DESIGN.md names this component gateway-integration/; it lives in
-// gateway/, with the demo service `lodestone dev` uses in gateway/demo
-// and hand-written fakes in gateway/gatewaytest.)
+// (The demo service `lodestone dev` uses lives in gateway/demo, and
+// hand-written fakes in gateway/gatewaytest; docs/architecture.md shows
+// where the gateway sits among the other components.)
 //
 // # What it owns
 //

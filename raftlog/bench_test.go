@@ -11,7 +11,8 @@ import (
 
 // BenchmarkSave measures one Save (a journal record and its fdatasync, and
 // every CheckpointBytes a checkpoint's bbolt commit) of batch entries of
-// 16 KiB each, the entry size of the outage in DESIGN.md. The log
+// 16 KiB each, the entry size of the Consul outage in Roblox's public
+// post-mortem of October 2021 (docs/architecture.md). The log
 // is snapshotted and compacted every 4096 entries (outside the timer), as a
 // server does, so the file reuses freed pages.
 //

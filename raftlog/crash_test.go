@@ -324,7 +324,8 @@ func slicesRepeat(t, n uint64) []uint64 {
 // the one in flight is all there or not at all: a Save's entries and hard
 // state are one journal record (or one bbolt transaction), durable before
 // Save returns and so before the messages that depend on them are sent
-// (doc.go "The caller's duties"; FORMAT.md "Journal", "Replay").
+// (docs/architecture.md, "Nothing acknowledged is ever lost"; FORMAT.md
+// "Journal", "Replay").
 func TestCrashRecovery(t *testing.T) {
 	if os.Getenv(crashDirEnv) != "" {
 		t.Skip("in the child")

@@ -204,7 +204,8 @@ func TestDecodeRejects(t *testing.T) {
 }
 
 // TestCommitDoesNotRewriteFreelist is the regression test for the outage
-// DESIGN.md starts from: a freelist of ~1M pages rewritten by every commit.
+// docs/architecture.md starts from: a freelist of ~1M pages rewritten by
+// every commit.
 // It frees thousands of pages, then checks that one small Save allocates (and
 // so writes) the same few page bytes whether the file has a huge freelist or
 // none.

@@ -300,8 +300,9 @@ func (c *fakeClock) Add(d time.Duration) {
 // TestAutomaticRotation checks that a Compact which leaves raft.db mostly
 // free makes the Log rotate on its own goroutine, that a failed rotation
 // keeps the old file in use and is retried only after RotateRetryInterval by
-// the Clock, and that the rotated log holds the same entries (DESIGN: "When
-// free space passes a threshold the log is rotated online").
+// the Clock, and that the rotated log holds the same entries
+// (docs/architecture.md, "Append latency does not depend on the log file's
+// history": free pages are reclaimed by online rotation).
 func TestAutomaticRotation(t *testing.T) {
 	dir := t.TempDir()
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
@@ -460,8 +461,8 @@ func TestRotateFaults(t *testing.T) {
 	}
 }
 
-// TestCommitWriteIgnoresHistory is the byte-level form of "append latency
-// must not depend on how much history the file has seen" (DESIGN): a 16 KiB
+// TestCommitWriteIgnoresHistory is the byte-level form of "Append latency
+// does not depend on the log file's history" (docs/architecture.md): a 16 KiB
 // append writes as much to a file with thousands of free pages as to a fresh
 // one, although the freelist it is spared writing (FreelistBytes) grew with
 // the history. It also checks Inspect's estimate of a commit against the

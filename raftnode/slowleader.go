@@ -16,10 +16,9 @@ import (
 // every write in the cluster. When it stays slower than Threshold for
 // Window, the leader transfers leadership to the healthiest up-to-date
 // follower and then does not campaign for Cooldown, so the cluster is not
-// led by the slow disk again until the operator looked at it (DESIGN:
-// "Leader transfer is supported so operators can move leadership off a
-// slow node"; the Roblox outage in shared/seeds/ had leaders whose 2 s
-// writes kept them elected).
+// led by the slow disk again until the operator looked at it (in the
+// Consul outage of Roblox's public post-mortem of October 2021, leaders
+// whose writes took 2 s kept being elected).
 type SlowLeaderConfig struct {
 	// Threshold is the log-write latency above which a write counts as
 	// slow. Default 500ms (a healthy fsync takes milliseconds). Zero turns

@@ -26,8 +26,8 @@ import (
 )
 
 // Admission control lets thousands of reconnecting clients back in
-// gradually (the Roblox return to service in shared/seeds/ did this by hand
-// with iptables and DNS steering). An operator sets a policy — requests per
+// gradually (the return to service in Roblox's public post-mortem of its
+// October 2021 outage did this by hand with iptables and DNS steering). An operator sets a policy — requests per
 // second per server for reads, writes and new watch streams, optionally
 // ramping up by a percentage each minute — with `lodestone admission set`.
 // The policy is a Raft command, so every server enforces the same one; it

@@ -17,8 +17,8 @@ import (
 )
 
 // A write sent to a follower is forwarded to the leader, and a
-// linearizable read on another member sees it (DESIGN: "reads are
-// linearizable by default").
+// linearizable read on another member sees it (docs/architecture.md,
+// invariant 4: "Reads are linearizable by default").
 func TestWriteThroughFollowerReadOnAnother(t *testing.T) {
 	c := newTestCluster(t, 3)
 	lead := c.waitLeader()

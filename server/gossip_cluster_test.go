@@ -52,8 +52,8 @@ func reconcileRuns(t *testing.T, c *testCluster) float64 {
 	return sum
 }
 
-// assertIndexStill checks DESIGN "Gossip: liveness costs no steady Raft
-// writes": while the leader reconciles n more times, no member's applied
+// assertIndexStill checks docs/architecture.md invariant 9, "Liveness costs
+// no steady Raft writes": while the leader reconciles n more times, no member's applied
 // index moves. An election appends an entry of its own, so a window with
 // a leader change (a loaded host) is measured again.
 func assertIndexStill(t *testing.T, c *testCluster, n float64) {

@@ -66,7 +66,7 @@ func kinds(cmds []*lodestonepb.Command) string {
 	return strings.Join(out, ",")
 }
 
-// TestPlanGossip checks DESIGN "Gossip": the leader turns a failed node into
+// TestPlanGossip checks docs/architecture.md invariant 9: the leader turns a failed node into
 // critical checks and invalidated sessions, and liveness costs no steady
 // writes. Each case's plan is applied to the store and planned again: the
 // second plan must be empty (the plan is a diff, so applying it closes it).

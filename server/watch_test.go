@@ -70,8 +70,8 @@ func (w *watchClient) collect(n int) ([]*lodestonepb.Event, uint64) {
 
 // A watch on a follower sees every matching write in order, and a watch
 // resumed on another member from the last index sees the rest with no gap
-// and no duplicate (DESIGN: "Resume from an index is served from the event
-// log while the index is still retained").
+// and no duplicate (docs/architecture.md invariant 7: a resume from an
+// index is served from the event log while the index is still retained).
 func TestWatchResumesOnAnotherMemberWithoutGap(t *testing.T) {
 	c := newTestCluster(t, 3)
 	lead := c.waitLeader()
@@ -310,7 +310,7 @@ func TestWatchGroupedStream(t *testing.T) {
 // A watch on a grouped stream that falls a full buffer behind is cut loose
 // with a resync index, after a group holding every event up to it; resumed
 // from there it gets the rest: together each write exactly once, in order
-// (DESIGN "Watch fan-out": cut loose with "resync from index X").
+// (docs/architecture.md invariant 6: cut loose with "resync from index X").
 func TestWatchGroupedResync(t *testing.T) {
 	c := newTestCluster(t, 1, func(cfg *Config) { cfg.Watch.WatcherBuffer = 1 })
 	lead := c.waitLeader()

@@ -7,8 +7,9 @@ import (
 )
 
 // TestKVIndexFor: a prefix's index moves with writes and deletes under it
-// and with nothing else (DESIGN: "every table and key range tracks the max
-// index that touched it").
+// and with nothing else (docs/architecture.md, "A blocking query wakes only
+// for what it read": every table and key range tracks the max index that
+// touched it).
 func TestKVIndexFor(t *testing.T) {
 	d := newDriver(t)
 	if got := d.s.KVIndexFor(nil, true); got != 1 {

@@ -29,12 +29,12 @@
 // Publish takes the log's lock for an append (O(events), never O(watchers)),
 // then wakes the shards that are asleep with a non-blocking send. It never
 // sends on a watcher's channel and never takes a lock a consumer holds. This
-// is the failure in the Consul streaming outage (seeds/roblox-consul-outage-
-// postmortem.txt): fan-out through one contended channel made writers block
-// behind readers. Here a watcher that cannot keep up is cut loose with an
-// *OverflowError carrying the index to resume after, and a shard that falls
-// behind the log's retention cuts loose the watchers it could no longer
-// serve; nobody else slows down.
+// is the failure of the Consul streaming outage in Roblox's public
+// post-mortem of October 2021: fan-out through one contended channel made
+// writers block behind readers. Here a watcher that cannot keep up is cut
+// loose with an *OverflowError carrying the index to resume after, and a
+// shard that falls behind the log's retention cuts loose the watchers it
+// could no longer serve; nobody else slows down.
 //
 // # The caller's duties, in order
 //

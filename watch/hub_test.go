@@ -141,8 +141,9 @@ func readUntil(t *testing.T, ctx context.Context, w *watch.Watcher, index uint64
 	}
 }
 
-// TestPerKeyOrder checks DESIGN "Watch fan-out": every watcher sees its
-// events in index order, exactly once, whatever shard it landed on.
+// TestPerKeyOrder checks docs/architecture.md, "Watches have no gaps, no
+// duplicates and no reordering": every watcher sees its events in index
+// order, exactly once, whatever shard it landed on.
 func TestPerKeyOrder(t *testing.T) {
 	ctx := testCtx(t)
 	h := newHub(t, watch.Config{Shards: 4, WatcherBuffer: 100_000})

@@ -3,8 +3,10 @@
 // linearizability checker's optional HTML visualization, no clocks, no
 // goroutines of its own beyond porcupine's.
 //
-// The invariants they check are DESIGN.md's "Chaos" and "Decisions and
-// invariants" promises:
+// The invariants they check are those of docs/architecture.md, "Invariants"
+// (nothing acknowledged is ever lost, replicas converge, reads are
+// linearizable by default, watches have no gaps, no duplicates and no
+// reordering):
 //
 //   - Linearizable: the register workload's reads, writes and CASes form a
 //     linearizable history per key (porcupine), with unknown-outcome writes

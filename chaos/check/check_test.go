@@ -60,9 +60,10 @@ func wantStatus(t *testing.T, r Result, want string) {
 	}
 }
 
-// DESIGN "Data flow": reads are linearizable (ReadIndex, then wait for
-// apply). Each case is a register history on one key that is or is not
-// linearizable; unknown-outcome writes may take effect late or never.
+// docs/architecture.md, "Reads are linearizable by default" (ReadIndex,
+// then wait for apply). Each case is a register history on one key that is
+// or is not linearizable; unknown-outcome writes may take effect late or
+// never.
 func TestLinearizable(t *testing.T) {
 	cases := []struct {
 		name string
@@ -129,7 +130,8 @@ func final(kvs map[string]history.FinalKV, replicas map[string]map[string]histor
 	return history.FinalState{Index: 100, KVs: kvs, Replicas: replicas, Complete: true}
 }
 
-// DESIGN: nothing acknowledged is ever lost; replicas converge.
+// docs/architecture.md: "Nothing acknowledged is ever lost"; "Replicas
+// converge".
 func TestDurability(t *testing.T) {
 	setKey := SetPrefix + "0/1"
 	reg := RegisterPrefix + "k"
@@ -202,8 +204,9 @@ func ev(session int, key string, idx uint64, v string) history.WatchEvent {
 	return history.WatchEvent{Session: session, Key: RegisterPrefix + key, Index: idx, Value: v, T: int64(idx)}
 }
 
-// DESIGN "Chaos": per key no gaps, no duplicates, no reordering, resume
-// continuity; watch.proto: events in index order, everything > start.
+// docs/architecture.md, "Watches have no gaps, no duplicates and no
+// reordering", resume continuity included; watch.proto: events in index
+// order, everything > start.
 func TestWatch(t *testing.T) {
 	one := []history.WatchSession{{Session: 0, Start: 9, End: 14}}
 	two := []history.WatchSession{{Session: 0, Start: 9, End: 11}, {Session: 1, Start: 11, End: 14}}

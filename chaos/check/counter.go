@@ -10,7 +10,8 @@ import (
 
 // Counter checks the CAS counter (Jepsen's counter checker). An Add is one
 // increment by exactly 1 (a CAS on the ModifyIndex just read). Invariant
-// (linearizable reads and writes, DESIGN "Data flow"): every ok read r has
+// (linearizable reads and writes, docs/architecture.md "Reads are
+// linearizable by default"): every ok read r has
 //
 //	#(ok adds returned before r was called) <= value(r) <= #(ok or info adds called before r returned)
 //

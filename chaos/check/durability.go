@@ -8,7 +8,8 @@ import (
 	"github.com/lodestone-kv/lodestone/chaos/history"
 )
 
-// Durability checks DESIGN's "Nothing acknowledged is ever lost" against
+// Durability checks "Nothing acknowledged is ever lost" (docs/architecture.md)
+// against
 // the state read after the final heal:
 //
 //   - set workload (write-once keys): every acknowledged key is present

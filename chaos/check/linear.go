@@ -144,9 +144,9 @@ func registerOps(ops []history.Op) []porcupine.Operation {
 	return out
 }
 
-// Linearizable checks the register workload per key (DESIGN: "read:
-// linearizable by default (ReadIndex on the leader, then wait for
-// apply)"; writes are linearizable through Raft).
+// Linearizable checks the register workload per key (docs/architecture.md,
+// "Reads are linearizable by default": ReadIndex, then wait for apply;
+// writes are linearizable through Raft).
 func Linearizable(h *history.History, opt LinearOptions) Result {
 	const name = "linearizable"
 	if opt.Timeout <= 0 {

@@ -14,7 +14,8 @@ type keyIndex struct {
 }
 
 // Watch checks every watcher's streams against the committed history
-// (DESIGN "Chaos": per key no gaps, no duplicates, no reordering, resume
+// (docs/architecture.md, "Watches have no gaps, no duplicates and no
+// reordering": per key no gaps, no duplicates, no reordering, resume
 // continuity across leader changes; watch.proto: "Responses for one watch
 // come in index order", "start_index delivers every matching event with
 // index > start_index").

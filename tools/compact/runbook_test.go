@@ -32,7 +32,7 @@ type ran struct {
 }
 
 // TestRunbookRaftLogBloat runs every command of the raft-log-bloat runbook
-// (DESIGN: "every command in them is exercised by a test"): it builds the
+// (docs/architecture.md, "Every runbook command runs in a test"): it builds the
 // lodestone binary, starts `lodestone dev` on free ports, runs the `sh live`
 // blocks against it, checks that every metric the runbook names is on its
 // /metrics, stops it, and runs the `sh stopped` blocks on its data dir. Each

@@ -1,6 +1,6 @@
 // Package runbooks_test runs every command of the operator runbooks in
-// docs/runbooks/ against real lodestone processes (DESIGN: "every command
-// in them is exercised by a test").
+// docs/runbooks/ against real lodestone processes (docs/architecture.md,
+// "Every runbook command runs in a test").
 package runbooks_test
 
 import (

@@ -3,8 +3,8 @@
 // through the Consul HTTP KV API, first alone, then with 10,000 concurrent
 // blocking queries (`GET /v1/kv/<key>?index=N&wait=W`), each on its own
 // key, which the writes wake one at a time. It prints BENCH lines
-// (DESIGN.md "How benchmarks report"; cmd/blockingbench/README.md explains
-// the phases, the checks and every line). Run it from bench/:
+// (bench/README.md, "How benchmarks report"; cmd/blockingbench/README.md
+// explains the phases, the checks and every line). Run it from bench/:
 //
 //	cd bench && go run ./cmd/blockingbench [-reps 3] [-queries 10000]
 package main

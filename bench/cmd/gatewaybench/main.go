@@ -3,7 +3,7 @@
 // upstream keep-alive), through HAProxy (one thread) and through a plain
 // httputil.ReverseProxy, each proxy pinned to one core with the load
 // generator and the origin on the other, and prints BENCH lines for
-// requests/s and the latency each proxy adds (see DESIGN.md, "How
+// requests/s and the latency each proxy adds (see bench/README.md, "How
 // benchmarks report"). Run it from bench/ (or `make bench-gateway`):
 //
 //	cd bench && go run ./cmd/gatewaybench [-reps 3] [-duration 10s]

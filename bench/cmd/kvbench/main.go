@@ -1,7 +1,7 @@
 // Command kvbench runs the same put workload against a three-process
 // Lodestone cluster and a three-process etcd cluster on this machine and
-// prints one BENCH line per comparison (see bench/README.md and DESIGN.md,
-// "How benchmarks report"). Run it from bench/:
+// prints one BENCH line per comparison (see bench/README.md, "How
+// benchmarks report"). Run it from bench/:
 //
 //	cd bench && go run ./cmd/kvbench [-reps 3] [-duration 8s] [-clients 1,64]
 package main

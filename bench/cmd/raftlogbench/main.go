@@ -4,8 +4,8 @@
 // the shape of the Roblox/Consul outage's (a log that once held gigabytes
 // and was truncated to a small live tail, leaving >= 500k free pages), then
 // rotates Lodestone's bloated file online while appending, and prints one
-// BENCH line per comparison (bench/README.md, DESIGN.md "How benchmarks
-// report"). Run it from bench/:
+// BENCH line per comparison (bench/README.md, "How benchmarks report").
+// Run it from bench/:
 //
 //	cd bench && go run ./cmd/raftlogbench [-reps 3] [-free-pages 550000] [-live-mib 256]
 package main

@@ -16,7 +16,7 @@ import (
 	"github.com/lodestone-kv/lodestone/internal/ctxtime"
 )
 
-// The workload, in numbers (DESIGN.md "Watch fan-out"; the service-
+// The workload, in numbers (docs/architecture.md, "A watch"; the service-
 // discovery shape): keys under one prefix, written at a steady rate; exact
 // watchers spread evenly over the keys; a few prefix watchers that see
 // every write; all on S streams over C connections to the target server.

@@ -1,10 +1,10 @@
 // Command watchbench measures watch fan-out on the service-discovery shape
-// (DESIGN.md "Watch fan-out"): a steady stream of writes over many keys
+// (docs/architecture.md, "A watch"): a steady stream of writes over many keys
 // under one prefix, with 0, 10k and 100k exact-key watchers plus 100
 // prefix watchers on one server, for a three-process Lodestone cluster, a
 // three-process etcd cluster and a single-channel broadcaster (the Consul
 // streaming anti-pattern, bench/internal/broadcast), and prints BENCH lines
-// (DESIGN.md "How benchmarks report"; cmd/watchbench/README.md explains
+// (bench/README.md, "How benchmarks report"; cmd/watchbench/README.md explains
 // the phases, the checks and every line). Run it from bench/:
 //
 //	cd bench && go run ./cmd/watchbench [-reps 3] [-duration 5s]

@@ -1,9 +1,9 @@
 // Package broadcast is the anti-pattern watchbench compares Lodestone's
 // sharded watch hub against: a store whose every change is fanned out to
 // every subscriber through ONE shared Go channel and ONE mutex, the shape
-// of the streaming fan-out in the Consul outage (seeds/roblox-consul-
-// outage-postmortem.txt: "contention on a single Go channel ... causes
-// blocking during writes").
+// of the streaming fan-out in the Consul outage of Roblox's public
+// post-mortem of October 2021 ("contention on a single Go channel ...
+// causes blocking during writes").
 //
 // It serves Lodestone's own gRPC API (KV.Put and Watch, nothing else), so
 // the benchmark drives it with the very code it drives Lodestone with.

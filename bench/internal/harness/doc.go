@@ -2,7 +2,7 @@
 // shares: picking free loopback ports, starting and stopping server
 // processes (optionally pinned with taskset), driving N clients for a fixed
 // window, turning latencies into percentiles, taking medians over
-// repetitions, and printing the one-line BENCH verdict that DESIGN.md
+// repetitions, and printing the one-line BENCH verdict that bench/README.md
 // ("How benchmarks report") defines.
 //
 // It knows nothing of Lodestone or any peer: a benchmark supplies the

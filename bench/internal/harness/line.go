@@ -7,8 +7,8 @@ import (
 	"strings"
 )
 
-// Line is one comparison in the format DESIGN.md ("How benchmarks report")
-// fixes:
+// Line is one comparison in the format bench/README.md ("How benchmarks
+// report") fixes:
 //
 //	BENCH <name> lodestone=<value><unit> <peer>=<value><unit> ratio=<lodestone/peer> target=<op><number>
 //
