@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
@@ -24,6 +25,7 @@ func FuzzApply(f *testing.F) {
 		at(t0, sessDestroy(sid(1))), at(t0, sessRenew(sid(1))), at(t0, sessInvalidate("n1", t0, sid(1))),
 		at(t0, acquireCmd("a", "x", sid(1))), releaseCmd("b", "", sid(1)),
 		at(t0, txnCmd(opLock(LOCK, "a", "v", sid(1)), opLock(UNLOCK, "b", "", sid(1)), opLock(CHECK_SESSION, "b", "", sid(1)))),
+		memberCmd(1, "g", "h"),
 	} {
 		b, _ := proto.Marshal(c)
 		f.Add(b)
@@ -43,13 +45,15 @@ func FuzzApply(f *testing.F) {
 				t.Fatalf("setup command %d failed: %v", i, res)
 			}
 		}
-		const idx = 9
+		s.ApplyConfChange(9, []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode, NodeID: 1}}, nil)
+		const idx = 10
 		res, _ := s.Apply(idx, cmd)
 		checkInvariants(t, s)
 		if res == nil {
 			t.Fatalf("nil result for a new index")
 		}
-		if CheckCommand(cmd) == nil && res.Result == nil {
+		// Member commands never set Result (no variant).
+		if CheckCommand(cmd) == nil && res.Result == nil && cmd.GetMember() == nil {
 			t.Fatalf("valid command %v reported malformed", cmd)
 		}
 		if got, want := s.Index(), uint64(idx); got != want {

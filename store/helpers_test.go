@@ -153,6 +153,11 @@ func dump(s *Store) string {
 	return b.String()
 }
 
+func memberCmd(id uint64, grpc, http string) *lodestonepb.Command {
+	return &lodestonepb.Command{Op: &lodestonepb.Command_Member{Member: &lodestonepb.Member{
+		Id: id, Name: "ignored", PeerAddr: "ignored:1", GrpcAddr: grpc, HttpAddr: http, Learner: true}}}
+}
+
 func fmtKV(kv *lodestonepb.KeyValue) string {
 	if kv == nil {
 		return "<nil>"
