@@ -313,8 +313,8 @@ func (l Limits) validateTxnOp(i int, o *lodestonepb.TxnOp) error {
 // and is either acquire or release; catalog and session commands carry
 // their request, their required names and ids are not empty, no name or id
 // holds a NUL byte (they are part of event keys), enums are known, and a
-// registration's checks belong to its node; member commands carry their
-// member (its content is the proposing server's to check).
+// registration's checks belong to its node; member and admission commands
+// carry their message (their content is the proposing server's to check).
 // It returns the first problem as an *InvalidError wrapping ErrInvalid, or
 // nil.
 //
@@ -376,6 +376,11 @@ func CheckCommand(cmd *lodestonepb.Command) error {
 	case *lodestonepb.Command_Member:
 		if op.Member == nil {
 			return invalid(-1, "command", RuleCommandOp, "member command has no member")
+		}
+		return nil
+	case *lodestonepb.Command_Admission:
+		if op.Admission == nil {
+			return invalid(-1, "command", RuleCommandOp, "admission command has no policy")
 		}
 		return nil
 	default:

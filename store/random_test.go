@@ -52,7 +52,8 @@ func testSeed(t testing.TB) uint64 {
 // registrations, deregistrations and check updates over a few nodes,
 // services and checks; sessions created, destroyed, renewed and
 // invalidated from a small id pool; acquires, releases and txn lock ops;
-// member commands and conf changes.
+// member and admission commands, writes to the key that older builds kept
+// the admission policy under, and conf changes.
 // cas indices are drawn near the current index so some match and some do
 // not. Every command carries a proposer time that mostly moves forward
 // (sometimes back: clock skew between proposers).
@@ -163,7 +164,7 @@ func randomSteps(seed uint64, n int) []step {
 		}
 		now += int64(r.IntN(3000)-300) * int64(time.Millisecond)
 		var cmd *lodestonepb.Command
-		switch k := r.IntN(176); {
+		switch k := r.IntN(182); {
 		case k < 40:
 			cmd = putFlags(key(), val(), uint64(r.IntN(2)))
 		case k < 50:
@@ -204,6 +205,15 @@ func randomSteps(seed uint64, n int) []step {
 		case k < 173:
 			id := uint64(1 + r.IntN(6)) // 6 is never a member
 			cmd = memberCmd(id, fmt.Sprintf("10.0.1.%d:%d", id, r.IntN(3)), fmt.Sprintf("10.0.2.%d:%d", id, r.IntN(3)))
+		case k < 176:
+			cmd = admissionCmd(&lodestonepb.AdmissionPolicy{Enabled: r.IntN(4) > 0, Reads: uint64(r.IntN(3) * 100),
+				Writes: uint64(r.IntN(3) * 50), Watches: uint64(r.IntN(2) * 10), RampPercentPerMin: float64(r.IntN(3) * 5), SetUnixNano: now})
+		case k < 178:
+			if r.IntN(3) == 0 {
+				cmd = delCmd(legacyAdmissionKey)
+			} else {
+				cmd = putCmd(legacyAdmissionKey, val()) // an ordinary key now
+			}
 		default:
 			types := []raftpb.ConfChangeType{raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode,
 				raftpb.ConfChangeRemoveNode, raftpb.ConfChangeUpdateNode}
@@ -289,8 +299,8 @@ func TestDeterminism(t *testing.T) {
 	if got, want := encode(t, a), encode(t, b); string(got) != string(want) {
 		t.Fatalf("snapshot bytes differ")
 	}
-	if a.Len() == 0 || len(a.Members()) == 0 {
-		t.Errorf("stream too weak: %d keys, %d members at the end", a.Len(), len(a.Members()))
+	if p, _ := a.Admission(); a.Len() == 0 || len(a.Members()) == 0 || p == nil {
+		t.Errorf("stream too weak: %d keys, %d members, admission policy %v at the end", a.Len(), len(a.Members()), p)
 	}
 }
 
@@ -314,7 +324,8 @@ func TestRandomStreamCoverage(t *testing.T) {
 			counts["replay"]++
 		case cmd.GetMember() != nil:
 			counts["member-cmd"]++
-
+		case cmd.GetAdmission() != nil:
+			counts["admission"]++
 		case res.GetRejected() != nil:
 			counts["rejected "+res.GetRejected().GetRule()]++
 		case res.GetLockFailed():
@@ -355,7 +366,7 @@ func TestRandomStreamCoverage(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"replay", "cas-failed", "txn-ok", "txn-failed", "malformed", "put", "delete", "m", "r", "a", "x",
-		"member-cmd",
+		"member-cmd", "admission",
 		"rejected " + RejectNodeMissing, "rejected " + RejectServiceMissing, "rejected " + RejectCheckMissing,
 		"rejected " + RejectCheckCritical, "rejected " + RejectSessionMissing, "rejected " + RejectSessionIDTaken,
 		"lock-failed", "lock-ok", "register-ok", "check-update-ok", "session-create-ok", "session-renew-ok",

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/btree"
 	"go.etcd.io/raft/v3/raftpb"
@@ -21,9 +22,15 @@ const btreeDegree = 32
 // Store is the replicated state machine. See the package doc for the
 // concurrency contract: one goroutine calls the mutating methods (Apply,
 // ApplyConfChange, Advance, SetMember, RemoveMember, Snapshot, Restore);
-// any number of goroutines call the read methods (Get, Range, Members, the
-// catalog and session reads, the index getters) concurrently with it.
+// any number of goroutines call the read methods (Get, Range, Members,
+// Admission, the catalog and session reads, the index getters)
+// concurrently with it.
 type Store struct {
+	// admission is the replicated admission policy (nil: none ever set).
+	// Written by the apply goroutine while it holds mu exclusively, read
+	// without mu (Admission): the server checks it on every request.
+	admission atomic.Pointer[admissionState]
+
 	// mu guards every field below. The apply goroutine holds it exclusively
 	// for the whole of one command (so a transaction is never seen half
 	// done); readers hold it shared.
