@@ -232,6 +232,9 @@ func (a *applier) events() []Event {
 //     set (Result == nil): the server should answer the proposer with
 //     CheckCommand(cmd). For a transaction the result is a TxnResponse
 //     with succeeded=false and an error per malformed op.
+//   - Every Command variant is applied here, member and admission
+//     included; the server keeps no apply logic of its own. Conf-change
+//     entries, which are not Commands, go to ApplyConfChange.
 //   - Never panics on command content.
 //   - Apply does not retain cmd or any slice in it.
 //
@@ -243,8 +246,21 @@ func (a *applier) events() []Event {
 // with acquire or release that does not take effect sets LockFailed (kv is
 // the current entry); one naming an unknown session sets Rejected. Catalog
 // and session commands → their response message; a precondition the state
-// does not meet (see doc.go) sets Rejected and changes nothing. Headers are
-// left nil for the server to fill.
+// does not meet (see doc.go) sets Rejected and changes nothing. Member and
+// admission commands → an empty result (CommandResult has no variant for
+// them, so Result is always nil; CheckCommand(cmd) == nil says it took
+// effect and the index is the answer). Headers are left nil for the server
+// to fill.
+//
+// Member (a member publishing its client addresses): an existing member's
+// grpc_addr and http_addr are replaced and MembersIndex moves; other fields
+// are ignored (voting rights change only by conf change); an unknown id
+// changes nothing but the index. No events.
+//
+// Admission: the policy, as proposed, becomes the one Admission returns,
+// stamped with index. It is replicated state of its own, in snapshots, not
+// a key: no event, KVIndex does not move, and no KV command can change it
+// (the key _lodestone/admission that older builds used is an ordinary key).
 //
 // Returned results and events may share entries with the store; callers
 // must not modify them.
@@ -278,6 +294,13 @@ func (s *Store) Apply(index uint64, cmd *lodestonepb.Command) (*lodestonepb.Comm
 		res = a.sessionRenew(op.SessionRenew)
 	case *lodestonepb.Command_SessionInvalidate:
 		res = a.sessionInvalidate(op.SessionInvalidate)
+	case *lodestonepb.Command_Member:
+		// NB: membership bookkeeping, like SetMember: no events and no
+		// tombstone pruning, so a member command changes exactly what it
+		// did when the server applied it itself.
+		return a.setMemberAttrs(op.Member), nil
+	case *lodestonepb.Command_Admission:
+		res = a.setAdmission(op.Admission)
 	default:
 		res = &lodestonepb.CommandResult{}
 	}

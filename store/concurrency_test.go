@@ -54,6 +54,9 @@ func TestConcurrentReadsDuringApply(t *testing.T) {
 				s.Range([]byte("k/"), nil, 50, true)
 				s.Members()
 				s.KVIndex()
+				if p, i := s.Admission(); (p == nil) != (i == 0) || (p != nil && p.Writes != i) {
+					report(fmt.Errorf("admission policy %v at index %d", p, i))
+				}
 				if i := s.Index(); i < last {
 					report(fmt.Errorf("Index went back from %d to %d", last, i))
 				}
@@ -95,6 +98,8 @@ func TestConcurrentReadsDuringApply(t *testing.T) {
 			s.Apply(i, delPrefix(fmt.Sprintf("k/%d", i%10)))
 		case 2:
 			s.SetMember(i, &lodestonepb.Member{Id: i%3 + 1, Name: v})
+		case 3:
+			s.Apply(i, admissionCmd(&lodestonepb.AdmissionPolicy{Enabled: true, Writes: i})) // Writes tells the index
 		default:
 			s.Apply(i, putCmd(fmt.Sprintf("k/%d", i%97), v))
 		}

@@ -1,6 +1,7 @@
 // Package store is Lodestone's replicated state machine: the KV table, the
-// catalog (nodes, services, checks), sessions and KV locks, and the cluster
-// membership.
+// catalog (nodes, services, checks), sessions and KV locks, the cluster
+// membership and the admission policy. It applies every replicated
+// command; the server keeps no apply logic of its own.
 //
 // # What it owns
 //
@@ -9,12 +10,15 @@
 // LockIndex, Flags and Session; the catalog and session tables (B-trees
 // too); tombstones of deleted keys and lock delays; the max index of every
 // table and of every node and service name, for blocking queries; the
-// member table with addresses; the applied index; and the snapshot encoding
-// of all of it (SNAPSHOT.md).
+// member table with addresses; the admission policy every server enforces
+// (its own state, not a key: no KV command can change it); the applied
+// index; and the snapshot encoding of all of it (SNAPSHOT.md).
 //
 // # What it refuses to know
 //
-// Raft, gRPC, the disk, clocks and the watch hub. It starts no goroutines,
+// Raft's machinery, gRPC, the disk, clocks and the watch hub. Of Raft it
+// knows only the decoded conf-change data the server hands to
+// ApplyConfChange (raftpb.ConfChangeSingle). It starts no goroutines,
 // never calls time.Now, does no I/O except on the io.Reader/io.Writer handed
 // to Restore and Snapshot.WriteTo, and never panics on command content.
 // Time enters only as the command's time_unix_nano (the proposing server's
@@ -24,17 +28,19 @@
 // # Concurrency
 //
 // One goroutine, the server's apply loop, calls the mutating methods:
-// Apply, Advance, SetMember, RemoveMember, Snapshot and Restore. Any number
-// of goroutines call the reads concurrently with it: Get, Range, Members,
-// Index, KVIndex, MembersIndex, Len, KVIndexFor, the catalog and session
-// reads and the index getters. A sync.RWMutex guards the state: Apply
-// holds it exclusively for one whole command (a transaction, a
-// registration or an invalidation is never seen half applied), reads hold
-// it shared. A Range holds the read lock while it walks at most its limit
-// of keys, so Limits.MaxRangeLimit bounds how long a read can delay Apply;
-// KVIndexFor and the catalog reads walk what they answer. Snapshots do not
-// hold the lock while encoding: they are copy-on-write clones of the
-// B-trees (see Snapshot).
+// Apply, ApplyConfChange, Advance, SetMember, RemoveMember, Snapshot and
+// Restore. Any number of goroutines call the reads concurrently with it:
+// Get, Range, Members, Admission, Index, KVIndex, MembersIndex, Len,
+// KVIndexFor, the catalog and session reads and the index getters.
+// Admission takes no lock (one atomic load: it is read on every client
+// request). A sync.RWMutex guards the rest of the state: Apply holds it
+// exclusively for one whole command (a transaction, a registration or an
+// invalidation is never seen half applied), reads hold it shared. A Range
+// holds the read lock while it walks at most its limit of keys, so
+// Limits.MaxRangeLimit bounds how long a read can delay Apply; KVIndexFor
+// and the catalog reads walk what they answer. Snapshots do not hold the
+// lock while encoding: they are copy-on-write clones of the B-trees (see
+// Snapshot).
 //
 // Entries and messages returned by reads, results and events are shared,
 // immutable values: callers must not modify them.
@@ -48,15 +54,18 @@
 //     may be configured differently) and applies anything CheckCommand
 //     accepts.
 //  2. For each committed entry, in log order, on the apply goroutine:
-//     a normal entry with data → Apply(entry.Index, cmd); an empty entry →
-//     Advance(entry.Index); a conf change → SetMember/RemoveMember for each
-//     member it adds, updates or removes (several calls with the same index
-//     are fine), or Advance if it carries no member data.
+//     a normal entry with data → Apply(entry.Index, cmd), whatever the
+//     command (member and admission commands included); an empty or
+//     undecodable entry → Advance(entry.Index); a conf change (after the
+//     Raft node's own ApplyConfChange) → ApplyConfChange(entry.Index,
+//     changes, context member), then connect to the members it returns as
+//     added and drop those it returns as removed.
 //  3. Hand Apply's events to the watch hub, then answer the proposer with
 //     the result (filling the response header). A result with no Result set
-//     means the command was malformed: answer with CheckCommand(cmd). A
-//     result with rejected set: answer with ResultError(res). cas_failed
-//     and lock_failed are answers ("false"), not errors.
+//     means the command was malformed: answer with CheckCommand(cmd) (nil,
+//     i.e. success, for member and admission commands, which never set
+//     Result). A result with rejected set: answer with ResultError(res).
+//     cas_failed and lock_failed are answers ("false"), not errors.
 //  4. To snapshot: call Snapshot on the apply goroutine, then WriteTo on any
 //     goroutine; record Snapshot.Index() as the Raft snapshot's index.
 //  5. On start or when Raft installs a snapshot: Restore, then replay the
@@ -65,6 +74,8 @@
 //  6. Serve reads at Index(): a linearizable read waits until Index() has
 //     reached the ReadIndex, then calls Get/Range or a catalog read; a
 //     stale read just calls them. Both report the index they were read at.
+//     Admission control reads Admission() per request (or caches against
+//     the index it returns).
 //  7. On the leader only: propose SessionInvalidate for ExpiredSessions
 //     (with ttl_expired_at_unix_nano) and for failed nodes; see below.
 //

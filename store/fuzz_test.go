@@ -5,13 +5,15 @@ import (
 	"errors"
 	"testing"
 
+	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
 
-// FuzzApply: no command content may panic Apply or break an invariant, and
-// a command ValidateCommand accepts is never reported malformed by Apply.
+// FuzzApply: no command content may panic Apply or break an invariant, a
+// command ValidateCommand accepts is never reported malformed by Apply, and
+// only an admission command changes the admission policy.
 // The seed corpus runs with every `go test`; `go test -fuzz FuzzApply`
 // explores further.
 func FuzzApply(f *testing.F) {
@@ -24,6 +26,8 @@ func FuzzApply(f *testing.F) {
 		at(t0, sessDestroy(sid(1))), at(t0, sessRenew(sid(1))), at(t0, sessInvalidate("n1", t0, sid(1))),
 		at(t0, acquireCmd("a", "x", sid(1))), releaseCmd("b", "", sid(1)),
 		at(t0, txnCmd(opLock(LOCK, "a", "v", sid(1)), opLock(UNLOCK, "b", "", sid(1)), opLock(CHECK_SESSION, "b", "", sid(1)))),
+		memberCmd(1, "g", "h"), admissionCmd(policy(5, true)), admissionCmd(&lodestonepb.AdmissionPolicy{}),
+		putCmd(legacyAdmissionKey, "x"), delPrefix("_lodestone"),
 	} {
 		b, _ := proto.Marshal(c)
 		f.Add(b)
@@ -43,14 +47,27 @@ func FuzzApply(f *testing.F) {
 				t.Fatalf("setup command %d failed: %v", i, res)
 			}
 		}
-		const idx = 9
+		s.ApplyConfChange(9, []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode, NodeID: 1}}, nil)
+		s.Apply(10, admissionCmd(policy(1, true)))
+		const idx = 11
 		res, _ := s.Apply(idx, cmd)
 		checkInvariants(t, s)
 		if res == nil {
 			t.Fatalf("nil result for a new index")
 		}
-		if CheckCommand(cmd) == nil && res.Result == nil {
+		// Member and admission commands never set Result (no variant).
+		noResult := cmd.GetMember() != nil || cmd.GetAdmission() != nil
+		if CheckCommand(cmd) == nil && res.Result == nil && !noResult {
 			t.Fatalf("valid command %v reported malformed", cmd)
+		}
+		p, pi := s.Admission()
+		switch {
+		case cmd.GetAdmission() != nil:
+			if pi != idx || !proto.Equal(p, cmd.GetAdmission()) {
+				t.Fatalf("admission command: policy %s at %d, want the command's at %d", fmtPolicy(p), pi, idx)
+			}
+		case pi != 10 || !proto.Equal(p, policy(1, true)):
+			t.Fatalf("command %v changed the admission policy to %s at %d", cmd, fmtPolicy(p), pi)
 		}
 		if got, want := s.Index(), uint64(idx); got != want {
 			t.Fatalf("Index = %d, want %d", got, want)
@@ -75,6 +92,10 @@ func FuzzRestore(f *testing.F) {
 		cs.Apply(uint64(i+1), at(t0, c))
 	}
 	f.Add(encode(f, cs))
+	cs.Apply(cs.Index()+1, admissionCmd(policy(3, true)))
+	f.Add(encode(f, cs))
+	enc, _ := proto.Marshal(policy(3, true))
+	f.Add(newRaw(2).keyAt("_a", nil, 1, 1).keyAt(legacyAdmissionKey, enc, 2, 2).trailerOld(2, 3, 2, 0, 2).bytes())
 	f.Add([]byte("LDSTSNAP"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := New()

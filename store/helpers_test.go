@@ -150,7 +150,28 @@ func dump(s *Store) string {
 	for _, m := range s.Members() {
 		fmt.Fprintf(&b, "member %d %s %s %s %s learner=%v\n", m.Id, m.Name, m.PeerAddr, m.GrpcAddr, m.HttpAddr, m.Learner)
 	}
+	if p, i := s.Admission(); p != nil || i != 0 {
+		fmt.Fprintf(&b, "admission %d %s\n", i, fmtPolicy(p))
+	}
 	return b.String()
+}
+
+// fmtPolicy renders a policy deterministically; "<nil>" for none.
+func fmtPolicy(p *lodestonepb.AdmissionPolicy) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("enabled=%v reads=%d writes=%d watches=%d ramp=%v set=%d",
+		p.Enabled, p.Reads, p.Writes, p.Watches, p.RampPercentPerMin, p.SetUnixNano)
+}
+
+func admissionCmd(p *lodestonepb.AdmissionPolicy) *lodestonepb.Command {
+	return &lodestonepb.Command{Op: &lodestonepb.Command_Admission{Admission: p}}
+}
+
+func memberCmd(id uint64, grpc, http string) *lodestonepb.Command {
+	return &lodestonepb.Command{Op: &lodestonepb.Command_Member{Member: &lodestonepb.Member{
+		Id: id, Name: "ignored", PeerAddr: "ignored:1", GrpcAddr: grpc, HttpAddr: http, Learner: true}}}
 }
 
 func fmtKV(kv *lodestonepb.KeyValue) string {

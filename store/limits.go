@@ -313,8 +313,10 @@ func (l Limits) validateTxnOp(i int, o *lodestonepb.TxnOp) error {
 // and is either acquire or release; catalog and session commands carry
 // their request, their required names and ids are not empty, no name or id
 // holds a NUL byte (they are part of event keys), enums are known, and a
-// registration's checks belong to its node. It returns the first problem
-// as an *InvalidError wrapping ErrInvalid, or nil.
+// registration's checks belong to its node; member and admission commands
+// carry their message (their content is the proposing server's to check).
+// It returns the first problem as an *InvalidError wrapping ErrInvalid, or
+// nil.
 //
 // When Apply meets a command CheckCommand refuses, it changes nothing but
 // the applied index; the server can call CheckCommand to tell the proposer
@@ -371,6 +373,16 @@ func CheckCommand(cmd *lodestonepb.Command) error {
 		return checkSessionID(op.SessionRenew.Id)
 	case *lodestonepb.Command_SessionInvalidate:
 		return checkSessionInvalidate(op.SessionInvalidate)
+	case *lodestonepb.Command_Member:
+		if op.Member == nil {
+			return invalid(-1, "command", RuleCommandOp, "member command has no member")
+		}
+		return nil
+	case *lodestonepb.Command_Admission:
+		if op.Admission == nil {
+			return invalid(-1, "command", RuleCommandOp, "admission command has no policy")
+		}
+		return nil
 	default:
 		return invalid(-1, "command", RuleCommandOp, noOpMessage)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
@@ -16,11 +17,14 @@ import (
 
 // step is one committed Raft entry as the server would hand it over.
 type step struct {
-	index  uint64
-	cmd    []byte // marshaled Command; nil for the other kinds
-	member *lodestonepb.Member
-	remove uint64 // member id to remove
-	kind   byte   // 'c' command, 'm' set member, 'r' remove member, 'a' advance
+	index   uint64
+	cmd     []byte              // marshaled Command; nil for the other kinds
+	member  *lodestonepb.Member // 'm': the member; 'x': the context member (may be nil)
+	remove  uint64              // member id to remove
+	changes []raftpb.ConfChangeSingle
+	// kind: 'c' command, 'm' set member, 'r' remove member, 'a' advance,
+	// 'x' conf change (ApplyConfChange)
+	kind byte
 }
 
 // testSeed returns the seed from LODESTONE_SEED or a fresh one, and logs it
@@ -47,7 +51,9 @@ func testSeed(t testing.TB) uint64 {
 // membership changes, empty entries, replays and index gaps; catalog
 // registrations, deregistrations and check updates over a few nodes,
 // services and checks; sessions created, destroyed, renewed and
-// invalidated from a small id pool; acquires, releases and txn lock ops.
+// invalidated from a small id pool; acquires, releases and txn lock ops;
+// member and admission commands, writes to the key that older builds kept
+// the admission policy under, and conf changes.
 // cas indices are drawn near the current index so some match and some do
 // not. Every command carries a proposer time that mostly moves forward
 // (sometimes back: clock skew between proposers).
@@ -158,7 +164,7 @@ func randomSteps(seed uint64, n int) []step {
 		}
 		now += int64(r.IntN(3000)-300) * int64(time.Millisecond)
 		var cmd *lodestonepb.Command
-		switch k := r.IntN(170); {
+		switch k := r.IntN(182); {
 		case k < 40:
 			cmd = putFlags(key(), val(), uint64(r.IntN(2)))
 		case k < 50:
@@ -194,8 +200,35 @@ func randomSteps(seed uint64, n int) []step {
 			continue
 		case k < 100:
 			cmd = &lodestonepb.Command{} // malformed: no op
-		default:
+		case k < 170:
 			cmd = catalogCmd()
+		case k < 173:
+			id := uint64(1 + r.IntN(6)) // 6 is never a member
+			cmd = memberCmd(id, fmt.Sprintf("10.0.1.%d:%d", id, r.IntN(3)), fmt.Sprintf("10.0.2.%d:%d", id, r.IntN(3)))
+		case k < 176:
+			cmd = admissionCmd(&lodestonepb.AdmissionPolicy{Enabled: r.IntN(4) > 0, Reads: uint64(r.IntN(3) * 100),
+				Writes: uint64(r.IntN(3) * 50), Watches: uint64(r.IntN(2) * 10), RampPercentPerMin: float64(r.IntN(3) * 5), SetUnixNano: now})
+		case k < 178:
+			if r.IntN(3) == 0 {
+				cmd = delCmd(legacyAdmissionKey)
+			} else {
+				cmd = putCmd(legacyAdmissionKey, val()) // an ordinary key now
+			}
+		default:
+			types := []raftpb.ConfChangeType{raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode,
+				raftpb.ConfChangeRemoveNode, raftpb.ConfChangeUpdateNode}
+			changes := make([]raftpb.ConfChangeSingle, 1+r.IntN(3))
+			for i := range changes {
+				changes[i] = raftpb.ConfChangeSingle{Type: types[r.IntN(len(types))], NodeID: uint64(r.IntN(6))} // 0: skipped
+			}
+			var ctx *lodestonepb.Member
+			if r.IntN(3) > 0 {
+				id := changes[r.IntN(len(changes))].NodeID
+				ctx = &lodestonepb.Member{Id: id, Name: fmt.Sprintf("n%d", id), PeerAddr: fmt.Sprintf("10.0.0.%d:%d", id, 7400+r.IntN(2)),
+					GrpcAddr: fmt.Sprintf("10.0.1.%d:1", id)}
+			}
+			steps = append(steps, step{index: idx, kind: 'x', changes: changes, member: ctx})
+			continue
 		}
 		cmd.TimeUnixNano = now
 		b, err := proto.Marshal(cmd)
@@ -235,6 +268,13 @@ func run(t testing.TB, s *Store, steps []step) []string {
 			s.RemoveMember(st.index, st.remove)
 		case 'a':
 			s.Advance(st.index)
+		case 'x':
+			added, removed := s.ApplyConfChange(st.index, st.changes, st.member)
+			line := fmt.Sprintf("%d conf removed=%v added=", st.index, removed)
+			for _, m := range added {
+				line += fmt.Sprintf("[%d %s %s learner=%v]", m.Id, m.Name, m.PeerAddr, m.Learner)
+			}
+			out = append(out, line)
 		}
 	}
 	return out
@@ -259,8 +299,8 @@ func TestDeterminism(t *testing.T) {
 	if got, want := encode(t, a), encode(t, b); string(got) != string(want) {
 		t.Fatalf("snapshot bytes differ")
 	}
-	if a.Len() == 0 || len(a.Members()) == 0 {
-		t.Errorf("stream too weak: %d keys, %d members at the end", a.Len(), len(a.Members()))
+	if p, _ := a.Admission(); a.Len() == 0 || len(a.Members()) == 0 || p == nil {
+		t.Errorf("stream too weak: %d keys, %d members, admission policy %v at the end", a.Len(), len(a.Members()), p)
 	}
 }
 
@@ -282,6 +322,10 @@ func TestRandomStreamCoverage(t *testing.T) {
 		switch {
 		case res == nil:
 			counts["replay"]++
+		case cmd.GetMember() != nil:
+			counts["member-cmd"]++
+		case cmd.GetAdmission() != nil:
+			counts["admission"]++
 		case res.GetRejected() != nil:
 			counts["rejected "+res.GetRejected().GetRule()]++
 		case res.GetLockFailed():
@@ -321,7 +365,8 @@ func TestRandomStreamCoverage(t *testing.T) {
 			counts[kind]++
 		}
 	}
-	for _, k := range []string{"replay", "cas-failed", "txn-ok", "txn-failed", "malformed", "put", "delete", "m", "r", "a",
+	for _, k := range []string{"replay", "cas-failed", "txn-ok", "txn-failed", "malformed", "put", "delete", "m", "r", "a", "x",
+		"member-cmd", "admission",
 		"rejected " + RejectNodeMissing, "rejected " + RejectServiceMissing, "rejected " + RejectCheckMissing,
 		"rejected " + RejectCheckCritical, "rejected " + RejectSessionMissing, "rejected " + RejectSessionIDTaken,
 		"lock-failed", "lock-ok", "register-ok", "check-update-ok", "session-create-ok", "session-renew-ok",
@@ -339,7 +384,8 @@ func TestRandomStreamCoverage(t *testing.T) {
 func TestRandomStepsAreReproducible(t *testing.T) {
 	a, b := randomSteps(42, 200), randomSteps(42, 200)
 	if !slices.EqualFunc(a, b, func(x, y step) bool {
-		return x.index == y.index && x.kind == y.kind && string(x.cmd) == string(y.cmd) && x.remove == y.remove && proto.Equal(x.member, y.member)
+		return x.index == y.index && x.kind == y.kind && string(x.cmd) == string(y.cmd) && x.remove == y.remove && proto.Equal(x.member, y.member) &&
+			slices.Equal(x.changes, y.changes)
 	}) {
 		t.Fatalf("same seed, different streams")
 	}

@@ -15,13 +15,14 @@ import (
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
 
-// Snapshot stream format, version 2 (version 1 is still read).
+// Snapshot stream format, version 3 (versions 1 and 2 are still read).
 // SNAPSHOT.md is the long form; a change here bumps snapshotVersion and
 // edits SNAPSHOT.md in the same PR.
 //
 //	header   (16 bytes)
 //	  0  magic    [8]byte  "LDSTSNAP"
-//	  8  version  uint32   big-endian, 2 (1: members and keys only)
+//	  8  version  uint32   big-endian, 3 (2: no admission record;
+//	                       1: members and keys only)
 //	 12  reserved uint32   0 (anything else is refused)
 //	records  (repeated, grouped by type in ascending type order, each
 //	          group strictly ascending by its key, then exactly one trailer)
@@ -32,8 +33,10 @@ import (
 //	  9  payload  [length]byte
 //	                       protobuf records: deterministic encoding;
 //	                       index records: [8]byte big-endian uint64, then
-//	                       the key or name bytes
-//	trailer payload, version 2 (140 bytes, all big-endian)
+//	                       the key or name bytes; the admission record
+//	                       (at most one): [8]byte index that set it, then
+//	                       the AdmissionPolicy
+//	trailer payload, version 3 (148 bytes, all big-endian)
 //	  0  index          uint64  applied index the snapshot was taken at
 //	  8  kv_index       uint64  Store.KVIndex at that point
 //	 16  members_index  uint64  Store.MembersIndex
@@ -41,15 +44,21 @@ import (
 //	 32  services_index uint64
 //	 40  checks_index   uint64
 //	 48  sessions_index uint64
-//	 56  counts         [10]uint64, records of type 1..10
-//	136  body_crc       uint32  CRC-32C of every byte from offset 0 of the
+//	 56  counts         [11]uint64, records of type 1..11
+//	144  body_crc       uint32  CRC-32C of every byte from offset 0 of the
 //	                            stream up to the trailer record's type byte
+//	trailer payload, version 2 (140 bytes): as version 3 with 10 counts,
+//	  body_crc at 136
 //	trailer payload, version 1 (44 bytes): index, kv_index, members_index,
 //	  members count, keys count (uint64 each), body_crc (uint32)
 //	after the trailer: end of stream (anything more is refused)
+//
+// Migration: versions 1 and 2 hold the admission policy under the KV key
+// legacyAdmissionKey; Restore moves it into the admission state and drops
+// the key (migrateAdmission).
 const (
 	snapshotMagic   = "LDSTSNAP"
-	snapshotVersion = 2
+	snapshotVersion = 3
 
 	recMember       = 1  // lodestone.v1.Member, by id
 	recKV           = 2  // lodestone.v1.KeyValue, by key
@@ -61,13 +70,16 @@ const (
 	recLockDelay    = 8  // unix nano (int64 as uint64) + key, by key
 	recNodeIndex    = 9  // index + node name, by name
 	recServiceIndex = 10 // index + service name, by name
-	recTypes        = 10
+	recAdmission    = 11 // index + lodestone.v1.AdmissionPolicy, at most one
+	recTypes        = 11
+	recTypesV2      = 10 // record types a version-2 stream may hold
 	recTrailer      = 255
 
 	headerLen        = 16
 	recHeaderLen     = 9
 	trailerLen       = 44  // version 1
 	trailerLenV2     = 140 // version 2
+	trailerLenV3     = 148 // version 3
 	maxRecordPayload = 64 << 20
 )
 
@@ -76,6 +88,7 @@ var recNames = [recTypes + 1][2]string{
 	{"?", "?"}, {"member", "members"}, {"key", "keys"}, {"node", "nodes"}, {"service", "services"},
 	{"check", "checks"}, {"session", "sessions"}, {"tombstone", "tombstones"}, {"lock delay", "lock delays"},
 	{"node index", "node indexes"}, {"service index", "service indexes"},
+	{"admission policy", "admission policies"},
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -94,7 +107,8 @@ type Snapshot struct {
 	membersIndex uint64
 	members      []*lodestonepb.Member // sorted by id, immutable
 	kv           *btree.BTreeG[item]
-	tab          tables // copy-on-write clones
+	tab          tables          // copy-on-write clones
+	admission    *admissionState // immutable, nil: none
 }
 
 // Snapshot returns a copy-on-write view of the current state. Call it from
@@ -114,6 +128,7 @@ func (s *Store) Snapshot() *Snapshot {
 		members:      sortedMembers(s.members),
 		kv:           s.kv.Clone(),
 		tab:          s.tab.clone(),
+		admission:    s.admission.Load(),
 	}
 }
 
@@ -162,15 +177,21 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	t.lockDelays.ascend(func(k string, u int64) bool { return indexed(recLockDelay, uint64(u), k) })
 	t.nodeIdx.ascend(func(k string, i uint64) bool { return indexed(recNodeIndex, i, k) })
 	t.serviceIdx.ascend(func(k string, i uint64) bool { return indexed(recServiceIndex, i, k) })
+	if a := sn.admission; a != nil && enc.err == nil {
+		buf = binary.BigEndian.AppendUint64(buf[:0], a.index)
+		buf, enc.err = mo.MarshalAppend(buf, a.policy)
+		enc.record(recAdmission, buf)
+		counts[recAdmission]++
+	}
 
-	var tr [trailerLenV2]byte
+	var tr [trailerLenV3]byte
 	for i, v := range []uint64{sn.index, sn.kvIndex, sn.membersIndex, t.nodesIndex, t.servicesIndex, t.checksIndex, t.sessionsIndex} {
 		binary.BigEndian.PutUint64(tr[8*i:], v)
 	}
 	for typ := 1; typ <= recTypes; typ++ {
 		binary.BigEndian.PutUint64(tr[56+8*(typ-1):], counts[typ])
 	}
-	binary.BigEndian.PutUint32(tr[136:], enc.crc)
+	binary.BigEndian.PutUint32(tr[56+8*recTypes:], enc.crc)
 	enc.record(recTrailer, tr[:])
 	if enc.err == nil {
 		enc.err = bw.Flush()
@@ -242,7 +263,10 @@ func (e *encoder) record(typ byte, payload []byte) {
 // if lower (the server decides which snapshots to install).
 //
 // Versions 1 (members and keys only: the catalog and sessions restore
-// empty) and 2 are read. Input that is not a complete, intact snapshot of
+// empty), 2 and 3 are read. A version 1 or 2 snapshot holds the admission
+// policy as the KV key _lodestone/admission: Restore moves it into the
+// admission state and drops the key (see SNAPSHOT.md, "Migration from
+// versions 1 and 2"). Input that is not a complete, intact snapshot of
 // a version this build reads yields an error wrapping ErrCorruptSnapshot (a
 // *CorruptSnapshotError saying what and where); a read error from r other
 // than EOF is returned wrapped as is. On any error the store is unchanged.
@@ -264,6 +288,7 @@ func (s *Store) Restore(r io.Reader) error {
 	s.membersIndex = st.membersIndex
 	s.tab = st.tab
 	s.der = der
+	s.admission.Store(st.admission)
 	return nil
 }
 
@@ -271,6 +296,7 @@ type decoded struct {
 	kv                           *btree.BTreeG[item]
 	members                      map[uint64]*lodestonepb.Member
 	tab                          tables
+	admission                    *admissionState // nil: none
 	index, kvIndex, membersIndex uint64
 }
 
@@ -318,16 +344,19 @@ func (d *decoder) decode() (*decoded, error) {
 		return nil, d.corrupt(0, fmt.Sprintf("bad magic %q, want %q", hdr[:8], snapshotMagic), nil)
 	}
 	version := binary.BigEndian.Uint32(hdr[8:])
-	if version != 1 && version != snapshotVersion {
-		return nil, d.corrupt(8, fmt.Sprintf("version %d unsupported (this build reads versions 1 and %d)", version, snapshotVersion), nil)
+	if version < 1 || version > snapshotVersion {
+		return nil, d.corrupt(8, fmt.Sprintf("version %d unsupported (this build reads versions 1 to %d)", version, snapshotVersion), nil)
 	}
 	if r := binary.BigEndian.Uint32(hdr[12:]); r != 0 {
 		return nil, d.corrupt(12, fmt.Sprintf("reserved header field is %#x, want 0", r), nil)
 	}
 	d.crc = crc32.Update(0, castagnoli, hdr[:])
 	maxType := byte(recTypes)
-	if version == 1 {
+	switch version {
+	case 1:
 		maxType = recKV
+	case 2:
+		maxType = recTypesV2
 	}
 
 	st := &decoded{kv: newTree(), members: map[uint64]*lodestonepb.Member{}, tab: newTables()}
@@ -382,6 +411,9 @@ func (d *decoder) decode() (*decoded, error) {
 		if typ == recTrailer {
 			if err := d.trailer(recOff, version, payload, st, &counts, maxMod); err != nil {
 				return nil, err
+			}
+			if version < 3 {
+				migrateAdmission(st)
 			}
 			return st, nil
 		}
@@ -470,6 +502,22 @@ func (d *decoder) decode() (*decoded, error) {
 			}
 			key, maxMod = compositeKey(v.Node, v.CheckId), max(maxMod, v.CreateIndex, v.ModifyIndex)
 			insert = (func() { st.tab.checks.set(key, v) })
+		case recAdmission:
+			if counts[recAdmission] > 0 {
+				return nil, bad("more than one admission policy")
+			}
+			if len(payload) < 8 {
+				return nil, bad("admission record is %d bytes, want at least 8", len(payload))
+			}
+			a := &admissionState{policy: &lodestonepb.AdmissionPolicy{}, index: binary.BigEndian.Uint64(payload)}
+			if a.index == 0 {
+				return nil, bad("admission policy set at index 0")
+			}
+			if err := proto.Unmarshal(payload[8:], a.policy); err != nil {
+				return nil, d.corrupt(recOff, fmt.Sprintf("record %d: decode admission policy", d.records), err)
+			}
+			maxMod = max(maxMod, a.index)
+			insert = func() { st.admission = a }
 		case recSession:
 			v := &lodestonepb.SessionEntry{}
 			if err := proto.Unmarshal(payload, v); err != nil {
@@ -511,7 +559,7 @@ func (d *decoder) decode() (*decoded, error) {
 				insert = func() { st.tab.serviceIdx.set(key, val) }
 			}
 		}
-		if typ != recMember && typ != recKV {
+		if typ != recMember && typ != recKV && typ != recAdmission {
 			if counts[typ] > 0 && key <= lastKey {
 				return nil, bad("%s %q not after %q", recNames[typ][0], key, lastKey)
 			}
@@ -530,9 +578,12 @@ func (d *decoder) decode() (*decoded, error) {
 // trailer checks the trailer record against what was read and fills the
 // indices of st.
 func (d *decoder) trailer(recOff int64, version uint32, p []byte, st *decoded, counts *[recTypes + 1]uint64, maxMod uint64) error {
-	want := trailerLenV2
-	if version == 1 {
+	want, types := trailerLenV3, recTypes
+	switch version {
+	case 1:
 		want = trailerLen
+	case 2:
+		want, types = trailerLenV2, recTypesV2
 	}
 	if len(p) != want {
 		return d.corrupt(recOff, fmt.Sprintf("trailer is %d bytes, want %d", len(p), want), nil)
@@ -549,12 +600,12 @@ func (d *decoder) trailer(recOff int64, version uint32, p []byte, st *decoded, c
 	} else {
 		t := &st.tab
 		t.nodesIndex, t.servicesIndex, t.checksIndex, t.sessionsIndex = u(24), u(32), u(40), u(48)
-		for typ := 1; typ <= recTypes; typ++ {
+		for typ := 1; typ <= types; typ++ {
 			if got, want := counts[typ], u(56+8*(typ-1)); got != want {
 				return d.corrupt(recOff, fmt.Sprintf("trailer counts %d %s, read %d", want, recNames[typ][1], got), nil)
 			}
 		}
-		bodyCRC = binary.BigEndian.Uint32(p[136:])
+		bodyCRC = binary.BigEndian.Uint32(p[56+8*types:])
 	}
 	if got, want := d.crc, bodyCRC; got != want {
 		return d.corrupt(recOff, fmt.Sprintf("body checksum mismatch: computed %08x, trailer says %08x", got, want), nil)

@@ -65,6 +65,11 @@ func compareStores(t *testing.T, got, want *Store) {
 	if g, w := got.MembersIndex(), want.MembersIndex(); g != w {
 		t.Errorf("MembersIndex = %d, want %d", g, w)
 	}
+	gp, gi := got.Admission()
+	wp, wi := want.Admission()
+	if gi != wi || !proto.Equal(gp, wp) || (gp == nil) != (wp == nil) {
+		t.Errorf("Admission = %d %s, want %d %s", gi, fmtPolicy(gp), wi, fmtPolicy(wp))
+	}
 	gk, _, _ := got.Range(nil, nil, 0, false)
 	wk, _, _ := want.Range(nil, nil, 0, false)
 	if g, w := len(gk), len(wk); g != w {
@@ -205,13 +210,13 @@ func TestRestoreRefusesDamage(t *testing.T) {
 		{"empty input", nil, "truncated header: 0 of 16 bytes"},
 		{"short header", valid[:10], "truncated header: 10 of 16 bytes"},
 		{"bad magic", mutate(func(b []byte) []byte { copy(b, "NOTASNAP"); return b }), `bad magic "NOTASNAP", want "LDSTSNAP"`},
-		{"future version", mutate(func(b []byte) []byte { binary.BigEndian.PutUint32(b[8:], 3); return b }), "version 3 unsupported (this build reads versions 1 and 2)"},
+		{"future version", mutate(func(b []byte) []byte { binary.BigEndian.PutUint32(b[8:], 4); return b }), "version 4 unsupported (this build reads versions 1 to 3)"},
 		{"reserved set", mutate(func(b []byte) []byte { b[15] = 1; return b }), "reserved header field is 0x1, want 0"},
 		{"truncated after header", valid[:headerLen], "truncated after 0 records (in record header)"},
 		{"truncated inside second record", valid[:headerLen+recHeaderLen+20], "truncated after 1 records (in record 1 payload)"},
-		{"no trailer", valid[:len(valid)-recHeaderLen-trailerLenV2], "truncated after 4 records (in record header)"},
+		{"no trailer", valid[:len(valid)-recHeaderLen-trailerLenV3], "truncated after 4 records (in record header)"},
 		{"cut in trailer", valid[:len(valid)-1], "truncated after 4 records (in record 4 payload)"},
-		{"payload bit flip", mutate(func(b []byte) []byte { b[len(b)-recHeaderLen-trailerLenV2-2] ^= 0x01; return b }), "record 3 checksum mismatch"},
+		{"payload bit flip", mutate(func(b []byte) []byte { b[len(b)-recHeaderLen-trailerLenV3-2] ^= 0x01; return b }), "record 3 checksum mismatch"},
 		{"crc damaged", mutate(func(b []byte) []byte { b[kvRecOff+5] ^= 0xff; return b }), "record 0 checksum mismatch"},
 		{"type damaged", mutate(func(b []byte) []byte { b[kvRecOff] = 7; return b }), "record 0 checksum mismatch"},
 		{"huge length", mutate(func(b []byte) []byte { binary.BigEndian.PutUint32(b[kvRecOff+1:], 1<<30); return b }), "record 0 length 1073741824 exceeds 67108864"},
@@ -338,7 +343,7 @@ func TestSnapshotWriteError(t *testing.T) {
 
 func TestEmptySnapshot(t *testing.T) {
 	b := encode(t, New())
-	if got, want := len(b), headerLen+recHeaderLen+trailerLenV2; got != want {
+	if got, want := len(b), headerLen+recHeaderLen+trailerLenV3; got != want {
 		t.Errorf("empty snapshot is %d bytes, want %d", got, want)
 	}
 	s := New()

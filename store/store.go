@@ -2,10 +2,14 @@ package store
 
 import (
 	"bytes"
+	"fmt"
+	"maps"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/btree"
+	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
@@ -17,10 +21,16 @@ const btreeDegree = 32
 
 // Store is the replicated state machine. See the package doc for the
 // concurrency contract: one goroutine calls the mutating methods (Apply,
-// Advance, SetMember, RemoveMember, Snapshot, Restore); any number of
-// goroutines call the read methods (Get, Range, Members, the catalog and
-// session reads, the index getters) concurrently with it.
+// ApplyConfChange, Advance, SetMember, RemoveMember, Snapshot, Restore);
+// any number of goroutines call the read methods (Get, Range, Members,
+// Admission, the catalog and session reads, the index getters)
+// concurrently with it.
 type Store struct {
+	// admission is the replicated admission policy (nil: none ever set).
+	// Written by the apply goroutine while it holds mu exclusively, read
+	// without mu (Admission): the server checks it on every request.
+	admission atomic.Pointer[admissionState]
+
 	// mu guards every field below. The apply goroutine holds it exclusively
 	// for the whole of one command (so a transaction is never seen half
 	// done); readers hold it shared.
@@ -212,6 +222,114 @@ func (s *Store) RemoveMember(index uint64, id uint64) {
 		delete(s.members, id)
 		s.membersIndex = index
 	}
+}
+
+// ApplyConfChange records in the member table the membership changes of
+// the conf-change entry at index, and moves the applied index to index. The
+// server calls it for every conf-change entry, beside (not instead of) the
+// Raft node's own ApplyConfChange: changes are the entry's decoded changes
+// (a ConfChange's AsV2().Changes) and member the ConfChangeContext's member
+// (may be nil).
+//
+// For each change, in order:
+//   - ConfChangeAddNode, ConfChangeAddLearnerNode: the member is member
+//     when its id is the change's node id, else the member as recorded
+//     before this entry (so a promotion or demotion keeps names and
+//     addresses), else a placeholder with only the id and, as name, the id
+//     in hex. Learner is set by the change type. It is stored as SetMember
+//     would (MembersIndex moves).
+//   - ConfChangeRemoveNode: the member is forgotten as RemoveMember would
+//     (MembersIndex moves if it was known).
+//   - ConfChangeUpdateNode changes nothing; a change with node id 0 is
+//     skipped, as Raft skips it.
+//
+// added and removed are the entry's net effect, for the caller to connect
+// to and drop peers: each id the entry adds or removes appears in exactly
+// one of them, by its last change in the entry, in the order the ids first
+// appear, so the caller may handle removed and added in either order. An
+// id is reported removed even if no member had it (the caller still drops
+// its connection). added holds the stored members, shared with the store:
+// callers must not modify them.
+//
+// Index rules as SetMember: index may equal Index() (an entry may be fed
+// again); below it the call is a replay and changes and returns nothing.
+// changes and member are not retained.
+func (s *Store) ApplyConfChange(index uint64, changes []raftpb.ConfChangeSingle, member *lodestonepb.Member) (added []*lodestonepb.Member, removed []uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if index < s.index {
+		return nil, nil
+	}
+	s.index = index
+	// NB: an add looks members up as they were before this entry, not as
+	// an earlier change of the same entry left them (what the server did
+	// before the store owned this).
+	before := s.members
+	if len(changes) > 1 {
+		before = maps.Clone(s.members)
+	}
+	var (
+		ids  []uint64                           // touched, in order of first change
+		last = map[uint64]*lodestonepb.Member{} // id -> member added last, nil: removed last
+	)
+	for _, ch := range changes {
+		if ch.NodeID == 0 {
+			continue
+		}
+		switch ch.Type {
+		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
+			var m *lodestonepb.Member
+			if cur, ok := before[ch.NodeID]; member != nil && member.Id == ch.NodeID {
+				m = proto.CloneOf(member)
+			} else if ok {
+				m = proto.CloneOf(cur)
+			} else {
+				m = &lodestonepb.Member{Id: ch.NodeID, Name: fmt.Sprintf("%x", ch.NodeID)}
+			}
+			m.Learner = ch.Type == raftpb.ConfChangeAddLearnerNode
+			s.members[m.Id] = m
+			s.membersIndex = index
+			if _, seen := last[m.Id]; !seen {
+				ids = append(ids, m.Id)
+			}
+			last[m.Id] = m
+		case raftpb.ConfChangeRemoveNode:
+			if _, ok := s.members[ch.NodeID]; ok {
+				delete(s.members, ch.NodeID)
+				s.membersIndex = index
+			}
+			if _, seen := last[ch.NodeID]; !seen {
+				ids = append(ids, ch.NodeID)
+			}
+			last[ch.NodeID] = nil
+		}
+	}
+	for _, id := range ids {
+		if m := last[id]; m != nil {
+			added = append(added, m)
+		} else {
+			removed = append(removed, id)
+		}
+	}
+	return added, removed
+}
+
+// setMemberAttrs applies a member command: it records the client addresses
+// (grpc_addr, http_addr) a member publishes about itself. Every other field
+// is ignored: voting rights and peer addresses change only by conf change.
+// An unknown member changes nothing but the applied index (its command
+// may have been overtaken by its removal).
+func (a *applier) setMemberAttrs(m *lodestonepb.Member) *lodestonepb.CommandResult {
+	if m == nil {
+		return &lodestonepb.CommandResult{} // malformed: CheckCommand refuses it
+	}
+	if cur, ok := a.s.members[m.Id]; ok {
+		upd := proto.CloneOf(cur)
+		upd.GrpcAddr, upd.HttpAddr = m.GrpcAddr, m.HttpAddr
+		a.s.members[m.Id] = upd
+		a.s.membersIndex = a.index
+	}
+	return &lodestonepb.CommandResult{}
 }
 
 // Members returns copies of the known members sorted by id; callers own
