@@ -93,15 +93,11 @@ func (n *Node) applyNormal(e raftpb.Entry) []store.Event {
 		n.replyAfterPublish(id, proposalResult{index: e.Index, err: fmt.Errorf("decode command at index %d: %w", e.Index, err)})
 		return nil
 	}
-	if mem := cmd.GetMember(); mem != nil {
-		n.applyMemberAttrs(e.Index, mem)
-		n.replyAfterPublish(id, proposalResult{index: e.Index})
-		return nil
-	}
-	if pol := cmd.GetAdmission(); pol != nil {
-		return n.applyAdmission(e.Index, id, pol, cmd.GetTimeUnixNano())
-	}
 	res, events := n.store.Apply(e.Index, &cmd)
+	if pol := cmd.GetAdmission(); pol != nil {
+		n.logger.Info("admission policy changed", "index", e.Index, "enabled", pol.GetEnabled(),
+			"reads", pol.GetReads(), "writes", pol.GetWrites(), "watches", pol.GetWatches(), "ramp_percent_per_min", pol.GetRampPercentPerMin())
+	}
 	n.replyAfterPublish(id, proposalResult{index: e.Index, result: res})
 	return events
 }
@@ -129,20 +125,6 @@ func (n *Node) sendReplies() {
 	n.replies = n.replies[:0]
 }
 
-// applyMemberAttrs records a member's client addresses; voting rights are
-// only ever changed by conf changes.
-func (n *Node) applyMemberAttrs(index uint64, mem *lodestonepb.Member) {
-	for _, cur := range n.store.Members() {
-		if cur.Id == mem.Id {
-			upd := proto.Clone(cur).(*lodestonepb.Member)
-			upd.GrpcAddr, upd.HttpAddr = mem.GrpcAddr, mem.HttpAddr
-			n.store.SetMember(index, upd)
-			return
-		}
-	}
-	n.store.Advance(index)
-}
-
 func (n *Node) applyConfChange(index uint64, cc raftpb.ConfChangeV2) error {
 	var cctx lodestonepb.ConfChangeContext
 	if len(cc.Context) > 0 {
@@ -151,45 +133,28 @@ func (n *Node) applyConfChange(index uint64, cc raftpb.ConfChangeV2) error {
 		}
 	}
 	n.confState = *n.rn.ApplyConfChange(cc)
-	members := map[uint64]*lodestonepb.Member{}
-	for _, m := range n.store.Members() {
-		members[m.Id] = m
-	}
-	for _, ch := range cc.Changes {
-		switch ch.Type {
-		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
-			m := members[ch.NodeID]
-			if cctx.Member != nil && cctx.Member.Id == ch.NodeID {
-				m = proto.Clone(cctx.Member).(*lodestonepb.Member)
-			} else if m != nil {
-				m = proto.Clone(m).(*lodestonepb.Member)
-			} else {
-				m = &lodestonepb.Member{Id: ch.NodeID, Name: fmt.Sprintf("%x", ch.NodeID)}
-			}
-			m.Learner = ch.Type == raftpb.ConfChangeAddLearnerNode
-			n.store.SetMember(index, m)
-			if err := n.sender.SetPeer(m.Id, m.PeerAddr); err != nil {
-				n.logger.Warn("connect to new member", "member", m.Name, "err", err)
-			}
-			n.logger.Info("member added", "member", m.Name, "learner", m.Learner, "index", index)
-			if n.snapIndex > 0 {
-				// NB: once the log is truncated a new member can only be
-				// caught up by snapshot, and its Raft refuses one whose
-				// conf state predates it. Without a snapshot taken after
-				// this entry it would wait for the next periodic one.
-				n.snapWantedAt = max(n.snapWantedAt, index)
-			}
-		case raftpb.ConfChangeRemoveNode:
-			n.store.RemoveMember(index, ch.NodeID)
-			n.sender.RemovePeer(ch.NodeID)
-			n.appendAcks.forget(ch.NodeID)
-			n.logger.Info("member removed", "member", fmt.Sprintf("%x", ch.NodeID), "index", index)
-			if ch.NodeID == n.id {
-				n.MarkRemoved()
-			}
+	added, removed := n.store.ApplyConfChange(index, cc.Changes, cctx.Member)
+	for _, id := range removed {
+		n.sender.RemovePeer(id)
+		n.appendAcks.forget(id)
+		n.logger.Info("member removed", "member", fmt.Sprintf("%x", id), "index", index)
+		if id == n.id {
+			n.MarkRemoved()
 		}
 	}
-	n.store.Advance(index)
+	for _, m := range added {
+		if err := n.sender.SetPeer(m.Id, m.PeerAddr); err != nil {
+			n.logger.Warn("connect to new member", "member", m.Name, "err", err)
+		}
+		n.logger.Info("member added", "member", m.Name, "learner", m.Learner, "index", index)
+		if n.snapIndex > 0 {
+			// NB: once the log is truncated a new member can only be
+			// caught up by snapshot, and its Raft refuses one whose
+			// conf state predates it. Without a snapshot taken after
+			// this entry it would wait for the next periodic one.
+			n.snapWantedAt = max(n.snapWantedAt, index)
+		}
+	}
 	if cctx.RequestId != 0 {
 		if cctx.RequestId == n.confInFlight {
 			n.confInFlight = 0
@@ -197,26 +162,4 @@ func (n *Node) applyConfChange(index uint64, cc raftpb.ConfChangeV2) error {
 		n.replyAfterPublish(cctx.RequestId, proposalResult{index: index})
 	}
 	return nil
-}
-
-// admissionKey holds the replicated admission policy.
-const admissionKey = "_lodestone/admission"
-
-// applyAdmission applies a replicated policy: it is stored as the
-// reserved key, so every replica and every snapshot holds it.
-func (n *Node) applyAdmission(index, id uint64, pol *lodestonepb.AdmissionPolicy, at int64) []store.Event {
-	val, err := proto.MarshalOptions{Deterministic: true}.Marshal(pol)
-	if err != nil {
-		n.store.Advance(index)
-		n.replyAfterPublish(id, proposalResult{index: index, err: fmt.Errorf("encode admission policy: %w", err)})
-		return nil
-	}
-	res, events := n.store.Apply(index, &lodestonepb.Command{
-		Op:           &lodestonepb.Command_Put{Put: &lodestonepb.PutRequest{Key: []byte(admissionKey), Value: val}},
-		TimeUnixNano: at,
-	})
-	n.logger.Info("admission policy changed", "index", index, "enabled", pol.GetEnabled(),
-		"reads", pol.GetReads(), "writes", pol.GetWrites(), "watches", pol.GetWatches(), "ramp_percent_per_min", pol.GetRampPercentPerMin())
-	n.replyAfterPublish(id, proposalResult{index: index, result: res})
-	return events
 }

@@ -27,21 +27,18 @@ import (
 
 // Admission control lets thousands of reconnecting clients back in
 // gradually (the return to service in Roblox's public post-mortem of its
-// October 2021 outage did this by hand with iptables and DNS steering). An operator sets a policy — requests per
-// second per server for reads, writes and new watch streams, optionally
-// ramping up by a percentage each minute — with `lodestone admission set`.
-// The policy is a Raft command, so every server enforces the same one; it
-// is kept in the state machine under a reserved key (admissionKey), so
+// October 2021 outage did this by hand with iptables and DNS steering).
+// An operator sets a policy — requests per second per server for reads,
+// writes and new watch streams, optionally ramping up by a percentage each
+// minute — with `lodestone admission set`. The policy is a Raft command of
+// its own, so every server enforces the same one; the store keeps it as
+// replicated state beside the KV data (no client can overwrite it), so
 // snapshots and restarts keep it.
 //
 // Over the limit a request is refused at once, before any work: gRPC
 // RESOURCE_EXHAUSTED with a RetryInfo, HTTP 429 with Retry-After. The
 // Admin, Cluster and Peer services, /metrics, /healthz, /readyz and
 // /debug/ are never gated, so operators can always see and steer.
-
-// admissionKey holds the replicated policy (a marshaled AdmissionPolicy);
-// the Raft node applies the Admission command as a put of it.
-const admissionKey = "_lodestone/admission"
 
 // Request classes.
 const (
@@ -74,8 +71,9 @@ type admission struct {
 }
 
 type cachedPolicy struct {
-	p  *lodestonepb.AdmissionPolicy // nil: none
-	at time.Time
+	p     *lodestonepb.AdmissionPolicy // nil: none
+	at    time.Time
+	index uint64 // the store's admission index it was read at
 }
 
 // bucket is a token bucket refilled at the class's current rate, holding
@@ -108,25 +106,19 @@ func newAdmission(st *store.Store, reg prometheus.Registerer) *admission {
 // policy returns the policy in force (nil: none), re-reading the store at
 // most every admissionRefresh.
 func (a *admission) policy(now time.Time) *lodestonepb.AdmissionPolicy {
-	if c := a.cached.Load(); c != nil && now.Sub(c.at) < admissionRefresh {
+	p, index := a.store.Admission()
+	if c := a.cached.Load(); c != nil && c.index == index && now.Sub(c.at) < admissionRefresh {
 		return c.p
 	}
-	var p *lodestonepb.AdmissionPolicy
-	if kv, _ := a.store.Get([]byte(admissionKey)); kv != nil {
-		p = &lodestonepb.AdmissionPolicy{}
-		if err := proto.Unmarshal(kv.GetValue(), p); err != nil || !p.GetEnabled() {
-			p = nil
-		}
+	if !p.GetEnabled() {
+		p = nil
 	}
-	a.cached.Store(&cachedPolicy{p: p, at: now})
+	a.cached.Store(&cachedPolicy{p: p, at: now, index: index})
 	for c := range numClasses {
 		a.limit.WithLabelValues(classNames[c]).Set(a.classRate(p, c, now))
 	}
 	return p
 }
-
-// invalidate makes the next request re-read the policy.
-func (a *admission) invalidate() { a.cached.Store(nil) }
 
 // rampFraction is the share of the limits in force at now: ramp percent
 // at the start, plus ramp percent per minute since, up to 1. The start is
@@ -301,7 +293,6 @@ func (a *adminService) GetAdmission(ctx context.Context, _ *lodestonepb.GetAdmis
 		return nil, rpcstatus.Of(err)
 	}
 	now := time.Now()
-	a.s.adm.invalidate()
 	p := a.s.adm.policy(now)
 	if p == nil {
 		return &lodestonepb.GetAdmissionResponse{Policy: &lodestonepb.AdmissionPolicy{}}, nil

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/client"
@@ -20,11 +19,10 @@ import (
 
 func storePolicy(t *testing.T, st *store.Store, index uint64, p *lodestonepb.AdmissionPolicy) {
 	t.Helper()
-	val, err := proto.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
+	st.Apply(index, &lodestonepb.Command{Op: &lodestonepb.Command_Admission{Admission: p}})
+	if got, at := st.Admission(); at != index || got.GetEnabled() != p.GetEnabled() {
+		t.Fatalf("store admission %v at %d, want %v at %d", got, at, p, index)
 	}
-	st.Apply(index, &lodestonepb.Command{Op: &lodestonepb.Command_Put{Put: &lodestonepb.PutRequest{Key: []byte(admissionKey), Value: val}}})
 }
 
 // TestAdmissionBucketAndRamp steps a fake clock through a ramp: the
@@ -48,7 +46,6 @@ func TestAdmissionBucketAndRamp(t *testing.T) {
 		t.Fatalf("no policy: admitted %d of 100, want %d", got, want)
 	}
 	storePolicy(t, st, 1, &lodestonepb.AdmissionPolicy{Enabled: true, Writes: 100, RampPercentPerMin: 10, SetUnixNano: clock.UnixNano()})
-	a.invalidate()
 	if got, want := admitted(classWrite, 50), 10; got != want {
 		t.Errorf("ramp at 10%% of 100/s: admitted %d in one instant, want %d", got, want)
 	}
@@ -59,7 +56,6 @@ func TestAdmissionBucketAndRamp(t *testing.T) {
 		t.Errorf("reads have no limit: admitted %d, want %d", got, want)
 	}
 	clock = clock.Add(time.Minute)
-	a.invalidate()
 	if got := rampFraction(a.policy(clock), a.started, clock); got < 0.199 || got > 0.201 {
 		t.Errorf("one minute into a 10%%/min ramp: fraction %v, want 0.2", got)
 	}
@@ -67,7 +63,6 @@ func TestAdmissionBucketAndRamp(t *testing.T) {
 		t.Errorf("after a minute: admitted %d, want %d", got, want)
 	}
 	clock = clock.Add(time.Hour)
-	a.invalidate()
 	if got, want := admitted(classWrite, 200), 100; got != want {
 		t.Errorf("ramp complete: admitted %d, want %d (the full limit)", got, want)
 	}
@@ -78,7 +73,6 @@ func TestAdmissionBucketAndRamp(t *testing.T) {
 		t.Errorf("just restarted: admitted %d, want %d (the ramp starts again)", got, want)
 	}
 	storePolicy(t, st, 2, &lodestonepb.AdmissionPolicy{})
-	a.invalidate()
 	if got, want := admitted(classWrite, 500), 500; got != want {
 		t.Errorf("policy off: admitted %d, want %d", got, want)
 	}
