@@ -14,8 +14,8 @@ import (
 // Ready's MsgStorageAppend to this goroutine instead of saving it inline,
 // and goes on stepping messages, taking proposals and applying while the
 // fsync runs. The writer takes every append queued meanwhile and persists
-// them in one raftlog.Save (group commit: one bbolt commit however many
-// Readies it covers). Only then does it deliver the messages' responses:
+// them in one raftlog.Save (group commit: one journal record and one
+// fdatasync however many Readies it covers). Only then does it deliver the messages' responses:
 // acknowledgements to other members go straight to the transport; the ones
 // addressed to this node (its own MsgAppResp as leader, the
 // MsgStorageAppendResp that marks entries stable) go back to the loop,

@@ -2,74 +2,14 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
 	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/store"
 )
-
-// applyChecked does the proposer's duties of store/doc.go for any command:
-// stamps it with this server's clock, gives a new session a fresh UUID,
-// validates, replicates, and turns a malformed result into InvalidArgument
-// and a rejection into a *store.RejectedError (callers map it: gRPC
-// FailedPrecondition, Consul HTTP 500). cas_failed and lock_failed stay
-// answers in the result.
-func (s *Server) applyChecked(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
-	if cmd.TimeUnixNano == 0 {
-		cmd.TimeUnixNano = time.Now().UnixNano()
-	}
-	if c := cmd.GetSessionCreate(); c != nil && c.Session != nil && c.Session.Id == "" {
-		id, err := newUUID()
-		if err != nil {
-			return nil, 0, status.Error(codes.Internal, err.Error())
-		}
-		c.Session.Id = id
-	}
-	res, index, err := s.apply(ctx, cmd)
-	if err != nil {
-		return nil, 0, err
-	}
-	if res.Result == nil && !res.CasFailed && !res.LockFailed {
-		if err := store.CheckCommand(cmd); err != nil {
-			return nil, 0, rpcstatus.Of(err)
-		}
-	}
-	if err := store.ResultError(res); err != nil {
-		return nil, index, err
-	}
-	return res, index, nil
-}
-
-// newUUID returns a random (version 4) UUID.
-func newUUID() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("read random session id: %w", err)
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], nil
-}
-
-// rejectedStatus maps a store rejection to FailedPrecondition for gRPC
-// callers; other errors pass through.
-func rejectedStatus(err error) error {
-	var re *store.RejectedError
-	if errors.As(err, &re) {
-		return status.Error(codes.FailedPrecondition, re.Detail)
-	}
-	return err
-}
 
 // blockingRead waits, for a read with a wait index, until what it depends
 // on changes after it (or the wait elapses), then makes the read
@@ -103,7 +43,7 @@ type catalogService struct {
 }
 
 func (c *catalogService) Register(ctx context.Context, req *lodestonepb.CatalogRegisterRequest) (*lodestonepb.CatalogRegisterResponse, error) {
-	_, index, err := c.s.applyChecked(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_CatalogRegister{CatalogRegister: req}})
+	_, index, err := c.s.write(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_CatalogRegister{CatalogRegister: req}})
 	if err != nil {
 		return nil, rejectedStatus(err)
 	}
@@ -111,7 +51,7 @@ func (c *catalogService) Register(ctx context.Context, req *lodestonepb.CatalogR
 }
 
 func (c *catalogService) Deregister(ctx context.Context, req *lodestonepb.CatalogDeregisterRequest) (*lodestonepb.CatalogDeregisterResponse, error) {
-	res, index, err := c.s.applyChecked(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_CatalogDeregister{CatalogDeregister: req}})
+	res, index, err := c.s.write(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_CatalogDeregister{CatalogDeregister: req}})
 	if err != nil {
 		return nil, rejectedStatus(err)
 	}
@@ -124,7 +64,7 @@ func (c *catalogService) Deregister(ctx context.Context, req *lodestonepb.Catalo
 }
 
 func (c *catalogService) UpdateCheck(ctx context.Context, req *lodestonepb.UpdateCheckRequest) (*lodestonepb.UpdateCheckResponse, error) {
-	res, index, err := c.s.applyChecked(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_CheckUpdate{CheckUpdate: req}})
+	res, index, err := c.s.write(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_CheckUpdate{CheckUpdate: req}})
 	if err != nil {
 		return nil, rejectedStatus(err)
 	}

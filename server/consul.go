@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -20,7 +19,7 @@ type consulBackend struct{ s *Server }
 var _ consulapi.Backend = consulBackend{}
 
 func (b consulBackend) Apply(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
-	return b.s.applyChecked(ctx, cmd)
+	return b.s.write(ctx, cmd)
 }
 
 func (b consulBackend) Barrier(ctx context.Context) error {
@@ -69,19 +68,3 @@ func (b consulBackend) Peers() []string {
 }
 
 func (b consulBackend) Agent() (string, string) { return b.s.agentNode() }
-
-// apply validates and replicates one command; a failed CAS is reported in
-// the result, not as an error.
-func (s *Server) apply(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
-	if err := s.cfg.Limits.ValidateCommand(cmd); err != nil {
-		return nil, 0, rpcstatus.Of(err)
-	}
-	r, err := s.raft.Propose(ctx, cmd)
-	if err != nil {
-		return nil, 0, rpcstatus.Of(err)
-	}
-	if r.Result == nil {
-		return nil, 0, rpcstatus.Of(fmt.Errorf("command at index %d produced no result", r.Index))
-	}
-	return r.Result, r.Index, nil
-}

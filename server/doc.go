@@ -3,70 +3,30 @@
 //
 // # What it owns
 //
-// The node lifecycle: the Raft loop, the peer transport, applying committed
-// entries to the store, snapshots and log truncation, membership changes,
-// leader transfer, and the client-facing gRPC services (KV, Cluster) and
-// HTTP endpoints (/metrics, /healthz, /readyz), and the operator's tools
-// for a bad day: the Admin service (consistent snapshots, admission
-// control replicated through Raft: admission.go) and the slow-leader
-// step-down (slowleader.go). It knows how to persist
-// through raftlog and how to apply through store; it knows nothing of their
-// internals.
-//
-// # The Raft loop
-//
-// Exactly one goroutine (node.run) touches the raft.RawNode. Everything
-// else reaches it through channels: proposals, received messages, read
-// requests, membership and transfer requests, transport reports, finished
-// log writes. Each iteration takes one input, drains what else is queued of
-// the same kind, then handles every Ready raft has. Raft runs with
-// AsyncStorageWrites, so a Ready is all messages:
-//
-//  1. Messages to other members leave at once, each peer's on a framed
-//     TCP stream of its own (raftstream.go; snapshots go over gRPC, and
-//     the peer port serves both: peermux.go). Raft itself holds back
-//     whatever needs the local write first (a follower's acknowledgements,
-//     votes, the leader's count of itself) as responses to that write, so
-//     the leader appends to followers while its own fsync runs (Raft thesis
-//     §10.2.1). One kind may wait: the entry-less append that tells a
-//     follower of a new commit waits up to Config.CommitNoticeHold for the
-//     next append to that follower, which carries the same news, and is
-//     then dropped (transport.go). Under single writes that halves the Raft
-//     messages per write; followers learn of a commit that much later.
-//  2. The append (entries, hard state, snapshot) goes to the log writer
-//     (logwriter.go), one goroutine that takes every append queued while it
-//     was busy and persists them in one bbolt transaction (group commit).
-//     When it is durable it sends the responses meant for other members and
-//     hands the rest back to the loop, which restores the store from a
-//     snapshot it carried and steps them.
-//  3. Committed entries are applied to the store in the loop, in order,
-//     waking waiters: those raft hands out (committed and durable here),
-//     then those committed by a quorum while this node's own write of them
-//     is still running (earlyapply.go), so a slow local fsync delays
-//     neither a leader's answers nor a follower's watch events.
-//  4. Read-index answers are matched to their waiting reads.
-//
-// So the loop keeps taking proposals and acknowledgements during an fsync,
-// and the next write carries all of them.
+// The client-facing gRPC services (KV, Cluster, Watch, Catalog, Session,
+// Admin), the HTTP port (the Consul-compatible API in server/consulapi,
+// parked blocking queries in server/httppark, /metrics, /healthz,
+// /readyz), gossip reconcile, session TTLs and admission control. It wires
+// a raftnode.Node to a peer.Transport and serves both; it reaches the
+// Raft loop only through the raftnode face, and the peer port only
+// through peer.Port.
 //
 // # Requests
 //
-// Writes are proposed on whichever node receives them; Raft forwards a
-// follower's proposal to the leader, and the proposer answers once it has
-// applied the entry itself, so a caller reading from the same node sees its
-// write. Linearizable reads use ReadIndex, batched per loop iteration, then
-// wait for the local apply. Stale reads are served at once. Consul's
-// default-mode reads on a follower wait for the leader's commit index,
-// asked for with one question per batch of them on a stream each
-// follower keeps to the leader (Peer.LeaderIndexStream, leaderindex.go).
-//
-// Unavailable always means the request was not applied and may be retried;
-// DeadlineExceeded after a write leaves its outcome unknown.
+// Every state change goes through one path (write.go): stamp, validate,
+// raftnode's Propose, check the result. Raft forwards a follower's
+// proposal to the leader, and the proposer answers once it has applied
+// the entry itself, so a caller reading from the same node sees its
+// write. Linearizable reads use ReadIndex; stale reads are served at
+// once; Consul's default-mode reads use LeaderRead. Errors reach clients
+// through internal/rpcstatus: Unavailable always means the request was
+// not applied and may be retried; DeadlineExceeded after a write leaves
+// its outcome unknown.
 //
 // # Catalog and sessions
 //
 // The Catalog and Session gRPC services and the Consul-compatible HTTP API
-// (server/consulapi) write through applyChecked, which does the store's
+// (server/consulapi) write through write (write.go), which does the store's
 // proposer duties (store/doc.go): stamp the command with this node's
 // clock, give a new session a fresh UUID, validate, propose, and turn a
 // rejection into FailedPrecondition (HTTP: Consul's codes). Blocking reads

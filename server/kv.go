@@ -78,7 +78,7 @@ func (k *kvService) Range(ctx context.Context, req *lodestonepb.RangeRequest) (*
 // not take the lock is an answer, not an error: its kv is the current
 // entry, whose session says who holds it.
 func (k *kvService) write(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
-	res, index, err := k.s.applyChecked(ctx, cmd)
+	res, index, err := k.s.write(ctx, cmd)
 	if err != nil {
 		return nil, 0, rejectedStatus(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/ctxtime"
 	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
 	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/store"
@@ -26,7 +27,7 @@ func (ss *sessionService) Create(ctx context.Context, req *lodestonepb.CreateSes
 	if req.Session == nil {
 		return nil, rpcstatus.Invalidf("session is missing; set at least session.node")
 	}
-	res, index, err := ss.s.applyChecked(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_SessionCreate{SessionCreate: req}})
+	res, index, err := ss.s.write(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_SessionCreate{SessionCreate: req}})
 	if err != nil {
 		return nil, rejectedStatus(err)
 	}
@@ -36,7 +37,7 @@ func (ss *sessionService) Create(ctx context.Context, req *lodestonepb.CreateSes
 }
 
 func (ss *sessionService) Destroy(ctx context.Context, req *lodestonepb.DestroySessionRequest) (*lodestonepb.DestroySessionResponse, error) {
-	res, index, err := ss.s.applyChecked(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_SessionDestroy{SessionDestroy: req}})
+	res, index, err := ss.s.write(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_SessionDestroy{SessionDestroy: req}})
 	if err != nil {
 		return nil, rejectedStatus(err)
 	}
@@ -46,7 +47,7 @@ func (ss *sessionService) Destroy(ctx context.Context, req *lodestonepb.DestroyS
 }
 
 func (ss *sessionService) Renew(ctx context.Context, req *lodestonepb.RenewSessionRequest) (*lodestonepb.RenewSessionResponse, error) {
-	res, index, err := ss.s.applyChecked(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_SessionRenew{SessionRenew: req}})
+	res, index, err := ss.s.write(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_SessionRenew{SessionRenew: req}})
 	if err != nil {
 		return nil, rejectedStatus(err)
 	}
@@ -130,7 +131,7 @@ func (s *Server) enforceTTLs(ctx context.Context, notBefore time.Time) {
 		now := time.Now()
 		if expired := s.store.ExpiredSessions(now, notBefore); len(expired) > 0 {
 			if !s.invalidateExpired(ctx, expired, now) {
-				s.sleepCtx(ctx, retry)
+				_ = ctxtime.Sleep(ctx, retry) // NB: the loop checks ctx
 			}
 			continue
 		}
@@ -144,7 +145,7 @@ func (s *Server) enforceTTLs(ctx context.Context, notBefore time.Time) {
 		if err != nil {
 			if ctx.Err() == nil {
 				s.logger.Warn("session TTL wait failed", "err", err)
-				s.sleepCtx(ctx, retry)
+				_ = ctxtime.Sleep(ctx, retry) // NB: the loop checks ctx
 			}
 			continue
 		}
@@ -162,7 +163,7 @@ func (s *Server) invalidateExpired(ctx context.Context, ids []string, now time.T
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.Catalog.SessionTTLRetry*10)
 		// The command's time is the time expiry was judged at, so its lock
 		// delays start there.
-		res, _, err := s.applyChecked(cctx, &lodestonepb.Command{TimeUnixNano: now.UnixNano(), Op: &lodestonepb.Command_SessionInvalidate{SessionInvalidate: &lodestonepb.SessionInvalidate{
+		res, _, err := s.write(cctx, &lodestonepb.Command{TimeUnixNano: now.UnixNano(), Op: &lodestonepb.Command_SessionInvalidate{SessionInvalidate: &lodestonepb.SessionInvalidate{
 			Ids: batch, TtlExpiredAtUnixNano: now.UnixNano(),
 		}}})
 		cancel()
@@ -177,15 +178,6 @@ func (s *Server) invalidateExpired(ctx context.Context, ids []string, now time.T
 		s.logger.Info("sessions expired", "invalidated", len(got), "ids", got)
 	}
 	return true
-}
-
-func (s *Server) sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }
 
 // sessionMetrics are what an operator needs about sessions (how many
