@@ -2,12 +2,18 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"fmt"
+	"math"
 	"sort"
+	"time"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // snapshotChunkBytes is the data carried by one SavedSnapshotChunk: well
@@ -18,7 +24,8 @@ const snapshotChunkBytes = 1 << 20
 // policy. Admission control never gates it.
 type adminService struct {
 	lodestonepb.UnimplementedAdminServer
-	s *Server
+	s   *core
+	adm *admission
 }
 
 // SaveSnapshot streams the state as of a linearizable read: everything
@@ -58,4 +65,38 @@ func (a *adminService) SaveSnapshot(_ *lodestonepb.SaveSnapshotRequest, stream l
 	sum := sha256.Sum256(data)
 	a.s.logger.Info("snapshot streamed to operator", "index", hdr.Index, "term", hdr.Term, "bytes", len(data))
 	return stream.Send(&lodestonepb.SavedSnapshotChunk{Sha256: sum[:]})
+}
+
+// SetAdmission replicates a new policy; enabled=false turns it off.
+func (a *adminService) SetAdmission(ctx context.Context, req *lodestonepb.SetAdmissionRequest) (*lodestonepb.SetAdmissionResponse, error) {
+	p := proto.CloneOf(req.GetPolicy())
+	if p == nil {
+		p = &lodestonepb.AdmissionPolicy{}
+	}
+	if r := p.GetRampPercentPerMin(); r < 0 || r > 100 || math.IsNaN(r) {
+		return nil, status.Errorf(codes.InvalidArgument, "ramp %v%%/min: want 0 (no ramp) to 100", r)
+	}
+	if p.GetEnabled() && p.GetReads() == 0 && p.GetWrites() == 0 && p.GetWatches() == 0 {
+		return nil, status.Error(codes.InvalidArgument, "an enabled policy needs a limit for reads, writes or watches")
+	}
+	now := time.Now().UnixNano()
+	p.SetUnixNano = now
+	res, err := a.s.raft.Propose(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_Admission{Admission: p}, TimeUnixNano: now})
+	if err != nil {
+		return nil, rpcstatus.Of(err)
+	}
+	return &lodestonepb.SetAdmissionResponse{Policy: p, Index: res.Index}, nil
+}
+
+// GetAdmission returns the policy this server enforces.
+func (a *adminService) GetAdmission(ctx context.Context, _ *lodestonepb.GetAdmissionRequest) (*lodestonepb.GetAdmissionResponse, error) {
+	if _, err := a.s.raft.ReadIndex(ctx); err != nil {
+		return nil, rpcstatus.Of(err)
+	}
+	now := time.Now()
+	p := a.adm.policy(now)
+	if p == nil {
+		return &lodestonepb.GetAdmissionResponse{Policy: &lodestonepb.AdmissionPolicy{}}, nil
+	}
+	return &lodestonepb.GetAdmissionResponse{Policy: p, CurrentPercent: 100 * rampFraction(p, a.adm.started, now)}, nil
 }

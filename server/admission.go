@@ -16,11 +16,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
-	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
 	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/store"
 )
@@ -214,18 +212,18 @@ func grpcClass(method string) int {
 	return -1 // Cluster, Admin, Peer, health: never gated
 }
 
-func (s *Server) admitUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func (a *admission) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if c := grpcClass(info.FullMethod); c >= 0 {
-		if err := s.adm.check(c); err != nil {
+		if err := a.check(c); err != nil {
 			return nil, err
 		}
 	}
 	return handler(ctx, req)
 }
 
-func (s *Server) admitStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func (a *admission) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if c := grpcClass(info.FullMethod); c >= 0 {
-		if err := s.adm.check(c); err != nil {
+		if err := a.check(c); err != nil {
 			return err
 		}
 	}
@@ -251,10 +249,10 @@ func httpClass(r *http.Request) int {
 }
 
 // admitHTTP gates the Consul-compatible API: 429 with Retry-After.
-func (s *Server) admitHTTP(next http.Handler) http.Handler {
+func (a *admission) http(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c := httpClass(r); c >= 0 {
-			if ok, wait := s.adm.admit(c); !ok {
+			if ok, wait := a.admit(c); !ok {
 				secs := int(math.Ceil(wait.Seconds()))
 				w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 				w.Header().Set("X-Lodestone-Retry-After-Ms", strconv.FormatInt(wait.Milliseconds(), 10))
@@ -264,38 +262,4 @@ func (s *Server) admitHTTP(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// SetAdmission replicates a new policy; enabled=false turns it off.
-func (a *adminService) SetAdmission(ctx context.Context, req *lodestonepb.SetAdmissionRequest) (*lodestonepb.SetAdmissionResponse, error) {
-	p := proto.CloneOf(req.GetPolicy())
-	if p == nil {
-		p = &lodestonepb.AdmissionPolicy{}
-	}
-	if r := p.GetRampPercentPerMin(); r < 0 || r > 100 || math.IsNaN(r) {
-		return nil, status.Errorf(codes.InvalidArgument, "ramp %v%%/min: want 0 (no ramp) to 100", r)
-	}
-	if p.GetEnabled() && p.GetReads() == 0 && p.GetWrites() == 0 && p.GetWatches() == 0 {
-		return nil, status.Error(codes.InvalidArgument, "an enabled policy needs a limit for reads, writes or watches")
-	}
-	now := time.Now().UnixNano()
-	p.SetUnixNano = now
-	res, err := a.s.raft.Propose(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_Admission{Admission: p}, TimeUnixNano: now})
-	if err != nil {
-		return nil, rpcstatus.Of(err)
-	}
-	return &lodestonepb.SetAdmissionResponse{Policy: p, Index: res.Index}, nil
-}
-
-// GetAdmission returns the policy this server enforces.
-func (a *adminService) GetAdmission(ctx context.Context, _ *lodestonepb.GetAdmissionRequest) (*lodestonepb.GetAdmissionResponse, error) {
-	if _, err := a.s.raft.ReadIndex(ctx); err != nil {
-		return nil, rpcstatus.Of(err)
-	}
-	now := time.Now()
-	p := a.s.adm.policy(now)
-	if p == nil {
-		return &lodestonepb.GetAdmissionResponse{Policy: &lodestonepb.AdmissionPolicy{}}, nil
-	}
-	return &lodestonepb.GetAdmissionResponse{Policy: p, CurrentPercent: 100 * rampFraction(p, a.s.adm.started, now)}, nil
 }

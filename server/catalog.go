@@ -14,7 +14,7 @@ import (
 // blockingRead waits, for a read with a wait index, until what it depends
 // on changes after it (or the wait elapses), then makes the read
 // linearizable unless it asked for stale.
-func (s *Server) blockingRead(ctx context.Context, d consulapi.Dep, c lodestonepb.Consistency, waitIndex uint64, waitMS uint32) error {
+func (s *core) blockingRead(ctx context.Context, d consulapi.Dep, c lodestonepb.Consistency, waitIndex uint64, waitMS uint32) error {
 	wait := time.Duration(waitMS) * time.Millisecond
 	if wait <= 0 || wait > s.cfg.MaxBlockingWait {
 		wait = s.cfg.MaxBlockingWait
@@ -30,7 +30,7 @@ func (s *Server) blockingRead(ctx context.Context, d consulapi.Dep, c lodestonep
 		}
 		return rpcstatus.Of(err)
 	}
-	return rpcstatus.Of(s.kv.read(ctx, c))
+	return rpcstatus.Of(s.read(ctx, c))
 }
 
 // catalogService serves the Catalog gRPC API with the store's (Consul's)
@@ -39,7 +39,7 @@ func (s *Server) blockingRead(ctx context.Context, d consulapi.Dep, c lodestonep
 // until that data changes.
 type catalogService struct {
 	lodestonepb.UnimplementedCatalogServer
-	s *Server
+	s *core
 }
 
 func (c *catalogService) Register(ctx context.Context, req *lodestonepb.CatalogRegisterRequest) (*lodestonepb.CatalogRegisterResponse, error) {
@@ -47,7 +47,7 @@ func (c *catalogService) Register(ctx context.Context, req *lodestonepb.CatalogR
 	if err != nil {
 		return nil, rejectedStatus(err)
 	}
-	return &lodestonepb.CatalogRegisterResponse{Header: c.s.kv.header(index)}, nil
+	return &lodestonepb.CatalogRegisterResponse{Header: c.s.header(index)}, nil
 }
 
 func (c *catalogService) Deregister(ctx context.Context, req *lodestonepb.CatalogDeregisterRequest) (*lodestonepb.CatalogDeregisterResponse, error) {
@@ -59,7 +59,7 @@ func (c *catalogService) Deregister(ctx context.Context, req *lodestonepb.Catalo
 	if out == nil {
 		out = &lodestonepb.CatalogDeregisterResponse{}
 	}
-	out.Header = c.s.kv.header(index)
+	out.Header = c.s.header(index)
 	return out, nil
 }
 
@@ -72,12 +72,12 @@ func (c *catalogService) UpdateCheck(ctx context.Context, req *lodestonepb.Updat
 	if out == nil {
 		out = &lodestonepb.UpdateCheckResponse{}
 	}
-	out.Header = c.s.kv.header(index)
+	out.Header = c.s.header(index)
 	return out, nil
 }
 
 func (c *catalogService) header(m store.QueryMeta) *lodestonepb.ResponseHeader {
-	return c.s.kv.header(m.Index)
+	return c.s.header(m.Index)
 }
 
 func (c *catalogService) Services(ctx context.Context, req *lodestonepb.ServicesRequest) (*lodestonepb.ServicesResponse, error) {

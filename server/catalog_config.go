@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"net"
 	"time"
 )
 
@@ -54,21 +53,4 @@ func (c CatalogConfig) validate() error {
 		return bad("session-invalidate-batch", "must be positive, got %d", c.SessionInvalidateBatch)
 	}
 	return nil
-}
-
-// agentNode returns the node name and address this server registers as
-// the agent of.
-func (s *Server) agentNode() (name, addr string) {
-	name, addr = s.cfg.Catalog.AgentNode, s.cfg.Catalog.AgentAddress
-	if name == "" {
-		name = s.cfg.Name
-	}
-	if addr == "" {
-		host, _, err := net.SplitHostPort(s.HTTPAddr())
-		if ip := net.ParseIP(host); err != nil || ip == nil || ip.IsUnspecified() {
-			host = "127.0.0.1"
-		}
-		addr = host
-	}
-	return name, addr
 }

@@ -19,11 +19,11 @@ import (
 // the leader: a follower forwards them over the peer connection.
 type clusterService struct {
 	lodestonepb.UnimplementedClusterServer
-	s *Server
+	s *core
 }
 
 func (c *clusterService) Members(ctx context.Context, _ *lodestonepb.MembersRequest) (*lodestonepb.MembersResponse, error) {
-	return &lodestonepb.MembersResponse{Header: c.s.kv.header(c.s.store.Index()), Members: c.s.store.Members()}, nil
+	return &lodestonepb.MembersResponse{Header: c.s.header(c.s.store.Index()), Members: c.s.store.Members()}, nil
 }
 
 func (c *clusterService) AddMember(ctx context.Context, req *lodestonepb.AddMemberRequest) (*lodestonepb.AddMemberResponse, error) {
@@ -42,7 +42,7 @@ func (c *clusterService) AddMember(ctx context.Context, req *lodestonepb.AddMemb
 	if err != nil {
 		return nil, rpcstatus.Of(err)
 	}
-	return &lodestonepb.AddMemberResponse{Header: c.s.kv.header(index), Member: m, Members: c.s.store.Members()}, nil
+	return &lodestonepb.AddMemberResponse{Header: c.s.header(index), Member: m, Members: c.s.store.Members()}, nil
 }
 
 func (c *clusterService) validateNewMember(m *lodestonepb.Member) error {
@@ -96,7 +96,7 @@ func (c *clusterService) RemoveMember(ctx context.Context, req *lodestonepb.Remo
 	if err != nil {
 		return nil, rpcstatus.Of(err)
 	}
-	return &lodestonepb.RemoveMemberResponse{Header: c.s.kv.header(index), Members: c.s.store.Members()}, nil
+	return &lodestonepb.RemoveMemberResponse{Header: c.s.header(index), Members: c.s.store.Members()}, nil
 }
 
 func (c *clusterService) PromoteMember(ctx context.Context, req *lodestonepb.PromoteMemberRequest) (*lodestonepb.PromoteMemberResponse, error) {
@@ -111,7 +111,7 @@ func (c *clusterService) PromoteMember(ctx context.Context, req *lodestonepb.Pro
 	if err != nil {
 		return nil, rpcstatus.Of(err)
 	}
-	return &lodestonepb.PromoteMemberResponse{Header: c.s.kv.header(index), Members: c.s.store.Members()}, nil
+	return &lodestonepb.PromoteMemberResponse{Header: c.s.header(index), Members: c.s.store.Members()}, nil
 }
 
 func (c *clusterService) TransferLeader(ctx context.Context, req *lodestonepb.TransferLeaderRequest) (*lodestonepb.TransferLeaderResponse, error) {
@@ -127,13 +127,13 @@ func (c *clusterService) TransferLeader(ctx context.Context, req *lodestonepb.Tr
 	if err != nil {
 		return nil, rpcstatus.Of(err)
 	}
-	return &lodestonepb.TransferLeaderResponse{Header: c.s.kv.header(c.s.store.Index()), LeaderId: lead}, nil
+	return &lodestonepb.TransferLeaderResponse{Header: c.s.header(c.s.store.Index()), LeaderId: lead}, nil
 }
 
 func (c *clusterService) Status(ctx context.Context, _ *lodestonepb.StatusRequest) (*lodestonepb.StatusResponse, error) {
 	st := c.s.raft.Status()
 	resp := &lodestonepb.StatusResponse{
-		Header:       c.s.kv.header(c.s.store.Index()),
+		Header:       c.s.header(c.s.store.Index()),
 		LeaderId:     st.Lead,
 		Term:         st.Term,
 		CommitIndex:  st.Commit,
@@ -151,14 +151,14 @@ func (c *clusterService) Status(ctx context.Context, _ *lodestonepb.StatusReques
 		}
 	}
 	if resp.Self == nil {
-		resp.Self = &lodestonepb.Member{Id: c.s.raft.ID(), Name: c.s.cfg.Name, PeerAddr: c.s.PeerAddr(), GrpcAddr: c.s.GRPCAddr(), HttpAddr: c.s.HTTPAddr()}
+		resp.Self = &lodestonepb.Member{Id: c.s.raft.ID(), Name: c.s.cfg.Name, PeerAddr: c.s.peerAddr, GrpcAddr: c.s.grpcAddr, HttpAddr: c.s.httpAddr}
 	}
 	return resp, nil
 }
 
 // changeConf runs a membership change on the leader, forwarding it there
 // when this node follows, then waits until this node has applied it.
-func (s *Server) changeConf(ctx context.Context, cc raftpb.ConfChangeV2, m *lodestonepb.Member) (uint64, error) {
+func (s *core) changeConf(ctx context.Context, cc raftpb.ConfChangeV2, m *lodestonepb.Member) (uint64, error) {
 	var index uint64
 	var err error
 	if s.raft.Status().State == raftnode.StateLeader {
@@ -172,7 +172,7 @@ func (s *Server) changeConf(ctx context.Context, cc raftpb.ConfChangeV2, m *lode
 	return index, s.raft.WaitApplied(ctx, index)
 }
 
-func (s *Server) forwardConfChange(ctx context.Context, cc raftpb.ConfChangeV2, m *lodestonepb.Member) (uint64, error) {
+func (s *core) forwardConfChange(ctx context.Context, cc raftpb.ConfChangeV2, m *lodestonepb.Member) (uint64, error) {
 	peer, err := s.leaderPeer()
 	if err != nil {
 		return 0, err
@@ -193,7 +193,7 @@ func (s *Server) forwardConfChange(ctx context.Context, cc raftpb.ConfChangeV2, 
 	return resp.Index, nil
 }
 
-func (s *Server) transferLeader(ctx context.Context, to uint64) (uint64, error) {
+func (s *core) transferLeader(ctx context.Context, to uint64) (uint64, error) {
 	if s.raft.Status().State == raftnode.StateLeader {
 		return s.raft.TransferLeader(ctx, to)
 	}
@@ -221,7 +221,7 @@ func (s *Server) transferLeader(ctx context.Context, to uint64) (uint64, error) 
 }
 
 // leaderPeer is a Peer client on the transport's connection to the leader.
-func (s *Server) leaderPeer() (lodestonepb.PeerClient, error) {
+func (s *core) leaderPeer() (lodestonepb.PeerClient, error) {
 	lead := s.raft.Status().Lead
 	if lead == 0 {
 		return nil, raftnode.ErrNoLeader

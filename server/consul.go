@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"net"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -14,7 +15,7 @@ import (
 )
 
 // consulBackend lets the Consul-compatible HTTP API reach this node.
-type consulBackend struct{ s *Server }
+type consulBackend struct{ s *core }
 
 var _ consulapi.Backend = consulBackend{}
 
@@ -68,3 +69,20 @@ func (b consulBackend) Peers() []string {
 }
 
 func (b consulBackend) Agent() (string, string) { return b.s.agentNode() }
+
+// agentNode returns the node name and address this server registers as
+// the agent of.
+func (s *core) agentNode() (name, addr string) {
+	name, addr = s.cfg.Catalog.AgentNode, s.cfg.Catalog.AgentAddress
+	if name == "" {
+		name = s.cfg.Name
+	}
+	if addr == "" {
+		host, _, err := net.SplitHostPort(s.httpAddr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || ip.IsUnspecified() {
+			host = "127.0.0.1"
+		}
+		addr = host
+	}
+	return name, addr
+}

@@ -33,61 +33,6 @@ const (
 	serfOutputMissing = "Node not in the gossip pool"
 )
 
-// GossipConfig joins a server to the gossip pool and makes its leader
-// reconcile pool membership into the catalog. Zero Pool.BindAddr: no
-// gossip.
-type GossipConfig struct {
-	// Pool configures the member. Name defaults to Config.Name and Role is
-	// always server.
-	Pool gossip.Config
-	// ReconcileInterval is how often the leader diffs the whole pool
-	// against the catalog even when no membership event arrived. Default
-	// 30s. It repairs writes that failed or were lost to a leader change;
-	// with nothing to repair it writes nothing.
-	ReconcileInterval time.Duration
-	// RetryInterval is the pause before retrying after a write failed for
-	// want of a leader or quorum. Default 1s. Rejections wait for the next
-	// ReconcileInterval instead, so a refused command cannot loop.
-	RetryInterval time.Duration
-	// ReapGrace is how long after this server's pool started before its
-	// leader marks critical the catalog nodes that carry a passing
-	// serfHealth check yet are unknown to the pool (members that died
-	// while no leader watched). Default 1m. Shorter reaps sooner and
-	// risks marking members the pool has not yet gossiped about.
-	ReapGrace time.Duration
-}
-
-// DefaultGossipConfig returns the defaults explained on each field, gossip
-// off.
-func DefaultGossipConfig() GossipConfig {
-	return GossipConfig{
-		Pool:              gossip.DefaultConfig(),
-		ReconcileInterval: 30 * time.Second, // repairs only; steady state writes nothing
-		RetryInterval:     time.Second,      // about one election
-		ReapGrace:         time.Minute,      // several push/pull rounds of a fresh pool
-	}
-}
-
-// Enabled reports whether the server joins a gossip pool.
-func (g GossipConfig) Enabled() bool { return g.Pool.BindAddr != "" }
-
-func (g *GossipConfig) validate(name string) error {
-	if !g.Enabled() {
-		return nil
-	}
-	if g.Pool.Name == "" {
-		g.Pool.Name = name
-	}
-	g.Pool.Role = gossip.RoleServer
-	if err := g.Pool.Validate(); err != nil {
-		return &ConfigError{Field: "gossip", Err: err}
-	}
-	if g.ReconcileInterval <= 0 || g.RetryInterval <= 0 || g.ReapGrace <= 0 {
-		return &ConfigError{Field: "gossip-reconcile-interval", Err: errors.New("reconcile interval, retry interval and reap grace must be positive")}
-	}
-	return nil
-}
-
 // gossipCatalog is what planning reads of the catalog; *store.Store
 // implements it.
 type gossipCatalog interface {
@@ -206,7 +151,7 @@ func commandKind(cmd *lodestonepb.Command) string {
 // serverGossip is the server's pool member and, while the server leads,
 // the reconciler that writes pool transitions into the catalog.
 type serverGossip struct {
-	s       *Server
+	s       *core
 	cfg     GossipConfig
 	pool    *gossip.Pool
 	logger  *slog.Logger
@@ -219,10 +164,10 @@ type serverGossip struct {
 	wg sync.WaitGroup
 }
 
-// openGossip binds the gossip sockets.
-func (s *Server) openGossip() error {
+// openGossip binds the gossip sockets; nil without Config.Gossip.
+func openGossip(s *core) (*serverGossip, error) {
 	if !s.cfg.Gossip.Enabled() {
-		return nil
+		return nil, nil
 	}
 	g := &serverGossip{s: s, cfg: s.cfg.Gossip, logger: s.logger.With("component", "gossip"), now: time.Now}
 	pcfg := g.cfg.Pool
@@ -237,59 +182,30 @@ func (s *Server) openGossip() error {
 	}, []string{"kind", "result"})
 	pool, err := gossip.New(pcfg)
 	if err != nil {
-		return fmt.Errorf("start gossip: %w", err)
+		return nil, fmt.Errorf("start gossip: %w", err)
 	}
 	if err := s.metrics.reg.Register(g.runs); err != nil {
-		return errors.Join(fmt.Errorf("register gossip metrics: %w", err), pool.Close())
+		return nil, errors.Join(fmt.Errorf("register gossip metrics: %w", err), pool.Close())
 	}
 	s.metrics.reg.MustRegister(g.writes)
 	g.pool, g.started = pool, g.now()
-	s.gossip = g
-	return nil
+	return g, nil
 }
 
-// GossipAddr is the gossip pool address, or "" without gossip.
-func (s *Server) GossipAddr() string {
-	if s.gossip == nil {
-		return ""
-	}
-	return s.gossip.pool.Addr()
-}
-
-// GossipMembers is this server's view of the pool (nil without gossip).
-func (s *Server) GossipMembers() []gossip.Member {
-	if s.gossip == nil {
-		return nil
-	}
-	return s.gossip.pool.Members()
-}
-
-// startGossip joins the pool and starts the reconciler. A pool that cannot
-// bind stops the server through Done.
-func (s *Server) startGossip() {
-	if err := s.openGossip(); err != nil {
-		s.errC <- err
-		return
-	}
-	if s.gossip == nil {
-		return
-	}
-	g := s.gossip
+// start joins the pool and starts the reconciler, which runs until ctx
+// ends.
+func (g *serverGossip) start(ctx context.Context) {
 	g.pool.Start()
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
-		g.run(s.ctx)
+		g.run(ctx)
 	}()
 }
 
-// closeGossip stops reconciling (s.ctx is already cancelled), announces
-// this server's departure and closes the pool.
-func (s *Server) closeGossip() error {
-	if s.gossip == nil {
-		return nil
-	}
-	g := s.gossip
+// close waits for the reconciler (its ctx has ended), announces this
+// server's departure and closes the pool.
+func (g *serverGossip) close() error {
 	g.wg.Wait()
 	var errs []error
 	if err := g.pool.Leave(time.Second); err != nil {

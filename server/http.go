@@ -10,23 +10,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-func (s *Server) routeHTTP() {
+func (s *core) routeHTTP(mux *http.ServeMux) {
 	if s.cfg.EnablePprof {
-		s.Mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		s.Mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-		s.Mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-		s.Mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-		s.Mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	s.Mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	s.Mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.raft.Failed(); err != nil {
 			http.Error(w, "raft loop stopped: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ok\n"))
 	})
-	s.Mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		st := s.raft.Status()
 		applied := s.raft.Applied()
 		body := map[string]any{"leader": st.Lead != 0, "term": st.Term, "commit_index": st.Commit, "applied_index": applied}
@@ -47,12 +47,12 @@ func (s *Server) routeHTTP() {
 
 // routeFaults serves the fault hooks when Config.Faults is set:
 // PUT /debug/faults/disk-delay?d=200ms.
-func (s *Server) routeFaults() {
+func (s *core) routeFaults(mux *http.ServeMux) {
 	f := s.cfg.Faults
 	if f == nil {
 		return
 	}
-	s.Mux.HandleFunc("PUT /debug/faults/disk-delay", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("PUT /debug/faults/disk-delay", func(w http.ResponseWriter, r *http.Request) {
 		d, err := time.ParseDuration(r.URL.Query().Get("d"))
 		if err != nil || d < 0 {
 			http.Error(w, "d must be a non-negative duration such as 200ms", http.StatusBadRequest)

@@ -14,28 +14,7 @@ import (
 // ReadIndex unless the caller asks for stale.
 type kvService struct {
 	lodestonepb.UnimplementedKVServer
-	s *Server
-}
-
-func (k *kvService) header(index uint64) *lodestonepb.ResponseHeader {
-	st := k.s.raft.Status()
-	return &lodestonepb.ResponseHeader{
-		Index:       index,
-		Term:        st.Term,
-		LeaderId:    st.Lead,
-		NodeId:      k.s.raft.ID(),
-		KnownLeader: st.Lead != 0,
-	}
-}
-
-// read makes a read linearizable when asked: it waits for a quorum-confirmed
-// index to be applied here.
-func (k *kvService) read(ctx context.Context, c lodestonepb.Consistency) error {
-	if c == lodestonepb.Consistency_STALE || k.s.cfg.UnsafeStaleReads {
-		return nil
-	}
-	_, err := k.s.raft.ReadIndex(ctx)
-	return err
+	s *core
 }
 
 func (k *kvService) Get(ctx context.Context, req *lodestonepb.GetRequest) (*lodestonepb.GetResponse, error) {
@@ -45,11 +24,11 @@ func (k *kvService) Get(ctx context.Context, req *lodestonepb.GetRequest) (*lode
 	if err := k.s.waitForChange(ctx, req.Key, false, req.WaitIndex, req.WaitMs); err != nil {
 		return nil, rpcstatus.Of(err)
 	}
-	if err := k.read(ctx, req.Consistency); err != nil {
+	if err := k.s.read(ctx, req.Consistency); err != nil {
 		return nil, rpcstatus.Of(err)
 	}
 	kv, index := k.s.store.Get(req.Key)
-	return &lodestonepb.GetResponse{Header: k.header(index), Kv: kv}, nil
+	return &lodestonepb.GetResponse{Header: k.s.header(index), Kv: kv}, nil
 }
 
 func (k *kvService) Range(ctx context.Context, req *lodestonepb.RangeRequest) (*lodestonepb.RangeResponse, error) {
@@ -66,11 +45,11 @@ func (k *kvService) Range(ctx context.Context, req *lodestonepb.RangeRequest) (*
 	if err := k.s.waitForChange(ctx, req.Prefix, true, req.WaitIndex, req.WaitMs); err != nil {
 		return nil, rpcstatus.Of(err)
 	}
-	if err := k.read(ctx, req.Consistency); err != nil {
+	if err := k.s.read(ctx, req.Consistency); err != nil {
 		return nil, rpcstatus.Of(err)
 	}
 	kvs, more, index := k.s.store.Range(req.Prefix, req.StartAfter, limit, req.KeysOnly)
-	return &lodestonepb.RangeResponse{Header: k.header(index), Kvs: kvs, More: more}, nil
+	return &lodestonepb.RangeResponse{Header: k.s.header(index), Kvs: kvs, More: more}, nil
 }
 
 // write replicates one command; a failed CAS, and a lock verb naming an
@@ -97,7 +76,7 @@ func (k *kvService) Put(ctx context.Context, req *lodestonepb.PutRequest) (*lode
 	if out == nil {
 		out = &lodestonepb.PutResponse{}
 	}
-	out.Header = k.header(index)
+	out.Header = k.s.header(index)
 	return out, nil
 }
 
@@ -110,7 +89,7 @@ func (k *kvService) Delete(ctx context.Context, req *lodestonepb.DeleteRequest) 
 	if out == nil {
 		out = &lodestonepb.DeleteResponse{}
 	}
-	out.Header = k.header(index)
+	out.Header = k.s.header(index)
 	return out, nil
 }
 
@@ -123,6 +102,6 @@ func (k *kvService) Txn(ctx context.Context, req *lodestonepb.TxnRequest) (*lode
 	if out == nil {
 		out = &lodestonepb.TxnResponse{}
 	}
-	out.Header = k.header(index)
+	out.Header = k.s.header(index)
 	return out, nil
 }

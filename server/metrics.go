@@ -3,6 +3,7 @@ package server
 import (
 	"regexp"
 
+	"github.com/lodestone-kv/lodestone/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -39,5 +40,39 @@ func newMetrics() *metrics {
 		}),
 	}
 	reg.MustRegister(m.requests, m.pollDelay)
+	return m
+}
+
+// sessionMetrics are what an operator needs about sessions (how many
+// exist and why they end) and blocking queries (how many wait now).
+type sessionMetrics struct {
+	invalidated *prometheus.CounterVec
+	blocking    *prometheus.GaugeVec // by api: grpc, http
+}
+
+func newSessionMetrics(reg prometheus.Registerer, st *store.Store) *sessionMetrics {
+	m := &sessionMetrics{
+		invalidated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "sessions_invalidated_total",
+			Help: "Sessions this node invalidated as leader, by reason (ttl).",
+		}, []string{"reason"}),
+		blocking: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "lodestone", Name: "blocking_queries_in_flight",
+			Help: "Catalog, session and KV blocking queries waiting for a change, by api (grpc, http).",
+		}, []string{"api"}),
+	}
+	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "lodestone", Name: "sessions_active",
+		Help: "Sessions in the replicated state on this node.",
+	}, func() float64 {
+		list, _ := st.Sessions()
+		return float64(len(list))
+	})
+	// Export the series at zero before the first event, so dashboards and
+	// rate() see them from the start.
+	m.invalidated.WithLabelValues("ttl")
+	m.blocking.WithLabelValues("grpc")
+	m.blocking.WithLabelValues("http")
+	reg.MustRegister(m.invalidated, m.blocking, active)
 	return m
 }

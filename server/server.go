@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/gossip"
 	"github.com/lodestone-kv/lodestone/internal/grpcopt"
 	"github.com/lodestone-kv/lodestone/internal/member"
 	"github.com/lodestone-kv/lodestone/peer"
@@ -28,29 +29,18 @@ import (
 	"github.com/lodestone-kv/lodestone/watch"
 )
 
-// Version is the server's version string, set at build time.
-var Version = "dev"
-
 // Server is one registry node: the Raft node, the client gRPC listener, the
 // peer listener (Raft streams and the peer gRPC API, split by peerMux) and
 // the HTTP listener (metrics, health).
 type Server struct {
-	cfg       Config
-	logger    *slog.Logger
-	metrics   *metrics
-	store     *store.Store
-	hub       *watch.Hub
-	log       *raftlog.Log
-	raft      *raftnode.Node
-	transport *peer.Transport
-	peerPort  *peer.Port
-	kv        *kvService
-	adm       *admission // admission.go
+	*core // what the services share (core.go)
+
+	peerPort *peer.Port
+	kv       *kvService
+	adm      *admission // admission.go
 	// gossip is the pool member and leader reconciler; nil without
 	// Config.Gossip (gossip.go).
 	gossip *serverGossip
-	// sessionMetrics count sessions and their TTL invalidations.
-	sessionMetrics *sessionMetrics
 	// park holds waiting Consul blocking queries (nil with NoParking).
 	park *httppark.Lot
 	// httpConns limits the HTTP listener's connections.
@@ -62,7 +52,6 @@ type Server struct {
 	// Mux is the HTTP handler tree; other components add their routes.
 	Mux *http.ServeMux
 
-	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	errC   chan error
@@ -81,9 +70,10 @@ func New(cfg Config) (*Server, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("node", cfg.Name)
-	s := &Server{cfg: cfg, logger: logger, metrics: newMetrics(), store: store.New(), Mux: http.NewServeMux(), errC: make(chan error, 4)}
+	s := &Server{core: &core{cfg: cfg, logger: logger, metrics: newMetrics(), store: store.New()},
+		Mux: http.NewServeMux(), errC: make(chan error, 4)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.kv = &kvService{s: s}
+	s.kv = &kvService{s: s.core}
 
 	var err error
 	listen := func(addr string) net.Listener {
@@ -109,6 +99,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.InitialCluster[cfg.Name] = s.peerLis.Addr().String()
 	}
 	s.cfg = cfg
+	s.peerAddr, s.grpcAddr, s.httpAddr = s.peerLis.Addr().String(), s.grpcLis.Addr().String(), s.httpLis.Addr().String()
 	wcfg := cfg.Watch
 	if wcfg.Logger == nil {
 		wcfg.Logger = logger.With("component", "watch")
@@ -165,9 +156,25 @@ func (s *Server) closeListeners() {
 }
 
 // PeerAddr, GRPCAddr and HTTPAddr are the bound listener addresses.
-func (s *Server) PeerAddr() string { return s.peerLis.Addr().String() }
-func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
-func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
+func (s *Server) PeerAddr() string { return s.peerAddr }
+func (s *Server) GRPCAddr() string { return s.grpcAddr }
+func (s *Server) HTTPAddr() string { return s.httpAddr }
+
+// GossipAddr is the gossip pool address, or "" without gossip.
+func (s *Server) GossipAddr() string {
+	if s.gossip == nil {
+		return ""
+	}
+	return s.gossip.pool.Addr()
+}
+
+// GossipMembers is this server's view of the pool (nil without gossip).
+func (s *Server) GossipMembers() []gossip.Member {
+	if s.gossip == nil {
+		return nil
+	}
+	return s.gossip.pool.Members()
+}
 
 // ID is this member's Raft id.
 func (s *Server) ID() uint64 { return s.raft.ID() }
@@ -186,24 +193,24 @@ func (s *Server) Start() {
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
 		grpc.MaxConcurrentStreams(s.cfg.MaxStreamsPerConnection),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.ChainUnaryInterceptor(s.countRequests, s.admitUnary),
-		grpc.ChainStreamInterceptor(s.admitStream),
+		grpc.ChainUnaryInterceptor(s.countRequests, s.adm.unary),
+		grpc.ChainStreamInterceptor(s.adm.stream),
 	)...)
 	lodestonepb.RegisterKVServer(s.grpcSrv, s.kv)
-	lodestonepb.RegisterClusterServer(s.grpcSrv, &clusterService{s: s})
-	lodestonepb.RegisterWatchServer(s.grpcSrv, &watchService{s: s})
-	lodestonepb.RegisterAdminServer(s.grpcSrv, &adminService{s: s})
-	s.routeFaults()
-	lodestonepb.RegisterCatalogServer(s.grpcSrv, &catalogService{s: s})
-	lodestonepb.RegisterSessionServer(s.grpcSrv, &sessionService{s: s})
+	lodestonepb.RegisterClusterServer(s.grpcSrv, &clusterService{s: s.core})
+	lodestonepb.RegisterWatchServer(s.grpcSrv, &watchService{s: s.core})
+	lodestonepb.RegisterAdminServer(s.grpcSrv, &adminService{s: s.core, adm: s.adm})
+	s.routeFaults(s.Mux)
+	lodestonepb.RegisterCatalogServer(s.grpcSrv, &catalogService{s: s.core})
+	lodestonepb.RegisterSessionServer(s.grpcSrv, &sessionService{s: s.core})
 
-	s.routeHTTP()
+	s.routeHTTP(s.Mux)
 	s.httpConns = newConnLimit(s.httpLis, positiveOr(s.cfg.MaxHTTPConnections, DefaultConfig().MaxHTTPConnections))
 	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "lodestone_http_connections", Help: "Open connections on the HTTP listener (at most --max-http-connections).",
 	}, func() float64 { return float64(s.httpConns.Open()) }))
 	var httpLis net.Listener = s.httpConns
-	handler := s.admitHTTP(s.Mux)
+	handler := s.adm.http(s.Mux)
 	if !s.cfg.NoParking {
 		// NB: resumed requests skip admission: they were admitted once.
 		// They keep no request header (ResumeHeaders): the Consul API
@@ -213,7 +220,7 @@ func (s *Server) Start() {
 		s.metrics.reg.MustRegister(s.park)
 		httpLis = s.park.Wrap(httpLis)
 	}
-	consulapi.New(consulBackend{s}, consulapi.Config{
+	consulapi.New(consulBackend{s.core}, consulapi.Config{
 		MaxWait: s.cfg.MaxBlockingWait, Logger: s.logger.With("component", "consulapi"),
 		InFlight: s.sessionMetrics.blocking.WithLabelValues("http"), Park: s.park,
 	}).Register(s.Mux)
@@ -225,7 +232,12 @@ func (s *Server) Start() {
 	if err := s.raft.Start(); err != nil {
 		s.errC <- fmt.Errorf("start raft: %w", err)
 	}
-	s.startGossip()
+	if g, err := openGossip(s.core); err != nil {
+		s.errC <- err // NB: a pool that cannot bind stops the server through Done
+	} else if g != nil {
+		s.gossip = g
+		g.start(s.ctx)
+	}
 	grpcLis := newConnLimit(s.grpcLis, positiveOr(s.cfg.MaxConnections, DefaultConfig().MaxConnections))
 	s.peerPort = peer.NewPort(s.peerLis, s.transport, s.raft, s.store.Members, s.logger.With("component", "transport"))
 	s.serve("peer grpc", s.peerPort.Serve)
@@ -346,15 +358,6 @@ func (s *Server) countRequests(ctx context.Context, req any, info *grpc.UnarySer
 	return resp, err
 }
 
-func (s *Server) logStats() *lodestonepb.LogStats {
-	st := s.log.Stats()
-	return &lodestonepb.LogStats{
-		FirstIndex: st.FirstIndex, LastIndex: st.LastIndex, FileBytes: uint64(st.FileBytes),
-		FreePages: uint64(st.FreePages), PendingPages: uint64(st.PendingPages),
-		FreeBytes: uint64(st.FreeBytes), FreelistBytes: uint64(st.FreelistBytes), SnapshotIndex: st.SnapshotIndex,
-	}
-}
-
 // Close stops serving, stops the node and waits for every goroutine.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
@@ -380,7 +383,9 @@ func (s *Server) Close() error {
 			errs = append(errs, s.peerPort.Close())
 		}
 		s.closeListeners()
-		errs = append(errs, s.closeGossip())
+		if s.gossip != nil {
+			errs = append(errs, s.gossip.close())
+		}
 		s.raft.Stop()
 		errs = append(errs, s.transport.Close(), s.log.Close())
 		// After the node: nothing publishes any more.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"go.etcd.io/raft/v3"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
@@ -20,7 +18,7 @@ import (
 // table's index (Consul's X-Consul-Index for every session read).
 type sessionService struct {
 	lodestonepb.UnimplementedSessionServer
-	s *Server
+	s *core
 }
 
 func (ss *sessionService) Create(ctx context.Context, req *lodestonepb.CreateSessionRequest) (*lodestonepb.CreateSessionResponse, error) {
@@ -32,7 +30,7 @@ func (ss *sessionService) Create(ctx context.Context, req *lodestonepb.CreateSes
 		return nil, rejectedStatus(err)
 	}
 	out := res.GetSessionCreate()
-	out.Header = ss.s.kv.header(index)
+	out.Header = ss.s.header(index)
 	return out, nil
 }
 
@@ -42,7 +40,7 @@ func (ss *sessionService) Destroy(ctx context.Context, req *lodestonepb.DestroyS
 		return nil, rejectedStatus(err)
 	}
 	out := res.GetSessionDestroy()
-	out.Header = ss.s.kv.header(index)
+	out.Header = ss.s.header(index)
 	return out, nil
 }
 
@@ -52,7 +50,7 @@ func (ss *sessionService) Renew(ctx context.Context, req *lodestonepb.RenewSessi
 		return nil, rejectedStatus(err)
 	}
 	out := res.GetSessionRenew()
-	out.Header = ss.s.kv.header(index)
+	out.Header = ss.s.header(index)
 	return out, nil
 }
 
@@ -64,7 +62,7 @@ func (ss *sessionService) Info(ctx context.Context, req *lodestonepb.SessionInfo
 		return nil, err
 	}
 	se, m := ss.s.store.Session(req.Id)
-	return &lodestonepb.SessionInfoResponse{Header: ss.s.kv.header(m.Index), Session: se}, nil
+	return &lodestonepb.SessionInfoResponse{Header: ss.s.header(m.Index), Session: se}, nil
 }
 
 func (ss *sessionService) List(ctx context.Context, req *lodestonepb.ListSessionsRequest) (*lodestonepb.ListSessionsResponse, error) {
@@ -72,7 +70,7 @@ func (ss *sessionService) List(ctx context.Context, req *lodestonepb.ListSession
 		return nil, err
 	}
 	list, m := ss.s.store.Sessions()
-	return &lodestonepb.ListSessionsResponse{Header: ss.s.kv.header(m.Index), Sessions: list}, nil
+	return &lodestonepb.ListSessionsResponse{Header: ss.s.header(m.Index), Sessions: list}, nil
 }
 
 func (ss *sessionService) ListNode(ctx context.Context, req *lodestonepb.ListNodeSessionsRequest) (*lodestonepb.ListSessionsResponse, error) {
@@ -83,7 +81,7 @@ func (ss *sessionService) ListNode(ctx context.Context, req *lodestonepb.ListNod
 		return nil, err
 	}
 	list, m := ss.s.store.NodeSessions(req.Node)
-	return &lodestonepb.ListSessionsResponse{Header: ss.s.kv.header(m.Index), Sessions: list}, nil
+	return &lodestonepb.ListSessionsResponse{Header: ss.s.header(m.Index), Sessions: list}, nil
 }
 
 // runSessionTTL enforces session TTLs while this node leads (store/doc.go
@@ -94,7 +92,7 @@ func (ss *sessionService) ListNode(ctx context.Context, req *lodestonepb.ListNod
 // erring long: renewals the old leader received but did not replicate,
 // and clock skew between proposers, never expire a live session early.
 // It returns when the server closes.
-func (s *Server) runSessionTTL() {
+func (s *core) runSessionTTL() {
 	for {
 		changed := s.raft.LeaderChanged()
 		if st := s.raft.Status(); st.State == raft.StateLeader {
@@ -123,7 +121,7 @@ func (s *Server) runSessionTTL() {
 }
 
 // enforceTTLs is one term of leadership: it runs until ctx ends.
-func (s *Server) enforceTTLs(ctx context.Context, notBefore time.Time) {
+func (s *core) enforceTTLs(ctx context.Context, notBefore time.Time) {
 	s.logger.Info("session TTL timers armed", "not_before", notBefore.Format(time.RFC3339Nano))
 	after := s.hub.Index()
 	retry := s.cfg.Catalog.SessionTTLRetry
@@ -155,7 +153,7 @@ func (s *Server) enforceTTLs(ctx context.Context, notBefore time.Time) {
 
 // invalidateExpired proposes SessionInvalidate for ids in batches; it
 // reports whether every batch was applied.
-func (s *Server) invalidateExpired(ctx context.Context, ids []string, now time.Time) bool {
+func (s *core) invalidateExpired(ctx context.Context, ids []string, now time.Time) bool {
 	for len(ids) > 0 {
 		n := min(len(ids), s.cfg.Catalog.SessionInvalidateBatch)
 		batch := ids[:n]
@@ -178,38 +176,4 @@ func (s *Server) invalidateExpired(ctx context.Context, ids []string, now time.T
 		s.logger.Info("sessions expired", "invalidated", len(got), "ids", got)
 	}
 	return true
-}
-
-// sessionMetrics are what an operator needs about sessions (how many
-// exist and why they end) and blocking queries (how many wait now).
-type sessionMetrics struct {
-	invalidated *prometheus.CounterVec
-	blocking    *prometheus.GaugeVec // by api: grpc, http
-}
-
-func newSessionMetrics(reg prometheus.Registerer, st *store.Store) *sessionMetrics {
-	m := &sessionMetrics{
-		invalidated: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "lodestone", Name: "sessions_invalidated_total",
-			Help: "Sessions this node invalidated as leader, by reason (ttl).",
-		}, []string{"reason"}),
-		blocking: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "lodestone", Name: "blocking_queries_in_flight",
-			Help: "Catalog, session and KV blocking queries waiting for a change, by api (grpc, http).",
-		}, []string{"api"}),
-	}
-	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: "lodestone", Name: "sessions_active",
-		Help: "Sessions in the replicated state on this node.",
-	}, func() float64 {
-		list, _ := st.Sessions()
-		return float64(len(list))
-	})
-	// Export the series at zero before the first event, so dashboards and
-	// rate() see them from the start.
-	m.invalidated.WithLabelValues("ttl")
-	m.blocking.WithLabelValues("grpc")
-	m.blocking.WithLabelValues("http")
-	reg.MustRegister(m.invalidated, m.blocking, active)
-	return m
 }

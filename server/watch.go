@@ -23,7 +23,7 @@ import (
 // waitForChange blocks a read until what it selects changes after index or
 // the wait (plus up to 1/16 jitter, so synchronized clients spread out)
 // elapses. It never fails for a timeout; the caller then reads.
-func (s *Server) waitForChange(ctx context.Context, key []byte, prefix bool, index uint64, waitMS uint32) error {
+func (s *core) waitForChange(ctx context.Context, key []byte, prefix bool, index uint64, waitMS uint32) error {
 	wait := time.Duration(waitMS) * time.Millisecond
 	if wait <= 0 || wait > s.cfg.MaxBlockingWait {
 		wait = s.cfg.MaxBlockingWait
@@ -41,7 +41,7 @@ func (s *Server) waitForChange(ctx context.Context, key []byte, prefix bool, ind
 // behind), and a slow stream only backs up its own watchers.
 type watchService struct {
 	lodestonepb.UnimplementedWatchServer
-	s *Server
+	s *core
 
 	mu      sync.Mutex
 	perConn map[string]int // live watches by client connection
@@ -182,7 +182,7 @@ func (st *watchStream) handle(ctx context.Context, req *lodestonepb.WatchRequest
 func (st *watchStream) create(ctx context.Context, c *lodestonepb.WatchCreate) error {
 	s := st.svc.s
 	refuse := func(reason string) error {
-		return st.send(&lodestonepb.WatchResponse{WatchId: c.WatchId, Canceled: true, CancelReason: reason, Header: s.kv.header(s.store.Index())})
+		return st.send(&lodestonepb.WatchResponse{WatchId: c.WatchId, Canceled: true, CancelReason: reason, Header: s.header(s.store.Index())})
 	}
 	if _, dup := st.watches[c.WatchId]; dup {
 		return refuse(fmt.Sprintf("watch id %d is already in use on this stream", c.WatchId))
@@ -210,7 +210,7 @@ func (st *watchStream) create(ctx context.Context, c *lodestonepb.WatchCreate) e
 		var ce *watch.CompactedError
 		if errors.As(err, &ce) {
 			return st.send(&lodestonepb.WatchResponse{
-				WatchId: c.WatchId, Canceled: true, CompactedIndex: ce.Oldest, Header: s.kv.header(s.store.Index()),
+				WatchId: c.WatchId, Canceled: true, CompactedIndex: ce.Oldest, Header: s.header(s.store.Index()),
 				CancelReason: fmt.Sprintf("start index %d is no longer retained; read the current state and watch from its index (at least %d)", c.StartIndex, ce.Oldest),
 			})
 		}
@@ -221,7 +221,7 @@ func (st *watchStream) create(ctx context.Context, c *lodestonepb.WatchCreate) e
 	if key == "" {
 		st.userAll[w] = true
 	}
-	if err := st.send(&lodestonepb.WatchResponse{WatchId: c.WatchId, Created: true, Header: s.kv.header(s.store.Index())}); err != nil {
+	if err := st.send(&lodestonepb.WatchResponse{WatchId: c.WatchId, Created: true, Header: s.header(s.store.Index())}); err != nil {
 		return err
 	}
 	// A replay from start_index may already be buffered; no wake-up comes
@@ -308,7 +308,7 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 		}
 		prev := w.WantsPrevKV()
 		if !st.grouped {
-			st.resp = st.svc.wire.appendResponse(st.resp[:0], st.svc.s.kv.header(b.Index), id, b.Index, b.Events, prev)
+			st.resp = st.svc.wire.appendResponse(st.resp[:0], st.svc.s.header(b.Index), id, b.Index, b.Events, prev)
 			err := st.sendWire(st.resp)
 			st.resp = trimBuffer(st.resp)
 			if err != nil {
@@ -348,7 +348,7 @@ func trimBuffer(b []byte) []byte {
 // ended tells the client why a watch stopped and how to go on.
 func (st *watchStream) ended(id int64, w *watch.Watcher, err error) error {
 	st.drop(id, w)
-	resp := &lodestonepb.WatchResponse{WatchId: id, Canceled: true, CancelReason: err.Error(), Header: st.svc.s.kv.header(st.svc.s.store.Index())}
+	resp := &lodestonepb.WatchResponse{WatchId: id, Canceled: true, CancelReason: err.Error(), Header: st.svc.s.header(st.svc.s.store.Index())}
 	var oe *watch.OverflowError
 	var ce *watch.CompactedError
 	switch {

@@ -30,7 +30,7 @@ import (
 // and a rejection into a *store.RejectedError (callers map it: gRPC
 // FailedPrecondition, Consul HTTP 500). cas_failed and lock_failed stay
 // answers in the result.
-func (s *Server) write(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
+func (s *core) write(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
 	if cmd.TimeUnixNano == 0 {
 		cmd.TimeUnixNano = time.Now().UnixNano()
 	}
@@ -80,7 +80,7 @@ func rejectedStatus(err error) error {
 
 // propose validates cmd against the configured limits and replicates it; a
 // failed CAS is reported in the result, not as an error.
-func (s *Server) propose(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
+func (s *core) propose(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
 	if err := s.cfg.Limits.ValidateCommand(cmd); err != nil {
 		return nil, 0, rpcstatus.Of(err)
 	}

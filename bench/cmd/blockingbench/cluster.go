@@ -15,7 +15,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
 	"github.com/lodestone-kv/lodestone/internal/ctxtime"
-	"github.com/lodestone-kv/lodestone/server"
+	"github.com/lodestone-kv/lodestone/internal/member"
 )
 
 // cluster is three running Lodestone voters, and with -queries-on learner
@@ -233,7 +233,7 @@ func (c *cluster) appendAcks(ctx context.Context) (count, sum []float64, err err
 	var names []string
 	for i := range c.procs {
 		if i != c.leader {
-			sel := fmt.Sprintf(`{peer="%x"}`, server.MemberID(memberName(i)))
+			sel := fmt.Sprintf(`{peer="%x"}`, member.ID(memberName(i)))
 			names = append(names, appendAckMetric+"_count"+sel, appendAckMetric+"_sum"+sel)
 		}
 	}

@@ -1,0 +1,63 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/peer"
+	"github.com/lodestone-kv/lodestone/raftlog"
+	"github.com/lodestone-kv/lodestone/raftnode"
+	"github.com/lodestone-kv/lodestone/store"
+	"github.com/lodestone-kv/lodestone/watch"
+)
+
+// core is what every service shares: the Raft node, the state machine, the
+// watch hub and the settings. Services hold a *core, never the Server, so
+// the files of this package depend one way: server.go builds the services,
+// the services use core.
+type core struct {
+	ctx            context.Context // ends when the server closes
+	cfg            Config
+	logger         *slog.Logger
+	metrics        *metrics
+	sessionMetrics *sessionMetrics
+	store          *store.Store
+	hub            *watch.Hub
+	log            *raftlog.Log
+	raft           *raftnode.Node
+	transport      *peer.Transport
+
+	peerAddr, grpcAddr, httpAddr string // as bound
+}
+
+// header describes this member and the index a response reflects.
+func (s *core) header(index uint64) *lodestonepb.ResponseHeader {
+	st := s.raft.Status()
+	return &lodestonepb.ResponseHeader{
+		Index:       index,
+		Term:        st.Term,
+		LeaderId:    st.Lead,
+		NodeId:      s.raft.ID(),
+		KnownLeader: st.Lead != 0,
+	}
+}
+
+// read makes a read linearizable when asked: it waits for a quorum-confirmed
+// index to be applied here.
+func (s *core) read(ctx context.Context, c lodestonepb.Consistency) error {
+	if c == lodestonepb.Consistency_STALE || s.cfg.UnsafeStaleReads {
+		return nil
+	}
+	_, err := s.raft.ReadIndex(ctx)
+	return err
+}
+
+func (s *core) logStats() *lodestonepb.LogStats {
+	st := s.log.Stats()
+	return &lodestonepb.LogStats{
+		FirstIndex: st.FirstIndex, LastIndex: st.LastIndex, FileBytes: uint64(st.FileBytes),
+		FreePages: uint64(st.FreePages), PendingPages: uint64(st.PendingPages),
+		FreeBytes: uint64(st.FreeBytes), FreelistBytes: uint64(st.FreelistBytes), SnapshotIndex: st.SnapshotIndex,
+	}
+}
