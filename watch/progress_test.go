@@ -1,0 +1,175 @@
+package watch_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/lodestone-kv/lodestone/watch"
+	"github.com/lodestone-kv/lodestone/watch/watchtest"
+)
+
+// advanceInterval moves clk through one progress interval, one timer
+// round (a slice of it) at a time.
+func advanceInterval(clk *watchtest.Clock, every time.Duration) {
+	for range watch.ProgressSlices {
+		clk.BlockUntilTimers(1)
+		clk.Advance(every / watch.ProgressSlices)
+	}
+}
+
+// TestProgressFakeClock: the progress timer runs on the hub's Clock; an
+// idle watcher learns the current index when the test moves time.
+func TestProgressFakeClock(t *testing.T) {
+	ctx := testCtx(t)
+	clk := watchtest.NewClock(time.Unix(1000, 0))
+	h := newHub(t, watch.Config{Shards: 2, Clock: clk, ProgressInterval: 10 * time.Second})
+	w, err := h.Watch(ctx, watch.Request{Key: "quiet"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(1); i <= 5; i++ {
+		h.Publish(i, []watch.Event{put("busy", "v")})
+	}
+	advanceInterval(clk, 10*time.Second)
+	b, err := w.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.IsProgress() || b.Index != 5 {
+		t.Fatalf("got %s, want progress index=5", formatBatch(b))
+	}
+	h.Publish(7, nil) // an index with no events still moves progress
+	advanceInterval(clk, 10*time.Second)
+	if b, err = w.Next(ctx); err != nil || b.Index != 7 {
+		t.Fatalf("got %s, %v; want progress index=7", formatBatch(b), err)
+	}
+}
+
+// TestProgressTimerSkipsWatchersThatHeard: a timer round tells only the
+// watchers that heard nothing since the previous timer round of their
+// slice; one that got an event in between is not told again. Hub.Progress
+// tells every watcher behind.
+func TestProgressTimerSkipsWatchersThatHeard(t *testing.T) {
+	ctx := testCtx(t)
+	h := newManualHub(t, watch.Config{Shards: 2, ProgressInterval: -1})
+	a, err := h.Watch(ctx, watch.Request{Key: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.Watch(ctx, watch.Request{Key: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(w *watch.Watcher, progress bool, index uint64) {
+		t.Helper()
+		got, err := w.Next(ctx)
+		if err != nil || got.IsProgress() != progress || got.Index != index {
+			t.Fatalf("got %s, %v; want index %d (progress: %v)", formatBatch(got), err, index, progress)
+		}
+	}
+	nothingFor := func(w *watch.Watcher, name string) {
+		t.Helper()
+		if got, err := w.Next(doneCtx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s: got %s, %v; want nothing pending", name, formatBatch(got), err)
+		}
+	}
+	interval := func() { h.TimerRounds(watch.ProgressSlices) }
+
+	h.Publish(1, []watch.Event{put("a", "1")})
+	h.Sync()
+	next(a, false, 1)
+	h.Publish(2, []watch.Event{put("c", "2")})
+	interval() // a heard index 1 since the hub started: skipped; b: told 2
+	next(b, true, 2)
+	nothingFor(a, "a after the first interval")
+
+	h.Publish(3, []watch.Event{put("b", "3")})
+	h.Sync()
+	next(b, false, 3)
+	h.Publish(4, []watch.Event{put("c", "4")})
+	interval() // a heard nothing since its slice's last round: told 4; b heard 3: skipped
+	next(a, true, 4)
+	nothingFor(b, "b after the second interval")
+
+	h.Publish(5, nil)
+	h.Progress() // explicit: every watcher behind
+	next(a, true, 5)
+	next(b, true, 5)
+}
+
+// TestNoProgress: a NoProgress watcher is told nothing by timer rounds or
+// Hub.Progress, while a plain watcher of the same quiet key is; it still
+// gets its events.
+func TestNoProgress(t *testing.T) {
+	ctx := testCtx(t)
+	h := newManualHub(t, watch.Config{Shards: 2, ProgressInterval: -1})
+	plain, err := h.Watch(ctx, watch.Request{Key: "quiet"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent, err := h.Watch(ctx, watch.Request{Key: "quiet", NoProgress: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Publish(1, []watch.Event{put("busy", "1")})
+	h.TimerRounds(watch.ProgressSlices)
+	h.Progress()
+	if b, err := plain.Next(doneCtx); err != nil || !b.IsProgress() || b.Index != 1 {
+		t.Fatalf("plain watcher: got %s, %v; want progress index=1", formatBatch(b), err)
+	}
+	if b, err := silent.Next(doneCtx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("NoProgress watcher: got %s, %v; want nothing pending", formatBatch(b), err)
+	}
+	h.Publish(2, []watch.Event{put("quiet", "2")})
+	h.Sync()
+	if b, err := silent.Next(doneCtx); err != nil || len(b.Events) != 1 || b.Index != 2 {
+		t.Fatalf("NoProgress watcher: got %s, %v; want the put at 2", formatBatch(b), err)
+	}
+}
+
+// TestProgressTimerRoundsAreSliced: one timer round visits one slice of
+// the watchers, so a round's notifications are a sixteenth of an
+// interval's; every quiet watcher is told once per interval.
+func TestProgressTimerRoundsAreSliced(t *testing.T) {
+	ctx := testCtx(t)
+	h := newManualHub(t, watch.Config{Shards: 3, ProgressInterval: -1})
+	const n = 10 * watch.ProgressSlices
+	var ws []*watch.Watcher
+	for i := range n {
+		w, err := h.Watch(ctx, watch.Request{Key: fmt.Sprintf("quiet/%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	h.Publish(1, []watch.Event{put("busy", "1")})
+	h.Sync()
+	told := map[int]int{} // watcher → progress notifications
+	take := func() int {
+		got := 0
+		for i, w := range ws {
+			if b, err := w.Next(doneCtx); err == nil {
+				if !b.IsProgress() || b.Index != 1 {
+					t.Fatalf("watcher %d: got %s, want progress index=1", i, formatBatch(b))
+				}
+				told[i]++
+				got++
+			}
+		}
+		return got
+	}
+	for r := range watch.ProgressSlices {
+		h.TimerRounds(1)
+		if got := take(); got != n/watch.ProgressSlices {
+			t.Fatalf("timer round %d told %d watchers, want one slice: %d", r, got, n/watch.ProgressSlices)
+		}
+	}
+	for i := range ws {
+		if told[i] != 1 {
+			t.Fatalf("watcher %d told %d times in one interval, want once", i, told[i])
+		}
+	}
+}
