@@ -108,6 +108,10 @@ func (n *Node) appendDone(d appendDone) error {
 		}
 	}
 	n.stepLocal(d.local)
+	// NB: a snapshot due since this write's commit index became durable
+	// starts now, not at the next Ready; a member added after the newest
+	// snapshot was otherwise sent the old one first.
+	n.maybeSnapshot()
 	return nil
 }
 

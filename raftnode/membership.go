@@ -126,7 +126,7 @@ func (n *Node) transfer(t transferRequest) {
 	to := t.to
 	if to == 0 {
 		var best uint64
-		for id := range st.Config.Voters[0] {
+		for _, id := range st.Config.Voters[0].Slice() { // NB: sorted, so ties go the same way every time
 			if id == n.id {
 				continue
 			}

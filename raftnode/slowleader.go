@@ -196,7 +196,7 @@ func (n *Node) healthiestFollower() uint64 {
 	var best uint64
 	var bestMatch uint64
 	var bestHeard time.Time
-	for id := range st.Config.Voters[0] {
+	for _, id := range st.Config.Voters[0].Slice() { // NB: sorted, so ties go the same way every time
 		if id == n.id {
 			continue
 		}
