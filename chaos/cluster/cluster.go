@@ -42,6 +42,7 @@ import (
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/chaos/netns"
 	"github.com/lodestone-kv/lodestone/internal/faulthook"
+	"github.com/lodestone-kv/lodestone/internal/member"
 )
 
 // Options configures a cluster.
@@ -83,8 +84,8 @@ type Node struct {
 // Name is the current member name in the slot.
 func (n *Node) Name() string { n.mu.Lock(); defer n.mu.Unlock(); return n.name }
 
-// ID is the current member's Raft id (server.MemberID of the name).
-func (n *Node) ID() uint64 { return MemberID(n.Name()) }
+// ID is the current member's Raft id (member.ID of the name).
+func (n *Node) ID() uint64 { return member.ID(n.Name()) }
 
 // Running reports whether the process runs and is not paused.
 func (n *Node) Running() bool {

@@ -4,25 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"time"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/internal/ctxtime"
 )
-
-// MemberID derives a member's Raft id from its name as the server does
-// (FNV-64a, never 0; cluster.proto Member.id). Kept here so the harness
-// depends on the wire contract, not on the server package.
-func MemberID(name string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	if id := h.Sum64(); id != 0 {
-		return id
-	}
-	return 1
-}
 
 // clusterClient returns a Cluster client on the leader if one is known,
 // else on any running node.
