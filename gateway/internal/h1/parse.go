@@ -118,7 +118,7 @@ func (c *conn) parse(b []byte) bool {
 // setURL sets c.req.URL for an origin-form target, as url.ParseRequestURI
 // would, without allocating for the plain ones.
 func (c *conn) setURL(target string) bool {
-	path, query, _ := strings.Cut(target, "?")
+	path, query, hasQuery := strings.Cut(target, "?")
 	plain := true
 	for i := 0; i < len(path); i++ {
 		if !plainPathByte(path[i]) {
@@ -133,7 +133,7 @@ func (c *conn) setURL(target string) bool {
 		}
 	}
 	if plain {
-		c.url = url.URL{Path: path, RawQuery: query}
+		c.url = url.URL{Path: path, RawQuery: query, ForceQuery: hasQuery && query == ""}
 		c.req.URL = &c.url
 		return true
 	}
@@ -145,15 +145,18 @@ func (c *conn) setURL(target string) bool {
 	return true
 }
 
-// plainPathByte reports bytes url.URL keeps as they are in a path
-// (unreserved, sub-delims, ':', '@', '/').
+// plainPathByte reports bytes url.URL writes back as they are in a path
+// (unreserved, '/', and the reserved bytes it leaves unescaped there), so
+// that a path of only these has no RawPath. NB: not all of RFC 3986's
+// sub-delims: url.URL escapes '!', '\'', '(', ')' and '*', and a URL
+// without the RawPath net/http would have set sends them escaped.
 func plainPathByte(c byte) bool {
 	switch {
 	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		return true
 	}
 	switch c {
-	case '-', '.', '_', '~', '!', '$', '&', '\'', '(', ')', '*', '+', ',', ';', '=', ':', '@', '/':
+	case '-', '.', '_', '~', '$', '&', '+', ',', ';', '=', ':', '@', '/':
 		return true
 	}
 	return false

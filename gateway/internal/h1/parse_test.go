@@ -68,6 +68,12 @@ func TestParseRequest(t *testing.T) {
 		{"content-length zero", get + "Content-Length: 0\r\n", true},
 		{"pragma adds cache-control", get + "Pragma: no-cache\r\n", true},
 		{"other method", "PURGE /x HTTP/1.1\r\nHost: x\r\n", true},
+		// Regressions (found by FuzzParseRequest): the plain-URL shortcut
+		// lost the RawPath net/http keeps for bytes url.URL escapes, and
+		// the ForceQuery of an empty query.
+		{"path bytes url.URL escapes lost RawPath", "GET /a!b'c(d)e*f HTTP/1.1\r\nHost: x\r\n", true},
+		{"empty query lost ForceQuery", "GET /x? HTTP/1.1\r\nHost: x\r\n", true},
+		{"query of a question mark", "GET /x?? HTTP/1.1\r\nHost: x\r\n", true},
 
 		// Malformed request lines.
 		{"too short", "GET / HTTP/1.1\r\n", false},
