@@ -229,11 +229,13 @@ func (c *Conn) parseResponse(b []byte, r *http.Request, fieldsOnly bool) *http.R
 		}
 		switch k {
 		case "Content-Length":
-			n, err := strconv.ParseInt(value, 10, 64)
-			if err != nil || n < 0 || cl >= 0 {
+			// NB: digits only, as net/http reads it (ParseInt would take
+			// a sign): the two must agree on where the body ends.
+			n, err := strconv.ParseUint(value, 10, 63)
+			if err != nil || cl >= 0 {
 				return nil
 			}
-			cl = n
+			cl = int64(n)
 		case "Transfer-Encoding", "Trailer":
 			return nil
 		case "Connection":

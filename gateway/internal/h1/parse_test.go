@@ -204,3 +204,88 @@ func TestHopByHop(t *testing.T) {
 		t.Error("X-Private is hop-by-hop without a Connection field naming it")
 	}
 }
+
+// TestParseResponse: which response headers the Conn parses itself
+// (plain) and which it leaves to http.ReadResponse.
+func TestParseResponse(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		method string
+		in     string // without the blank line
+		plain  bool
+	}{
+		{"length", "GET", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n", true},
+		{"no reason phrase", "GET", "HTTP/1.1 404\r\nContent-Length: 0\r\n", true},
+		{"leading zeros", "GET", "HTTP/1.1 200 OK\r\nContent-Length: 007\r\n", true},
+		{"chunked", "GET", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n", false},
+		{"trailer announced", "GET", "HTTP/1.1 200 OK\r\nTrailer: X\r\nContent-Length: 1\r\n", false},
+		{"no length", "GET", "HTTP/1.1 200 OK\r\nX-A: 1\r\n", false},
+		{"two lengths", "GET", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 1\r\n", false},
+		{"negative length", "GET", "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n", false},
+		// Regression (found by FuzzParseResponse): ParseInt took the sign,
+		// net/http rejects it.
+		{"signed length", "GET", "HTTP/1.1 200 OK\r\nContent-Length: +5\r\n", false},
+		{"no content", "GET", "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n", false},
+		{"not modified", "GET", "HTTP/1.1 304 Not Modified\r\nContent-Length: 0\r\n", false},
+		{"informational", "GET", "HTTP/1.1 103 Early Hints\r\nContent-Length: 0\r\n", false},
+		{"answer to HEAD", "HEAD", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n", false},
+		{"HTTP/1.0", "GET", "HTTP/1.0 200 OK\r\nContent-Length: 5\r\n", false},
+		{"bad status", "GET", "HTTP/1.1 20x OK\r\nContent-Length: 5\r\n", false},
+		{"status without space", "GET", "HTTP/1.1 2000\r\nContent-Length: 5\r\n", false},
+		{"folded field", "GET", "HTTP/1.1 200 OK\r\nX-A: 1\r\n 2\r\nContent-Length: 5\r\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Conn{br: bufio.NewReader(strings.NewReader(""))}
+			in := tc.in + "\r\n"
+			got := c.parseResponse([]byte(in), &http.Request{Method: tc.method}, false)
+			if (got != nil) != tc.plain {
+				t.Fatalf("parseResponse(%q) plain = %v, want %v", in, got != nil, tc.plain)
+			}
+		})
+	}
+}
+
+// FuzzParseResponse: whatever the plain response parser accepts,
+// http.ReadResponse reads the same way (status, fields, length, close).
+func FuzzParseResponse(f *testing.F) {
+	for _, s := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n",
+		"HTTP/1.1 404\r\nX-A:  1 \r\nX-A: 2\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+		"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 10\r\nConnection: keep-alive, X-A\r\nX-A: 1\r\n\r\n",
+	} {
+		f.Add(s, false)
+	}
+	f.Fuzz(func(t *testing.T, in string, head bool) {
+		end, _ := headerEnd([]byte(in))
+		if end < 0 {
+			return
+		}
+		in = in[:end]
+		req := &http.Request{Method: http.MethodGet}
+		if head {
+			req.Method = http.MethodHead
+		}
+		c := &Conn{br: bufio.NewReader(strings.NewReader(""))}
+		got := c.parseResponse([]byte(in), req, false)
+		if got == nil {
+			return
+		}
+		want, err := http.ReadResponse(bufio.NewReader(strings.NewReader(in)), req)
+		if err != nil {
+			t.Fatalf("parseResponse accepted %q, which net/http rejects: %v", in, err)
+		}
+		if got.StatusCode != want.StatusCode || got.ContentLength != want.ContentLength || got.Close != want.Close ||
+			got.ProtoMajor != want.ProtoMajor || got.ProtoMinor != want.ProtoMinor {
+			t.Errorf("%q: got %d length %d close %v, want %d length %d close %v", in,
+				got.StatusCode, got.ContentLength, got.Close, want.StatusCode, want.ContentLength, want.Close)
+		}
+		// NB: net/http drops a Connection field that says close (Close
+		// says it); the parser keeps it, and the proxy drops it as
+		// hop-by-hop.
+		got.Header.Del("Connection")
+		want.Header.Del("Connection")
+		if !reflect.DeepEqual(got.Header, want.Header) {
+			t.Errorf("%q: header %v, want %v", in, got.Header, want.Header)
+		}
+	})
+}
