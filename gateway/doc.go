@@ -43,6 +43,13 @@
 // the reconnect, resume and reload logic (feed.go). No per-request state
 // survives a request except counters in origins and pools.
 //
+// Nor how HTTP/1.1 is read and written on its fast paths: that is
+// gateway/internal/h1's. Its Server serves the proxy listener's client
+// connections and hands those it does not serve plainly to a net/http
+// server (proxySrv); its Conn is one pooled keep-alive connection to an
+// HTTP/1.1 origin. The gateway keeps the pools and decides which
+// requests take them (fastpath.go).
+//
 // # How a request runs
 //
 //  1. Admission: one atomic add while under MaxInFlight; otherwise wait in

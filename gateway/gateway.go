@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lodestone-kv/lodestone/client"
+	"github.com/lodestone-kv/lodestone/gateway/internal/h1"
 )
 
 // Gateway is the edge proxy. New binds its listeners and loads the routes
@@ -39,8 +40,8 @@ type Gateway struct {
 	ownClient *client.Client // made from Config.Registry; closed by Close
 
 	proxyLn, adminLn   net.Listener
-	front              *front       // serves proxyLn (front.go)
-	proxySrv, adminSrv *http.Server // proxySrv: what front hands over
+	front              *h1.Server   // serves proxyLn
+	proxySrv, adminSrv *http.Server // proxySrv: what front hands off
 
 	connected  atomic.Bool
 	staleSince atomic.Int64 // unix nanos (Clock) since the table is not known current
@@ -176,7 +177,12 @@ func New(cfg Config) (*Gateway, error) {
 		g.closeClient()
 		return nil, fmt.Errorf("listen admin %s: %w", cfg.AdminListen, err)
 	}
-	g.front = newFront(g, g.proxyLn)
+	g.front = h1.NewServer(g.proxyLn, h1.ServerConfig{
+		Handler:           g.handle,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.ClientIdleTimeout,
+		Logger:            log,
+	})
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	g.proxySrv = &http.Server{
 		Handler:           g,
@@ -252,9 +258,9 @@ func (g *Gateway) Start() {
 		return
 	}
 	g.serve("admin", g.adminSrv, g.adminLn)
-	g.serve("proxy", g.proxySrv, g.front.slow)
+	g.serve("proxy", g.proxySrv, g.front.HandedOff())
 	g.wg.Go(func() {
-		if err := g.front.serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := g.front.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			select {
 			case g.errc <- fmt.Errorf("proxy listener: %w", err):
 			default:
@@ -479,15 +485,14 @@ func (g *Gateway) Close() error {
 		g.cancel()
 		var errs []error
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		g.front.beginShutdown()
-		err := g.front.wait(ctx)
+		err := g.front.Shutdown(ctx)
 		if err == nil {
 			err = g.proxySrv.Shutdown(ctx)
 		}
 		if err != nil {
 			// In-flight requests outlived the grace period: close their
 			// connections; their contexts end and they return promptly.
-			g.front.closeAll()
+			g.front.Close()
 			g.proxySrv.Close()
 			errs = append(errs, fmt.Errorf("stop proxy: %w", err))
 		}

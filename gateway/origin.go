@@ -117,7 +117,7 @@ type pool struct {
 	mu     sync.Mutex // serializes making tr; requests take it only until tr exists
 	tr     atomic.Pointer[http.Transport]
 	spare  atomic.Pointer[tls.Conn] // the ALPN probe connection, handed to tr's first dial
-	h1     h1idle                   // the HTTP/1.1 fast path's idle connections (h1.go)
+	h1     h1idle                   // the HTTP/1.1 fast path's idle connections (fastpath.go)
 	closed atomic.Bool
 }
 

@@ -341,3 +341,36 @@ func TestStaleKeepAliveRetried(t *testing.T) {
 		t.Errorf("origin accepted %d connections for 30 requests it answered one per connection", got)
 	}
 }
+
+// TestTargetReachesOriginAsSent: a request the h1.Server parsed goes to
+// an h2c origin (through http.Transport, which writes the URL back out)
+// with the request-target the client sent. Regression: bytes url.URL
+// escapes in a path ('!', '\'', '(', ')', '*') and an empty query ("?")
+// were lost, so the origin got "/a%28b%29" for "/a(b)" and "/x" for "/x?".
+func TestTargetReachesOriginAsSent(t *testing.T) {
+	o := startOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.RequestURI)
+	}), true)
+	src := fakeWithRoute("svc")
+	idx := src.PutInstance(o.instance("svc", "o1", map[string]string{"protocol": gateway.ProtocolH2C}))
+	g := startGateway(t, testConfig(t, src))
+	g.WaitIndex(testCtx(t, 10*time.Second), idx)
+	c, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for _, target := range []string{"/a(b)", "/p/!x*y'z", "/x?", "/plain/path?q=1", "/c%2Fd"} {
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", target)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		if string(got) != target {
+			t.Errorf("sent %q, origin got %q", target, got)
+		}
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/gateway/internal/h1"
 )
 
 // ServeHTTP proxies one request: admission (MaxInFlight, MaxQueueTime),
@@ -26,9 +28,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// handle proxies r (ServeHTTP's work, shared with the fast path of
-// front.go) and reports whether the response was cut short, in which case
-// the caller must abort the client connection.
+// handle proxies r (ServeHTTP's work, and the h1.Server's Handler) and
+// reports whether the response was cut short, in which case the caller
+// must abort the client connection.
 func (g *Gateway) handle(w http.ResponseWriter, r *http.Request) (abort bool) {
 	g.handlers.Add(1)
 	defer g.handlers.Done()
@@ -66,8 +68,8 @@ func (g *Gateway) handle(w http.ResponseWriter, r *http.Request) (abort bool) {
 		re.m.requests[classOf(status)].Inc()
 		re.m.latency.Observe(end.Sub(start).Seconds())
 	}
-	if fw, ok := w.(*frontWriter); ok {
-		fw.now = end // for a Date header not written yet
+	if fw, ok := w.(*h1.ResponseWriter); ok {
+		fw.SetNow(end) // for a Date header not written yet
 	}
 	return abort
 }
@@ -105,11 +107,11 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, t *table, re *ro
 		return http.StatusServiceUnavailable, false, time.Time{}
 	}
 	shard := rand.IntN(len(svc.shards))
-	if isUpgrade(r) {
+	if h1.IsUpgrade(r) {
 		status, abort := g.proxyUpgrade(w, r, svc, re, shard, slot)
 		return status, abort, time.Time{}
 	}
-	fw, _ := w.(*frontWriter)
+	fw, _ := w.(*h1.ResponseWriter)
 	g.budget.deposit()
 	retriable := g.cfg.MaxRetries > 0 && idempotent(r.Method) && noBody(r)
 	var hdr http.Header  // the outbound header of the Transport path, built once if needed
@@ -136,7 +138,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, t *table, re *ro
 		if fastPath(p.origin, r) {
 			a = &attempt{p: p, parent: r.Context(), start: now, req: r, fast: true}
 			if fw != nil {
-				a.hook = &fw.fc.hook
+				a.hook = fw.Hook()
 			}
 		} else {
 			if hdr == nil {
@@ -173,14 +175,14 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, t *table, re *ro
 		// (in finishAttempt): read nothing of it after that.
 		status := resp.StatusCode
 		if a.fast && fw != nil {
-			fw.now = a.h1.at
+			fw.SetNow(a.h1.HeaderAt())
 		}
 		originFault, abort := g.writeResponse(w, resp, a)
-		if a.fast && fw != nil && !a.h1.waited && !fw.fc.io.writeWaited {
+		if a.fast && fw != nil && !a.h1.Waited() && !fw.WriteWaited() {
 			// NB: the whole body came with the header and went to the
 			// client's buffer without a wait: the response ended then,
 			// within the copy's microseconds.
-			a.end = a.h1.at
+			a.end = a.h1.HeaderAt()
 		}
 		end := g.finishAttempt(svc, a, status, status >= 500 || originFault)
 		return status, abort, end
@@ -193,9 +195,7 @@ func (g *Gateway) proxy(w http.ResponseWriter, r *http.Request, t *table, re *ro
 // error.
 func (g *Gateway) roundTrip(a *attempt, re *routeEntry) (*http.Response, error) {
 	if a.fast {
-		resp, b, err := g.h1RoundTrip(a.p, a.req, requestTarget(a.req, re), a.hook, a.start)
-		a.resp, a.h1 = resp, b
-		return resp, err
+		return g.h1RoundTrip(a, requestTarget(a.req, re))
 	}
 	var resp *http.Response
 	tr, err := a.p.transport(a.ctx)
@@ -232,7 +232,7 @@ func (g *Gateway) retry(re *routeEntry) bool {
 }
 
 // attempt is one try of a request on one pool, on the HTTP/1.1 fast path
-// (h1.go) or through the pool's http.Transport.
+// (fastpath.go) or through the pool's http.Transport.
 type attempt struct {
 	p      *pool
 	parent context.Context // the client's request context
@@ -241,10 +241,11 @@ type attempt struct {
 
 	// Fast path.
 	fast bool
-	hook *clientHook // the client connection's, when it is served by front.go
+	hook *h1.ClientHook // the client connection's, when an h1.Server serves it
+	stop func() bool    // without hook: ends the exchange's own hook on the request's context
 	req  *http.Request
-	resp *http.Response
-	h1   *h1Body
+	hc   *h1.Conn // the exchange's connection, from its response until finishH1
+	h1   *h1.Body
 
 	// Transport path.
 	ctx    context.Context // parent + this attempt's timeouts
@@ -293,7 +294,7 @@ func (g *Gateway) finishAttempt(svc *service, a *attempt, status int, failed boo
 	}
 	if a.fast {
 		if a.h1 != nil {
-			a.p.finishH1(a.h1, a.resp, int64(end.Sub(epoch)))
+			a.p.finishH1(a, int64(end.Sub(epoch)))
 		}
 	} else {
 		a.timer.stop()
@@ -330,9 +331,9 @@ func (g *Gateway) writeResponse(w http.ResponseWriter, resp *http.Response, a *a
 	defer resp.Body.Close()
 	h := w.Header()
 	announced := len(resp.Trailer)
-	if fw, ok := w.(*frontWriter); ok && resp.Header == nil && a.h1 != nil {
-		// The fast path left the header as its fields (h1conn.readResponse).
-		fw.writeFields(resp.StatusCode, a.h1.hc.fields)
+	if fw, ok := w.(*h1.ResponseWriter); ok && resp.Header == nil && a.h1 != nil {
+		// The exchange left the header as its fields (FieldsOnly).
+		fw.WriteHeaderFrom(a.h1)
 	} else {
 		copyHeader(h, resp.Header)
 		if announced > 0 {
@@ -435,37 +436,13 @@ func noBody(r *http.Request) bool {
 	return r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 && len(r.TransferEncoding) == 0
 }
 
-// isHop reports hop-by-hop headers (RFC 9110 §7.6.1), which a proxy must
-// not forward.
-func isHop(k string) bool {
-	switch k {
-	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
-		return true
-	}
-	return false
-}
-
-// listedIn reports whether k is named in a Connection header.
-func listedIn(conn []string, k string) bool {
-	for _, v := range conn {
-		for f := range strings.SplitSeq(v, ",") {
-			if http.CanonicalHeaderKey(strings.TrimSpace(f)) == k {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // copyHeader copies end-to-end headers of src into dst, sharing values.
 func copyHeader(dst, src http.Header) {
 	conn := src["Connection"]
 	for k, vv := range src {
-		if isHop(k) || (conn != nil && listedIn(conn, k)) {
-			continue
+		if !h1.HopByHop(k, conn) {
+			dst[k] = vv
 		}
-		dst[k] = vv
 	}
 }
 

@@ -6,32 +6,16 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"strings"
-	"sync"
-)
 
-// isUpgrade reports a protocol-upgrade request (WebSocket): an Upgrade
-// header named in Connection.
-func isUpgrade(r *http.Request) bool {
-	if len(r.Header["Upgrade"]) == 0 {
-		return false
-	}
-	for _, v := range r.Header["Connection"] {
-		for f := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(f), "upgrade") {
-				return true
-			}
-		}
-	}
-	return false
-}
+	"github.com/lodestone-kv/lodestone/gateway/internal/h1"
+)
 
 // proxyUpgrade passes a protocol upgrade through: the handshake goes to
 // one origin like any request (never retried), and after its 101 the
-// client's and the origin's connections are spliced until either side
-// closes or both stay silent for IdleTimeout. The upgraded connection
-// keeps its origin's concurrency slot but gives back its admission slot:
-// it is no longer a request in flight.
+// client's and the origin's connections are spliced (h1.Tunnel) until
+// either side closes or both stay silent for IdleTimeout. The upgraded
+// connection keeps its origin's concurrency slot but gives back its
+// admission slot: it is no longer a request in flight.
 //
 // NB: upgrades always use HTTP/1.1 to the origin; the transport does so by
 // itself for requests that carry Upgrade, even on an ALPN pool.
@@ -72,59 +56,34 @@ func (g *Gateway) proxyUpgrade(w http.ResponseWriter, r *http.Request, svc *serv
 		http.Error(w, "origin upgrade without a connection", http.StatusBadGateway)
 		return http.StatusBadGateway, false
 	}
-	conn, brw, err := http.NewResponseController(w).Hijack()
+	tun, err := h1.Hijack(w, back)
 	if err != nil {
 		back.Close()
 		g.finishAttempt(svc, a, 0, false)
 		http.Error(w, "cannot upgrade this connection", http.StatusInternalServerError)
 		return http.StatusInternalServerError, false
 	}
-	h := make(http.Header, len(resp.Header)+2)
-	copyHeader(h, resp.Header)
-	h["Connection"] = []string{"Upgrade"}
-	h["Upgrade"] = resp.Header["Upgrade"]
-	out := &http.Response{StatusCode: http.StatusSwitchingProtocols, ProtoMajor: 1, ProtoMinor: 1, Header: h}
-	if err := out.Write(brw); err == nil {
-		err = brw.Flush()
-	}
-	if err != nil {
-		conn.Close()
-		back.Close()
+	if err := tun.Switch(resp); err != nil {
+		tun.Close()
 		g.finishAttempt(svc, a, http.StatusSwitchingProtocols, false)
 		return http.StatusSwitchingProtocols, false
 	}
 	slot.release()
 
-	var once sync.Once
-	closeBoth := func() {
-		once.Do(func() {
-			conn.Close()
-			back.Close()
-		})
-	}
 	// The idle timer (or the client's ctx) ends the splice, and so does
 	// Close: http.Server.Shutdown neither closes nor waits for hijacked
 	// connections, so the gateway tracks them itself.
-	stop := context.AfterFunc(a.ctx, closeBoth)
+	stop := context.AfterFunc(a.ctx, tun.Close)
 	defer stop()
 	if !g.trackUpgrade() {
-		closeBoth()
+		tun.Close()
 		g.finishAttempt(svc, a, http.StatusSwitchingProtocols, false)
 		return http.StatusSwitchingProtocols, false
 	}
 	defer g.upgrades.Done()
-	stopG := context.AfterFunc(g.ctx, closeBoth)
+	stopG := context.AfterFunc(g.ctx, tun.Close)
 	defer stopG()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// brw.Reader may hold bytes the client sent after its request.
-		io.Copy(back, &activeReader{r: brw.Reader, t: a.timer})
-		closeBoth()
-	}()
-	_, err = io.Copy(conn, &activeReader{r: back, t: a.timer})
-	closeBoth()
-	<-done
+	err = tun.Splice(a.timer.active)
 	originFault := err != nil && !errors.Is(err, io.EOF) && context.Cause(a.ctx) == ErrIdleTimeout
 	g.finishAttempt(svc, a, http.StatusSwitchingProtocols, originFault)
 	return http.StatusSwitchingProtocols, false
@@ -140,18 +99,4 @@ func (g *Gateway) trackUpgrade() bool {
 	}
 	g.upgrades.Add(1)
 	return true
-}
-
-// activeReader records every successful read on the attempt's idle timer.
-type activeReader struct {
-	r io.Reader
-	t *attemptTimer
-}
-
-func (a *activeReader) Read(p []byte) (int, error) {
-	n, err := a.r.Read(p)
-	if n > 0 {
-		a.t.active()
-	}
-	return n, err
 }

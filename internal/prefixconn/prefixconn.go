@@ -4,7 +4,10 @@
 // to be read.
 package prefixconn
 
-import "net"
+import (
+	"errors"
+	"net"
+)
 
 // Conn reads Prefix first, then from the connection.
 type Conn struct {
@@ -24,3 +27,15 @@ func (c *Conn) Read(b []byte) (int, error) {
 // NetConn returns the connection underneath, for those that must look at
 // the socket itself.
 func (c *Conn) NetConn() net.Conn { return c.Conn }
+
+// CloseWrite half-closes the connection underneath (errors.ErrUnsupported
+// if it cannot). NB: net/http half-closes a connection before closing it
+// after an error response, so that the client reads that response before
+// the close; without this method a connection handed on with a prefix
+// would be closed outright where the same connection without one is not.
+func (c *Conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}

@@ -59,6 +59,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lodestone-kv/lodestone/internal/handback"
 	"github.com/lodestone-kv/lodestone/watch"
 )
 
@@ -135,7 +136,7 @@ type Lot struct {
 	// per request for the GC to mark).
 	deadlines deadlineHeap
 	closed    bool
-	listener  *listener
+	listener  *handback.Listener
 
 	resumed, gone, wakeups, sweeps atomic.Uint64
 	served, handedBack, workers    atomic.Uint64

@@ -1,4 +1,4 @@
-package gateway
+package h1
 
 import (
 	"bufio"
@@ -7,10 +7,11 @@ import (
 	"syscall"
 )
 
-// connIO is a TCP connection as the fast path reads and writes it (the
-// client side in front.go, the origin side in h1.go). It differs from
-// the net.Conn in two ways, both for the cost of syscalls (~1 µs each on
-// the virtual machines the gateway runs on, more than parsing a request):
+// connIO is a TCP connection as this package reads and writes it (the
+// client side in server.go, the origin side in client.go). It differs
+// from the net.Conn in two ways, both for the cost of syscalls, which on
+// the virtual machines the gateway runs on is more than parsing a
+// request:
 //
 //   - A read that follows a read that emptied the socket yields to the
 //     other goroutines first. NB: both sides of a proxied request read
@@ -25,8 +26,8 @@ import (
 //     every read resets the poller's readiness before it starts. So a
 //     request to an origin is written inside the wait for its answer,
 //     see flushAwait, and on Linux a client connection is served from
-//     inside one long wait, see frontConn.serveRaw; the yield is left to
-//     body reads and to platforms without raw access.)
+//     inside one long wait, see conn.serveRaw; the yield is left to body
+//     reads and to platforms without raw access.)
 //   - On Linux the socket syscalls are raw (connio_linux.go): the
 //     descriptor is non-blocking, so a syscall never blocks, and the
 //     runtime's syscall bookkeeping only invited the scheduler's monitor
@@ -75,7 +76,7 @@ type connIO struct {
 }
 
 // newConnIO returns the connIO of c; raw is the connection c wraps (c
-// itself unless c is a wrapper such as countedConn).
+// itself unless c is a wrapper, such as one that counts Close).
 func newConnIO(c, raw net.Conn) *connIO {
 	x := &connIO{c: c, fd: -1}
 	if rawIO {

@@ -1,0 +1,8 @@
+package h1
+
+// BufSize is the client read buffer: a header that fills it goes to
+// net/http.
+const BufSize = bufSize
+
+// WatchDelay is the client-gone watch's period.
+const WatchDelay = watchDelay
