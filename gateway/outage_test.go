@@ -24,6 +24,11 @@ func TestRegistryOutageServesLastTable(t *testing.T) {
 	g := startGateway(t, cfg)
 	ctx := testCtx(t, 10*time.Second)
 	g.WaitIndex(ctx, idx)
+	// NB: the table can hold the index before the feed reports itself
+	// connected; staleness is about the latter.
+	if err := g.WaitConnected(ctx, true); err != nil {
+		t.Fatal(err)
+	}
 	c := httpClient(t)
 	if g.Staleness() != 0 {
 		t.Fatalf("staleness %v while connected, want 0", g.Staleness())
@@ -58,6 +63,9 @@ func TestRegistryOutageServesLastTable(t *testing.T) {
 	idx = src.DeleteInstance("svc", "a")
 	src.Reconnect()
 	if err := g.WaitIndex(ctx, idx); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.WaitConnected(ctx, true); err != nil {
 		t.Fatal(err)
 	}
 	if g.Staleness() != 0 {
