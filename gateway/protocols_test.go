@@ -345,7 +345,7 @@ func TestStaleKeepAliveRetried(t *testing.T) {
 // TestTargetReachesOriginAsSent: a request the h1.Server parsed goes to
 // an h2c origin (through http.Transport, which writes the URL back out)
 // with the request-target the client sent. Regression: bytes url.URL
-// escapes in a path ('!', '\'', '(', ')', '*') and an empty query ("?")
+// escapes in a path ('!', the apostrophe, '(', ')', '*') and an empty query ("?")
 // were lost, so the origin got "/a%28b%29" for "/a(b)" and "/x" for "/x?".
 func TestTargetReachesOriginAsSent(t *testing.T) {
 	o := startOrigin(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -15,10 +15,10 @@ import (
 // and goes on stepping messages, taking proposals and applying while the
 // fsync runs. The writer takes every append queued meanwhile and persists
 // them in one raftlog.Save (group commit: one journal record and one
-// fdatasync however many Readies it covers). Only then does it deliver the messages' responses:
-// acknowledgements to other members go straight to the transport; the ones
-// addressed to this node (its own MsgAppResp as leader, the
-// MsgStorageAppendResp that marks entries stable) go back to the loop,
+// fdatasync however many Readies it covers). Only then does it deliver the
+// messages' responses: acknowledgements to other members go straight to
+// the transport; the ones addressed to this node (its own MsgAppResp as
+// leader, the MsgStorageAppendResp that marks entries stable) go back to the loop,
 // which steps them. So nothing is acknowledged, to a peer or to raft
 // itself, before it is durable here. (Applying need not wait for it: an
 // entry a quorum committed is safe whatever this node's disk does; see

@@ -148,7 +148,7 @@ func (c *conn) setURL(target string) bool {
 // plainPathByte reports bytes url.URL writes back as they are in a path
 // (unreserved, '/', and the reserved bytes it leaves unescaped there), so
 // that a path of only these has no RawPath. NB: not all of RFC 3986's
-// sub-delims: url.URL escapes '!', '\'', '(', ')' and '*', and a URL
+// sub-delims: url.URL escapes '!', the apostrophe, '(', ')' and '*', and a URL
 // without the RawPath net/http would have set sends them escaped.
 func plainPathByte(c byte) bool {
 	switch {
