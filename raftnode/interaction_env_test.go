@@ -60,6 +60,7 @@ type interactionEnv struct {
 	sides    map[uint64]int    // partition side by node id; empty: no partition
 	inflight []raftpb.Message  // sent, not yet delivered, in send order
 	snapJobs []snapJob
+	opened   int // Nodes opened so far, restarts included: seeds request ids
 
 	proposals []envProposal
 	reads     []envRead
@@ -184,9 +185,27 @@ func (s envSender) RemovePeer(id uint64) { delete(s.node.peers, id) }
 // cluster as Start would, and leaves it stopped in the sense that no
 // goroutine runs it: the environment does.
 func (env *interactionEnv) addNode(name string, cluster map[string]string, join bool) (*envNode, error) {
+	en := &envNode{name: name, id: member.ID(name), dir: env.t.TempDir(), faults: &Faults{}, peers: map[uint64]bool{}}
+	if err := env.openNode(en, cluster, join); err != nil {
+		return nil, err
+	}
+	env.nodes = append(env.nodes, en)
+	env.byID[en.id] = en
+	env.rebuildIDs()
+	for _, name := range sortedKeys(cluster) {
+		if err := en.n.sender.SetPeer(member.ID(name), cluster[name]); err != nil {
+			return nil, err
+		}
+	}
+	en.seen = env.view(en)
+	return en, nil
+}
+
+// openNode opens en's log in its directory, a new store and hub, and a Node
+// over them, as a server process starting would.
+func (env *interactionEnv) openNode(en *envNode, cluster map[string]string, join bool) error {
 	t := env.t
-	dir := t.TempDir()
-	en := &envNode{name: name, id: member.ID(name), dir: dir, faults: &Faults{}, peers: map[uint64]bool{}}
+	dir := en.dir
 	fs := &raftlogtest.FaultFS{Fail: func(op raftlogtest.Op, path string) error {
 		if en.diskFails && strings.HasSuffix(path, "raft.wal") && (op == raftlogtest.OpWrite || op == raftlogtest.OpDatasync) {
 			return errDiskFailed
@@ -195,13 +214,13 @@ func (env *interactionEnv) addNode(name string, cluster map[string]string, join 
 	}}
 	l, err := raftlog.Open(dir, raftlog.Options{FS: fs, RotateFreeRatio: -1})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	en.log = l
 	t.Cleanup(func() { _ = l.Close() }) // NB: a failed disk leaves the log refusing to close cleanly
 	hub, err := watch.New(watch.Config{Shards: 1, ProgressInterval: -1})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	t.Cleanup(func() { _ = hub.Close() })
 	n, err := New(Config{
@@ -215,25 +234,43 @@ func (env *interactionEnv) addNode(name string, cluster map[string]string, join 
 		Registerer: prometheus.NewRegistry(),
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	t.Cleanup(n.Stop)
 	en.n = n
 	n.startSnapshot = func(job func() snapResult) { env.snapJobs = append(env.snapJobs, snapJob{en, job}) }
 	// NB: New seeds request ids from the clock, which reads the same for
-	// every node here; ids that collide across nodes would answer one
-	// node's waiter with another's entry.
-	n.nextID.Store(uint64(len(env.nodes)+1) << 40)
-	env.nodes = append(env.nodes, en)
-	env.byID[en.id] = en
-	env.rebuildIDs()
-	for _, name := range sortedKeys(cluster) {
-		if err := n.sender.SetPeer(member.ID(name), cluster[name]); err != nil {
-			return nil, err
+	// every node here; ids that collide across nodes (or across one
+	// node's lives) would answer one waiter with another's entry.
+	env.opened++
+	n.nextID.Store(uint64(env.opened) << 40)
+	return nil
+}
+
+// restart crashes en and starts it again from its directory: what its
+// log writer had not written is lost, its store and hub are new, and the
+// Node restores them from the newest snapshot and replays the log.
+func (env *interactionEnv) restart(en *envNode) error {
+	en.n.Stop()
+	if err := en.log.Close(); err != nil {
+		return err
+	}
+	en.stopped = nil
+	en.diskHeld = false
+	if err := env.openNode(en, nil, false); err != nil {
+		return err
+	}
+	for _, m := range en.n.store.Members() {
+		if err := en.n.sender.SetPeer(m.Id, m.PeerAddr); err != nil {
+			return err
 		}
 	}
+	first, _ := en.log.FirstIndex()
+	last, _ := en.log.LastIndex()
+	env.printf("%s: restarted; log %d..%d, snapshot %d, applied %d", en.name, first, last, en.n.snapIndex, en.n.appliedIndex)
 	en.seen = env.view(en)
-	return en, nil
+	env.step(en, func() error { return nil })
+	return nil
 }
 
 var errDiskFailed = errors.New("injected disk failure")

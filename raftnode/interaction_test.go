@@ -44,6 +44,10 @@ import (
 //	    the node's loop.
 //	slow-disk N DURATION
 //	    Every log write with entries on N takes DURATION (Faults).
+//	restart N
+//	    Crash N (log writes still queued are lost) and start it again
+//	    from its directory with a new store: it restores the newest
+//	    snapshot and replays its log.
 //	propose N KEY=VALUE...
 //	    Propose a put per pair on N in one batch; prints their labels (p1,
 //	    ...), and later each one's outcome.
@@ -97,6 +101,8 @@ func (env *interactionEnv) handle(t *testing.T, d *datadriven.TestData) string {
 		env.handleDisk(t, d)
 	case "slow-disk":
 		env.handleSlowDisk(t, d)
+	case "restart":
+		err = env.restart(env.nodeArg(t, d, 0))
 	case "propose":
 		env.handlePropose(t, d)
 	case "read-index":
