@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -52,10 +51,8 @@ func gathered(t *testing.T, g prometheus.Gatherer, name string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			sum += counterValue(m)
+			sum += m.GetCounter().GetValue()
 		}
 	}
 	return sum
 }
-
-func counterValue(m *dto.Metric) float64 { return m.GetCounter().GetValue() }

@@ -1,7 +1,6 @@
 package peer
 
 import (
-	"errors"
 	"log/slog"
 	"net"
 	"time"
@@ -37,5 +36,5 @@ func (p *Port) Serve() error { return p.srv.Serve(p.mux) }
 // Close stops both sides and closes every connection they hold.
 func (p *Port) Close() error {
 	p.srv.Stop()
-	return errors.Join(p.mux.Close())
+	return p.mux.Close()
 }

@@ -49,7 +49,6 @@ type Log struct {
 	rotWG     sync.WaitGroup
 	stopOnce  sync.Once
 	rot       rotationTrack // wmu+mu: what Save and ApplySnapshot changed during a rotation
-	retryAt   time.Time     // rotMu: earliest next automatic attempt, after a failure
 
 	// jr is raft.wal; nil if the journal is disabled. pendFrom is the first
 	// entry saved in the journal and not yet in raft.db (0: none), diskLast

@@ -117,10 +117,6 @@ var (
 	ErrStopped       = errors.New("raft node stopped")
 )
 
-// StateLeader and the other raft.StateType values are what Status.State
-// holds.
-const (
-	StateFollower  = raft.StateFollower
-	StateCandidate = raft.StateCandidate
-	StateLeader    = raft.StateLeader
-)
+// StateLeader is the Status.State of a leader, so that callers need not
+// import raft to ask.
+const StateLeader = raft.StateLeader
