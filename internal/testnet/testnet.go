@@ -1,6 +1,6 @@
 // Package testnet hands tests addresses to listen on that are free now and
 // will not be taken by the kernel for an outgoing connection meanwhile, and
-// connected loopback TCP pairs.
+// connected loopback TCP pairs, and scripted loopback servers.
 //
 // NB: the usual trick (listen on :0, close, reuse the port) hands out a
 // port from the ephemeral range, which the kernel may give to any outgoing
@@ -89,4 +89,44 @@ func Pair(t testing.TB) (client, server net.Conn) {
 	}
 	t.Cleanup(func() { server.Close() })
 	return client, server
+}
+
+// Serve accepts TCP connections on a loopback port and runs handle on each
+// in a goroutine of its own, closing the connection when handle returns.
+// When t ends it stops accepting, closes every connection and waits for
+// the handlers. It returns the address.
+func Serve(t testing.TB, handle func(c net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() {
+				defer c.Close()
+				handle(c)
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
 }

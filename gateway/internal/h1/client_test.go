@@ -9,49 +9,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/lodestone-kv/lodestone/gateway/internal/h1"
+	"github.com/lodestone-kv/lodestone/internal/testnet"
 )
 
 // origin accepts connections and runs script on each, one at a time,
 // with the requests it reads; it stops when the test ends.
 func origin(t *testing.T, script func(c net.Conn, br *bufio.Reader)) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() {
-				defer c.Close()
-				script(c, bufio.NewReader(c))
-			})
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return ln.Addr().String()
+	return testnet.Serve(t, func(c net.Conn) { script(c, bufio.NewReader(c)) })
 }
 
 // answer reads requests and writes resp to each, count times (0: until
