@@ -13,17 +13,19 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/clusterid"
 )
 
-// Snapshot stream format, version 3 (versions 1 and 2 are still read).
+// Snapshot stream format, version 4 (versions 1 to 3 are still read).
 // SNAPSHOT.md is the long form; a change here bumps snapshotVersion and
 // edits SNAPSHOT.md in the same PR.
 //
-//	header   (16 bytes)
+//	header   (32 bytes; 16 before version 4)
 //	  0  magic    [8]byte  "LDSTSNAP"
-//	  8  version  uint32   big-endian, 3 (2: no admission record;
-//	                       1: members and keys only)
+//	  8  version  uint32   big-endian, 4 (3: no cluster id; 2: no
+//	                       admission record; 1: members and keys only)
 //	 12  reserved uint32   0 (anything else is refused)
+//	 16  cluster  [16]byte the cluster id (version 4 only; zero: none)
 //	records  (repeated, grouped by type in ascending type order, each
 //	          group strictly ascending by its key, then exactly one trailer)
 //	  0  type     uint8    see the rec* constants; 255 = trailer
@@ -36,7 +38,7 @@ import (
 //	                       the key or name bytes; the admission record
 //	                       (at most one): [8]byte index that set it, then
 //	                       the AdmissionPolicy
-//	trailer payload, version 3 (148 bytes, all big-endian)
+//	trailer payload, versions 3 and 4 (148 bytes, all big-endian)
 //	  0  index          uint64  applied index the snapshot was taken at
 //	  8  kv_index       uint64  Store.KVIndex at that point
 //	 16  members_index  uint64  Store.MembersIndex
@@ -58,7 +60,7 @@ import (
 // the key (migrateAdmission).
 const (
 	snapshotMagic   = "LDSTSNAP"
-	snapshotVersion = 3
+	snapshotVersion = 4
 
 	recMember       = 1  // lodestone.v1.Member, by id
 	recKV           = 2  // lodestone.v1.KeyValue, by key
@@ -76,6 +78,7 @@ const (
 	recTrailer      = 255
 
 	headerLen        = 16
+	clusterLen       = 16 // the cluster id after the header, version 4
 	recHeaderLen     = 9
 	trailerLen       = 44  // version 1
 	trailerLenV2     = 140 // version 2
@@ -109,6 +112,7 @@ type Snapshot struct {
 	kv           *btree.BTreeG[item]
 	tab          tables          // copy-on-write clones
 	admission    *admissionState // immutable, nil: none
+	cluster      clusterid.ID
 }
 
 // Snapshot returns a copy-on-write view of the current state. Call it from
@@ -129,6 +133,7 @@ func (s *Store) Snapshot() *Snapshot {
 		kv:           s.kv.Clone(),
 		tab:          s.tab.clone(),
 		admission:    s.admission.Load(),
+		cluster:      s.ClusterID(),
 	}
 }
 
@@ -147,6 +152,7 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	copy(hdr[:], snapshotMagic)
 	binary.BigEndian.PutUint32(hdr[8:], snapshotVersion)
 	enc.write(hdr[:])
+	enc.write(sn.cluster[:])
 
 	mo := proto.MarshalOptions{Deterministic: true}
 	var buf []byte
@@ -289,7 +295,30 @@ func (s *Store) Restore(r io.Reader) error {
 	s.tab = st.tab
 	s.der = der
 	s.admission.Store(st.admission)
+	if !st.cluster.IsZero() {
+		// NB: a snapshot of version 3 or before names no cluster; the
+		// store keeps the id it knows.
+		s.SetClusterID(st.cluster)
+	}
 	return nil
+}
+
+// SnapshotInfo is what VerifySnapshot learned of a snapshot.
+type SnapshotInfo struct {
+	Index   uint64       // the applied index it was taken at
+	Cluster clusterid.ID // zero: written before snapshots named a cluster
+}
+
+// VerifySnapshot decodes a whole snapshot with every check Restore makes,
+// keeps nothing, and says which cluster and index it holds. It lets a
+// receiver refuse a snapshot before anything else sees it.
+func VerifySnapshot(r io.Reader) (SnapshotInfo, error) {
+	d := &decoder{r: bufio.NewReaderSize(r, 64<<10)}
+	st, err := d.decode()
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	return SnapshotInfo{Index: st.index, Cluster: st.cluster}, nil
 }
 
 type decoded struct {
@@ -298,6 +327,7 @@ type decoded struct {
 	tab                          tables
 	admission                    *admissionState // nil: none
 	index, kvIndex, membersIndex uint64
+	cluster                      clusterid.ID // zero before version 4
 }
 
 type decoder struct {
@@ -351,6 +381,16 @@ func (d *decoder) decode() (*decoded, error) {
 		return nil, d.corrupt(12, fmt.Sprintf("reserved header field is %#x, want 0", r), nil)
 	}
 	d.crc = crc32.Update(0, castagnoli, hdr[:])
+	var cluster clusterid.ID
+	if version >= 4 {
+		if err := d.read(cluster[:]); err != nil {
+			if err == errShort {
+				return nil, d.corrupt(headerLen, fmt.Sprintf("truncated header: %d of %d bytes", d.off, headerLen+clusterLen), io.ErrUnexpectedEOF)
+			}
+			return nil, d.readErr(err, "header")
+		}
+		d.crc = crc32.Update(d.crc, castagnoli, cluster[:])
+	}
 	maxType := byte(recTypes)
 	switch version {
 	case 1:
@@ -359,7 +399,7 @@ func (d *decoder) decode() (*decoded, error) {
 		maxType = recTypesV2
 	}
 
-	st := &decoded{kv: newTree(), members: map[uint64]*lodestonepb.Member{}, tab: newTables()}
+	st := &decoded{kv: newTree(), members: map[uint64]*lodestonepb.Member{}, tab: newTables(), cluster: cluster}
 	var (
 		lastType byte
 		lastID   uint64

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/lodestone-kv/lodestone/internal/clusterid"
 	"hash/crc32"
 	"io"
 	"strings"
@@ -201,7 +202,7 @@ func TestRestoreRefusesDamage(t *testing.T) {
 	good.s.SetMember(4, &lodestonepb.Member{Id: 9, Name: "n9"})
 	valid := encode(t, good.s)
 	mutate := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(valid)) }
-	const kvRecOff = headerLen // first record is the member
+	const kvRecOff = headerLen + clusterLen // first record is the member
 	tests := []struct {
 		name  string
 		input []byte
@@ -210,10 +211,12 @@ func TestRestoreRefusesDamage(t *testing.T) {
 		{"empty input", nil, "truncated header: 0 of 16 bytes"},
 		{"short header", valid[:10], "truncated header: 10 of 16 bytes"},
 		{"bad magic", mutate(func(b []byte) []byte { copy(b, "NOTASNAP"); return b }), `bad magic "NOTASNAP", want "LDSTSNAP"`},
-		{"future version", mutate(func(b []byte) []byte { binary.BigEndian.PutUint32(b[8:], 4); return b }), "version 4 unsupported (this build reads versions 1 to 3)"},
+		{"future version", mutate(func(b []byte) []byte { binary.BigEndian.PutUint32(b[8:], 5); return b }), "version 5 unsupported (this build reads versions 1 to 4)"},
 		{"reserved set", mutate(func(b []byte) []byte { b[15] = 1; return b }), "reserved header field is 0x1, want 0"},
-		{"truncated after header", valid[:headerLen], "truncated after 0 records (in record header)"},
-		{"truncated inside second record", valid[:headerLen+recHeaderLen+20], "truncated after 1 records (in record 1 payload)"},
+		{"truncated in cluster id", valid[:headerLen+3], "truncated header: 19 of 32 bytes"},
+		{"truncated after header", valid[:kvRecOff], "truncated after 0 records (in record header)"},
+		{"truncated inside second record", valid[:kvRecOff+recHeaderLen+20], "truncated after 1 records (in record 1 payload)"},
+		{"cluster id changed", mutate(func(b []byte) []byte { b[headerLen] ^= 1; return b }), "body checksum mismatch"},
 		{"no trailer", valid[:len(valid)-recHeaderLen-trailerLenV3], "truncated after 4 records (in record header)"},
 		{"cut in trailer", valid[:len(valid)-1], "truncated after 4 records (in record 4 payload)"},
 		{"payload bit flip", mutate(func(b []byte) []byte { b[len(b)-recHeaderLen-trailerLenV3-2] ^= 0x01; return b }), "record 3 checksum mismatch"},
@@ -343,7 +346,7 @@ func TestSnapshotWriteError(t *testing.T) {
 
 func TestEmptySnapshot(t *testing.T) {
 	b := encode(t, New())
-	if got, want := len(b), headerLen+recHeaderLen+trailerLenV3; got != want {
+	if got, want := len(b), headerLen+clusterLen+recHeaderLen+trailerLenV3; got != want {
 		t.Errorf("empty snapshot is %d bytes, want %d", got, want)
 	}
 	s := New()
@@ -353,5 +356,35 @@ func TestEmptySnapshot(t *testing.T) {
 	}
 	if got, want := dump(s), "index=0 kvindex=0 membersindex=0\n"; got != want {
 		t.Errorf("after restoring empty snapshot: %q, want %q", got, want)
+	}
+}
+
+func TestSnapshotNamesItsCluster(t *testing.T) {
+	s := New()
+	s.Apply(3, putCmd("x", "y"))
+	id := clusterid.Random()
+	s.SetClusterID(id)
+	b := encode(t, s)
+	info, err := VerifySnapshot(bytes.NewReader(b))
+	if err != nil || info.Cluster != id || info.Index != 3 {
+		t.Fatalf("VerifySnapshot = %+v, %v; want cluster %s at index 3", info, err, id)
+	}
+	r := New()
+	if err := r.Restore(bytes.NewReader(b)); err != nil {
+		t.Fatal(err)
+	}
+	if r.ClusterID() != id {
+		t.Fatalf("restored cluster %s, want %s", r.ClusterID(), id)
+	}
+	// A snapshot that names no cluster (an older build's) keeps the id the
+	// store knows.
+	keep := clusterid.Random()
+	old := New()
+	old.SetClusterID(keep)
+	if err := old.Restore(bytes.NewReader(encode(t, New()))); err != nil {
+		t.Fatal(err)
+	}
+	if old.ClusterID() != keep {
+		t.Fatalf("after restoring an unnamed snapshot the store is in %s, want %s", old.ClusterID(), keep)
 	}
 }

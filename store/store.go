@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/clusterid"
 )
 
 // btreeDegree is the B-tree fan-out. 32 keeps nodes within a few cache lines
@@ -30,6 +31,11 @@ type Store struct {
 	// Written by the apply goroutine while it holds mu exclusively, read
 	// without mu (Admission): the server checks it on every request.
 	admission atomic.Pointer[admissionState]
+	// cluster is the id of the cluster this state belongs to (zero: not
+	// known yet). It is not changed by commands: the server sets it when
+	// it learns the id, and snapshots carry it so a snapshot names its
+	// cluster. Atomic because the transport may learn it while Apply runs.
+	cluster atomic.Pointer[clusterid.ID]
 
 	// mu guards every field below. The apply goroutine holds it exclusively
 	// for the whole of one command (so a transaction is never seen half
@@ -76,6 +82,19 @@ func itemOf(kv *lodestonepb.KeyValue) item { return item{key: kv.Key, kv: kv} }
 func New() *Store {
 	return &Store{kv: newTree(), members: map[uint64]*lodestonepb.Member{}, tab: newTables(), der: newDerived()}
 }
+
+// ClusterID is the id of the cluster this state belongs to; zero when
+// it is not known yet.
+func (s *Store) ClusterID() clusterid.ID {
+	if p := s.cluster.Load(); p != nil {
+		return *p
+	}
+	return clusterid.ID{}
+}
+
+// SetClusterID records the id of the cluster this state belongs to;
+// snapshots taken from now on carry it. Any goroutine may call it.
+func (s *Store) SetClusterID(id clusterid.ID) { s.cluster.Store(&id) }
 
 // Index returns the last applied Raft index (by Apply, Advance, member
 // changes or Restore).
