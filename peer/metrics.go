@@ -9,6 +9,9 @@ type metrics struct {
 	peerDropped    *prometheus.CounterVec
 	peerMerged     *prometheus.CounterVec
 	peerStreamEnds *prometheus.CounterVec
+	// refused counts what the peer port refused, by reason (identity.go).
+	refused       *prometheus.CounterVec
+	snapshotBytes prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -23,6 +26,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		peerStreamEnds: byPeer("peer_stream_ends_total",
 			"Raft streams to a peer that failed or could not be opened, each followed by a redial with backoff; one that climbs steadily is a peer down, cut off or refusing."),
 	}
-	reg.MustRegister(m.peerSent, m.peerDropped, m.peerMerged, m.peerStreamEnds)
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "lodestone", Name: "peer_refused_total",
+		Help: "Raft streams, peer calls and snapshots the peer port refused, by reason: a sender of another cluster or of none, a snapshot over a limit, truncated, damaged or of another cluster."},
+		[]string{"reason"})
+	for _, r := range refusedReasons {
+		m.refused.WithLabelValues(r) // NB: every reason reads 0, not absent, until it happens
+	}
+	m.snapshotBytes = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "lodestone", Name: "peer_snapshot_received_bytes_total",
+		Help: "Bytes of snapshots received from peers that passed every check and went to Raft."})
+	reg.MustRegister(m.peerSent, m.peerDropped, m.peerMerged, m.peerStreamEnds, m.refused, m.snapshotBytes)
 	return m
 }

@@ -5,9 +5,14 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lodestone-kv/lodestone/internal/clusterid"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
+
+// testCluster is the cluster of the tests' transports.
+var testCluster = clusterid.Derive("peer tests", map[string]string{"a": "a:1"})
 
 // testNode is a Node whose parts a test sets; unset parts do nothing.
 type testNode struct {
@@ -33,7 +38,7 @@ func (n testNode) MarkRemoved() {
 // newTestTransport is a Transport for member self feeding n, with its
 // metrics on reg.
 func newTestTransport(self uint64, n Node, reg prometheus.Registerer) *Transport {
-	t := NewTransport(Config{Self: self, Registerer: reg})
+	t := NewTransport(Config{Self: self, Registerer: reg, Cluster: testCluster})
 	t.SetNode(n)
 	return t
 }

@@ -100,7 +100,10 @@ func (m *peerMux) route(c net.Conn) {
 		c.Close()
 		return
 	}
-	if head != raftStreamMagic {
+	// NB: any version of the Raft stream goes to serve, the version byte
+	// put back, so an older build's stream is refused with a reason
+	// rather than handed to gRPC as garbage.
+	if [7]byte(head[:7]) != [7]byte(raftStreamMagic[:7]) {
 		select {
 		case m.toGRPC <- &prefixconn.Conn{Conn: c, Prefix: head[:]}:
 		case <-m.ctx.Done():
@@ -108,7 +111,7 @@ func (m *peerMux) route(c net.Conn) {
 		}
 		return
 	}
-	if err := m.serve(m.ctx, c); err != nil && m.ctx.Err() == nil {
+	if err := m.serve(m.ctx, &prefixconn.Conn{Conn: c, Prefix: head[7:]}); err != nil && m.ctx.Err() == nil {
 		m.logger.Debug("raft stream ended", "remote", c.RemoteAddr().String(), "err", err)
 	}
 	c.Close()

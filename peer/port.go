@@ -22,10 +22,12 @@ type Port struct {
 // NewPort starts accepting on ln. members lists the cluster for the
 // answer to a forwarded membership change.
 func NewPort(ln net.Listener, t *Transport, local Local, members func() []*lodestonepb.Member, logger *slog.Logger) *Port {
-	srv := grpc.NewServer(append(grpcopt.PeerServerOptions(),
+	opts := append(grpcopt.PeerServerOptions(),
 		grpc.MaxRecvMsgSize(maxMsgBytes), grpc.MaxSendMsgSize(maxMsgBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
-	)...)
+	)
+	// Every call must name this member's cluster (identity.go).
+	srv := grpc.NewServer(append(opts, t.ServerOptions()...)...)
 	lodestonepb.RegisterPeerServer(srv, &service{t: t, local: local, members: members})
 	return &Port{mux: newPeerMux(ln, logger, t.ReceiveStream), srv: srv}
 }

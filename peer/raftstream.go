@@ -13,6 +13,8 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"golang.org/x/sys/unix"
+
+	"github.com/lodestone-kv/lodestone/internal/clusterid"
 )
 
 // Raft streams. Ordinary Raft messages go from a member to each peer over
@@ -29,13 +31,16 @@ import (
 // Wire format, one direction (the dialling member sends, the other
 // receives):
 //
-//	preamble  8 bytes: raftStreamMagic ("LDRAFT" and a version byte pair)
+//	preamble  8 bytes: raftStreamMagic ("LDRAFT\x00" and version byte 2),
+//	          then 16 bytes: the sender's cluster id (identity.go)
 //	frame     4-byte big-endian length n, 1 <= n <= maxMsgBytes,
 //	          then n bytes: one raftpb.Message in protobuf wire form
 //
 // The receiver writes back at most one frame, its reason for ending the
 // stream, and closes: a first byte rejectRemoved says the sender was
-// removed from the cluster (the rest is text for the log). Anything else
+// removed from the cluster, rejectCluster that the receiver refuses the
+// sender's cluster id (the rest is text for the log, naming both ids). A
+// version 1 preamble (no cluster id, older builds) is refused so. Anything else
 // the receiver sends, or a closed connection, ends the stream; the sender
 // redials with backoff and Raft resends what was lost (it tolerates loss).
 //
@@ -56,13 +61,19 @@ import (
 //     with an error in its log; nothing of the frame reaches Raft.
 //   - A torn frame at close: the partial message is never delivered.
 
-// raftStreamMagic opens every Raft stream.
-var raftStreamMagic = [8]byte{'L', 'D', 'R', 'A', 'F', 'T', 0, 1}
+// raftStreamMagic opens every Raft stream; its last byte is the version.
+// Version 1 (older builds) carried no cluster id and is refused.
+var raftStreamMagic = [8]byte{'L', 'D', 'R', 'A', 'F', 'T', 0, raftStreamVersion}
+
+const raftStreamVersion = 2
 
 const (
 	// rejectRemoved opens the receiver's frame that says the sender was
 	// removed from the cluster.
 	rejectRemoved = 1
+	// rejectCluster opens the receiver's frame that refuses the sender's
+	// cluster id (none, another cluster's, or not learned yet).
+	rejectCluster = 2
 
 	raftStreamDialTimeout = time.Second
 	// raftStreamUserTimeout is how long sent data may go unacknowledged
@@ -80,8 +91,14 @@ const (
 // was removed.
 var errStreamRemoved = errors.New("the peer says this member was removed from the cluster")
 
-// dialRaftStream connects to a peer's Raft stream and sends the preamble.
-func dialRaftStream(ctx context.Context, addr string) (net.Conn, error) {
+// errStreamRefused is what a sender gets when its peer refuses its
+// cluster id; the text that follows names both.
+var errStreamRefused = errors.New("the peer refused this member's cluster")
+
+// dialRaftStream connects to a peer's Raft stream and sends the preamble
+// naming cluster (zero: a joining member that has not learned it, which
+// the peer refuses).
+func dialRaftStream(ctx context.Context, addr string, cluster clusterid.ID) (net.Conn, error) {
 	d := net.Dialer{
 		Timeout:         raftStreamDialTimeout,
 		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: time.Second, Count: 3},
@@ -91,11 +108,33 @@ func dialRaftStream(ctx context.Context, addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial raft stream to %s: %w", addr, err)
 	}
-	if _, err := conn.Write(raftStreamMagic[:]); err != nil {
+	if _, err := conn.Write(append(raftStreamMagic[:], cluster[:]...)); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("raft stream preamble to %s: %w", addr, err)
 	}
 	return conn, nil
+}
+
+// readPreambleRest reads what follows the magic's first 7 bytes (which
+// the mux matched): the version byte and, from version 2, the cluster id.
+// Version 1 yields the zero id, which the caller refuses.
+func readPreambleRest(r io.Reader) (clusterid.ID, error) {
+	var v [1]byte
+	if _, err := io.ReadFull(r, v[:]); err != nil {
+		return clusterid.ID{}, fmt.Errorf("raft stream preamble: %w", err)
+	}
+	var id clusterid.ID
+	switch v[0] {
+	case 1:
+		return id, nil
+	case raftStreamVersion:
+		if _, err := io.ReadFull(r, id[:]); err != nil {
+			return id, fmt.Errorf("raft stream preamble: cluster id: %w", err)
+		}
+		return id, nil
+	default:
+		return id, fmt.Errorf("raft stream version %d unsupported (this build speaks 1 and %d)", v[0], raftStreamVersion)
+	}
 }
 
 func setUserTimeout(_, _ string, c syscall.RawConn) error {
@@ -191,6 +230,8 @@ func readRejection(conn net.Conn) error {
 		return fmt.Errorf("peer ended the raft stream: %w", err)
 	case b[0] == rejectRemoved:
 		return fmt.Errorf("%w: %s", errStreamRemoved, b[1:])
+	case b[0] == rejectCluster:
+		return fmt.Errorf("%w: %s", errStreamRefused, b[1:])
 	default:
 		return fmt.Errorf("peer ended the raft stream: %q", b)
 	}

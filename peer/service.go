@@ -2,12 +2,15 @@ package peer
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/clusterid"
 	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
 )
 
@@ -41,6 +44,15 @@ func (s *service) ChangeConf(ctx context.Context, req *lodestonepb.ConfChangeReq
 	var cctx lodestonepb.ConfChangeContext
 	if err := proto.Unmarshal(cc.Context, &cctx); err != nil {
 		return nil, rpcstatus.Invalidf("decode conf change context: %v", err)
+	}
+	// The caller's own cluster was checked on the way in; this is the
+	// cluster it announces the member for.
+	if len(cctx.ClusterId) > 0 {
+		announced, err := clusterid.FromBytes(cctx.ClusterId)
+		if err != nil || announced != s.t.Cluster() {
+			return nil, s.t.refused(remoteAddr(ctx), &RefusedError{Reason: refusedMemberCluster, Code: codes.PermissionDenied,
+				Msg: fmt.Sprintf("member %q is announced for cluster %s, this server is in cluster %s", cctx.Member.GetName(), announced, s.t.Cluster())})
+		}
 	}
 	index, err := s.local.ChangeConf(ctx, cc, cctx.Member)
 	if err != nil {

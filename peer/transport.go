@@ -1,7 +1,9 @@
 package peer
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -11,17 +13,21 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/clusterid"
 	"github.com/lodestone-kv/lodestone/internal/grpcopt"
+	"github.com/lodestone-kv/lodestone/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -37,6 +43,19 @@ const (
 	snapshotChunkSize = 1 << 20
 	maxMsgBytes       = 64 << 20
 	snapshotTimeout   = 10 * time.Minute
+
+	// DefaultMaxSnapshotBytes bounds a snapshot a peer may stream in. The
+	// receiver holds it all in memory (and decodes it once to check it)
+	// before Raft sees it, so the bound is a bound on that memory: 2 GiB,
+	// several times the state of the largest deployments measured.
+	DefaultMaxSnapshotBytes = 2 << 30
+	// DefaultMaxSnapshotChunks bounds the chunks of one snapshot stream,
+	// so empty chunks cannot keep a receiver busy: twice what
+	// DefaultMaxSnapshotBytes takes in the sender's 1 MiB chunks.
+	DefaultMaxSnapshotChunks = 2 * (DefaultMaxSnapshotBytes / snapshotChunkSize)
+	// SnapshotChunkSize is the data a sender puts in one chunk; a chunk
+	// limit must leave room for MaxSnapshotBytes in chunks this size.
+	SnapshotChunkSize = snapshotChunkSize
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -80,6 +99,16 @@ type Transport struct {
 	peers map[uint64]*peer
 
 	index indexStream // a follower's questions to its leader (indexstream.go)
+
+	// cluster is this member's cluster id; zero until a joining member
+	// learns it (identity.go). learnMu makes learning happen once.
+	cluster  atomic.Pointer[clusterid.ID]
+	learnMu  sync.Mutex
+	onLearn  func(clusterid.ID) error
+	refusals logLimiter
+
+	maxSnapBytes  int64
+	maxSnapChunks int
 }
 
 type peer struct {
@@ -97,8 +126,18 @@ type Config struct {
 	// for the next append to the same peer, which carries the same news
 	// (0: never hold).
 	CommitNoticeHold time.Duration
-	Logger           *slog.Logger
-	Registerer       prometheus.Registerer
+	// Cluster is this member's cluster id. Zero only for a member that
+	// joins a cluster and has not learned it: it then learns it from the
+	// first Raft stream or verified snapshot of a member it was told of
+	// (SetPeer), and calls OnLearn first, which must persist it.
+	Cluster clusterid.ID
+	OnLearn func(clusterid.ID) error
+	// MaxSnapshotBytes and MaxSnapshotChunks bound one snapshot a peer
+	// streams in (0: DefaultMaxSnapshotBytes, DefaultMaxSnapshotChunks).
+	MaxSnapshotBytes  int64
+	MaxSnapshotChunks int
+	Logger            *slog.Logger
+	Registerer        prometheus.Registerer
 }
 
 // NewTransport makes a Transport with no peers. Messages received before
@@ -111,17 +150,30 @@ func NewTransport(cfg Config) *Transport {
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
-	return &Transport{
-		self:       cfg.Self,
-		logger:     cfg.Logger,
-		metrics:    newMetrics(cfg.Registerer),
-		commitHold: cfg.CommitNoticeHold,
-		node:       unset{},
-		ctx:        ctx,
-		cancel:     cancel,
-		peers:      map[uint64]*peer{},
-		removed:    map[uint64]bool{},
+	if cfg.MaxSnapshotBytes <= 0 {
+		cfg.MaxSnapshotBytes = DefaultMaxSnapshotBytes
 	}
+	if cfg.MaxSnapshotChunks <= 0 {
+		cfg.MaxSnapshotChunks = DefaultMaxSnapshotChunks
+	}
+	t := &Transport{
+		self:          cfg.Self,
+		logger:        cfg.Logger,
+		metrics:       newMetrics(cfg.Registerer),
+		commitHold:    cfg.CommitNoticeHold,
+		node:          unset{},
+		ctx:           ctx,
+		cancel:        cancel,
+		peers:         map[uint64]*peer{},
+		removed:       map[uint64]bool{},
+		onLearn:       cfg.OnLearn,
+		maxSnapBytes:  cfg.MaxSnapshotBytes,
+		maxSnapChunks: cfg.MaxSnapshotChunks,
+	}
+	if !cfg.Cluster.IsZero() {
+		t.cluster.Store(&cfg.Cluster)
+	}
+	return t
 }
 
 // SetNode sets the member received messages go to. Call it once, before
@@ -159,6 +211,8 @@ func (t *Transport) SetPeer(id uint64, addr string) error {
 	conn, err := grpc.NewClient(addr, append(grpcopt.PeerDialOptions(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)),
+		// Every call names this member's cluster (identity.go).
+		grpc.WithChainUnaryInterceptor(t.unarySend), grpc.WithChainStreamInterceptor(t.streamSend),
 		// NB: gRPC's default reconnect backoff grows to two minutes; a
 		// member that restarts must hear heartbeats within an election.
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -303,7 +357,7 @@ func (t *Transport) runPeer(ctx context.Context, p *peer) {
 // streamTo dials p's Raft stream and writes queued messages to it in
 // batches, one write each, until the stream fails or ctx ends.
 func (t *Transport) streamTo(ctx context.Context, p *peer) error {
-	conn, err := dialRaftStream(ctx, p.addr)
+	conn, err := dialRaftStream(ctx, p.addr, t.Cluster())
 	if err != nil {
 		return err
 	}
@@ -541,7 +595,7 @@ func (t *Transport) streamSnapshot(p *peer, m raftpb.Message) error {
 	if err != nil {
 		return fmt.Errorf("marshal snapshot message: %w", err)
 	}
-	if err := stream.Send(&lodestonepb.SnapshotChunk{Message: hb}); err != nil {
+	if err := stream.Send(&lodestonepb.SnapshotChunk{Message: hb, ClusterId: clusterBytes(t.Cluster()), Size: uint64(len(data))}); err != nil {
 		return fmt.Errorf("send snapshot header: %w", err)
 	}
 	for off := 0; off < len(data); off += snapshotChunkSize {
@@ -550,7 +604,8 @@ func (t *Transport) streamSnapshot(p *peer, m raftpb.Message) error {
 			return fmt.Errorf("send snapshot chunk at %d: %w", off, err)
 		}
 	}
-	if err := stream.Send(&lodestonepb.SnapshotChunk{Last: true, Crc32C: crc32.Checksum(data, castagnoli)}); err != nil {
+	sum := sha256.Sum256(data)
+	if err := stream.Send(&lodestonepb.SnapshotChunk{Last: true, Crc32C: crc32.Checksum(data, castagnoli), Sha256: sum[:]}); err != nil {
 		return fmt.Errorf("send snapshot trailer: %w", err)
 	}
 	if _, err := stream.CloseAndRecv(); err != nil {
@@ -559,11 +614,25 @@ func (t *Transport) streamSnapshot(p *peer, m raftpb.Message) error {
 	return nil
 }
 
-// receiveStream serves a Raft stream whose preamble was read: it decodes
-// frames and hands each message to the Raft loop in order, until the
-// stream ends or ctx does. A message from a removed member ends the
+// ReceiveStream serves a Raft stream whose magic was read: it reads the
+// version byte and the sender's cluster id, then decodes frames and hands
+// each message to the Raft loop in order, until the stream ends or ctx
+// does. A sender of another cluster, or of none, is refused before any of
+// its messages reach Raft. A message from a removed member ends the
 // stream with a rejection, so that member learns it was removed.
 func (t *Transport) ReceiveStream(ctx context.Context, conn net.Conn) error {
+	remote := conn.RemoteAddr().String()
+	got, err := readPreambleRest(conn)
+	if err != nil {
+		return err
+	}
+	learning := false
+	if e := t.checkCluster(got); e != nil {
+		if e.Reason != refusedNotLearned {
+			return t.refuseStream(conn, remote, e)
+		}
+		learning = true // NB: decided at the first message, by its sender
+	}
 	f := newFrameReader(conn, raftStreamReadBuffer)
 	for {
 		var m raftpb.Message
@@ -572,6 +641,12 @@ func (t *Transport) ReceiveStream(ctx context.Context, conn net.Conn) error {
 				return nil
 			}
 			return err
+		}
+		if learning {
+			if e := t.learn(got, m.From); e != nil {
+				return t.refuseStream(conn, remote, e)
+			}
+			learning = false
 		}
 		t.removedMu.Lock()
 		gone := t.removed[m.From]
@@ -589,37 +664,118 @@ func (t *Transport) ReceiveStream(ctx context.Context, conn net.Conn) error {
 	}
 }
 
-// receiveSnapshot serves Peer.Snapshot: it reassembles and checks the data
-// before Raft sees the message.
+// refuseStream tells a Raft stream's sender why it is refused and ends it.
+func (t *Transport) refuseStream(conn net.Conn, remote string, e *RefusedError) error {
+	t.refused(remote, e)
+	if err := writeRejection(conn, rejectCluster, e.Msg); err != nil {
+		t.logger.Debug("telling a refused peer", "remote", remote, "err", err)
+	}
+	return e
+}
+
+// receiveSnapshot serves Peer.Snapshot. Before Raft sees anything it
+// checks, in order: the sender's cluster (metadata and first chunk), the
+// announced size and the chunk count against the limits, the bytes
+// received against the announced size, the CRC-32C and SHA-256 of the
+// data, and that the data decodes as a store snapshot of this cluster. A
+// refused snapshot changes nothing.
 func (t *Transport) receiveSnapshot(stream lodestonepb.Peer_SnapshotServer) error {
+	ctx := stream.Context()
+	remote := remoteAddr(ctx)
+	refuse := func(reason string, code codes.Code, format string, args ...any) error {
+		return t.refused(remote, &RefusedError{Reason: reason, Code: code, Msg: fmt.Sprintf(format, args...)})
+	}
 	first, err := stream.Recv()
 	if err != nil {
 		return fmt.Errorf("receive snapshot header: %w", err)
 	}
+	sender, err := clusterid.FromBytes(first.ClusterId)
+	if err != nil {
+		return refuse(refusedNoCluster, codes.PermissionDenied, "snapshot header: %v", err)
+	}
+	if md := clusterFromMD(ctx); md != sender {
+		return refuse(refusedNoCluster, codes.PermissionDenied,
+			"snapshot stream names cluster %s in its metadata and %s in its header", md, sender)
+	}
+	if e := t.checkCluster(sender); e != nil && e.Reason != refusedNotLearned {
+		return t.refused(remote, e)
+	}
 	var m raftpb.Message
 	if err := m.Unmarshal(first.Message); err != nil || m.Type != raftpb.MsgSnap || m.Snapshot == nil {
-		return fmt.Errorf("snapshot stream does not start with a MsgSnap (decode error: %v)", err)
+		return refuse(refusedSnapMalformed, codes.InvalidArgument, "snapshot stream does not start with a MsgSnap (decode error: %v)", err)
 	}
-	var data []byte
+	index := m.Snapshot.Metadata.Index
+	if first.Size > uint64(t.maxSnapBytes) {
+		return refuse(refusedSnapOversize, codes.ResourceExhausted,
+			"snapshot at index %d is %d bytes, over this server's limit of %d (--max-peer-snapshot-bytes)", index, first.Size, t.maxSnapBytes)
+	}
+	var (
+		data   []byte
+		chunks int
+		crc    uint32
+		sum    = sha256.New()
+	)
 	for {
 		c, err := stream.Recv()
+		if err == io.EOF {
+			return refuse(refusedSnapTruncated, codes.InvalidArgument,
+				"snapshot at index %d truncated: the stream ended after %d of %d bytes without its last chunk", index, len(data), first.Size)
+		}
 		if err != nil {
 			return fmt.Errorf("receive snapshot data after %d bytes: %w", len(data), err)
 		}
+		if chunks++; chunks > t.maxSnapChunks {
+			return refuse(refusedSnapChunks, codes.ResourceExhausted,
+				"snapshot at index %d: more than %d chunks (--max-peer-snapshot-chunks)", index, t.maxSnapChunks)
+		}
+		if uint64(len(data))+uint64(len(c.Data)) > first.Size {
+			return refuse(refusedSnapOversize, codes.InvalidArgument,
+				"snapshot at index %d: more data than the %d bytes announced", index, first.Size)
+		}
 		data = append(data, c.Data...)
+		crc = crc32.Update(crc, castagnoli, c.Data)
+		sum.Write(c.Data)
 		if c.Last {
-			if got := crc32.Checksum(data, castagnoli); got != c.Crc32C {
-				return fmt.Errorf("snapshot at index %d: checksum %08x, want %08x", m.Snapshot.Metadata.Index, got, c.Crc32C)
+			if uint64(len(data)) != first.Size {
+				return refuse(refusedSnapTruncated, codes.InvalidArgument,
+					"snapshot at index %d truncated: %d of %d bytes", index, len(data), first.Size)
+			}
+			if got := sum.Sum(nil); !bytes.Equal(got, c.Sha256) || crc != c.Crc32C {
+				return refuse(refusedSnapChecksum, codes.InvalidArgument,
+					"snapshot at index %d: checksum mismatch (sha256 %x, crc32c %08x; the sender says %x, %08x)", index, got, crc, c.Sha256, c.Crc32C)
 			}
 			break
 		}
 	}
+	info, err := store.VerifySnapshot(bytes.NewReader(data))
+	if err != nil {
+		return refuse(refusedSnapCorrupt, codes.InvalidArgument, "snapshot at index %d does not decode: %v", index, err)
+	}
+	if info.Cluster != sender {
+		return refuse(refusedSnapForeign, codes.PermissionDenied,
+			"snapshot at index %d holds the state of cluster %s, its sender is in cluster %s", index, info.Cluster, sender)
+	}
+	if info.Index != index {
+		return refuse(refusedSnapCorrupt, codes.InvalidArgument, "snapshot message is at index %d, its state at index %d", index, info.Index)
+	}
+	if e := t.learn(sender, m.From); e != nil {
+		return t.refused(remote, e)
+	}
 	m.Snapshot.Data = data
-	t.logger.Info("snapshot received", "index", m.Snapshot.Metadata.Index, "bytes", len(data))
-	if err := t.node.Step(stream.Context(), m); err != nil {
+	t.metrics.snapshotBytes.Add(float64(len(data)))
+	t.logger.Info("snapshot received", "index", index, "bytes", len(data), "cluster", sender.String())
+	if err := t.node.Step(ctx, m); err != nil {
 		return err
 	}
 	return stream.SendAndClose(&lodestonepb.RaftAck{})
+}
+
+// clusterBytes is id on the wire; the zero id is sent as nothing.
+func clusterBytes(id clusterid.ID) []byte {
+	if id.IsZero() {
+		return nil
+	}
+	return id[:]
 }
 
 // Close stops every peer goroutine and waits for them.

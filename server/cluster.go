@@ -177,7 +177,8 @@ func (s *core) forwardConfChange(ctx context.Context, cc raftpb.ConfChangeV2, m 
 	if err != nil {
 		return 0, err
 	}
-	cctx, err := proto.Marshal(&lodestonepb.ConfChangeContext{Member: m})
+	id := s.transport.Cluster()
+	cctx, err := proto.Marshal(&lodestonepb.ConfChangeContext{Member: m, ClusterId: id[:]})
 	if err != nil {
 		return 0, fmt.Errorf("encode member: %w", err)
 	}

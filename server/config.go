@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lodestone-kv/lodestone/internal/member"
+	"github.com/lodestone-kv/lodestone/peer"
 	"github.com/lodestone-kv/lodestone/raftnode"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
@@ -34,6 +35,22 @@ type Config struct {
 	// tells it where the existing members are.
 	InitialCluster map[string]string
 	Join           bool
+	// ClusterToken goes into the id of a cluster bootstrapped from
+	// InitialCluster (peer/doc.go): every founding member must have the
+	// same, and two clusters with the same member list should not. Empty
+	// is allowed; a one-member cluster then gets a random id.
+	ClusterToken string
+
+	// MaxPeerSnapshotBytes bounds one snapshot a peer streams to this
+	// member, which holds it in memory and decodes it to check it before
+	// Raft sees it. It must exceed the state's snapshot size, or followers
+	// that need a snapshot never catch up (the leader logs each refusal,
+	// lodestone_peer_refused_total{reason="snapshot_oversize"} counts
+	// them). Default 2 GiB.
+	MaxPeerSnapshotBytes int64
+	// MaxPeerSnapshotChunks bounds the chunks of one such stream (senders
+	// send 1 MiB each). Default 4096; at least MaxPeerSnapshotBytes/1 MiB+2.
+	MaxPeerSnapshotChunks int
 
 	// TickInterval is one Raft tick. Default 100ms. Lower reacts faster to
 	// a dead leader and costs more heartbeats.
@@ -185,6 +202,8 @@ func DefaultConfig() Config {
 		StartTimeout:              10 * time.Second,
 		Gossip:                    DefaultGossipConfig(),
 		PollProbeInterval:         100 * time.Millisecond,
+		MaxPeerSnapshotBytes:      peer.DefaultMaxSnapshotBytes,
+		MaxPeerSnapshotChunks:     peer.DefaultMaxSnapshotChunks,
 	}
 }
 
@@ -229,6 +248,12 @@ func (c *Config) Validate() error {
 	}
 	if c.TickInterval <= 0 {
 		return bad("tick-interval", "must be positive")
+	}
+	if c.MaxPeerSnapshotBytes <= 0 {
+		return bad("max-peer-snapshot-bytes", "must be positive, got %d", c.MaxPeerSnapshotBytes)
+	}
+	if need := c.MaxPeerSnapshotBytes/peer.SnapshotChunkSize + 2; int64(c.MaxPeerSnapshotChunks) < need {
+		return bad("max-peer-snapshot-chunks", "must be at least %d to carry max-peer-snapshot-bytes (%d) in 1 MiB chunks, got %d", need, c.MaxPeerSnapshotBytes, c.MaxPeerSnapshotChunks)
 	}
 	if c.HeartbeatTicks <= 0 || c.ElectionTicks <= c.HeartbeatTicks {
 		return bad("election-ticks", "must be larger than heartbeat-ticks (%d), got %d", c.HeartbeatTicks, c.ElectionTicks)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -94,6 +95,9 @@ func New(cfg Config) (*Server, error) {
 		s.closeListeners()
 		return nil, err
 	}
+	// NB: the cluster id derives from --initial-cluster as every founding
+	// member was given it, before the rewrite below.
+	founding := maps.Clone(cfg.InitialCluster)
 	// A member listening on port 0 advertises the port it got.
 	if _, ok := cfg.InitialCluster[cfg.Name]; ok {
 		cfg.InitialCluster[cfg.Name] = s.peerLis.Addr().String()
@@ -110,7 +114,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("start watch hub: %w", err)
 	}
 	s.metrics.reg.MustRegister(s.hub)
-	if err := s.openRaft(); err != nil {
+	if err := s.openRaft(founding); err != nil {
 		s.closeListeners()
 		return nil, errors.Join(err, s.hub.Close())
 	}
@@ -121,14 +125,20 @@ func New(cfg Config) (*Server, error) {
 
 // openRaft opens the Raft log and wires the Raft node to the peer
 // transport: the node sends through the transport, and the transport
-// feeds it what arrives.
-func (s *Server) openRaft() error {
+// feeds it what arrives. founding is InitialCluster as configured.
+func (s *Server) openRaft(founding map[string]string) error {
 	lg, err := raftlog.Open(filepath.Join(s.cfg.DataDir, "raft"), raftlog.Options{Logger: s.logger})
 	if err != nil {
 		return fmt.Errorf("open raft log: %w", err)
 	}
+	fresh, err := logIsEmpty(lg)
+	if err != nil {
+		return errors.Join(err, lg.Close())
+	}
 	id := member.ID(s.cfg.Name)
 	s.transport = peer.NewTransport(peer.Config{Self: id, CommitNoticeHold: s.cfg.CommitNoticeHold,
+		OnLearn: s.learnCluster,
+		MaxSnapshotBytes: s.cfg.MaxPeerSnapshotBytes, MaxSnapshotChunks: s.cfg.MaxPeerSnapshotChunks,
 		Logger: s.logger.With("component", "transport"), Registerer: s.metrics.reg})
 	s.raft, err = raftnode.New(raftnode.Config{
 		ID: id, Log: lg, Store: s.store, Hub: s.hub, Sender: s.transport,
@@ -138,6 +148,11 @@ func (s *Server) openRaft() error {
 		SlowLeader: s.cfg.SlowLeader, Faults: s.cfg.Faults, LeaderIndex: s.transport.AskLeaderIndex,
 		Logger: s.logger, Registerer: s.metrics.reg,
 	})
+	if err == nil {
+		// NB: after New restored the data dir's snapshot, which names its
+		// cluster, and before anything is written or served.
+		err = s.settleCluster(fresh, founding)
+	}
 	if err != nil {
 		return errors.Join(err, s.transport.Close(), lg.Close())
 	}

@@ -713,7 +713,11 @@ type ConfChangeContext struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Member *Member                `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
 	// request_id pairs the applied change with the waiting caller.
-	RequestId     uint64 `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId uint64 `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// cluster_id is the cluster the proposer announces the member for (16
+	// bytes); a leader of another cluster refuses the change. Unset in
+	// changes a member proposes to itself.
+	ClusterId     []byte `protobuf:"bytes,3,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -762,6 +766,13 @@ func (x *ConfChangeContext) GetRequestId() uint64 {
 	return 0
 }
 
+func (x *ConfChangeContext) GetClusterId() []byte {
+	if x != nil {
+		return x.ClusterId
+	}
+	return nil
+}
+
 type RaftAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -799,14 +810,22 @@ func (*RaftAck) Descriptor() ([]byte, []int) {
 }
 
 // SnapshotChunk streams one MsgSnap: the first chunk carries the message
-// (with empty snapshot data), the rest carry data in order, the last has
-// last=true and the CRC-32C of all the data.
+// (with empty snapshot data), the sender's cluster id and the data's size;
+// the rest carry data in order, the last has last=true and the CRC-32C and
+// SHA-256 of all the data. The receiver checks all of it, and that the data
+// is a store snapshot of its own cluster, before Raft sees the message.
 type SnapshotChunk struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Message       []byte                 `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
-	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
-	Last          bool                   `protobuf:"varint,3,opt,name=last,proto3" json:"last,omitempty"`
-	Crc32C        uint32                 `protobuf:"varint,4,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Message []byte                 `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	Data    []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Last    bool                   `protobuf:"varint,3,opt,name=last,proto3" json:"last,omitempty"`
+	Crc32C  uint32                 `protobuf:"varint,4,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	// cluster_id (first chunk): the sender's cluster, 16 bytes.
+	ClusterId []byte `protobuf:"bytes,5,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// size (first chunk): the number of data bytes that follow.
+	Size uint64 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	// sha256 (last chunk): SHA-256 of all the data.
+	Sha256        []byte `protobuf:"bytes,7,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -867,6 +886,27 @@ func (x *SnapshotChunk) GetCrc32C() uint32 {
 		return x.Crc32C
 	}
 	return 0
+}
+
+func (x *SnapshotChunk) GetClusterId() []byte {
+	if x != nil {
+		return x.ClusterId
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
 }
 
 type ConfChangeRequest struct {
@@ -1124,17 +1164,23 @@ const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\vlock_failed\x18\x14 \x01(\bR\n" +
 	"lockFailed\x123\n" +
 	"\brejected\x18\x15 \x01(\v2\x17.lodestone.v1.RejectionR\brejectedB\b\n" +
-	"\x06result\"`\n" +
+	"\x06result\"\x7f\n" +
 	"\x11ConfChangeContext\x12,\n" +
 	"\x06member\x18\x01 \x01(\v2\x14.lodestone.v1.MemberR\x06member\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\x04R\trequestId\"\t\n" +
-	"\aRaftAck\"i\n" +
+	"request_id\x18\x02 \x01(\x04R\trequestId\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x03 \x01(\fR\tclusterId\"\t\n" +
+	"\aRaftAck\"\xb4\x01\n" +
 	"\rSnapshotChunk\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\fR\amessage\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x12\n" +
 	"\x04last\x18\x03 \x01(\bR\x04last\x12\x16\n" +
-	"\x06crc32c\x18\x04 \x01(\rR\x06crc32c\"+\n" +
+	"\x06crc32c\x18\x04 \x01(\rR\x06crc32c\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x05 \x01(\fR\tclusterId\x12\x12\n" +
+	"\x04size\x18\x06 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06sha256\x18\a \x01(\fR\x06sha256\"+\n" +
 	"\x11ConfChangeRequest\x12\x16\n" +
 	"\x06change\x18\x01 \x01(\fR\x06change\"Z\n" +
 	"\x12ConfChangeResponse\x12.\n" +
