@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/clusterid"
 	"github.com/lodestone-kv/lodestone/internal/member"
 	"github.com/lodestone-kv/lodestone/raftlog"
 )
@@ -72,6 +74,16 @@ func Restore(o RestoreOptions, out io.Writer) (Info, error) {
 		voters = append(voters, id)
 		st.SetMember(index, &lodestonepb.Member{Id: id, Name: name, PeerAddr: o.InitialCluster[name]})
 	}
+	// The restored cluster keeps the snapshot's cluster id: every member
+	// restored from this file gets the same one with nothing more to say,
+	// and a snapshot from the cluster it replaces still fits it. A file
+	// from before cluster ids gets one derived from its checksum and the
+	// new members, the same on every member restored from it.
+	cluster := st.ClusterID()
+	if cluster.IsZero() {
+		cluster = clusterid.Derive("restored from snapshot "+hex.EncodeToString(p.sum[:]), o.InitialCluster)
+		st.SetClusterID(cluster)
+	}
 	var buf bytes.Buffer
 	if _, err := st.Snapshot().WriteTo(&buf); err != nil {
 		return Info{}, fmt.Errorf("encode restored state: %w", err)
@@ -113,13 +125,20 @@ func Restore(o RestoreOptions, out io.Writer) (Info, error) {
 			err = syncDir(o.DataDir)
 		}
 	}
+	if err == nil {
+		// NB: after the log: a restore cut before this still starts, as
+		// the server takes the id the snapshot names.
+		if err = clusterid.Save(o.DataDir, cluster); err != nil {
+			os.RemoveAll(final)
+		}
+	}
 	if err != nil {
 		os.RemoveAll(staging)
 		return Info{}, err
 	}
 	in := describe(o.Path, p, st)
-	fmt.Fprintf(out, "restored %s into %s: index %d, term %d, %d keys, %d services; member %s of a new cluster of %d (%s)\n",
-		o.Path, o.DataDir, index, term, in.Keys, in.Services, o.Name, len(names), member.FormatCluster(o.InitialCluster))
+	fmt.Fprintf(out, "restored %s into %s: index %d, term %d, %d keys, %d services; member %s of a new cluster of %d (%s), cluster id %s\n",
+		o.Path, o.DataDir, index, term, in.Keys, in.Services, o.Name, len(names), member.FormatCluster(o.InitialCluster), cluster)
 	return in, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lodestone-kv/lodestone/internal/clusterid"
 	"os"
 	"path/filepath"
 	"strings"
@@ -206,6 +207,18 @@ func TestSaveInspectRestore(t *testing.T) {
 		var out bytes.Buffer
 		if _, err := snapshot.Restore(snapshot.RestoreOptions{Path: path, DataDir: dst.dirs[n], Name: n, InitialCluster: dst.peers}, &out); err != nil {
 			t.Fatalf("restore %s: %v", n, err)
+		}
+	}
+	// Every restored member keeps the saved cluster's id, with no step
+	// between them.
+	srcID, ok, err := clusterid.Load(src.dirs["a1"])
+	if err != nil || !ok {
+		t.Fatalf("source cluster id: %v (found %v)", err, ok)
+	}
+	for n := range dst.peers {
+		got, ok, err := clusterid.Load(dst.dirs[n])
+		if err != nil || !ok || got != srcID {
+			t.Errorf("%s restored into cluster %s (found %v, %v), want %s", n, got, ok, err, srcID)
 		}
 	}
 	// A second restore into a used dir is refused.
