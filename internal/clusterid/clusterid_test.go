@@ -43,3 +43,18 @@ func TestSaveLoad(t *testing.T) {
 		}
 	}
 }
+
+func FuzzParse(f *testing.F) {
+	f.Add(Random().String())
+	f.Add("")
+	f.Add(strings.Repeat("0", 32))
+	f.Fuzz(func(t *testing.T, s string) {
+		id, err := Parse(s)
+		if err != nil {
+			return
+		}
+		if id.IsZero() || id.String() != strings.ToLower(s) {
+			t.Fatalf("Parse(%q) = %s", s, id)
+		}
+	})
+}
