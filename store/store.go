@@ -30,6 +30,10 @@ type Store struct {
 	// Written by the apply goroutine while it holds mu exclusively, read
 	// without mu (Admission): the server checks it on every request.
 	admission atomic.Pointer[admissionState]
+	// acls is the ACL tables (acl.go), replaced whole by the apply
+	// goroutine under mu, read without mu: the resolver reads them on
+	// every request.
+	acls atomic.Pointer[aclState]
 
 	// mu guards every field below. The apply goroutine holds it exclusively
 	// for the whole of one command (so a transaction is never seen half
@@ -74,7 +78,9 @@ func itemOf(kv *lodestonepb.KeyValue) item { return item{key: kv.Key, kv: kv} }
 
 // New returns an empty store at index 0.
 func New() *Store {
-	return &Store{kv: newTree(), members: map[uint64]*lodestonepb.Member{}, tab: newTables(), der: newDerived()}
+	s := &Store{kv: newTree(), members: map[uint64]*lodestonepb.Member{}, tab: newTables(), der: newDerived()}
+	s.acls.Store(newACLState())
+	return s
 }
 
 // Index returns the last applied Raft index (by Apply, Advance, member
