@@ -157,7 +157,7 @@ func (r *rawSnapshot) trailerV3(index, kvIndex uint64, counts map[byte]uint64) *
 	for typ, n := range counts {
 		binary.BigEndian.PutUint64(p[56+8*(int(typ)-1):], n)
 	}
-	binary.BigEndian.PutUint32(p[56+8*recTypes:], r.crc)
+	binary.BigEndian.PutUint32(p[56+8*recTypesV3:], r.crc)
 	return r.record(recTrailer, p[:])
 }
 

@@ -301,6 +301,8 @@ func (s *Store) Apply(index uint64, cmd *lodestonepb.Command) (*lodestonepb.Comm
 		return a.setMemberAttrs(op.Member), nil
 	case *lodestonepb.Command_Admission:
 		res = a.setAdmission(op.Admission)
+	case *lodestonepb.Command_Acl:
+		res = a.applyACL(op.Acl)
 	default:
 		res = &lodestonepb.CommandResult{}
 	}

@@ -11,8 +11,9 @@
 // too); tombstones of deleted keys and lock delays; the max index of every
 // table and of every node and service name, for blocking queries; the
 // member table with addresses; the admission policy every server enforces
-// (its own state, not a key: no KV command can change it); the applied
-// index; and the snapshot encoding of all of it (SNAPSHOT.md).
+// (its own state, not a key: no KV command can change it); the ACL tables
+// (tokens, policies, roles, bootstrap state: acl.go); the applied index;
+// and the snapshot encoding of all of it (SNAPSHOT.md).
 //
 // # What it refuses to know
 //
@@ -32,8 +33,9 @@
 // Restore. Any number of goroutines call the reads concurrently with it:
 // Get, Range, Members, Admission, Index, KVIndex, MembersIndex, Len,
 // KVIndexFor, the catalog and session reads and the index getters.
-// Admission takes no lock (one atomic load: it is read on every client
-// request). A sync.RWMutex guards the rest of the state: Apply holds it
+// Admission and the ACL reads (ACLIndex, TokenBySecret, Policy, Role and
+// the other ACL accessors) take no lock (one atomic load: they are read on
+// every client request); the store implements acl.Source. A sync.RWMutex guards the rest of the state: Apply holds it
 // exclusively for one whole command (a transaction, a registration or an
 // invalidation is never seen half applied), reads hold it shared. A Range
 // holds the read lock while it walks at most its limit of keys, so
@@ -49,7 +51,8 @@
 //
 //  1. Before proposing, stamp cmd.time_unix_nano with the server's clock
 //     (catalog and session commands, a put with acquire and a txn with LOCK
-//     need it), fill a new session's id with a fresh UUID, then validate:
+//     need it), fill a new session's id with a fresh UUID (and an ACL
+//     create's ids and secret, and a new token's create time), then validate:
 //     Limits.ValidateCommand(cmd). Apply does not enforce limits (replicas
 //     may be configured differently) and applies anything CheckCommand
 //     accepts.

@@ -8,6 +8,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
 
@@ -28,6 +29,12 @@ func FuzzApply(f *testing.F) {
 		at(t0, txnCmd(opLock(LOCK, "a", "v", sid(1)), opLock(UNLOCK, "b", "", sid(1)), opLock(CHECK_SESSION, "b", "", sid(1)))),
 		memberCmd(1, "g", "h"), admissionCmd(policy(5, true)), admissionCmd(&lodestonepb.AdmissionPolicy{}),
 		putCmd(legacyAdmissionKey, "x"), delPrefix("_lodestone"),
+		bootstrapCmd("acc-2", "sec-2"), policySet(true, "p2", "p2", `key "a" { policy = "list" }`),
+		policySet(false, "p1", "renamed", `service_prefix "" { policy = "read" }`), roleSet(true, "r2", "r2", byName("p1")),
+		tokenSet(true, "a2", "s2", []*lodestonepb.ACLLink{byID("p1")}, []*lodestonepb.ACLLink{byName("r1")}),
+		tokenSet(false, acl.AnonymousTokenID, "", []*lodestonepb.ACLLink{byName("p1")}, nil),
+		aclCmd(&lodestonepb.ACLCommand{Op: &lodestonepb.ACLCommand_PolicyDelete{PolicyDelete: "p1"}}),
+		aclCmd(&lodestonepb.ACLCommand{Op: &lodestonepb.ACLCommand_TokenDelete{TokenDelete: acl.AnonymousTokenID}}),
 	} {
 		b, _ := proto.Marshal(c)
 		f.Add(b)
@@ -49,7 +56,10 @@ func FuzzApply(f *testing.F) {
 		}
 		s.ApplyConfChange(9, []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode, NodeID: 1}}, nil)
 		s.Apply(10, admissionCmd(policy(1, true)))
-		const idx = 11
+		s.Apply(11, policySet(true, "p1", "p1", `key_prefix "" { policy = "read" }`))
+		s.Apply(12, roleSet(true, "r1", "r1", byID("p1")))
+		s.Apply(13, bootstrapCmd("acc", "sec"))
+		const idx = 14
 		res, _ := s.Apply(idx, cmd)
 		checkInvariants(t, s)
 		if res == nil {
@@ -93,6 +103,11 @@ func FuzzRestore(f *testing.F) {
 	}
 	f.Add(encode(f, cs))
 	cs.Apply(cs.Index()+1, admissionCmd(policy(3, true)))
+	f.Add(encode(f, cs))
+	cs.Apply(cs.Index()+1, bootstrapCmd("acc", "sec"))
+	cs.Apply(cs.Index()+1, policySet(true, "p1", "p1", `key_prefix "" { policy = "read" }`))
+	cs.Apply(cs.Index()+1, roleSet(true, "r1", "r1", byID("p1")))
+	cs.Apply(cs.Index()+1, tokenSet(true, "a1", "s1", nil, []*lodestonepb.ACLLink{byID("r1")}))
 	f.Add(encode(f, cs))
 	enc, _ := proto.Marshal(policy(3, true))
 	f.Add(newRaw(2).keyAt("_a", nil, 1, 1).keyAt(legacyAdmissionKey, enc, 2, 2).trailerOld(2, 3, 2, 0, 2).bytes())

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"fmt"
+	"google.golang.org/protobuf/encoding/prototext"
 	"strings"
 	"testing"
 
@@ -102,6 +103,7 @@ func (d *driver) applyAll(cmds ...*lodestonepb.Command) {
 // Index, member ids non-zero, and checkCatalogInvariants.
 func checkInvariants(t *testing.T, s *Store) {
 	t.Helper()
+	checkACLInvariants(t, s)
 	held := map[string]map[string]struct{}{}              // session -> keys, for checkCatalogInvariants
 	defer func() { checkCatalogInvariants(t, s, held) }() // after the unlock below
 	s.mu.RLock()
@@ -152,6 +154,31 @@ func dump(s *Store) string {
 	}
 	if p, i := s.Admission(); p != nil || i != 0 {
 		fmt.Fprintf(&b, "admission %d %s\n", i, fmtPolicy(p))
+	}
+	// The ACL tables, once a command has changed them (an untouched store
+	// holds only the built-ins, which every dump would repeat).
+	if s.ACLIndex() != 0 {
+		b.WriteString(dumpACL(s))
+	}
+	return b.String()
+}
+
+// dumpACL renders the ACL tables deterministically.
+func dumpACL(s *Store) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "acl index=%d bootstrap=%d\n", s.ACLIndex(), s.ACLBootstrapIndex())
+	mo := prototext.MarshalOptions{}
+	ps, _ := s.ACLPolicies()
+	for _, p := range ps {
+		fmt.Fprintf(&b, "policy %s\n", mo.Format(p))
+	}
+	rs, _ := s.ACLRoles()
+	for _, r := range rs {
+		fmt.Fprintf(&b, "role %s\n", mo.Format(r))
+	}
+	ts, _ := s.ACLTokens()
+	for _, t := range ts {
+		fmt.Fprintf(&b, "token %s\n", mo.Format(t))
 	}
 	return b.String()
 }
@@ -218,3 +245,37 @@ func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 type writerBuf struct{ b []byte }
 
 func (w *writerBuf) Write(p []byte) (int, error) { w.b = append(w.b, p...); return len(p), nil }
+
+// checkACLInvariants: the secondary indices agree with the tables, links
+// are by id, and the built-ins exist.
+func checkACLInvariants(t *testing.T, s *Store) {
+	t.Helper()
+	st := s.acls.Load()
+	if len(st.secrets) != len(st.tokens) || len(st.policyNames) != len(st.policies) || len(st.roleNames) != len(st.roles) {
+		t.Fatalf("ACL indices disagree: %d tokens %d secrets, %d policies %d names, %d roles %d names",
+			len(st.tokens), len(st.secrets), len(st.policies), len(st.policyNames), len(st.roles), len(st.roleNames))
+	}
+	for id, tok := range st.tokens {
+		if tok.AccessorId != id || st.secrets[tok.SecretId] != tok {
+			t.Fatalf("token %q misfiled", id)
+		}
+		for _, l := range append(append([]*lodestonepb.ACLLink{}, tok.Policies...), tok.Roles...) {
+			if l.Id == "" || l.Name != "" {
+				t.Fatalf("token %q link %v not by id only", id, l)
+			}
+		}
+	}
+	for id, p := range st.policies {
+		if p.Id != id || st.policyNames[p.Name] != p {
+			t.Fatalf("policy %q misfiled", id)
+		}
+	}
+	for id, r := range st.roles {
+		if r.Id != id || st.roleNames[r.Name] != r {
+			t.Fatalf("role %q misfiled", id)
+		}
+	}
+	if st.policies["00000000-0000-0000-0000-000000000001"] == nil || st.tokens["00000000-0000-0000-0000-000000000002"] == nil {
+		t.Fatal("a built-in ACL object is missing")
+	}
+}

@@ -383,6 +383,8 @@ func CheckCommand(cmd *lodestonepb.Command) error {
 			return invalid(-1, "command", RuleCommandOp, "admission command has no policy")
 		}
 		return nil
+	case *lodestonepb.Command_Acl:
+		return checkACL(op.Acl)
 	default:
 		return invalid(-1, "command", RuleCommandOp, noOpMessage)
 	}

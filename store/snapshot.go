@@ -16,16 +16,17 @@ import (
 	"github.com/lodestone-kv/lodestone/internal/clusterid"
 )
 
-// Snapshot stream format, version 4 (versions 1 to 3 are still read).
+// Snapshot stream format, version 5 (versions 1 to 4 are still read).
 // SNAPSHOT.md is the long form; a change here bumps snapshotVersion and
 // edits SNAPSHOT.md in the same PR.
 //
 //	header   (32 bytes; 16 before version 4)
 //	  0  magic    [8]byte  "LDSTSNAP"
-//	  8  version  uint32   big-endian, 4 (3: no cluster id; 2: no
-//	                       admission record; 1: members and keys only)
+//	  8  version  uint32   big-endian, 5 (4: no ACL record; 3: no cluster
+//	                       id; 2: no admission record; 1: members and keys
+//	                       only)
 //	 12  reserved uint32   0 (anything else is refused)
-//	 16  cluster  [16]byte the cluster id (version 4 only; zero: none)
+//	 16  cluster  [16]byte the cluster id (versions 4 and 5; zero: none)
 //	records  (repeated, grouped by type in ascending type order, each
 //	          group strictly ascending by its key, then exactly one trailer)
 //	  0  type     uint8    see the rec* constants; 255 = trailer
@@ -37,8 +38,9 @@ import (
 //	                       index records: [8]byte big-endian uint64, then
 //	                       the key or name bytes; the admission record
 //	                       (at most one): [8]byte index that set it, then
-//	                       the AdmissionPolicy
-//	trailer payload, versions 3 and 4 (148 bytes, all big-endian)
+//	                       the AdmissionPolicy; the ACL record (exactly
+//	                       one from version 5): an ACLSnapshot
+//	trailer payload, version 5 (156 bytes, all big-endian)
 //	  0  index          uint64  applied index the snapshot was taken at
 //	  8  kv_index       uint64  Store.KVIndex at that point
 //	 16  members_index  uint64  Store.MembersIndex
@@ -46,11 +48,12 @@ import (
 //	 32  services_index uint64
 //	 40  checks_index   uint64
 //	 48  sessions_index uint64
-//	 56  counts         [11]uint64, records of type 1..11
-//	144  body_crc       uint32  CRC-32C of every byte from offset 0 of the
+//	 56  counts         [12]uint64, records of type 1..12
+//	152  body_crc       uint32  CRC-32C of every byte from offset 0 of the
 //	                            stream up to the trailer record's type byte
-//	trailer payload, version 2 (140 bytes): as version 3 with 10 counts,
-//	  body_crc at 136
+//	trailer payload, versions 3 and 4 (148 bytes): as version 5 with 11
+//	  counts, body_crc at 144; version 2 (140 bytes): 10 counts, body_crc
+//	  at 136
 //	trailer payload, version 1 (44 bytes): index, kv_index, members_index,
 //	  members count, keys count (uint64 each), body_crc (uint32)
 //	after the trailer: end of stream (anything more is refused)
@@ -60,7 +63,7 @@ import (
 // the key (migrateAdmission).
 const (
 	snapshotMagic   = "LDSTSNAP"
-	snapshotVersion = 4
+	snapshotVersion = 5
 
 	recMember       = 1  // lodestone.v1.Member, by id
 	recKV           = 2  // lodestone.v1.KeyValue, by key
@@ -73,8 +76,10 @@ const (
 	recNodeIndex    = 9  // index + node name, by name
 	recServiceIndex = 10 // index + service name, by name
 	recAdmission    = 11 // index + lodestone.v1.AdmissionPolicy, at most one
-	recTypes        = 11
+	recACL          = 12 // lodestone.v1.ACLSnapshot, exactly one (version 5)
+	recTypes        = 12
 	recTypesV2      = 10 // record types a version-2 stream may hold
+	recTypesV3      = 11 // record types a version-3 or -4 stream may hold
 	recTrailer      = 255
 
 	headerLen        = 16
@@ -82,7 +87,8 @@ const (
 	recHeaderLen     = 9
 	trailerLen       = 44  // version 1
 	trailerLenV2     = 140 // version 2
-	trailerLenV3     = 148 // version 3
+	trailerLenV3     = 148 // versions 3 and 4
+	trailerLenV5     = 156 // version 5
 	maxRecordPayload = 64 << 20
 )
 
@@ -91,7 +97,7 @@ var recNames = [recTypes + 1][2]string{
 	{"?", "?"}, {"member", "members"}, {"key", "keys"}, {"node", "nodes"}, {"service", "services"},
 	{"check", "checks"}, {"session", "sessions"}, {"tombstone", "tombstones"}, {"lock delay", "lock delays"},
 	{"node index", "node indexes"}, {"service index", "service indexes"},
-	{"admission policy", "admission policies"},
+	{"admission policy", "admission policies"}, {"ACL state", "ACL states"},
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -112,6 +118,7 @@ type Snapshot struct {
 	kv           *btree.BTreeG[item]
 	tab          tables          // copy-on-write clones
 	admission    *admissionState // immutable, nil: none
+	acls         *aclState       // immutable
 	cluster      clusterid.ID
 }
 
@@ -133,6 +140,7 @@ func (s *Store) Snapshot() *Snapshot {
 		kv:           s.kv.Clone(),
 		tab:          s.tab.clone(),
 		admission:    s.admission.Load(),
+		acls:         s.acls.Load(),
 		cluster:      s.ClusterID(),
 	}
 }
@@ -189,8 +197,11 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		enc.record(recAdmission, buf)
 		counts[recAdmission]++
 	}
+	if enc.err == nil {
+		msg(recACL, sn.acls.snapshot())
+	}
 
-	var tr [trailerLenV3]byte
+	var tr [trailerLenV5]byte
 	for i, v := range []uint64{sn.index, sn.kvIndex, sn.membersIndex, t.nodesIndex, t.servicesIndex, t.checksIndex, t.sessionsIndex} {
 		binary.BigEndian.PutUint64(tr[8*i:], v)
 	}
@@ -269,7 +280,8 @@ func (e *encoder) record(typ byte, payload []byte) {
 // if lower (the server decides which snapshots to install).
 //
 // Versions 1 (members and keys only: the catalog and sessions restore
-// empty), 2 and 3 are read. A version 1 or 2 snapshot holds the admission
+// empty), 2, 3, 4 (no ACL tables: they restore as a new store's) and 5 are
+// read. A version 1 or 2 snapshot holds the admission
 // policy as the KV key _lodestone/admission: Restore moves it into the
 // admission state and drops the key (see SNAPSHOT.md, "Migration from
 // versions 1 and 2"). Input that is not a complete, intact snapshot of
@@ -295,6 +307,10 @@ func (s *Store) Restore(r io.Reader) error {
 	s.tab = st.tab
 	s.der = der
 	s.admission.Store(st.admission)
+	if st.acls == nil {
+		st.acls = newACLState() // before version 5: no ACLs yet
+	}
+	s.acls.Store(st.acls)
 	if !st.cluster.IsZero() {
 		// NB: a snapshot of version 3 or before names no cluster; the
 		// store keeps the id it knows.
@@ -326,6 +342,7 @@ type decoded struct {
 	members                      map[uint64]*lodestonepb.Member
 	tab                          tables
 	admission                    *admissionState // nil: none
+	acls                         *aclState       // nil: none in the stream
 	index, kvIndex, membersIndex uint64
 	cluster                      clusterid.ID // zero before version 4
 }
@@ -397,6 +414,8 @@ func (d *decoder) decode() (*decoded, error) {
 		maxType = recKV
 	case 2:
 		maxType = recTypesV2
+	case 3, 4:
+		maxType = recTypesV3
 	}
 
 	st := &decoded{kv: newTree(), members: map[uint64]*lodestonepb.Member{}, tab: newTables(), cluster: cluster}
@@ -558,6 +577,20 @@ func (d *decoder) decode() (*decoded, error) {
 			}
 			maxMod = max(maxMod, a.index)
 			insert = func() { st.admission = a }
+		case recACL:
+			if counts[recACL] > 0 {
+				return nil, bad("more than one ACL state")
+			}
+			m := &lodestonepb.ACLSnapshot{}
+			if err := proto.Unmarshal(payload, m); err != nil {
+				return nil, d.corrupt(recOff, fmt.Sprintf("record %d: decode ACL state", d.records), err)
+			}
+			acls, why := aclFromSnapshot(m)
+			if why != "" {
+				return nil, bad("%s", why)
+			}
+			maxMod = max(maxMod, acls.index, acls.bootstrapIndex)
+			insert = func() { st.acls = acls }
 		case recSession:
 			v := &lodestonepb.SessionEntry{}
 			if err := proto.Unmarshal(payload, v); err != nil {
@@ -599,7 +632,7 @@ func (d *decoder) decode() (*decoded, error) {
 				insert = func() { st.tab.serviceIdx.set(key, val) }
 			}
 		}
-		if typ != recMember && typ != recKV && typ != recAdmission {
+		if typ != recMember && typ != recKV && typ != recAdmission && typ != recACL {
 			if counts[typ] > 0 && key <= lastKey {
 				return nil, bad("%s %q not after %q", recNames[typ][0], key, lastKey)
 			}
@@ -618,12 +651,14 @@ func (d *decoder) decode() (*decoded, error) {
 // trailer checks the trailer record against what was read and fills the
 // indices of st.
 func (d *decoder) trailer(recOff int64, version uint32, p []byte, st *decoded, counts *[recTypes + 1]uint64, maxMod uint64) error {
-	want, types := trailerLenV3, recTypes
+	want, types := trailerLenV5, recTypes
 	switch version {
 	case 1:
 		want = trailerLen
 	case 2:
 		want, types = trailerLenV2, recTypesV2
+	case 3, 4:
+		want, types = trailerLenV3, recTypesV3
 	}
 	if len(p) != want {
 		return d.corrupt(recOff, fmt.Sprintf("trailer is %d bytes, want %d", len(p), want), nil)
@@ -668,6 +703,9 @@ func (d *decoder) trailer(recOff int64, version uint32, p []byte, st *decoded, c
 	})
 	if orphan != nil {
 		return orphan
+	}
+	if version >= 5 && st.acls == nil {
+		return d.corrupt(recOff, "no ACL state record", nil)
 	}
 	if _, err := d.r.ReadByte(); err != io.EOF {
 		if err != nil {

@@ -157,6 +157,11 @@ func newRaw(version uint32) *rawSnapshot {
 	binary.BigEndian.PutUint32(h[8:], version)
 	r.buf.Write(h[:])
 	r.crc = crc32.Update(0, castagnoli, h[:])
+	if version >= 4 {
+		var id [clusterLen]byte // no cluster
+		r.buf.Write(id[:])
+		r.crc = crc32.Update(r.crc, castagnoli, id[:])
+	}
 	return r
 }
 
@@ -211,15 +216,15 @@ func TestRestoreRefusesDamage(t *testing.T) {
 		{"empty input", nil, "truncated header: 0 of 16 bytes"},
 		{"short header", valid[:10], "truncated header: 10 of 16 bytes"},
 		{"bad magic", mutate(func(b []byte) []byte { copy(b, "NOTASNAP"); return b }), `bad magic "NOTASNAP", want "LDSTSNAP"`},
-		{"future version", mutate(func(b []byte) []byte { binary.BigEndian.PutUint32(b[8:], 5); return b }), "version 5 unsupported (this build reads versions 1 to 4)"},
+		{"future version", mutate(func(b []byte) []byte { binary.BigEndian.PutUint32(b[8:], 6); return b }), "version 6 unsupported (this build reads versions 1 to 5)"},
 		{"reserved set", mutate(func(b []byte) []byte { b[15] = 1; return b }), "reserved header field is 0x1, want 0"},
 		{"truncated in cluster id", valid[:headerLen+3], "truncated header: 19 of 32 bytes"},
 		{"truncated after header", valid[:kvRecOff], "truncated after 0 records (in record header)"},
 		{"truncated inside second record", valid[:kvRecOff+recHeaderLen+20], "truncated after 1 records (in record 1 payload)"},
 		{"cluster id changed", mutate(func(b []byte) []byte { b[headerLen] ^= 1; return b }), "body checksum mismatch"},
-		{"no trailer", valid[:len(valid)-recHeaderLen-trailerLenV3], "truncated after 4 records (in record header)"},
-		{"cut in trailer", valid[:len(valid)-1], "truncated after 4 records (in record 4 payload)"},
-		{"payload bit flip", mutate(func(b []byte) []byte { b[len(b)-recHeaderLen-trailerLenV3-2] ^= 0x01; return b }), "record 3 checksum mismatch"},
+		{"no trailer", valid[:len(valid)-recHeaderLen-trailerLenV5], "truncated after 5 records (in record header)"},
+		{"cut in trailer", valid[:len(valid)-1], "truncated after 5 records (in record 5 payload)"},
+		{"payload bit flip", mutate(func(b []byte) []byte { b[len(b)-recHeaderLen-trailerLenV5-2] ^= 0x01; return b }), "record 4 checksum mismatch"},
 		{"crc damaged", mutate(func(b []byte) []byte { b[kvRecOff+5] ^= 0xff; return b }), "record 0 checksum mismatch"},
 		{"type damaged", mutate(func(b []byte) []byte { b[kvRecOff] = 7; return b }), "record 0 checksum mismatch"},
 		{"huge length", mutate(func(b []byte) []byte { binary.BigEndian.PutUint32(b[kvRecOff+1:], 1<<30); return b }), "record 0 length 1073741824 exceeds 67108864"},
@@ -346,7 +351,9 @@ func TestSnapshotWriteError(t *testing.T) {
 
 func TestEmptySnapshot(t *testing.T) {
 	b := encode(t, New())
-	if got, want := len(b), headerLen+clusterLen+recHeaderLen+trailerLenV3; got != want {
+	// An empty store still holds the built-in ACL objects: one ACL record.
+	acls, _ := proto.MarshalOptions{Deterministic: true}.Marshal(newACLState().snapshot())
+	if got, want := len(b), headerLen+clusterLen+2*recHeaderLen+len(acls)+trailerLenV5; got != want {
 		t.Errorf("empty snapshot is %d bytes, want %d", got, want)
 	}
 	s := New()

@@ -36,6 +36,10 @@ type Store struct {
 	// it learns the id, and snapshots carry it so a snapshot names its
 	// cluster. Atomic because the transport may learn it while Apply runs.
 	cluster atomic.Pointer[clusterid.ID]
+	// acls is the ACL tables (acl.go), replaced whole by the apply
+	// goroutine under mu, read without mu: the resolver reads them on
+	// every request.
+	acls atomic.Pointer[aclState]
 
 	// mu guards every field below. The apply goroutine holds it exclusively
 	// for the whole of one command (so a transaction is never seen half
@@ -80,7 +84,9 @@ func itemOf(kv *lodestonepb.KeyValue) item { return item{key: kv.Key, kv: kv} }
 
 // New returns an empty store at index 0.
 func New() *Store {
-	return &Store{kv: newTree(), members: map[uint64]*lodestonepb.Member{}, tab: newTables(), der: newDerived()}
+	s := &Store{kv: newTree(), members: map[uint64]*lodestonepb.Member{}, tab: newTables(), der: newDerived()}
+	s.acls.Store(newACLState())
+	return s
 }
 
 // ClusterID is the id of the cluster this state belongs to; zero when

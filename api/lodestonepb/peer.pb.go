@@ -41,6 +41,7 @@ type Command struct {
 	//	*Command_SessionRenew
 	//	*Command_SessionInvalidate
 	//	*Command_Admission
+	//	*Command_Acl
 	Op isCommand_Op `protobuf_oneof:"op"`
 	// time_unix_nano is the proposing server's clock when it proposed the
 	// command. Apply never reads a clock: lock delays, session creation and
@@ -196,6 +197,15 @@ func (x *Command) GetAdmission() *AdmissionPolicy {
 	return nil
 }
 
+func (x *Command) GetAcl() *ACLCommand {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Acl); ok {
+			return x.Acl
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetTimeUnixNano() int64 {
 	if x != nil {
 		return x.TimeUnixNano
@@ -270,6 +280,12 @@ type Command_Admission struct {
 	Admission *AdmissionPolicy `protobuf:"bytes,30,opt,name=admission,proto3,oneof"`
 }
 
+type Command_Acl struct {
+	// acl changes the ACL tables: tokens, policies, roles, bootstrap
+	// (store/acl.go). The proposer fills new ids, secrets and times.
+	Acl *ACLCommand `protobuf:"bytes,31,opt,name=acl,proto3,oneof"`
+}
+
 func (*Command_Put) isCommand_Op() {}
 
 func (*Command_Delete) isCommand_Op() {}
@@ -293,6 +309,8 @@ func (*Command_SessionRenew) isCommand_Op() {}
 func (*Command_SessionInvalidate) isCommand_Op() {}
 
 func (*Command_Admission) isCommand_Op() {}
+
+func (*Command_Acl) isCommand_Op() {}
 
 // SessionInvalidate invalidates sessions as if destroyed: their behavior
 // (release or delete) is applied to the keys they hold, and their lock
@@ -480,6 +498,7 @@ type CommandResult struct {
 	//	*CommandResult_SessionDestroy
 	//	*CommandResult_SessionRenew
 	//	*CommandResult_SessionInvalidate
+	//	*CommandResult_Acl
 	Result isCommandResult_Result `protobuf_oneof:"result"`
 	// cas_failed is set when a conditional put or delete did not match.
 	CasFailed bool `protobuf:"varint,4,opt,name=cas_failed,json=casFailed,proto3" json:"cas_failed,omitempty"`
@@ -622,6 +641,15 @@ func (x *CommandResult) GetSessionInvalidate() *SessionInvalidateResult {
 	return nil
 }
 
+func (x *CommandResult) GetAcl() *ACLResult {
+	if x != nil {
+		if x, ok := x.Result.(*CommandResult_Acl); ok {
+			return x.Acl
+		}
+	}
+	return nil
+}
+
 func (x *CommandResult) GetCasFailed() bool {
 	if x != nil {
 		return x.CasFailed
@@ -687,6 +715,10 @@ type CommandResult_SessionInvalidate struct {
 	SessionInvalidate *SessionInvalidateResult `protobuf:"bytes,16,opt,name=session_invalidate,json=sessionInvalidate,proto3,oneof"`
 }
 
+type CommandResult_Acl struct {
+	Acl *ACLResult `protobuf:"bytes,31,opt,name=acl,proto3,oneof"`
+}
+
 func (*CommandResult_Put) isCommandResult_Result() {}
 
 func (*CommandResult_Delete) isCommandResult_Result() {}
@@ -706,6 +738,8 @@ func (*CommandResult_SessionDestroy) isCommandResult_Result() {}
 func (*CommandResult_SessionRenew) isCommandResult_Result() {}
 
 func (*CommandResult_SessionInvalidate) isCommandResult_Result() {}
+
+func (*CommandResult_Acl) isCommandResult_Result() {}
 
 // ConfChangeContext travels in a ConfChange's context so every node learns
 // the addresses of a member when the change is applied.
@@ -1117,11 +1151,681 @@ func (x *LeaderIndexResponse) GetRefused() bool {
 	return false
 }
 
+// ACLLink names a policy or role a token or role links to. Writes may give
+// the id or the name; the store resolves a name to its id when it applies
+// the write and keeps only ids (a rename then shows everywhere).
+type ACLLink struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ACLLink) Reset() {
+	*x = ACLLink{}
+	mi := &file_lodestone_v1_peer_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLLink) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLLink) ProtoMessage() {}
+
+func (x *ACLLink) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_peer_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLLink.ProtoReflect.Descriptor instead.
+func (*ACLLink) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ACLLink) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ACLLink) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// ACLPolicy is Consul's ACL policy: rules in Consul's rule language (HCL).
+type ACLPolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Description   string                 `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	Rules         string                 `protobuf:"bytes,4,opt,name=rules,proto3" json:"rules,omitempty"`
+	Datacenters   []string               `protobuf:"bytes,5,rep,name=datacenters,proto3" json:"datacenters,omitempty"`
+	CreateIndex   uint64                 `protobuf:"varint,6,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64                 `protobuf:"varint,7,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ACLPolicy) Reset() {
+	*x = ACLPolicy{}
+	mi := &file_lodestone_v1_peer_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLPolicy) ProtoMessage() {}
+
+func (x *ACLPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_peer_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLPolicy.ProtoReflect.Descriptor instead.
+func (*ACLPolicy) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ACLPolicy) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ACLPolicy) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ACLPolicy) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *ACLPolicy) GetRules() string {
+	if x != nil {
+		return x.Rules
+	}
+	return ""
+}
+
+func (x *ACLPolicy) GetDatacenters() []string {
+	if x != nil {
+		return x.Datacenters
+	}
+	return nil
+}
+
+func (x *ACLPolicy) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
+func (x *ACLPolicy) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
+// ACLRole is a named set of policies.
+type ACLRole struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Description   string                 `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	Policies      []*ACLLink             `protobuf:"bytes,4,rep,name=policies,proto3" json:"policies,omitempty"`
+	CreateIndex   uint64                 `protobuf:"varint,5,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex   uint64                 `protobuf:"varint,6,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ACLRole) Reset() {
+	*x = ACLRole{}
+	mi := &file_lodestone_v1_peer_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLRole) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLRole) ProtoMessage() {}
+
+func (x *ACLRole) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_peer_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLRole.ProtoReflect.Descriptor instead.
+func (*ACLRole) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ACLRole) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ACLRole) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ACLRole) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *ACLRole) GetPolicies() []*ACLLink {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+func (x *ACLRole) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
+func (x *ACLRole) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
+// ACLToken is a bearer secret and the rights linked to it.
+type ACLToken struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	AccessorId  string                 `protobuf:"bytes,1,opt,name=accessor_id,json=accessorId,proto3" json:"accessor_id,omitempty"`
+	SecretId    string                 `protobuf:"bytes,2,opt,name=secret_id,json=secretId,proto3" json:"secret_id,omitempty"`
+	Description string                 `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	Policies    []*ACLLink             `protobuf:"bytes,4,rep,name=policies,proto3" json:"policies,omitempty"`
+	Roles       []*ACLLink             `protobuf:"bytes,5,rep,name=roles,proto3" json:"roles,omitempty"`
+	Local       bool                   `protobuf:"varint,6,opt,name=local,proto3" json:"local,omitempty"`
+	// create_time_unix_nano is the proposer's clock at creation.
+	CreateTimeUnixNano int64  `protobuf:"varint,7,opt,name=create_time_unix_nano,json=createTimeUnixNano,proto3" json:"create_time_unix_nano,omitempty"`
+	CreateIndex        uint64 `protobuf:"varint,8,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex        uint64 `protobuf:"varint,9,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ACLToken) Reset() {
+	*x = ACLToken{}
+	mi := &file_lodestone_v1_peer_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLToken) ProtoMessage() {}
+
+func (x *ACLToken) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_peer_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLToken.ProtoReflect.Descriptor instead.
+func (*ACLToken) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ACLToken) GetAccessorId() string {
+	if x != nil {
+		return x.AccessorId
+	}
+	return ""
+}
+
+func (x *ACLToken) GetSecretId() string {
+	if x != nil {
+		return x.SecretId
+	}
+	return ""
+}
+
+func (x *ACLToken) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *ACLToken) GetPolicies() []*ACLLink {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+func (x *ACLToken) GetRoles() []*ACLLink {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+func (x *ACLToken) GetLocal() bool {
+	if x != nil {
+		return x.Local
+	}
+	return false
+}
+
+func (x *ACLToken) GetCreateTimeUnixNano() int64 {
+	if x != nil {
+		return x.CreateTimeUnixNano
+	}
+	return 0
+}
+
+func (x *ACLToken) GetCreateIndex() uint64 {
+	if x != nil {
+		return x.CreateIndex
+	}
+	return 0
+}
+
+func (x *ACLToken) GetModifyIndex() uint64 {
+	if x != nil {
+		return x.ModifyIndex
+	}
+	return 0
+}
+
+// ACLCommand is one change to the ACL tables. Set ops create when create
+// is true (the id must be new) and update otherwise (the id must exist).
+type ACLCommand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*ACLCommand_Bootstrap
+	//	*ACLCommand_TokenSet
+	//	*ACLCommand_TokenDelete
+	//	*ACLCommand_PolicySet
+	//	*ACLCommand_PolicyDelete
+	//	*ACLCommand_RoleSet
+	//	*ACLCommand_RoleDelete
+	Op            isACLCommand_Op `protobuf_oneof:"op"`
+	Create        bool            `protobuf:"varint,10,opt,name=create,proto3" json:"create,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ACLCommand) Reset() {
+	*x = ACLCommand{}
+	mi := &file_lodestone_v1_peer_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLCommand) ProtoMessage() {}
+
+func (x *ACLCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_peer_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLCommand.ProtoReflect.Descriptor instead.
+func (*ACLCommand) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ACLCommand) GetOp() isACLCommand_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *ACLCommand) GetBootstrap() *ACLToken {
+	if x != nil {
+		if x, ok := x.Op.(*ACLCommand_Bootstrap); ok {
+			return x.Bootstrap
+		}
+	}
+	return nil
+}
+
+func (x *ACLCommand) GetTokenSet() *ACLToken {
+	if x != nil {
+		if x, ok := x.Op.(*ACLCommand_TokenSet); ok {
+			return x.TokenSet
+		}
+	}
+	return nil
+}
+
+func (x *ACLCommand) GetTokenDelete() string {
+	if x != nil {
+		if x, ok := x.Op.(*ACLCommand_TokenDelete); ok {
+			return x.TokenDelete
+		}
+	}
+	return ""
+}
+
+func (x *ACLCommand) GetPolicySet() *ACLPolicy {
+	if x != nil {
+		if x, ok := x.Op.(*ACLCommand_PolicySet); ok {
+			return x.PolicySet
+		}
+	}
+	return nil
+}
+
+func (x *ACLCommand) GetPolicyDelete() string {
+	if x != nil {
+		if x, ok := x.Op.(*ACLCommand_PolicyDelete); ok {
+			return x.PolicyDelete
+		}
+	}
+	return ""
+}
+
+func (x *ACLCommand) GetRoleSet() *ACLRole {
+	if x != nil {
+		if x, ok := x.Op.(*ACLCommand_RoleSet); ok {
+			return x.RoleSet
+		}
+	}
+	return nil
+}
+
+func (x *ACLCommand) GetRoleDelete() string {
+	if x != nil {
+		if x, ok := x.Op.(*ACLCommand_RoleDelete); ok {
+			return x.RoleDelete
+		}
+	}
+	return ""
+}
+
+func (x *ACLCommand) GetCreate() bool {
+	if x != nil {
+		return x.Create
+	}
+	return false
+}
+
+type isACLCommand_Op interface {
+	isACLCommand_Op()
+}
+
+type ACLCommand_Bootstrap struct {
+	// bootstrap creates the first management token, once.
+	Bootstrap *ACLToken `protobuf:"bytes,1,opt,name=bootstrap,proto3,oneof"`
+}
+
+type ACLCommand_TokenSet struct {
+	TokenSet *ACLToken `protobuf:"bytes,2,opt,name=token_set,json=tokenSet,proto3,oneof"`
+}
+
+type ACLCommand_TokenDelete struct {
+	// token_delete is an accessor id.
+	TokenDelete string `protobuf:"bytes,3,opt,name=token_delete,json=tokenDelete,proto3,oneof"`
+}
+
+type ACLCommand_PolicySet struct {
+	PolicySet *ACLPolicy `protobuf:"bytes,4,opt,name=policy_set,json=policySet,proto3,oneof"`
+}
+
+type ACLCommand_PolicyDelete struct {
+	// policy_delete is a policy id.
+	PolicyDelete string `protobuf:"bytes,5,opt,name=policy_delete,json=policyDelete,proto3,oneof"`
+}
+
+type ACLCommand_RoleSet struct {
+	RoleSet *ACLRole `protobuf:"bytes,6,opt,name=role_set,json=roleSet,proto3,oneof"`
+}
+
+type ACLCommand_RoleDelete struct {
+	// role_delete is a role id.
+	RoleDelete string `protobuf:"bytes,7,opt,name=role_delete,json=roleDelete,proto3,oneof"`
+}
+
+func (*ACLCommand_Bootstrap) isACLCommand_Op() {}
+
+func (*ACLCommand_TokenSet) isACLCommand_Op() {}
+
+func (*ACLCommand_TokenDelete) isACLCommand_Op() {}
+
+func (*ACLCommand_PolicySet) isACLCommand_Op() {}
+
+func (*ACLCommand_PolicyDelete) isACLCommand_Op() {}
+
+func (*ACLCommand_RoleSet) isACLCommand_Op() {}
+
+func (*ACLCommand_RoleDelete) isACLCommand_Op() {}
+
+// ACLResult is the object as stored after a set (links by id), or empty
+// after a delete.
+type ACLResult struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Token  *ACLToken              `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Policy *ACLPolicy             `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	Role   *ACLRole               `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	// deleted is false when a delete named nothing.
+	Deleted       bool `protobuf:"varint,4,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ACLResult) Reset() {
+	*x = ACLResult{}
+	mi := &file_lodestone_v1_peer_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLResult) ProtoMessage() {}
+
+func (x *ACLResult) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_peer_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLResult.ProtoReflect.Descriptor instead.
+func (*ACLResult) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ACLResult) GetToken() *ACLToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *ACLResult) GetPolicy() *ACLPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *ACLResult) GetRole() *ACLRole {
+	if x != nil {
+		return x.Role
+	}
+	return nil
+}
+
+func (x *ACLResult) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+// ACLSnapshot is the ACL state in a store snapshot (one record): every
+// table sorted by id, built-ins included.
+type ACLSnapshot struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Policies []*ACLPolicy           `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	Roles    []*ACLRole             `protobuf:"bytes,2,rep,name=roles,proto3" json:"roles,omitempty"`
+	Tokens   []*ACLToken            `protobuf:"bytes,3,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	// index is the last command that changed an ACL table.
+	Index uint64 `protobuf:"varint,4,opt,name=index,proto3" json:"index,omitempty"`
+	// bootstrap_index is the index of the bootstrap, 0 while none.
+	BootstrapIndex uint64 `protobuf:"varint,5,opt,name=bootstrap_index,json=bootstrapIndex,proto3" json:"bootstrap_index,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ACLSnapshot) Reset() {
+	*x = ACLSnapshot{}
+	mi := &file_lodestone_v1_peer_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLSnapshot) ProtoMessage() {}
+
+func (x *ACLSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_peer_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLSnapshot.ProtoReflect.Descriptor instead.
+func (*ACLSnapshot) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ACLSnapshot) GetPolicies() []*ACLPolicy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+func (x *ACLSnapshot) GetRoles() []*ACLRole {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+func (x *ACLSnapshot) GetTokens() []*ACLToken {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *ACLSnapshot) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ACLSnapshot) GetBootstrapIndex() uint64 {
+	if x != nil {
+		return x.BootstrapIndex
+	}
+	return 0
+}
+
 var File_lodestone_v1_peer_proto protoreflect.FileDescriptor
 
 const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x17lodestone/v1/peer.proto\x12\flodestone.v1\x1a\x15lodestone/v1/kv.proto\x1a\x1alodestone/v1/cluster.proto\x1a\x1alodestone/v1/catalog.proto\x1a\x18lodestone/v1/admin.proto\"\xe3\x06\n" +
+	"\x17lodestone/v1/peer.proto\x12\flodestone.v1\x1a\x15lodestone/v1/kv.proto\x1a\x1alodestone/v1/cluster.proto\x1a\x1alodestone/v1/catalog.proto\x1a\x18lodestone/v1/admin.proto\"\x91\a\n" +
 	"\aCommand\x12,\n" +
 	"\x03put\x18\x01 \x01(\v2\x18.lodestone.v1.PutRequestH\x00R\x03put\x125\n" +
 	"\x06delete\x18\x02 \x01(\v2\x1b.lodestone.v1.DeleteRequestH\x00R\x06delete\x12,\n" +
@@ -1135,7 +1839,8 @@ const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\x0fsession_destroy\x18\x0e \x01(\v2#.lodestone.v1.DestroySessionRequestH\x00R\x0esessionDestroy\x12H\n" +
 	"\rsession_renew\x18\x0f \x01(\v2!.lodestone.v1.RenewSessionRequestH\x00R\fsessionRenew\x12P\n" +
 	"\x12session_invalidate\x18\x10 \x01(\v2\x1f.lodestone.v1.SessionInvalidateH\x00R\x11sessionInvalidate\x12=\n" +
-	"\tadmission\x18\x1e \x01(\v2\x1d.lodestone.v1.AdmissionPolicyH\x00R\tadmission\x12$\n" +
+	"\tadmission\x18\x1e \x01(\v2\x1d.lodestone.v1.AdmissionPolicyH\x00R\tadmission\x12,\n" +
+	"\x03acl\x18\x1f \x01(\v2\x18.lodestone.v1.ACLCommandH\x00R\x03acl\x12$\n" +
 	"\x0etime_unix_nano\x18\x14 \x01(\x03R\ftimeUnixNanoB\x04\n" +
 	"\x02op\"q\n" +
 	"\x11SessionInvalidate\x12\x10\n" +
@@ -1146,7 +1851,7 @@ const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\vinvalidated\x18\x01 \x03(\tR\vinvalidated\"7\n" +
 	"\tRejection\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
-	"\x06detail\x18\x02 \x01(\tR\x06detail\"\xdc\x06\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\"\x89\a\n" +
 	"\rCommandResult\x12-\n" +
 	"\x03put\x18\x01 \x01(\v2\x19.lodestone.v1.PutResponseH\x00R\x03put\x126\n" +
 	"\x06delete\x18\x02 \x01(\v2\x1c.lodestone.v1.DeleteResponseH\x00R\x06delete\x12-\n" +
@@ -1158,7 +1863,8 @@ const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\x0esession_create\x18\r \x01(\v2#.lodestone.v1.CreateSessionResponseH\x00R\rsessionCreate\x12O\n" +
 	"\x0fsession_destroy\x18\x0e \x01(\v2$.lodestone.v1.DestroySessionResponseH\x00R\x0esessionDestroy\x12I\n" +
 	"\rsession_renew\x18\x0f \x01(\v2\".lodestone.v1.RenewSessionResponseH\x00R\fsessionRenew\x12V\n" +
-	"\x12session_invalidate\x18\x10 \x01(\v2%.lodestone.v1.SessionInvalidateResultH\x00R\x11sessionInvalidate\x12\x1d\n" +
+	"\x12session_invalidate\x18\x10 \x01(\v2%.lodestone.v1.SessionInvalidateResultH\x00R\x11sessionInvalidate\x12+\n" +
+	"\x03acl\x18\x1f \x01(\v2\x17.lodestone.v1.ACLResultH\x00R\x03acl\x12\x1d\n" +
 	"\n" +
 	"cas_failed\x18\x04 \x01(\bR\tcasFailed\x12\x1f\n" +
 	"\vlock_failed\x18\x14 \x01(\bR\n" +
@@ -1191,7 +1897,61 @@ const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\x13LeaderIndexResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x18\n" +
-	"\arefused\x18\x03 \x01(\bR\arefused2\xa8\x03\n" +
+	"\arefused\x18\x03 \x01(\bR\arefused\"-\n" +
+	"\aACLLink\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xcf\x01\n" +
+	"\tACLPolicy\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x14\n" +
+	"\x05rules\x18\x04 \x01(\tR\x05rules\x12 \n" +
+	"\vdatacenters\x18\x05 \x03(\tR\vdatacenters\x12!\n" +
+	"\fcreate_index\x18\x06 \x01(\x04R\vcreateIndex\x12!\n" +
+	"\fmodify_index\x18\a \x01(\x04R\vmodifyIndex\"\xc8\x01\n" +
+	"\aACLRole\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x121\n" +
+	"\bpolicies\x18\x04 \x03(\v2\x15.lodestone.v1.ACLLinkR\bpolicies\x12!\n" +
+	"\fcreate_index\x18\x05 \x01(\x04R\vcreateIndex\x12!\n" +
+	"\fmodify_index\x18\x06 \x01(\x04R\vmodifyIndex\"\xd9\x02\n" +
+	"\bACLToken\x12\x1f\n" +
+	"\vaccessor_id\x18\x01 \x01(\tR\n" +
+	"accessorId\x12\x1b\n" +
+	"\tsecret_id\x18\x02 \x01(\tR\bsecretId\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x121\n" +
+	"\bpolicies\x18\x04 \x03(\v2\x15.lodestone.v1.ACLLinkR\bpolicies\x12+\n" +
+	"\x05roles\x18\x05 \x03(\v2\x15.lodestone.v1.ACLLinkR\x05roles\x12\x14\n" +
+	"\x05local\x18\x06 \x01(\bR\x05local\x121\n" +
+	"\x15create_time_unix_nano\x18\a \x01(\x03R\x12createTimeUnixNano\x12!\n" +
+	"\fcreate_index\x18\b \x01(\x04R\vcreateIndex\x12!\n" +
+	"\fmodify_index\x18\t \x01(\x04R\vmodifyIndex\"\xf6\x02\n" +
+	"\n" +
+	"ACLCommand\x126\n" +
+	"\tbootstrap\x18\x01 \x01(\v2\x16.lodestone.v1.ACLTokenH\x00R\tbootstrap\x125\n" +
+	"\ttoken_set\x18\x02 \x01(\v2\x16.lodestone.v1.ACLTokenH\x00R\btokenSet\x12#\n" +
+	"\ftoken_delete\x18\x03 \x01(\tH\x00R\vtokenDelete\x128\n" +
+	"\n" +
+	"policy_set\x18\x04 \x01(\v2\x17.lodestone.v1.ACLPolicyH\x00R\tpolicySet\x12%\n" +
+	"\rpolicy_delete\x18\x05 \x01(\tH\x00R\fpolicyDelete\x122\n" +
+	"\brole_set\x18\x06 \x01(\v2\x15.lodestone.v1.ACLRoleH\x00R\aroleSet\x12!\n" +
+	"\vrole_delete\x18\a \x01(\tH\x00R\n" +
+	"roleDelete\x12\x16\n" +
+	"\x06create\x18\n" +
+	" \x01(\bR\x06createB\x04\n" +
+	"\x02op\"\xaf\x01\n" +
+	"\tACLResult\x12,\n" +
+	"\x05token\x18\x01 \x01(\v2\x16.lodestone.v1.ACLTokenR\x05token\x12/\n" +
+	"\x06policy\x18\x02 \x01(\v2\x17.lodestone.v1.ACLPolicyR\x06policy\x12)\n" +
+	"\x04role\x18\x03 \x01(\v2\x15.lodestone.v1.ACLRoleR\x04role\x12\x18\n" +
+	"\adeleted\x18\x04 \x01(\bR\adeleted\"\xde\x01\n" +
+	"\vACLSnapshot\x123\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x17.lodestone.v1.ACLPolicyR\bpolicies\x12+\n" +
+	"\x05roles\x18\x02 \x03(\v2\x15.lodestone.v1.ACLRoleR\x05roles\x12.\n" +
+	"\x06tokens\x18\x03 \x03(\v2\x16.lodestone.v1.ACLTokenR\x06tokens\x12\x14\n" +
+	"\x05index\x18\x04 \x01(\x04R\x05index\x12'\n" +
+	"\x0fbootstrap_index\x18\x05 \x01(\x04R\x0ebootstrapIndex2\xa8\x03\n" +
 	"\x04Peer\x12@\n" +
 	"\bSnapshot\x12\x1b.lodestone.v1.SnapshotChunk\x1a\x15.lodestone.v1.RaftAck(\x01\x12O\n" +
 	"\n" +
@@ -1212,7 +1972,7 @@ func file_lodestone_v1_peer_proto_rawDescGZIP() []byte {
 	return file_lodestone_v1_peer_proto_rawDescData
 }
 
-var file_lodestone_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_lodestone_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_lodestone_v1_peer_proto_goTypes = []any{
 	(*Command)(nil),                   // 0: lodestone.v1.Command
 	(*SessionInvalidate)(nil),         // 1: lodestone.v1.SessionInvalidate
@@ -1226,70 +1986,92 @@ var file_lodestone_v1_peer_proto_goTypes = []any{
 	(*ConfChangeResponse)(nil),        // 9: lodestone.v1.ConfChangeResponse
 	(*LeaderIndexRequest)(nil),        // 10: lodestone.v1.LeaderIndexRequest
 	(*LeaderIndexResponse)(nil),       // 11: lodestone.v1.LeaderIndexResponse
-	(*PutRequest)(nil),                // 12: lodestone.v1.PutRequest
-	(*DeleteRequest)(nil),             // 13: lodestone.v1.DeleteRequest
-	(*TxnRequest)(nil),                // 14: lodestone.v1.TxnRequest
-	(*Member)(nil),                    // 15: lodestone.v1.Member
-	(*CatalogRegisterRequest)(nil),    // 16: lodestone.v1.CatalogRegisterRequest
-	(*CatalogDeregisterRequest)(nil),  // 17: lodestone.v1.CatalogDeregisterRequest
-	(*UpdateCheckRequest)(nil),        // 18: lodestone.v1.UpdateCheckRequest
-	(*CreateSessionRequest)(nil),      // 19: lodestone.v1.CreateSessionRequest
-	(*DestroySessionRequest)(nil),     // 20: lodestone.v1.DestroySessionRequest
-	(*RenewSessionRequest)(nil),       // 21: lodestone.v1.RenewSessionRequest
-	(*AdmissionPolicy)(nil),           // 22: lodestone.v1.AdmissionPolicy
-	(*PutResponse)(nil),               // 23: lodestone.v1.PutResponse
-	(*DeleteResponse)(nil),            // 24: lodestone.v1.DeleteResponse
-	(*TxnResponse)(nil),               // 25: lodestone.v1.TxnResponse
-	(*CatalogRegisterResponse)(nil),   // 26: lodestone.v1.CatalogRegisterResponse
-	(*CatalogDeregisterResponse)(nil), // 27: lodestone.v1.CatalogDeregisterResponse
-	(*UpdateCheckResponse)(nil),       // 28: lodestone.v1.UpdateCheckResponse
-	(*CreateSessionResponse)(nil),     // 29: lodestone.v1.CreateSessionResponse
-	(*DestroySessionResponse)(nil),    // 30: lodestone.v1.DestroySessionResponse
-	(*RenewSessionResponse)(nil),      // 31: lodestone.v1.RenewSessionResponse
-	(*TransferLeaderRequest)(nil),     // 32: lodestone.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),    // 33: lodestone.v1.TransferLeaderResponse
+	(*ACLLink)(nil),                   // 12: lodestone.v1.ACLLink
+	(*ACLPolicy)(nil),                 // 13: lodestone.v1.ACLPolicy
+	(*ACLRole)(nil),                   // 14: lodestone.v1.ACLRole
+	(*ACLToken)(nil),                  // 15: lodestone.v1.ACLToken
+	(*ACLCommand)(nil),                // 16: lodestone.v1.ACLCommand
+	(*ACLResult)(nil),                 // 17: lodestone.v1.ACLResult
+	(*ACLSnapshot)(nil),               // 18: lodestone.v1.ACLSnapshot
+	(*PutRequest)(nil),                // 19: lodestone.v1.PutRequest
+	(*DeleteRequest)(nil),             // 20: lodestone.v1.DeleteRequest
+	(*TxnRequest)(nil),                // 21: lodestone.v1.TxnRequest
+	(*Member)(nil),                    // 22: lodestone.v1.Member
+	(*CatalogRegisterRequest)(nil),    // 23: lodestone.v1.CatalogRegisterRequest
+	(*CatalogDeregisterRequest)(nil),  // 24: lodestone.v1.CatalogDeregisterRequest
+	(*UpdateCheckRequest)(nil),        // 25: lodestone.v1.UpdateCheckRequest
+	(*CreateSessionRequest)(nil),      // 26: lodestone.v1.CreateSessionRequest
+	(*DestroySessionRequest)(nil),     // 27: lodestone.v1.DestroySessionRequest
+	(*RenewSessionRequest)(nil),       // 28: lodestone.v1.RenewSessionRequest
+	(*AdmissionPolicy)(nil),           // 29: lodestone.v1.AdmissionPolicy
+	(*PutResponse)(nil),               // 30: lodestone.v1.PutResponse
+	(*DeleteResponse)(nil),            // 31: lodestone.v1.DeleteResponse
+	(*TxnResponse)(nil),               // 32: lodestone.v1.TxnResponse
+	(*CatalogRegisterResponse)(nil),   // 33: lodestone.v1.CatalogRegisterResponse
+	(*CatalogDeregisterResponse)(nil), // 34: lodestone.v1.CatalogDeregisterResponse
+	(*UpdateCheckResponse)(nil),       // 35: lodestone.v1.UpdateCheckResponse
+	(*CreateSessionResponse)(nil),     // 36: lodestone.v1.CreateSessionResponse
+	(*DestroySessionResponse)(nil),    // 37: lodestone.v1.DestroySessionResponse
+	(*RenewSessionResponse)(nil),      // 38: lodestone.v1.RenewSessionResponse
+	(*TransferLeaderRequest)(nil),     // 39: lodestone.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),    // 40: lodestone.v1.TransferLeaderResponse
 }
 var file_lodestone_v1_peer_proto_depIdxs = []int32{
-	12, // 0: lodestone.v1.Command.put:type_name -> lodestone.v1.PutRequest
-	13, // 1: lodestone.v1.Command.delete:type_name -> lodestone.v1.DeleteRequest
-	14, // 2: lodestone.v1.Command.txn:type_name -> lodestone.v1.TxnRequest
-	15, // 3: lodestone.v1.Command.member:type_name -> lodestone.v1.Member
-	16, // 4: lodestone.v1.Command.catalog_register:type_name -> lodestone.v1.CatalogRegisterRequest
-	17, // 5: lodestone.v1.Command.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterRequest
-	18, // 6: lodestone.v1.Command.check_update:type_name -> lodestone.v1.UpdateCheckRequest
-	19, // 7: lodestone.v1.Command.session_create:type_name -> lodestone.v1.CreateSessionRequest
-	20, // 8: lodestone.v1.Command.session_destroy:type_name -> lodestone.v1.DestroySessionRequest
-	21, // 9: lodestone.v1.Command.session_renew:type_name -> lodestone.v1.RenewSessionRequest
+	19, // 0: lodestone.v1.Command.put:type_name -> lodestone.v1.PutRequest
+	20, // 1: lodestone.v1.Command.delete:type_name -> lodestone.v1.DeleteRequest
+	21, // 2: lodestone.v1.Command.txn:type_name -> lodestone.v1.TxnRequest
+	22, // 3: lodestone.v1.Command.member:type_name -> lodestone.v1.Member
+	23, // 4: lodestone.v1.Command.catalog_register:type_name -> lodestone.v1.CatalogRegisterRequest
+	24, // 5: lodestone.v1.Command.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterRequest
+	25, // 6: lodestone.v1.Command.check_update:type_name -> lodestone.v1.UpdateCheckRequest
+	26, // 7: lodestone.v1.Command.session_create:type_name -> lodestone.v1.CreateSessionRequest
+	27, // 8: lodestone.v1.Command.session_destroy:type_name -> lodestone.v1.DestroySessionRequest
+	28, // 9: lodestone.v1.Command.session_renew:type_name -> lodestone.v1.RenewSessionRequest
 	1,  // 10: lodestone.v1.Command.session_invalidate:type_name -> lodestone.v1.SessionInvalidate
-	22, // 11: lodestone.v1.Command.admission:type_name -> lodestone.v1.AdmissionPolicy
-	23, // 12: lodestone.v1.CommandResult.put:type_name -> lodestone.v1.PutResponse
-	24, // 13: lodestone.v1.CommandResult.delete:type_name -> lodestone.v1.DeleteResponse
-	25, // 14: lodestone.v1.CommandResult.txn:type_name -> lodestone.v1.TxnResponse
-	26, // 15: lodestone.v1.CommandResult.catalog_register:type_name -> lodestone.v1.CatalogRegisterResponse
-	27, // 16: lodestone.v1.CommandResult.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterResponse
-	28, // 17: lodestone.v1.CommandResult.check_update:type_name -> lodestone.v1.UpdateCheckResponse
-	29, // 18: lodestone.v1.CommandResult.session_create:type_name -> lodestone.v1.CreateSessionResponse
-	30, // 19: lodestone.v1.CommandResult.session_destroy:type_name -> lodestone.v1.DestroySessionResponse
-	31, // 20: lodestone.v1.CommandResult.session_renew:type_name -> lodestone.v1.RenewSessionResponse
-	2,  // 21: lodestone.v1.CommandResult.session_invalidate:type_name -> lodestone.v1.SessionInvalidateResult
-	3,  // 22: lodestone.v1.CommandResult.rejected:type_name -> lodestone.v1.Rejection
-	15, // 23: lodestone.v1.ConfChangeContext.member:type_name -> lodestone.v1.Member
-	15, // 24: lodestone.v1.ConfChangeResponse.members:type_name -> lodestone.v1.Member
-	7,  // 25: lodestone.v1.Peer.Snapshot:input_type -> lodestone.v1.SnapshotChunk
-	8,  // 26: lodestone.v1.Peer.ChangeConf:input_type -> lodestone.v1.ConfChangeRequest
-	32, // 27: lodestone.v1.Peer.TransferLeader:input_type -> lodestone.v1.TransferLeaderRequest
-	10, // 28: lodestone.v1.Peer.LeaderIndex:input_type -> lodestone.v1.LeaderIndexRequest
-	10, // 29: lodestone.v1.Peer.LeaderIndexStream:input_type -> lodestone.v1.LeaderIndexRequest
-	6,  // 30: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
-	9,  // 31: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
-	33, // 32: lodestone.v1.Peer.TransferLeader:output_type -> lodestone.v1.TransferLeaderResponse
-	11, // 33: lodestone.v1.Peer.LeaderIndex:output_type -> lodestone.v1.LeaderIndexResponse
-	11, // 34: lodestone.v1.Peer.LeaderIndexStream:output_type -> lodestone.v1.LeaderIndexResponse
-	30, // [30:35] is the sub-list for method output_type
-	25, // [25:30] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	29, // 11: lodestone.v1.Command.admission:type_name -> lodestone.v1.AdmissionPolicy
+	16, // 12: lodestone.v1.Command.acl:type_name -> lodestone.v1.ACLCommand
+	30, // 13: lodestone.v1.CommandResult.put:type_name -> lodestone.v1.PutResponse
+	31, // 14: lodestone.v1.CommandResult.delete:type_name -> lodestone.v1.DeleteResponse
+	32, // 15: lodestone.v1.CommandResult.txn:type_name -> lodestone.v1.TxnResponse
+	33, // 16: lodestone.v1.CommandResult.catalog_register:type_name -> lodestone.v1.CatalogRegisterResponse
+	34, // 17: lodestone.v1.CommandResult.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterResponse
+	35, // 18: lodestone.v1.CommandResult.check_update:type_name -> lodestone.v1.UpdateCheckResponse
+	36, // 19: lodestone.v1.CommandResult.session_create:type_name -> lodestone.v1.CreateSessionResponse
+	37, // 20: lodestone.v1.CommandResult.session_destroy:type_name -> lodestone.v1.DestroySessionResponse
+	38, // 21: lodestone.v1.CommandResult.session_renew:type_name -> lodestone.v1.RenewSessionResponse
+	2,  // 22: lodestone.v1.CommandResult.session_invalidate:type_name -> lodestone.v1.SessionInvalidateResult
+	17, // 23: lodestone.v1.CommandResult.acl:type_name -> lodestone.v1.ACLResult
+	3,  // 24: lodestone.v1.CommandResult.rejected:type_name -> lodestone.v1.Rejection
+	22, // 25: lodestone.v1.ConfChangeContext.member:type_name -> lodestone.v1.Member
+	22, // 26: lodestone.v1.ConfChangeResponse.members:type_name -> lodestone.v1.Member
+	12, // 27: lodestone.v1.ACLRole.policies:type_name -> lodestone.v1.ACLLink
+	12, // 28: lodestone.v1.ACLToken.policies:type_name -> lodestone.v1.ACLLink
+	12, // 29: lodestone.v1.ACLToken.roles:type_name -> lodestone.v1.ACLLink
+	15, // 30: lodestone.v1.ACLCommand.bootstrap:type_name -> lodestone.v1.ACLToken
+	15, // 31: lodestone.v1.ACLCommand.token_set:type_name -> lodestone.v1.ACLToken
+	13, // 32: lodestone.v1.ACLCommand.policy_set:type_name -> lodestone.v1.ACLPolicy
+	14, // 33: lodestone.v1.ACLCommand.role_set:type_name -> lodestone.v1.ACLRole
+	15, // 34: lodestone.v1.ACLResult.token:type_name -> lodestone.v1.ACLToken
+	13, // 35: lodestone.v1.ACLResult.policy:type_name -> lodestone.v1.ACLPolicy
+	14, // 36: lodestone.v1.ACLResult.role:type_name -> lodestone.v1.ACLRole
+	13, // 37: lodestone.v1.ACLSnapshot.policies:type_name -> lodestone.v1.ACLPolicy
+	14, // 38: lodestone.v1.ACLSnapshot.roles:type_name -> lodestone.v1.ACLRole
+	15, // 39: lodestone.v1.ACLSnapshot.tokens:type_name -> lodestone.v1.ACLToken
+	7,  // 40: lodestone.v1.Peer.Snapshot:input_type -> lodestone.v1.SnapshotChunk
+	8,  // 41: lodestone.v1.Peer.ChangeConf:input_type -> lodestone.v1.ConfChangeRequest
+	39, // 42: lodestone.v1.Peer.TransferLeader:input_type -> lodestone.v1.TransferLeaderRequest
+	10, // 43: lodestone.v1.Peer.LeaderIndex:input_type -> lodestone.v1.LeaderIndexRequest
+	10, // 44: lodestone.v1.Peer.LeaderIndexStream:input_type -> lodestone.v1.LeaderIndexRequest
+	6,  // 45: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
+	9,  // 46: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
+	40, // 47: lodestone.v1.Peer.TransferLeader:output_type -> lodestone.v1.TransferLeaderResponse
+	11, // 48: lodestone.v1.Peer.LeaderIndex:output_type -> lodestone.v1.LeaderIndexResponse
+	11, // 49: lodestone.v1.Peer.LeaderIndexStream:output_type -> lodestone.v1.LeaderIndexResponse
+	45, // [45:50] is the sub-list for method output_type
+	40, // [40:45] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_lodestone_v1_peer_proto_init() }
@@ -1314,6 +2096,7 @@ func file_lodestone_v1_peer_proto_init() {
 		(*Command_SessionRenew)(nil),
 		(*Command_SessionInvalidate)(nil),
 		(*Command_Admission)(nil),
+		(*Command_Acl)(nil),
 	}
 	file_lodestone_v1_peer_proto_msgTypes[4].OneofWrappers = []any{
 		(*CommandResult_Put)(nil),
@@ -1326,6 +2109,16 @@ func file_lodestone_v1_peer_proto_init() {
 		(*CommandResult_SessionDestroy)(nil),
 		(*CommandResult_SessionRenew)(nil),
 		(*CommandResult_SessionInvalidate)(nil),
+		(*CommandResult_Acl)(nil),
+	}
+	file_lodestone_v1_peer_proto_msgTypes[16].OneofWrappers = []any{
+		(*ACLCommand_Bootstrap)(nil),
+		(*ACLCommand_TokenSet)(nil),
+		(*ACLCommand_TokenDelete)(nil),
+		(*ACLCommand_PolicySet)(nil),
+		(*ACLCommand_PolicyDelete)(nil),
+		(*ACLCommand_RoleSet)(nil),
+		(*ACLCommand_RoleDelete)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1333,7 +2126,7 @@ func file_lodestone_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lodestone_v1_peer_proto_rawDesc), len(file_lodestone_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

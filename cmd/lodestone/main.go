@@ -102,6 +102,7 @@ Start a local node with "lodestone dev", then try:
 		newSnapshotCmd(), newRecoverCmd(), newAdmissionCmd())
 	root.AddCommand(newCatalogCmd(), newHealthCmd(), newSessionCmd(), newLockCmd())
 	root.AddCommand(newAgentCmd())
+	root.AddCommand(newACLCmd(getenv))
 	return root
 }
 

@@ -35,6 +35,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/server/httppark"
 	"github.com/lodestone-kv/lodestone/store"
@@ -163,6 +164,7 @@ func (a *API) Register(mux *http.ServeMux) {
 	handle("GET /v1/session/info/{id}", a.sessionInfo)
 	handle("GET /v1/session/list", a.sessionList)
 	handle("GET /v1/session/node/{node}", a.sessionNode)
+	a.registerACL(mux, handle)
 }
 
 // rejected reports whether err is a store rejection under one of rules.
@@ -192,9 +194,14 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var he *httpError
 	var ie *store.InvalidError
 	var re *store.RejectedError
+	var de *acl.DeniedError
 	switch {
 	case errors.As(err, &he):
 		code = he.code
+	case errors.As(err, &de):
+		code = http.StatusForbidden
+	case errors.Is(err, acl.ErrNotFound):
+		code, msg = http.StatusForbidden, acl.ErrNotFound.Error()
 	case errors.As(err, &re):
 		// Consul answers a write its state refuses (missing node, unknown
 		// session, ...) with 500 and the reason.
