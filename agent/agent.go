@@ -20,6 +20,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/gossip"
+	"github.com/lodestone-kv/lodestone/internal/token"
 )
 
 // Registry is the part of the gRPC Catalog service the agent writes
@@ -115,7 +116,7 @@ func New(cfg Config) (*Agent, error) {
 	var err error
 	a.reg = cfg.registry
 	if a.reg == nil {
-		a.conn, err = dialRegistry(cfg.Endpoints)
+		a.conn, err = dialRegistry(cfg.Endpoints, cfg.Token)
 		if err != nil {
 			return nil, err
 		}
@@ -151,14 +152,15 @@ func New(cfg Config) (*Agent, error) {
 
 // dialRegistry connects to any of the servers: pick-first over all of
 // them, so a dead server is skipped (followers forward writes).
-func dialRegistry(endpoints []string) (*grpc.ClientConn, error) {
+func dialRegistry(endpoints []string, secret string) (*grpc.ClientConn, error) {
 	r := manual.NewBuilderWithScheme("lodestone-agent")
 	var addrs []resolver.Address
 	for _, ep := range endpoints {
 		addrs = append(addrs, resolver.Address{Addr: ep})
 	}
 	r.InitialState(resolver.State{Addresses: addrs})
-	conn, err := grpc.NewClient(r.Scheme()+":///registry", grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(r.Scheme()+":///registry", grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(token.PerRPC(secret)))
 	if err != nil {
 		return nil, fmt.Errorf("dial registry %v: %w", endpoints, err)
 	}

@@ -38,6 +38,10 @@ type Config struct {
 	// Endpoints are the servers' gRPC addresses; writes go to any of them
 	// (followers forward to the leader). Required.
 	Endpoints []string
+	// Token is the ACL token the agent writes its node, services and check
+	// results with: node write on its node, service write on its
+	// services. Default (empty): the anonymous token.
+	Token string
 	// ListenHTTP is host:port for the local Consul-compatible agent API and
 	// /metrics. Empty disables it. Port 0 picks a free port.
 	ListenHTTP string

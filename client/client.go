@@ -18,6 +18,7 @@ import (
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/internal/ctxtime"
 	"github.com/lodestone-kv/lodestone/internal/grpcopt"
+	"github.com/lodestone-kv/lodestone/internal/token"
 )
 
 // Client talks to a Lodestone cluster. It is safe for concurrent use.
@@ -105,6 +106,7 @@ func (c *Client) conn(ep string) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		RPCTraceDialOption(),
+		grpc.WithPerRPCCredentials(token.PerRPC(c.cfg.Token)),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff: grpcbackoff.Config{
 				BaseDelay:  c.cfg.BackoffBase,

@@ -69,6 +69,11 @@ type Config struct {
 	// leader changes the client observes. Default (nil): discard.
 	Logger *slog.Logger
 
+	// Token is the ACL token's secret sent with every call (gRPC metadata
+	// x-consul-token). Default (empty): the anonymous token, which on a
+	// cluster with ACLs on and default deny may do nothing.
+	Token string
+
 	// DialOptions are appended to the client's own gRPC dial options
 	// (insecure transport credentials, connect params, a stats handler);
 	// later options win. Default (nil): none.

@@ -39,6 +39,10 @@ var (
 	// may or may not have applied it. The client never retries such a write.
 	ErrUnknownOutcome = errors.New("client: write outcome unknown")
 
+	// ErrPermissionDenied means the call's ACL token may not make it (or
+	// no one issued the token); nothing was changed. It is never retried.
+	ErrPermissionDenied = errors.New("client: permission denied")
+
 	// ErrClosed means the Client was closed before or during the call.
 	ErrClosed = errors.New("client: closed")
 )
@@ -116,6 +120,8 @@ func sentinelFor(c codes.Code) error {
 		return ErrInvalidArgument
 	case codes.NotFound:
 		return ErrNotFound
+	case codes.PermissionDenied:
+		return ErrPermissionDenied
 	case codes.DeadlineExceeded:
 		return context.DeadlineExceeded
 	case codes.Canceled:
@@ -134,6 +140,8 @@ func codeText(c codes.Code) string {
 		return "invalid argument"
 	case codes.NotFound:
 		return "not found"
+	case codes.PermissionDenied:
+		return "acl" // the message says what was denied
 	case codes.DeadlineExceeded:
 		return "deadline exceeded"
 	case codes.Canceled:

@@ -1,11 +1,15 @@
 package gateway
 
 import (
+	"crypto/subtle"
+
 	"encoding/json"
 	"maps"
 	"net/http"
 	"slices"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/internal/token"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -38,6 +42,10 @@ func (g *Gateway) adminHandler() http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.m.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /routes", func(w http.ResponseWriter, r *http.Request) {
+		if !g.adminAllowed(r) {
+			http.Error(w, "Permission denied: /routes needs the gateway's admin token (Authorization: Bearer or X-Consul-Token)", http.StatusForbidden)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -113,4 +121,11 @@ func (g *Gateway) describe() TableView {
 		v.Services[name] = sv
 	}
 	return v
+}
+
+// adminAllowed reports whether r carries the admin token, when one is set.
+// NB: constant-time, so the comparison leaks nothing of the token.
+func (g *Gateway) adminAllowed(r *http.Request) bool {
+	want := g.cfg.AdminToken
+	return want == "" || subtle.ConstantTimeCompare([]byte(token.FromRequest(r)), []byte(want)) == 1
 }

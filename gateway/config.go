@@ -28,6 +28,15 @@ type Config struct {
 	// Registry lists the registry's gRPC endpoints (host:port), used only
 	// when Source is nil. Default: 127.0.0.1:7400 (lodestone dev).
 	Registry []string
+	// RegistryToken is the ACL token the gateway reads the registry with:
+	// it needs read on the route keys (KVRoutePrefix) and on the services
+	// they name. Default (empty): the anonymous token.
+	RegistryToken string
+	// AdminToken, when set, is required (Authorization: Bearer or
+	// X-Consul-Token) for the admin endpoints that reveal the table
+	// (/routes); /healthz, /readyz and /metrics stay open for probes and
+	// scrapers. Default (empty): every admin endpoint is open.
+	AdminToken string
 	// Instances picks the source New builds when Source is nil:
 	// InstancesCatalog (default: the catalog's healthy instances, a
 	// CatalogSource) or InstancesKV (JSON values under

@@ -150,6 +150,7 @@ func New(cfg Config) (*Gateway, error) {
 	if g.source == nil {
 		c, err := client.New(client.Config{
 			Endpoints:             cfg.Registry,
+			Token:                 cfg.RegistryToken,
 			DialTimeout:           2 * time.Second,
 			BackoffBase:           100 * time.Millisecond,
 			BackoffMax:            2 * time.Second,

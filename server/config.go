@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/internal/member"
 	"github.com/lodestone-kv/lodestone/peer"
 	"github.com/lodestone-kv/lodestone/raftnode"
@@ -170,6 +171,12 @@ type Config struct {
 	// endpoints reveal internals, so turn it on while investigating.
 	EnablePprof bool
 
+	// ACL turns on token authorization for every API (gRPC, HTTP, pprof,
+	// fault hooks) and says what a token gets where no rule of its
+	// policies matches. Default off, as Consul's; docs/security.md says
+	// what an open server exposes.
+	ACL acl.Config
+
 	// StartTimeout bounds how long Start waits for listeners and the first
 	// Ready. Default 10s.
 	StartTimeout time.Duration
@@ -218,6 +225,9 @@ func (c *Config) Validate() error {
 	}
 	if strings.ContainsAny(c.Name, "=, \t\n") {
 		return bad("name", "%q must not contain '=', ',' or spaces", c.Name)
+	}
+	if c.ACL.DefaultPolicy != acl.AccessUnset && c.ACL.DefaultPolicy != acl.AccessDeny && c.ACL.DefaultPolicy != acl.AccessWrite {
+		return bad("acl default policy", "is %v; it must be deny or allow", c.ACL.DefaultPolicy)
 	}
 	if c.DataDir == "" {
 		return bad("data-dir", "must not be empty")

@@ -7,6 +7,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 
+	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
 	"github.com/lodestone-kv/lodestone/server/consulapi"
@@ -18,6 +19,10 @@ import (
 type consulBackend struct{ s *core }
 
 var _ consulapi.Backend = consulBackend{}
+
+func (b consulBackend) Authorize(secret string) (*acl.Authorizer, error) {
+	return b.s.authz.resolver.Resolve(secret)
+}
 
 func (b consulBackend) Apply(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
 	return b.s.write(ctx, cmd)

@@ -27,6 +27,7 @@ type core struct {
 	log            *raftlog.Log
 	raft           *raftnode.Node
 	transport      *peer.Transport
+	authz          *authz // authz.go
 
 	peerAddr, grpcAddr, httpAddr string // as bound
 }

@@ -8,15 +8,17 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lodestone-kv/lodestone/acl"
 )
 
 func (s *core) routeHTTP(mux *http.ServeMux) {
 	if s.cfg.EnablePprof {
-		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		// A profile shows keys, tokens and request bodies in flight.
+		for path, h := range map[string]http.HandlerFunc{"/": pprof.Index, "/cmdline": pprof.Cmdline,
+			"/profile": pprof.Profile, "/symbol": pprof.Symbol, "/trace": pprof.Trace} {
+			mux.HandleFunc("GET /debug/pprof"+path, s.authz.guard(acl.ResourceOperator, acl.AccessRead, h))
+		}
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -52,7 +54,7 @@ func (s *core) routeFaults(mux *http.ServeMux) {
 	if f == nil {
 		return
 	}
-	mux.HandleFunc("PUT /debug/faults/disk-delay", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("PUT /debug/faults/disk-delay", s.authz.guard(acl.ResourceOperator, acl.AccessWrite, func(w http.ResponseWriter, r *http.Request) {
 		d, err := time.ParseDuration(r.URL.Query().Get("d"))
 		if err != nil || d < 0 {
 			http.Error(w, "d must be a non-negative duration such as 200ms", http.StatusBadRequest)
@@ -61,5 +63,5 @@ func (s *core) routeFaults(mux *http.ServeMux) {
 		f.SetDiskDelay(d)
 		s.logger.Warn("fault injected: disk delay", "delay", d)
 		fmt.Fprintf(w, "disk delay %v\n", d)
-	})
+	}))
 }

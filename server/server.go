@@ -17,10 +17,12 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/gossip"
 	"github.com/lodestone-kv/lodestone/internal/grpcopt"
 	"github.com/lodestone-kv/lodestone/internal/member"
+	"github.com/lodestone-kv/lodestone/internal/token"
 	"github.com/lodestone-kv/lodestone/peer"
 	"github.com/lodestone-kv/lodestone/raftlog"
 	"github.com/lodestone-kv/lodestone/raftnode"
@@ -119,6 +121,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.Join(err, s.hub.Close())
 	}
 	s.adm = newAdmission(s.store, s.metrics.reg)
+	s.authz = newAuthz(acl.NewResolver(s.store, cfg.ACL), s.store, s.metrics.reg)
 	s.sessionMetrics = newSessionMetrics(s.metrics.reg, s.store)
 	return s, nil
 }
@@ -208,8 +211,10 @@ func (s *Server) Start() {
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
 		grpc.MaxConcurrentStreams(s.cfg.MaxStreamsPerConnection),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.ChainUnaryInterceptor(s.countRequests, s.adm.unary),
-		grpc.ChainStreamInterceptor(s.adm.stream),
+		// NB: authorization before admission, so a caller without rights
+		// spends none of the admitted budget.
+		grpc.ChainUnaryInterceptor(s.countRequests, s.authz.unary, s.adm.unary),
+		grpc.ChainStreamInterceptor(s.authz.stream, s.adm.stream),
 	)...)
 	lodestonepb.RegisterKVServer(s.grpcSrv, s.kv)
 	lodestonepb.RegisterClusterServer(s.grpcSrv, &clusterService{s: s.core})
@@ -228,16 +233,17 @@ func (s *Server) Start() {
 	handler := s.adm.http(s.Mux)
 	if !s.cfg.NoParking {
 		// NB: resumed requests skip admission: they were admitted once.
-		// They keep no request header (ResumeHeaders): the Consul API
-		// reads none. One it reads must be listed there.
+		// They keep only the request headers ResumeHeaders names: the
+		// Consul API reads only the token's. One it reads must be listed.
 		s.park = httppark.New(httppark.Config{Hub: s.hub, Handler: handler, Resume: s.Mux, Context: s.ctx,
-			Logger: s.logger.With("component", "httppark")})
+			ResumeHeaders: []string{token.Header, "Authorization"},
+			Logger:        s.logger.With("component", "httppark")})
 		s.metrics.reg.MustRegister(s.park)
 		httpLis = s.park.Wrap(httpLis)
 	}
 	consulapi.New(consulBackend{s.core}, consulapi.Config{
 		MaxWait: s.cfg.MaxBlockingWait, Logger: s.logger.With("component", "consulapi"),
-		InFlight: s.sessionMetrics.blocking.WithLabelValues("http"), Park: s.park,
+		InFlight: s.sessionMetrics.blocking.WithLabelValues("http"), Park: s.park, Denied: s.authz.denied,
 	}).Register(s.Mux)
 	// NB: requests run under the server's context, so Close ends blocking
 	// queries at once instead of Shutdown waiting out their wait.

@@ -16,42 +16,8 @@ import (
 
 const (
 	envHTTPAddr        = "LODESTONE_HTTP_ADDR"
-	envToken           = "LODESTONE_TOKEN"
-	envConsulToken     = "CONSUL_HTTP_TOKEN"
 	defaultHTTPAddress = "127.0.0.1:8500"
 )
-
-// tokenFrom returns the token a command acts with, from the first of
-// --token, --token-file, LODESTONE_TOKEN and CONSUL_HTTP_TOKEN that is
-// set ("" when none: the anonymous token). cmd must have the token flags
-// (addTokenFlags).
-func tokenFrom(cmd *cobra.Command, getenv func(string) string) (string, error) {
-	if t, _ := cmd.Flags().GetString("token"); t != "" {
-		return t, nil
-	}
-	if path, _ := cmd.Flags().GetString("token-file"); path != "" {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return "", fmt.Errorf("read --token-file: %w", err)
-		}
-		t := strings.TrimSpace(string(b))
-		if t == "" {
-			return "", fmt.Errorf("--token-file %s is empty", path)
-		}
-		return t, nil
-	}
-	if t := strings.TrimSpace(getenv(envToken)); t != "" {
-		return t, nil
-	}
-	return strings.TrimSpace(getenv(envConsulToken)), nil
-}
-
-// addTokenFlags adds --token and --token-file to cmd's persistent flags.
-func addTokenFlags(cmd *cobra.Command) {
-	pf := cmd.PersistentFlags()
-	pf.String("token", "", "ACL token secret to act with (env "+envToken+", then "+envConsulToken+")")
-	pf.String("token-file", "", "file holding the ACL token secret")
-}
 
 func newACLCmd(getenv func(string) string) *cobra.Command {
 	cmd := &cobra.Command{
@@ -70,13 +36,12 @@ first management token.`,
 	pf := cmd.PersistentFlags()
 	pf.String("http-addr", addr, "a server's HTTP address (env "+envHTTPAddr+")")
 	pf.String("format", "table", "output format: table or json")
-	addTokenFlags(cmd)
-	a := &aclCLI{getenv: getenv}
+	a := &aclCLI{}
 	cmd.AddCommand(a.bootstrapCmd(), a.policyCmd(), a.roleCmd(), a.tokenCmd())
 	return cmd
 }
 
-type aclCLI struct{ getenv func(string) string }
+type aclCLI struct{}
 
 // client builds the Consul client from the flags and checks --format.
 func (a *aclCLI) client(cmd *cobra.Command) (*consul.ACL, string, error) {
@@ -84,9 +49,9 @@ func (a *aclCLI) client(cmd *cobra.Command) (*consul.ACL, string, error) {
 	if format != "table" && format != "json" {
 		return nil, "", usagef(cmd, "--format %q: use table or json", format)
 	}
-	tok, err := tokenFrom(cmd, a.getenv)
+	tok, err := tokenOf(cmd)
 	if err != nil {
-		return nil, "", usagef(cmd, "%v", err)
+		return nil, "", err
 	}
 	cfg := consul.DefaultNonPooledConfig()
 	cfg.Address, _ = cmd.Flags().GetString("http-addr")

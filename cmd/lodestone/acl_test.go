@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/lodestone-kv/lodestone/server/servertest"
 )
 
@@ -72,7 +70,7 @@ func TestACLCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &tok); err != nil || tok.SecretID != "preset-secret" || len(tok.Policies) != 1 || len(tok.Roles) != 1 {
 		t.Fatalf("token create: %v\n%s", err, out)
 	}
-	self := cli(t, map[string]string{envHTTPAddr: env[envHTTPAddr], envConsulToken: "preset-secret"}, "", "acl", "token", "read", "--self").ok(t).stdout
+	self := cli(t, map[string]string{envHTTPAddr: env[envHTTPAddr], "CONSUL_HTTP_TOKEN": "preset-secret"}, "", "acl", "token", "read", "--self").ok(t).stdout
 	if !strings.Contains(self, tok.AccessorID) || !strings.Contains(self, "kv-app") {
 		t.Errorf("read --self:\n%s", self)
 	}
@@ -91,7 +89,7 @@ func TestACLCommands(t *testing.T) {
 	cli(t, env, "", "acl", "policy", "list", "--format", "yaml").failed(t, 2, `--format "yaml"`)
 }
 
-func TestTokenFrom(t *testing.T) {
+func TestTokenOf(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "tok")
 	if err := os.WriteFile(file, []byte(" from-file\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -103,18 +101,25 @@ func TestTokenFrom(t *testing.T) {
 	}{
 		{[]string{"--token", "flag", "--token-file", file}, map[string]string{envToken: "env"}, "flag"},
 		{[]string{"--token-file", file}, map[string]string{envToken: "env"}, "from-file"},
-		{nil, map[string]string{envToken: "env", envConsulToken: "consul"}, "env"},
-		{nil, map[string]string{envConsulToken: "consul"}, "consul"},
+		{nil, map[string]string{envToken: "env", "CONSUL_HTTP_TOKEN": "consul"}, "env"},
+		{nil, map[string]string{"CONSUL_HTTP_TOKEN": "consul"}, "consul"},
+		{nil, map[string]string{envToken + "_FILE": file}, "from-file"},
 		{nil, nil, ""},
 	} {
-		cmd := &cobra.Command{}
-		addTokenFlags(cmd)
-		if err := cmd.ParseFlags(c.args); err != nil {
+		root := newRootCmd(func(k string) string { return c.env[k] })
+		if err := root.ParseFlags(c.args); err != nil {
 			t.Fatal(err)
 		}
-		got, err := tokenFrom(cmd, func(k string) string { return c.env[k] })
+		got, err := tokenOf(root)
 		if err != nil || got != c.want {
-			t.Errorf("tokenFrom(%v, %v) = %q, %v; want %q", c.args, c.env, got, err, c.want)
+			t.Errorf("tokenOf(%v, %v) = %q, %v; want %q", c.args, c.env, got, err, c.want)
 		}
+	}
+	root := newRootCmd(func(string) string { return "" })
+	if err := root.ParseFlags([]string{"--token-file", filepath.Join(t.TempDir(), "missing")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tokenOf(root); err == nil || !strings.Contains(err.Error(), "--token-file") {
+		t.Errorf("missing token file: %v", err)
 	}
 }

@@ -42,7 +42,7 @@ the leader marks its node critical within the gossip detection time.
 			if err != nil {
 				return err
 			}
-			o.cfg.Endpoints = co.Endpoints
+			o.cfg.Endpoints, o.cfg.Token = co.Endpoints, co.Token
 			return runAgent(cmd.Context(), o, cmd.ErrOrStderr())
 		},
 	}

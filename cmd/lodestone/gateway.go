@@ -13,10 +13,11 @@ import (
 
 // gatewayOptions are `lodestone gateway`'s flags.
 type gatewayOptions struct {
-	cfg       gateway.Config
-	registry  []string
-	logLevel  string
-	logFormat string
+	cfg            gateway.Config
+	registry       []string
+	logLevel       string
+	logFormat      string
+	adminTokenFile string
 }
 
 // newGatewayCmd builds `lodestone gateway`: the edge proxy, fed by one
@@ -53,12 +54,18 @@ Try it against lodestone dev:
   lodestone gateway --listen 127.0.0.1:9080 --admin 127.0.0.1:9081`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			co, err := clientFlags(cmd)
+			if err != nil {
+				return err
+			}
 			if !cmd.Flags().Changed("registry") {
-				co, err := clientFlags(cmd)
-				if err != nil {
+				o.registry = co.Endpoints
+			}
+			o.cfg.RegistryToken = co.Token
+			if o.adminTokenFile != "" {
+				if o.cfg.AdminToken, err = readToken(cmd, "--admin-token-file", o.adminTokenFile); err != nil {
 					return err
 				}
-				o.registry = co.Endpoints
 			}
 			return runGateway(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
@@ -68,6 +75,7 @@ Try it against lodestone dev:
 	f.StringSliceVar(&o.registry, "registry", nil, "registry gRPC endpoints, comma-separated (default: --endpoints, env "+envEndpoints+")")
 	f.StringVar(&c.Listen, "listen", c.Listen, "proxy address")
 	f.StringVar(&c.AdminListen, "admin", c.AdminListen, "admin address (/healthz, /readyz, /metrics, /routes)")
+	f.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the token /routes requires (default: /routes is open)")
 	f.StringVar(&c.RoutesFile, "routes", "", "JSON file of static routes")
 	f.StringVar(&c.StateDir, "state-dir", "", "where to persist the last known good table for cold starts (default: none)")
 	f.StringVar(&c.Instances, "instances", c.Instances, "where instances come from: catalog or kv (JSON under <prefix>instances/)")

@@ -97,6 +97,12 @@ Start a local node with "lodestone dev", then try:
 		"servers' gRPC addresses, comma-separated (env "+envEndpoints+")")
 	pf.Duration("timeout", 10*time.Second,
 		"how long a client command may take in all, retries included")
+	pf.String("token", "", "ACL token secret sent with every request (env "+envToken+", then CONSUL_HTTP_TOKEN)")
+	pf.String("token-file", "", "file holding the ACL token secret (env "+envToken+"_FILE, then CONSUL_HTTP_TOKEN_FILE)")
+	// NB: the environment's token is kept out of the flag's default, so
+	// --help never prints a secret.
+	root.Annotations = map[string]string{annToken: firstEnv(getenv, envToken, "CONSUL_HTTP_TOKEN"),
+		annTokenFile: firstEnv(getenv, envToken+"_FILE", "CONSUL_HTTP_TOKEN_FILE")}
 
 	root.AddCommand(newServerCmd(), newDevCmd(), newKVCmd(), newMembersCmd(), newStatusCmd(), newCompactCmd(), newGatewayCmd(),
 		newSnapshotCmd(), newRecoverCmd(), newAdmissionCmd())
@@ -119,6 +125,7 @@ func groupRunE(cmd *cobra.Command, args []string) error {
 type clientOptions struct {
 	Endpoints []string
 	Timeout   time.Duration
+	Token     string // ACL token secret; "" is the anonymous token
 	WatchFrom client.WatchFrom // zero: followers
 }
 
@@ -142,7 +149,11 @@ func clientFlags(cmd *cobra.Command) (clientOptions, error) {
 	if timeout <= 0 {
 		return clientOptions{}, usagef(cmd, "--timeout must be positive, not %v", timeout)
 	}
-	return clientOptions{Endpoints: eps, Timeout: timeout}, nil
+	tok, err := tokenOf(cmd)
+	if err != nil {
+		return clientOptions{}, err
+	}
+	return clientOptions{Endpoints: eps, Timeout: timeout, Token: tok}, nil
 }
 
 func splitList(s string) []string {
@@ -171,6 +182,7 @@ func newClient(o clientOptions) (*client.Client, error) {
 		BackoffMax:     time.Second,
 		MaxAttempts:    5 * len(o.Endpoints),
 		WatchFrom:      o.WatchFrom,
+		Token:          o.Token,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--endpoints: %w", err)
@@ -274,6 +286,8 @@ func explain(err error, o clientOptions, condHint string) error {
 		hint = "fix the request and retry"
 	case errors.Is(err, client.ErrNotFound):
 		hint = "list the members with 'lodestone members'"
+	case errors.Is(err, client.ErrPermissionDenied):
+		hint = "use a token with that permission (--token, --token-file or " + envToken + ")"
 	default:
 		hint = "check the server's log"
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/internal/heapfloor"
 	"github.com/lodestone-kv/lodestone/internal/member"
 	"github.com/lodestone-kv/lodestone/raftnode"
@@ -25,6 +26,7 @@ type serverOptions struct {
 	faultHooks     bool
 	faultDiskDelay time.Duration
 	heapFloorMiB   int
+	aclDefault     string
 }
 
 func newServerCmd() *cobra.Command {
@@ -48,6 +50,8 @@ starts with --join and an --initial-cluster naming the existing members.`,
 	f.StringVar(&o.cfg.ListenHTTP, "listen-http", "127.0.0.1:8500", "address for HTTP: /metrics, /healthz, /readyz")
 	f.StringVar(&o.initialCluster, "initial-cluster", "", "members as name=peeraddr,... (default: this member alone)")
 	f.BoolVar(&o.cfg.Join, "join", false, "join a running cluster that already added this member")
+	f.BoolVar(&o.cfg.ACL.Enabled, "acl-enabled", false, "require an ACL token with the right permission for every request (bootstrap one with lodestone acl bootstrap)")
+	f.StringVar(&o.aclDefault, "acl-default-policy", "deny", "what a token may do where none of its rules match: deny or allow")
 	f.StringVar(&o.cfg.ClusterToken, "cluster-token", "", "with --initial-cluster, makes a new cluster's id unique: give every founding member the same token, and each cluster its own (a one-member cluster without one gets a random id)")
 	f.Int64Var(&o.cfg.MaxPeerSnapshotBytes, "max-peer-snapshot-bytes", o.cfg.MaxPeerSnapshotBytes, "largest snapshot a peer may stream to this member (held in memory to be checked); raise it above the state's snapshot size")
 	f.IntVar(&o.cfg.MaxPeerSnapshotChunks, "max-peer-snapshot-chunks", o.cfg.MaxPeerSnapshotChunks, "most chunks (1 MiB each from a sender) one peer snapshot stream may have")
@@ -133,6 +137,14 @@ func runServer(ctx context.Context, o *serverOptions, stderr io.Writer) error {
 		cfg.Faults.SetDiskDelay(o.faultDiskDelay)
 	} else if o.faultDiskDelay != 0 {
 		return errors.New("--fault-disk-delay needs --fault-hooks")
+	}
+	switch o.aclDefault {
+	case "deny":
+		o.cfg.ACL.DefaultPolicy = acl.AccessDeny
+	case "allow":
+		o.cfg.ACL.DefaultPolicy = acl.AccessWrite
+	default:
+		return fmt.Errorf("--acl-default-policy %q: use deny or allow", o.aclDefault)
 	}
 	cfg.InitialCluster, err = member.ParseCluster(o.initialCluster)
 	if err != nil {

@@ -7,13 +7,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	consul "github.com/hashicorp/consul/api"
 
 	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/token"
 	"github.com/lodestone-kv/lodestone/store"
 )
 
@@ -113,18 +113,6 @@ func fillID(p *string) error {
 	id, err := newACLID()
 	*p = id
 	return err
-}
-
-// requestSecret is the token a request presents, where Consul looks for
-// it: X-Consul-Token, Authorization: Bearer, then ?token=.
-func requestSecret(r *http.Request) string {
-	if s := r.Header.Get("X-Consul-Token"); s != "" {
-		return s
-	}
-	if s, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && s != "" {
-		return strings.TrimSpace(s)
-	}
-	return r.URL.Query().Get("token")
 }
 
 func links(ls []*consul.ACLLink) []*lodestonepb.ACLLink {
@@ -280,7 +268,7 @@ func (a *API) aclTokenRead(w http.ResponseWriter, r *http.Request) error {
 
 // aclTokenSelf needs no permission: presenting the secret is enough.
 func (a *API) aclTokenSelf(w http.ResponseWriter, r *http.Request) error {
-	secret := requestSecret(r)
+	secret := token.FromRequest(r)
 	if secret == "" {
 		secret = acl.AnonymousTokenSecret
 	}

@@ -37,6 +37,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/token"
 	"github.com/lodestone-kv/lodestone/server/httppark"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
@@ -75,6 +76,10 @@ type Backend interface {
 	// Agent names the catalog node this server is the agent of (for
 	// /v1/agent/* and sessions created without a node) and its address.
 	Agent() (node, address string)
+	// Authorize resolves a token's secret ("" is the anonymous token):
+	// an error is acl.ErrNotFound; with ACLs off every secret resolves
+	// to an Authorizer that allows everything.
+	Authorize(secret string) (*acl.Authorizer, error)
 }
 
 // Config tunes the API.
@@ -88,6 +93,9 @@ type Config struct {
 	// Park, if set, holds blocking queries while they wait instead of
 	// their goroutines (package httppark).
 	Park *httppark.Lot
+	// Denied, if set, counts requests refused by ACLs, by api ("http")
+	// and reason ("token": nobody issued it; "permission").
+	Denied *prometheus.CounterVec
 }
 
 // API is the HTTP handler set.
@@ -95,7 +103,8 @@ type API struct {
 	b        Backend
 	cfg      Config
 	logger   *slog.Logger
-	inFlight prometheus.Gauge // cfg.InFlight, or one nobody reads
+	inFlight prometheus.Gauge       // cfg.InFlight, or one nobody reads
+	denied   *prometheus.CounterVec // cfg.Denied, or one nobody reads
 	// parkDone is inFlight.Dec, made once: a method value made per parked
 	// request is one more object per request for each GC cycle to mark.
 	parkDone func()
@@ -118,7 +127,11 @@ func New(b Backend, cfg Config) *API {
 	if inFlight == nil {
 		inFlight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "unregistered"})
 	}
-	a := &API{b: b, cfg: cfg, logger: logger, inFlight: inFlight, parkDone: inFlight.Dec}
+	denied := cfg.Denied
+	if denied == nil {
+		denied = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "unregistered"}, []string{"api", "reason"})
+	}
+	a := &API{b: b, cfg: cfg, logger: logger, inFlight: inFlight, parkDone: inFlight.Dec, denied: denied}
 	a.kvResume = http.HandlerFunc(a.kv)
 	return a
 }
@@ -132,7 +145,13 @@ func (a *API) Register(mux *http.ServeMux) {
 
 	handle := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			if err := h(w, r); err != nil {
+			// NB: a token nobody issued is refused before anything else,
+			// on every route, as Consul does.
+			_, err := a.authorizer(r)
+			if err == nil {
+				err = h(w, r)
+			}
+			if err != nil {
 				a.writeError(w, r, err)
 			}
 		})
@@ -165,6 +184,25 @@ func (a *API) Register(mux *http.ServeMux) {
 	handle("GET /v1/session/list", a.sessionList)
 	handle("GET /v1/session/node/{node}", a.sessionNode)
 	a.registerACL(mux, handle)
+}
+
+// authorizer resolves the token r carries (package token says where).
+func (a *API) authorizer(r *http.Request) (*acl.Authorizer, error) {
+	return a.b.Authorize(token.FromRequest(r))
+}
+
+// apply is every write of the API: the caller's token must pass the
+// write rules (acl.CheckCommand), then cmd is proposed. Nothing is
+// proposed for a request that fails them.
+func (a *API) apply(r *http.Request, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
+	az, err := a.authorizer(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := acl.CheckCommand(az, a.b.Store(), cmd); err != nil {
+		return nil, 0, err
+	}
+	return a.b.Apply(r.Context(), cmd)
 }
 
 // rejected reports whether err is a store rejection under one of rules.
@@ -200,8 +238,10 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		code = he.code
 	case errors.As(err, &de):
 		code = http.StatusForbidden
+		a.denied.WithLabelValues("http", "permission").Inc()
 	case errors.Is(err, acl.ErrNotFound):
 		code, msg = http.StatusForbidden, acl.ErrNotFound.Error()
+		a.denied.WithLabelValues("http", "token").Inc()
 	case errors.As(err, &re):
 		// Consul answers a write its state refuses (missing node, unknown
 		// session, ...) with 500 and the reason.

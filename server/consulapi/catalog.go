@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/store"
 )
@@ -148,7 +149,7 @@ func (a *API) catalogRegister(w http.ResponseWriter, r *http.Request) error {
 		}
 		req.Checks = append(req.Checks, pc)
 	}
-	if _, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CatalogRegister{CatalogRegister: req}}); err != nil {
+	if _, _, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_CatalogRegister{CatalogRegister: req}}); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, true)
@@ -171,7 +172,7 @@ func (a *API) catalogDeregister(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("Missing node name")
 	}
 	req := &lodestonepb.CatalogDeregisterRequest{Node: in.Node, ServiceId: in.ServiceID, CheckId: in.CheckID}
-	if _, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CatalogDeregister{CatalogDeregister: req}}); err != nil {
+	if _, _, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_CatalogDeregister{CatalogDeregister: req}}); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, true)
@@ -181,23 +182,30 @@ func (a *API) catalogDeregister(w http.ResponseWriter, r *http.Request) error {
 // readDep is the common head of every catalog, health and session read:
 // parse the query options, block on d, make the read consistent unless
 // ?stale. The caller then reads the store and calls setMeta with the
-// read's QueryMeta.Index.
-func (a *API) readDep(w http.ResponseWriter, r *http.Request, d Dep) error {
+// read's QueryMeta.Index. It returns the caller's Authorizer, for the
+// caller to filter what it reads.
+func (a *API) readDep(w http.ResponseWriter, r *http.Request, d Dep) (*acl.Authorizer, error) {
+	az, err := a.authorizer(r)
+	if err != nil {
+		return nil, err
+	}
 	q, err := a.parseQuery(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := a.blockOn(w, r, q, d, nil); err != nil {
-		return err
+		return nil, err
 	}
-	return a.read(r.Context(), q)
+	return az, a.read(r.Context(), q)
 }
 
 func (a *API) catalogServices(w http.ResponseWriter, r *http.Request) error {
-	if err := a.readDep(w, r, ServicesDep()); err != nil {
+	az, err := a.readDep(w, r, ServicesDep())
+	if err != nil {
 		return err
 	}
 	svcs, m := a.b.Store().Services()
+	svcs = acl.FilterServices(az, svcs)
 	out := make(map[string][]string, len(svcs))
 	for _, s := range svcs {
 		out[s.Name] = nonNil(s.Tags)
@@ -209,10 +217,15 @@ func (a *API) catalogServices(w http.ResponseWriter, r *http.Request) error {
 
 func (a *API) catalogService(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("service")
-	if err := a.readDep(w, r, ServiceDep(name)); err != nil {
+	az, err := a.readDep(w, r, ServiceDep(name))
+	if err != nil {
 		return err
 	}
 	insts, m := a.b.Store().ServiceInstances(name, Query(r.URL).All("tag"), false)
+	if !az.Allowed(acl.ResourceService, name, acl.AccessRead) {
+		insts = nil
+	}
+	insts = acl.FilterInstances(az, insts)
 	out := make([]catalogServiceJSON, len(insts))
 	for i, in := range insts {
 		out[i] = catalogServiceOut(in.Node, in.Service)
@@ -223,10 +236,12 @@ func (a *API) catalogService(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) catalogNodes(w http.ResponseWriter, r *http.Request) error {
-	if err := a.readDep(w, r, NodesDep()); err != nil {
+	az, err := a.readDep(w, r, NodesDep())
+	if err != nil {
 		return err
 	}
 	nodes, m := a.b.Store().Nodes()
+	nodes = acl.FilterNodes(az, nodes)
 	out := make([]*nodeJSON, len(nodes))
 	for i, n := range nodes {
 		out[i] = nodeOut(n)
@@ -238,12 +253,13 @@ func (a *API) catalogNodes(w http.ResponseWriter, r *http.Request) error {
 
 func (a *API) catalogNode(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("node")
-	if err := a.readDep(w, r, NodeDep(name)); err != nil {
+	az, err := a.readDep(w, r, NodeDep(name))
+	if err != nil {
 		return err
 	}
 	ns, m := a.b.Store().Node(name)
 	a.setMeta(w, m.Index)
-	if ns == nil {
+	if ns == nil || !az.Allowed(acl.ResourceNode, name, acl.AccessRead) {
 		// Consul answers an unknown node with 200 and null.
 		writeJSON(w, http.StatusOK, nil)
 		return nil
@@ -252,7 +268,7 @@ func (a *API) catalogNode(w http.ResponseWriter, r *http.Request) error {
 		Node     *nodeJSON
 		Services map[string]*agentServiceJSON
 	}{Node: nodeOut(ns.Node), Services: map[string]*agentServiceJSON{}}
-	for _, s := range ns.Services {
+	for _, s := range acl.FilterNodeServices(az, ns.Services) {
 		out.Services[s.Id] = serviceOut(s)
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -273,10 +289,15 @@ func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := a.readDep(w, r, ServiceDep(name)); err != nil {
+	az, err := a.readDep(w, r, ServiceDep(name))
+	if err != nil {
 		return err
 	}
 	hs, m := a.b.Store().HealthService(name, v.All("tag"), passing)
+	if !az.Allowed(acl.ResourceService, name, acl.AccessRead) {
+		hs = nil
+	}
+	hs = acl.FilterHealth(az, hs)
 	out := make([]serviceEntryJSON, len(hs))
 	for i, h := range hs {
 		out[i] = serviceEntryJSON{Node: nodeOut(h.Node), Service: serviceOut(h.Service), Checks: checksOut(h.Checks)}
@@ -307,10 +328,12 @@ func boolParam(v Params, name string) (bool, error) {
 
 func (a *API) healthChecks(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("service")
-	if err := a.readDep(w, r, ServiceDep(name)); err != nil {
+	az, err := a.readDep(w, r, ServiceDep(name))
+	if err != nil {
 		return err
 	}
 	cs, m := a.b.Store().ServiceChecks(name)
+	cs = acl.FilterChecks(az, cs)
 	a.setMeta(w, m.Index)
 	writeJSON(w, http.StatusOK, checksOut(cs))
 	return nil
@@ -318,10 +341,12 @@ func (a *API) healthChecks(w http.ResponseWriter, r *http.Request) error {
 
 func (a *API) healthNode(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("node")
-	if err := a.readDep(w, r, NodeDep(name)); err != nil {
+	az, err := a.readDep(w, r, NodeDep(name))
+	if err != nil {
 		return err
 	}
 	cs, m := a.b.Store().NodeChecks(name)
+	cs = acl.FilterChecks(az, cs)
 	a.setMeta(w, m.Index)
 	writeJSON(w, http.StatusOK, checksOut(cs))
 	return nil
@@ -336,10 +361,12 @@ func (a *API) healthState(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("Invalid check state %q: use any, passing, warning or critical", state)
 		}
 	}
-	if err := a.readDep(w, r, ChecksDep()); err != nil {
+	az, err := a.readDep(w, r, ChecksDep())
+	if err != nil {
 		return err
 	}
 	cs, m := a.b.Store().ChecksInState(st)
+	cs = acl.FilterChecks(az, cs)
 	a.setMeta(w, m.Index)
 	writeJSON(w, http.StatusOK, checksOut(cs))
 	return nil
@@ -466,6 +493,8 @@ func (a *API) ensureAgentNode(r *http.Request) (string, error) {
 	if ns, _ := a.b.Store().Node(node); ns != nil {
 		return node, nil
 	}
+	// NB: the server registers its own node with its own authority: the
+	// caller's token is checked on what it asked for, not on this.
 	_, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CatalogRegister{CatalogRegister: &lodestonepb.CatalogRegisterRequest{
 		Node: &lodestonepb.Node{Name: node, Address: addr},
 	}}})
@@ -500,7 +529,7 @@ func (a *API) agentServiceRegister(w http.ResponseWriter, r *http.Request) error
 		}
 		req.Checks = append(req.Checks, pc)
 	}
-	if _, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CatalogRegister{CatalogRegister: req}}); err != nil {
+	if _, _, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_CatalogRegister{CatalogRegister: req}}); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusOK)
@@ -510,7 +539,7 @@ func (a *API) agentServiceRegister(w http.ResponseWriter, r *http.Request) error
 func (a *API) agentServiceDeregister(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	node, _ := a.b.Agent()
-	res, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CatalogDeregister{CatalogDeregister: &lodestonepb.CatalogDeregisterRequest{
+	res, _, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_CatalogDeregister{CatalogDeregister: &lodestonepb.CatalogDeregisterRequest{
 		Node: node, ServiceId: id,
 	}}})
 	if err != nil {
@@ -551,7 +580,7 @@ func (a *API) agentCheckUpdateBody(w http.ResponseWriter, r *http.Request) error
 func (a *API) updateAgentCheck(w http.ResponseWriter, r *http.Request, st lodestonepb.HealthStatus, output string) error {
 	id := r.PathValue("id")
 	node, _ := a.b.Agent()
-	_, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CheckUpdate{CheckUpdate: &lodestonepb.UpdateCheckRequest{
+	_, _, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_CheckUpdate{CheckUpdate: &lodestonepb.UpdateCheckRequest{
 		Node: node, CheckId: id, Status: st, Output: output,
 	}}})
 	if rejected(err, store.RejectCheckMissing, store.RejectNodeMissing) {
@@ -589,7 +618,7 @@ func (a *API) agentCheckRegister(w http.ResponseWriter, r *http.Request) error {
 	}
 	c.ServiceId = in.ServiceID
 	req := &lodestonepb.CatalogRegisterRequest{Node: &lodestonepb.Node{Name: node}, SkipNodeUpdate: true, Checks: []*lodestonepb.Check{c}}
-	_, _, err = a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CatalogRegister{CatalogRegister: req}})
+	_, _, err = a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_CatalogRegister{CatalogRegister: req}})
 	if rejected(err, store.RejectServiceMissing) {
 		return badRequest("ServiceID %q does not exist on this agent", in.ServiceID)
 	}
@@ -603,7 +632,7 @@ func (a *API) agentCheckRegister(w http.ResponseWriter, r *http.Request) error {
 func (a *API) agentCheckDeregister(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	node, _ := a.b.Agent()
-	res, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_CatalogDeregister{CatalogDeregister: &lodestonepb.CatalogDeregisterRequest{
+	res, _, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_CatalogDeregister{CatalogDeregister: &lodestonepb.CatalogDeregisterRequest{
 		Node: node, CheckId: id,
 	}}})
 	if err != nil {
@@ -618,10 +647,14 @@ func (a *API) agentCheckDeregister(w http.ResponseWriter, r *http.Request) error
 
 // agentServices is /v1/agent/services: this agent's services by id.
 func (a *API) agentServices(w http.ResponseWriter, r *http.Request) error {
+	az, err := a.authorizer(r)
+	if err != nil {
+		return err
+	}
 	node, _ := a.b.Agent()
 	ns, _ := a.b.Store().Node(node)
 	out := map[string]*agentServiceJSON{}
-	for _, s := range ns.GetServices() {
+	for _, s := range acl.FilterNodeServices(az, ns.GetServices()) {
 		out[s.Id] = serviceOut(s)
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -630,10 +663,14 @@ func (a *API) agentServices(w http.ResponseWriter, r *http.Request) error {
 
 // agentChecks is /v1/agent/checks: this agent's checks by id.
 func (a *API) agentChecks(w http.ResponseWriter, r *http.Request) error {
+	az, err := a.authorizer(r)
+	if err != nil {
+		return err
+	}
 	node, _ := a.b.Agent()
 	checks, _ := a.b.Store().NodeChecks(node)
 	out := map[string]healthCheckJSON{}
-	for _, c := range checks {
+	for _, c := range acl.FilterChecks(az, checks) {
 		out[c.CheckId] = checkOut(c)
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -641,7 +678,14 @@ func (a *API) agentChecks(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) agentSelf(w http.ResponseWriter, r *http.Request) error {
+	az, err := a.authorizer(r)
+	if err != nil {
+		return err
+	}
 	node, addr := a.b.Agent()
+	if err := az.Check(acl.ResourceAgent, node, acl.AccessRead); err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"Config": map[string]any{"NodeName": node, "Datacenter": defaultDatacenter, "Server": true},
 		"Member": map[string]any{"Name": node, "Addr": addr},

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/store"
 )
@@ -38,13 +39,15 @@ func toEntry(kv *lodestonepb.KeyValue) kvEntry {
 
 func (a *API) kv(w http.ResponseWriter, r *http.Request) {
 	key := strings.TrimPrefix(r.URL.Path, "/v1/kv/")
-	var err error
-	switch r.Method {
-	case http.MethodGet:
-		err = a.kvGet(w, r, key)
-	case http.MethodPut:
+	// NB: a token nobody issued is refused before the body is read.
+	az, err := a.authorizer(r)
+	switch {
+	case err != nil:
+	case r.Method == http.MethodGet:
+		err = a.kvGet(w, r, az, key)
+	case r.Method == http.MethodPut:
 		err = a.kvPut(w, r, key)
-	case http.MethodDelete:
+	case r.Method == http.MethodDelete:
 		err = a.kvDelete(w, r, key)
 	default:
 		w.Header().Set("Allow", "GET, PUT, DELETE")
@@ -55,7 +58,7 @@ func (a *API) kv(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (a *API) kvGet(w http.ResponseWriter, r *http.Request, key string) error {
+func (a *API) kvGet(w http.ResponseWriter, r *http.Request, az *acl.Authorizer, key string) error {
 	q, err := a.parseQuery(r)
 	if err != nil {
 		return err
@@ -65,6 +68,11 @@ func (a *API) kvGet(w http.ResponseWriter, r *http.Request, key string) error {
 	prefix := recurse || keys
 	if !prefix && key == "" {
 		return badRequest("Missing key name")
+	}
+	if !prefix {
+		if err := az.Check(acl.ResourceKey, key, acl.AccessRead); err != nil {
+			return err
+		}
 	}
 	st := a.b.Store()
 	d := KVDep(key, prefix)
@@ -93,7 +101,7 @@ func (a *API) kvGet(w http.ResponseWriter, r *http.Request, key string) error {
 		return nil
 	}
 
-	kvs := a.rangeAll([]byte(key), keys)
+	kvs := acl.FilterKVs(az, a.rangeAll([]byte(key), keys))
 	if keys {
 		sep := v.Get("separator")
 		out := keyList(kvs, key, sep)
@@ -206,7 +214,7 @@ func (a *API) kvPut(w http.ResponseWriter, r *http.Request, key string) error {
 	case release != "":
 		put.Session, put.Release = release, true
 	}
-	res, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_Put{Put: put}})
+	res, _, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_Put{Put: put}})
 	if rejected(err, store.RejectSessionMissing) {
 		// Consul: acquiring with an unknown session is an error, not false.
 		return &httpError{http.StatusInternalServerError, fmt.Sprintf("invalid session %q", put.Session)}
@@ -235,7 +243,7 @@ func (a *API) kvDelete(w http.ResponseWriter, r *http.Request, key string) error
 	if hasCAS {
 		del.Cas = &cas
 	}
-	res, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_Delete{Delete: del}})
+	res, _, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_Delete{Delete: del}})
 	if err != nil {
 		return err
 	}
@@ -280,7 +288,12 @@ type txnError struct {
 }
 
 func (a *API) txn(w http.ResponseWriter, r *http.Request) {
-	if err := a.doTxn(w, r); err != nil {
+	// NB: a token nobody issued is refused before the body is read.
+	_, err := a.authorizer(r)
+	if err == nil {
+		err = a.doTxn(w, r)
+	}
+	if err != nil {
 		a.writeError(w, r, err)
 	}
 }
@@ -317,7 +330,7 @@ func (a *API) doTxn(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusConflict, map[string]any{"Results": nil, "Errors": errs})
 		return nil
 	}
-	res, index, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_Txn{Txn: req}})
+	res, index, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_Txn{Txn: req}})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/store"
 )
@@ -145,7 +146,7 @@ func (a *API) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 		checks = slices.DeleteFunc(slices.Clone(checks), func(c string) bool { return c == serfHealthCheck })
 	}
 	se.Checks = checks
-	res, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_SessionCreate{SessionCreate: &lodestonepb.CreateSessionRequest{Session: se}}})
+	res, _, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_SessionCreate{SessionCreate: &lodestonepb.CreateSessionRequest{Session: se}}})
 	if err != nil {
 		return err
 	}
@@ -160,7 +161,7 @@ func (a *API) hasCheck(node, id string) bool {
 
 func (a *API) sessionDestroy(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	if _, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_SessionDestroy{SessionDestroy: &lodestonepb.DestroySessionRequest{Id: id}}}); err != nil {
+	if _, _, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_SessionDestroy{SessionDestroy: &lodestonepb.DestroySessionRequest{Id: id}}}); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, true)
@@ -169,7 +170,7 @@ func (a *API) sessionDestroy(w http.ResponseWriter, r *http.Request) error {
 
 func (a *API) sessionRenew(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	res, _, err := a.b.Apply(r.Context(), &lodestonepb.Command{Op: &lodestonepb.Command_SessionRenew{SessionRenew: &lodestonepb.RenewSessionRequest{Id: id}}})
+	res, _, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_SessionRenew{SessionRenew: &lodestonepb.RenewSessionRequest{Id: id}}})
 	if rejected(err, store.RejectSessionMissing) {
 		// Consul's clients read 404 as "the session is gone".
 		return &httpError{http.StatusNotFound, fmt.Sprintf("Session id '%s' not found", id)}
@@ -182,13 +183,14 @@ func (a *API) sessionRenew(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) sessionInfo(w http.ResponseWriter, r *http.Request) error {
-	if err := a.readDep(w, r, SessionsDep()); err != nil {
+	az, err := a.readDep(w, r, SessionsDep())
+	if err != nil {
 		return err
 	}
 	se, m := a.b.Store().Session(r.PathValue("id"))
 	a.setMeta(w, m.Index)
 	out := []sessionJSON{}
-	if se != nil {
+	if se != nil && az.Allowed(acl.ResourceSession, se.Node, acl.AccessRead) {
 		out = append(out, sessionOut(se))
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -196,21 +198,23 @@ func (a *API) sessionInfo(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) sessionList(w http.ResponseWriter, r *http.Request) error {
-	if err := a.readDep(w, r, SessionsDep()); err != nil {
+	az, err := a.readDep(w, r, SessionsDep())
+	if err != nil {
 		return err
 	}
 	list, m := a.b.Store().Sessions()
 	a.setMeta(w, m.Index)
-	writeJSON(w, http.StatusOK, sessionsOut(list))
+	writeJSON(w, http.StatusOK, sessionsOut(acl.FilterSessions(az, list)))
 	return nil
 }
 
 func (a *API) sessionNode(w http.ResponseWriter, r *http.Request) error {
-	if err := a.readDep(w, r, SessionsDep()); err != nil {
+	az, err := a.readDep(w, r, SessionsDep())
+	if err != nil {
 		return err
 	}
 	list, m := a.b.Store().NodeSessions(r.PathValue("node"))
 	a.setMeta(w, m.Index)
-	writeJSON(w, http.StatusOK, sessionsOut(list))
+	writeJSON(w, http.StatusOK, sessionsOut(acl.FilterSessions(az, list)))
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/token"
 	"github.com/lodestone-kv/lodestone/tools/compact"
 )
 
@@ -31,6 +32,9 @@ type SaveOptions struct {
 	Now func() time.Time
 	// ProgressEvery is the least time between two redraws; 0 means 200ms.
 	ProgressEvery time.Duration
+	// Token is the ACL token's secret; with ACLs on, saving needs
+	// acl:write (the snapshot holds every token).
+	Token string
 }
 
 // Save streams a consistent snapshot from the first endpoint that serves
@@ -65,7 +69,8 @@ func Save(ctx context.Context, o SaveOptions, progress io.Writer) (Info, error) 
 }
 
 func saveFrom(ctx context.Context, ep string, o SaveOptions, progress io.Writer) error {
-	conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(token.PerRPC(o.Token)))
 	if err != nil {
 		return fmt.Errorf("dial: %w", err)
 	}
