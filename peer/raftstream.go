@@ -3,6 +3,7 @@ package peer
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -80,8 +81,9 @@ const (
 // was removed.
 var errStreamRemoved = errors.New("the peer says this member was removed from the cluster")
 
-// dialRaftStream connects to a peer's Raft stream and sends the preamble.
-func dialRaftStream(ctx context.Context, addr string) (net.Conn, error) {
+// dialRaftStream connects to a peer's Raft stream, over TLS when tlsCfg
+// is set, and sends the preamble.
+func dialRaftStream(ctx context.Context, addr string, tlsCfg *tls.Config) (net.Conn, error) {
 	d := net.Dialer{
 		Timeout:         raftStreamDialTimeout,
 		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: time.Second, Count: 3},
@@ -91,11 +93,29 @@ func dialRaftStream(ctx context.Context, addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial raft stream to %s: %w", addr, err)
 	}
+	if tlsCfg != nil {
+		if conn, err = handshakeTLS(ctx, conn, tlsCfg); err != nil {
+			return nil, fmt.Errorf("raft stream TLS handshake with %s: %w", addr, err)
+		}
+	}
 	if _, err := conn.Write(raftStreamMagic[:]); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("raft stream preamble to %s: %w", addr, err)
 	}
 	return conn, nil
+}
+
+// handshakeTLS runs the client handshake on conn within the dial timeout;
+// on failure it closes conn.
+func handshakeTLS(ctx context.Context, conn net.Conn, cfg *tls.Config) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, raftStreamDialTimeout)
+	defer cancel()
+	tc := tls.Client(conn, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return tc, nil
 }
 
 func setUserTimeout(_, _ string, c syscall.RawConn) error {

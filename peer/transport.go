@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -17,6 +18,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -68,6 +70,7 @@ type Transport struct {
 	node    Node
 	// commitHold is Config.CommitNoticeHold (0: never hold).
 	commitHold time.Duration
+	tls        *tls.Config // Config.TLS
 
 	removedMu sync.Mutex
 	removed   map[uint64]bool // members removed from the cluster
@@ -99,6 +102,10 @@ type Config struct {
 	CommitNoticeHold time.Duration
 	Logger           *slog.Logger
 	Registerer       prometheus.Registerer
+	// TLS, when set, secures every dial to a peer (Raft streams and peer
+	// gRPC): it presents this member's certificate and verifies the
+	// peer's. The peer port's listener terminates TLS before peerMux.
+	TLS *tls.Config
 }
 
 // NewTransport makes a Transport with no peers. Messages received before
@@ -116,6 +123,7 @@ func NewTransport(cfg Config) *Transport {
 		logger:     cfg.Logger,
 		metrics:    newMetrics(cfg.Registerer),
 		commitHold: cfg.CommitNoticeHold,
+		tls:        cfg.TLS,
 		node:       unset{},
 		ctx:        ctx,
 		cancel:     cancel,
@@ -156,8 +164,12 @@ func (t *Transport) SetPeer(id uint64, addr string) error {
 		}
 		t.stopPeerLocked(p)
 	}
+	creds := insecure.NewCredentials()
+	if t.tls != nil {
+		creds = credentials.NewTLS(t.tls)
+	}
 	conn, err := grpc.NewClient(addr, append(grpcopt.PeerDialOptions(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)),
 		// NB: gRPC's default reconnect backoff grows to two minutes; a
 		// member that restarts must hear heartbeats within an election.
@@ -303,7 +315,7 @@ func (t *Transport) runPeer(ctx context.Context, p *peer) {
 // streamTo dials p's Raft stream and writes queued messages to it in
 // batches, one write each, until the stream fails or ctx ends.
 func (t *Transport) streamTo(ctx context.Context, p *peer) error {
-	conn, err := dialRaftStream(ctx, p.addr)
+	conn, err := dialRaftStream(ctx, p.addr, t.tls)
 	if err != nil {
 		return err
 	}

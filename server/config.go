@@ -153,6 +153,13 @@ type Config struct {
 	// endpoints reveal internals, so turn it on while investigating.
 	EnablePprof bool
 
+	// TLS turns on TLS for every listener and peer dial (tls.go).
+	TLS TLSConfig
+	// InsecurePlaintext lets a server without TLS listen on addresses
+	// other than loopback. Without it such a server refuses to start:
+	// anyone on the network could read and write the registry.
+	InsecurePlaintext bool
+
 	// StartTimeout bounds how long Start waits for listeners and the first
 	// Ready. Default 10s.
 	StartTimeout time.Duration
@@ -256,6 +263,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBlockingWait <= 0 {
 		return bad("max-blocking-wait", "must be positive")
+	}
+	if err := c.validateTLS(); err != nil {
+		return err
 	}
 	if err := c.Catalog.validate(); err != nil {
 		return err
