@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +39,9 @@ type Config struct {
 	// Endpoints are the servers' gRPC addresses; writes go to any of them
 	// (followers forward to the leader). Required.
 	Endpoints []string
+	// TLS, when set, dials the servers over TLS with it (presenting the
+	// agent's client certificate); nil dials plain text.
+	TLS *tls.Config
 	// ListenHTTP is host:port for the local Consul-compatible agent API and
 	// /metrics. Empty disables it. Port 0 picks a free port.
 	ListenHTTP string

@@ -43,6 +43,7 @@ the leader marks its node critical within the gossip detection time.
 				return err
 			}
 			o.cfg.Endpoints = co.Endpoints
+			o.cfg.TLS = co.TLS
 			return runAgent(cmd.Context(), o, cmd.ErrOrStderr())
 		},
 	}

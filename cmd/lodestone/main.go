@@ -14,6 +14,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,11 +98,13 @@ Start a local node with "lodestone dev", then try:
 		"servers' gRPC addresses, comma-separated (env "+envEndpoints+")")
 	pf.Duration("timeout", 10*time.Second,
 		"how long a client command may take in all, retries included")
+	addClientTLSFlags(pf, getenv)
 
 	root.AddCommand(newServerCmd(), newDevCmd(), newKVCmd(), newMembersCmd(), newStatusCmd(), newCompactCmd(), newGatewayCmd(),
 		newSnapshotCmd(), newRecoverCmd(), newAdmissionCmd())
 	root.AddCommand(newCatalogCmd(), newHealthCmd(), newSessionCmd(), newLockCmd())
 	root.AddCommand(newAgentCmd())
+	root.AddCommand(newTLSCmd())
 	return root
 }
 
@@ -119,6 +122,7 @@ type clientOptions struct {
 	Endpoints []string
 	Timeout   time.Duration
 	WatchFrom client.WatchFrom // zero: followers
+	TLS       *tls.Config      // nil: plain text
 }
 
 // clientFlags reads the persistent client flags of cmd.
@@ -141,7 +145,11 @@ func clientFlags(cmd *cobra.Command) (clientOptions, error) {
 	if timeout <= 0 {
 		return clientOptions{}, usagef(cmd, "--timeout must be positive, not %v", timeout)
 	}
-	return clientOptions{Endpoints: eps, Timeout: timeout}, nil
+	tlsCfg, err := clientTLS(cmd)
+	if err != nil {
+		return clientOptions{}, err
+	}
+	return clientOptions{Endpoints: eps, Timeout: timeout, TLS: tlsCfg}, nil
 }
 
 func splitList(s string) []string {
@@ -170,6 +178,7 @@ func newClient(o clientOptions) (*client.Client, error) {
 		BackoffMax:     time.Second,
 		MaxAttempts:    5 * len(o.Endpoints),
 		WatchFrom:      o.WatchFrom,
+		TLS:            o.TLS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--endpoints: %w", err)
