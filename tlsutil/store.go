@@ -55,8 +55,9 @@ type Metrics struct {
 	notAfter *prometheus.GaugeVec
 }
 
-// NewMetrics registers lodestone_tls_reloads_total{cert,result} and
-// lodestone_tls_cert_not_after_seconds{cert} with reg.
+// NewMetrics makes lodestone_tls_reloads_total{cert,result} and
+// lodestone_tls_cert_not_after_seconds{cert} and registers them with reg
+// (nil: not yet; Metrics is a prometheus.Collector to register later).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -68,8 +69,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "When the serving certificate expires, unix seconds (the earliest of an SNI set).",
 		}, []string{"cert"}),
 	}
-	reg.MustRegister(m.reloads, m.notAfter)
+	if reg != nil {
+		reg.MustRegister(m)
+	}
 	return m
+}
+
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.reloads.Describe(ch)
+	m.notAfter.Describe(ch)
+}
+
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.reloads.Collect(ch)
+	m.notAfter.Collect(ch)
 }
 
 func (m *Metrics) result(name string, err error) {

@@ -42,6 +42,16 @@ func addClientTLSFlags(pf *pflag.FlagSet, getenv func(string) string) {
 // clientTLS builds the client TLS config from the persistent flags; nil
 // when none is given (plain text).
 func clientTLS(cmd *cobra.Command) (*tls.Config, error) {
+	s, name, err := clientTLSStore(cmd, tlsutil.Options{Name: "client"})
+	if s == nil || err != nil {
+		return nil, err
+	}
+	return s.ClientConfig(name), nil
+}
+
+// clientTLSStore loads the persistent client TLS flags' files, for a
+// long-lived process that reloads them; nil without any.
+func clientTLSStore(cmd *cobra.Command, opts tlsutil.Options) (*tlsutil.Store, string, error) {
 	get := func(name string) string {
 		v, _ := cmd.Flags().GetString(name)
 		return v
@@ -49,15 +59,15 @@ func clientTLS(cmd *cobra.Command) (*tls.Config, error) {
 	files := tlsutil.Files{CAFile: get("ca-file"), CertFile: get("cert-file"), KeyFile: get("key-file")}
 	if files == (tlsutil.Files{}) {
 		if get("tls-server-name") != "" {
-			return nil, usagef(cmd, "--tls-server-name needs --ca-file")
+			return nil, "", usagef(cmd, "--tls-server-name needs --ca-file")
 		}
-		return nil, nil
+		return nil, "", nil
 	}
-	s, err := tlsutil.Load(files, tlsutil.Options{Name: "client"})
+	s, err := tlsutil.Load(files, opts)
 	if err != nil {
-		return nil, usagef(cmd, "--ca-file/--cert-file/--key-file: %v", err)
+		return nil, "", usagef(cmd, "--ca-file/--cert-file/--key-file: %v", err)
 	}
-	return s.ClientConfig(get("tls-server-name")), nil
+	return s, get("tls-server-name"), nil
 }
 
 func newTLSCmd() *cobra.Command {
