@@ -85,6 +85,7 @@ func addServerTLSFlags(f *pflag.FlagSet, cfg *server.Config) {
 	f.StringVar(&t.PeerCertFile, "tls-peer-cert-file", "", "certificate for the peer port and dials to peers (default --tls-cert-file); peers always need one")
 	f.StringVar(&t.PeerKeyFile, "tls-peer-key-file", "", "key of --tls-peer-cert-file")
 	f.StringVar(&t.PeerServerName, "tls-peer-server-name", "server."+tlsutil.DefaultDomain, "name every member's peer certificate must carry")
+	f.DurationVar(&t.ReloadInterval, "tls-reload-interval", time.Second, "how often the TLS files are checked for changes (negative: only on SIGHUP)")
 	f.BoolVar(&cfg.InsecurePlaintext, "insecure-plaintext", false, "allow listening without TLS on addresses other than loopback (anyone who reaches them can read and write the registry)")
 }
 
