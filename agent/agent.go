@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
@@ -116,7 +118,7 @@ func New(cfg Config) (*Agent, error) {
 	var err error
 	a.reg = cfg.registry
 	if a.reg == nil {
-		a.conn, err = dialRegistry(cfg.Endpoints, cfg.Token)
+		a.conn, err = dialRegistry(cfg.Endpoints, cfg.TLS, cfg.Token)
 		if err != nil {
 			return nil, err
 		}
@@ -152,14 +154,21 @@ func New(cfg Config) (*Agent, error) {
 
 // dialRegistry connects to any of the servers: pick-first over all of
 // them, so a dead server is skipped (followers forward writes).
-func dialRegistry(endpoints []string, secret string) (*grpc.ClientConn, error) {
+func dialRegistry(endpoints []string, tlsCfg *tls.Config, secret string) (*grpc.ClientConn, error) {
 	r := manual.NewBuilderWithScheme("lodestone-agent")
 	var addrs []resolver.Address
 	for _, ep := range endpoints {
-		addrs = append(addrs, resolver.Address{Addr: ep})
+		// NB: TLS verifies each server by its own host, not the
+		// resolver's made-up authority.
+		host, _, _ := net.SplitHostPort(ep)
+		addrs = append(addrs, resolver.Address{Addr: ep, ServerName: host})
 	}
 	r.InitialState(resolver.State{Addresses: addrs})
-	conn, err := grpc.NewClient(r.Scheme()+":///registry", grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	conn, err := grpc.NewClient(r.Scheme()+":///registry", grpc.WithResolvers(r), grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(token.PerRPC(secret)))
 	if err != nil {
 		return nil, fmt.Errorf("dial registry %v: %w", endpoints, err)

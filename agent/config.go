@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +43,9 @@ type Config struct {
 	// results with: node write on its node, service write on its
 	// services. Default (empty): the anonymous token.
 	Token string
+	// TLS, when set, dials the servers over TLS with it (presenting the
+	// agent's client certificate); nil dials plain text.
+	TLS *tls.Config
 	// ListenHTTP is host:port for the local Consul-compatible agent API and
 	// /metrics. Empty disables it. Port 0 picks a free port.
 	ListenHTTP string

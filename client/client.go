@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -103,8 +104,12 @@ func (c *Client) conn(ep string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[ep]; ok {
 		return cc, nil
 	}
+	creds := insecure.NewCredentials()
+	if c.cfg.TLS != nil {
+		creds = credentials.NewTLS(c.cfg.TLS) // NB: takes the endpoint's host as ServerName when unset
+	}
 	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		RPCTraceDialOption(),
 		grpc.WithPerRPCCredentials(token.PerRPC(c.cfg.Token)),
 		grpc.WithConnectParams(grpc.ConnectParams{

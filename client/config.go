@@ -1,6 +1,7 @@
 package client
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -73,6 +74,11 @@ type Config struct {
 	// x-consul-token). Default (empty): the anonymous token, which on a
 	// cluster with ACLs on and default deny may do nothing.
 	Token string
+	// TLS, when set, dials every endpoint over TLS with it (a copy whose
+	// ServerName, when empty, is the endpoint's host); nil dials plain
+	// text. tlsutil.Store.ClientConfig makes one that presents a client
+	// certificate and verifies servers against the cluster's CA.
+	TLS *tls.Config
 
 	// DialOptions are appended to the client's own gRPC dial options
 	// (insecure transport credentials, connect params, a stats handler);

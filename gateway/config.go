@@ -21,6 +21,15 @@ type Config struct {
 	// answers while the proxy is saturated. Default: 127.0.0.1:8081.
 	AdminListen string
 
+	// FrontTLS, when set, terminates TLS on Listen (before both the fast
+	// path and net/http); tlsutil.SNI picks a certificate per host.
+	// AdminTLS does the same for AdminListen. RegistryTLS dials the
+	// registry over TLS, presenting the gateway's client certificate.
+	// nil: plain text.
+	FrontTLS    *tls.Config
+	AdminTLS    *tls.Config
+	RegistryTLS *tls.Config
+
 	// Source feeds instances and routes. When nil, New builds the source
 	// Instances names over a client of Registry and closes that client on
 	// Close.

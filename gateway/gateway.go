@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -156,6 +157,7 @@ func New(cfg Config) (*Gateway, error) {
 			BackoffMax:            2 * time.Second,
 			WatchProgressInterval: 2 * time.Second, // a dead registry is noticed in ~4s
 			Logger:                log.With("component", "client"),
+			TLS:                   cfg.RegistryTLS,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("registry client: %w", err)
@@ -178,6 +180,12 @@ func New(cfg Config) (*Gateway, error) {
 		g.closeClient()
 		return nil, fmt.Errorf("listen admin %s: %w", cfg.AdminListen, err)
 	}
+	if cfg.FrontTLS != nil {
+		g.proxyLn = tls.NewListener(g.proxyLn, cfg.FrontTLS)
+	}
+	if cfg.AdminTLS != nil {
+		g.adminLn = tls.NewListener(g.adminLn, cfg.AdminTLS)
+	}
 	g.front = h1.NewServer(g.proxyLn, h1.ServerConfig{
 		Handler:           g.handle,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -187,6 +195,7 @@ func New(cfg Config) (*Gateway, error) {
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	g.proxySrv = &http.Server{
 		Handler:           g,
+		ConnContext:       handedTLS,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.ClientIdleTimeout,
 		ErrorLog:          errLog,

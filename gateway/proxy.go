@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -15,11 +16,34 @@ import (
 	"github.com/lodestone-kv/lodestone/gateway/internal/h1"
 )
 
+// tlsStateKey holds a handed-off TLS connection's state in its context.
+type tlsStateKey struct{}
+
+// handedTLS keeps the TLS state of a connection the fast path handed to
+// net/http: net/http sets r.TLS only for a *tls.Conn it holds itself,
+// and a handed connection is wrapped to replay what was read.
+func handedTLS(ctx context.Context, c net.Conn) context.Context {
+	for {
+		if tc, ok := c.(*tls.Conn); ok {
+			st := tc.ConnectionState()
+			return context.WithValue(ctx, tlsStateKey{}, &st)
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return ctx
+		}
+		c = u.NetConn()
+	}
+}
+
 // ServeHTTP proxies one request: admission (MaxInFlight, MaxQueueTime),
 // route match on the current table (one atomic load, no lock), origin
 // choice (subset of a random shard, power of two choices), attempts with
 // per-attempt timeouts, retries under the budget, and a streamed response.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.TLS == nil {
+		r.TLS, _ = r.Context().Value(tlsStateKey{}).(*tls.ConnectionState)
+	}
 	if g.handle(w, r) {
 		// The status line is out and the body is cut short: abort the
 		// client connection so the client cannot mistake it for a whole

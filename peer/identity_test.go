@@ -212,7 +212,7 @@ func TestRaftStreamNeedsThisCluster(t *testing.T) {
 		t.Fatalf("%d refused messages reached Raft", n)
 	}
 	// The same message with this cluster's id goes through.
-	conn, err := dialRaftStream(context.Background(), p.addr, testCluster)
+	conn, err := dialRaftStream(context.Background(), p.addr, testCluster, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +352,7 @@ func TestJoiningMemberLearnsCluster(t *testing.T) {
 		t.Fatal("a joining member starts with an id")
 	}
 	stream := func(id clusterid.ID, from uint64) error {
-		conn, err := dialRaftStream(context.Background(), p.addr, id)
+		conn, err := dialRaftStream(context.Background(), p.addr, id, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

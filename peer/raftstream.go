@@ -3,6 +3,7 @@ package peer
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -95,10 +96,10 @@ var errStreamRemoved = errors.New("the peer says this member was removed from th
 // cluster id; the text that follows names both.
 var errStreamRefused = errors.New("the peer refused this member's cluster")
 
-// dialRaftStream connects to a peer's Raft stream and sends the preamble
-// naming cluster (zero: a joining member that has not learned it, which
-// the peer refuses).
-func dialRaftStream(ctx context.Context, addr string, cluster clusterid.ID) (net.Conn, error) {
+// dialRaftStream connects to a peer's Raft stream, over TLS when tlsCfg
+// is set, and sends the preamble naming cluster (zero: a joining member
+// that has not learned it, which the peer refuses).
+func dialRaftStream(ctx context.Context, addr string, cluster clusterid.ID, tlsCfg *tls.Config) (net.Conn, error) {
 	d := net.Dialer{
 		Timeout:         raftStreamDialTimeout,
 		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: time.Second, Count: 3},
@@ -107,6 +108,11 @@ func dialRaftStream(ctx context.Context, addr string, cluster clusterid.ID) (net
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial raft stream to %s: %w", addr, err)
+	}
+	if tlsCfg != nil {
+		if conn, err = handshakeTLS(ctx, conn, tlsCfg); err != nil {
+			return nil, fmt.Errorf("raft stream TLS handshake with %s: %w", addr, err)
+		}
 	}
 	if _, err := conn.Write(append(raftStreamMagic[:], cluster[:]...)); err != nil {
 		conn.Close()
@@ -135,6 +141,19 @@ func readPreambleRest(r io.Reader) (clusterid.ID, error) {
 	default:
 		return id, fmt.Errorf("raft stream version %d unsupported (this build speaks 1 and %d)", v[0], raftStreamVersion)
 	}
+}
+
+// handshakeTLS runs the client handshake on conn within the dial timeout;
+// on failure it closes conn.
+func handshakeTLS(ctx context.Context, conn net.Conn, cfg *tls.Config) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, raftStreamDialTimeout)
+	defer cancel()
+	tc := tls.Client(conn, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return tc, nil
 }
 
 func setUserTimeout(_, _ string, c syscall.RawConn) error {

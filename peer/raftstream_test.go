@@ -132,7 +132,7 @@ func TestPeerPortServesBoth(t *testing.T) {
 		t.Fatalf("gRPC call on the peer port: %v, %v", resp, err)
 	}
 
-	stream, err := dialRaftStream(ctx, ln.Addr().String(), testCluster)
+	stream, err := dialRaftStream(ctx, ln.Addr().String(), testCluster, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestRaftStreamUserTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	c, err := dialRaftStream(context.Background(), ln.Addr().String(), testCluster)
+	c, err := dialRaftStream(context.Background(), ln.Addr().String(), testCluster, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

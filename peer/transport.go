@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -87,6 +89,7 @@ type Transport struct {
 	node    Node
 	// commitHold is Config.CommitNoticeHold (0: never hold).
 	commitHold time.Duration
+	tls        *tls.Config // Config.TLS
 
 	removedMu sync.Mutex
 	removed   map[uint64]bool // members removed from the cluster
@@ -138,6 +141,10 @@ type Config struct {
 	MaxSnapshotChunks int
 	Logger            *slog.Logger
 	Registerer        prometheus.Registerer
+	// TLS, when set, secures every dial to a peer (Raft streams and peer
+	// gRPC): it presents this member's certificate and verifies the
+	// peer's. The peer port's listener terminates TLS before peerMux.
+	TLS *tls.Config
 }
 
 // NewTransport makes a Transport with no peers. Messages received before
@@ -169,6 +176,7 @@ func NewTransport(cfg Config) *Transport {
 		onLearn:       cfg.OnLearn,
 		maxSnapBytes:  cfg.MaxSnapshotBytes,
 		maxSnapChunks: cfg.MaxSnapshotChunks,
+		tls:           cfg.TLS,
 	}
 	if !cfg.Cluster.IsZero() {
 		t.cluster.Store(&cfg.Cluster)
@@ -208,8 +216,12 @@ func (t *Transport) SetPeer(id uint64, addr string) error {
 		}
 		t.stopPeerLocked(p)
 	}
+	creds := insecure.NewCredentials()
+	if t.tls != nil {
+		creds = credentials.NewTLS(t.tls)
+	}
 	conn, err := grpc.NewClient(addr, append(grpcopt.PeerDialOptions(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)),
 		// Every call names this member's cluster (identity.go).
 		grpc.WithChainUnaryInterceptor(t.unarySend), grpc.WithChainStreamInterceptor(t.streamSend),
@@ -357,7 +369,7 @@ func (t *Transport) runPeer(ctx context.Context, p *peer) {
 // streamTo dials p's Raft stream and writes queued messages to it in
 // batches, one write each, until the stream fails or ctx ends.
 func (t *Transport) streamTo(ctx context.Context, p *peer) error {
-	conn, err := dialRaftStream(ctx, p.addr, t.Cluster())
+	conn, err := dialRaftStream(ctx, p.addr, t.Cluster(), t.tls)
 	if err != nil {
 		return err
 	}

@@ -176,6 +176,12 @@ type Config struct {
 	// policies matches. Default off, as Consul's; docs/security.md says
 	// what an open server exposes.
 	ACL acl.Config
+	// TLS turns on TLS for every listener and peer dial (tls.go).
+	TLS TLSConfig
+	// InsecurePlaintext lets a server without TLS listen on addresses
+	// other than loopback. Without it such a server refuses to start:
+	// anyone on the network could read and write the registry.
+	InsecurePlaintext bool
 
 	// StartTimeout bounds how long Start waits for listeners and the first
 	// Ready. Default 10s.
@@ -291,6 +297,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBlockingWait <= 0 {
 		return bad("max-blocking-wait", "must be positive")
+	}
+	if err := c.validateTLS(); err != nil {
+		return err
 	}
 	if err := c.Catalog.validate(); err != nil {
 		return err

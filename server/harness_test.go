@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -42,6 +43,8 @@ type testCluster struct {
 	dirs    map[string]string
 	conns   map[string]*grpc.ClientConn
 	logs    syncBuffer
+	// creds dial the members' gRPC ports; nil: plain text.
+	creds credentials.TransportCredentials
 }
 
 // syncBuffer collects every member's logs; they are printed if the test fails.
@@ -201,7 +204,11 @@ func (c *testCluster) conn(name string) *grpc.ClientConn {
 	if conn, ok := c.conns[name]; ok {
 		return conn
 	}
-	conn, err := grpc.NewClient(c.servers[name].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := c.creds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	conn, err := grpc.NewClient(c.servers[name].GRPCAddr(), grpc.WithTransportCredentials(creds))
 	if err != nil {
 		c.t.Fatalf("dial %s: %v", name, err)
 	}

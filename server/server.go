@@ -49,6 +49,7 @@ type Server struct {
 	// httpConns limits the HTTP listener's connections.
 	httpConns *connLimit
 
+	tls                       *serverTLS // nil without TLS (tls.go)
 	peerLis, grpcLis, httpLis net.Listener
 	grpcSrv                   *grpc.Server
 	httpSrv                   *http.Server
@@ -93,6 +94,9 @@ func New(cfg Config) (*Server, error) {
 	s.peerLis = listen(cfg.ListenPeer)
 	s.grpcLis = listen(cfg.ListenGRPC)
 	s.httpLis = listen(cfg.ListenHTTP)
+	if err == nil {
+		s.tls, err = openTLS(s.core)
+	}
 	if err != nil {
 		s.closeListeners()
 		return nil, err
@@ -100,6 +104,7 @@ func New(cfg Config) (*Server, error) {
 	// NB: the cluster id derives from --initial-cluster as every founding
 	// member was given it, before the rewrite below.
 	founding := maps.Clone(cfg.InitialCluster)
+	s.peerLis = s.tls.peerListener(s.peerLis)
 	// A member listening on port 0 advertises the port it got.
 	if _, ok := cfg.InitialCluster[cfg.Name]; ok {
 		cfg.InitialCluster[cfg.Name] = s.peerLis.Addr().String()
@@ -140,9 +145,9 @@ func (s *Server) openRaft(founding map[string]string) error {
 	}
 	id := member.ID(s.cfg.Name)
 	s.transport = peer.NewTransport(peer.Config{Self: id, CommitNoticeHold: s.cfg.CommitNoticeHold,
-		OnLearn: s.learnCluster,
+		OnLearn:          s.learnCluster,
 		MaxSnapshotBytes: s.cfg.MaxPeerSnapshotBytes, MaxSnapshotChunks: s.cfg.MaxPeerSnapshotChunks,
-		Logger: s.logger.With("component", "transport"), Registerer: s.metrics.reg})
+		Logger: s.logger.With("component", "transport"), Registerer: s.metrics.reg, TLS: s.tls.dialConfig()})
 	s.raft, err = raftnode.New(raftnode.Config{
 		ID: id, Log: lg, Store: s.store, Hub: s.hub, Sender: s.transport,
 		InitialCluster: s.cfg.InitialCluster, Join: s.cfg.Join,
@@ -207,7 +212,7 @@ func (s *Server) Store() *store.Store { return s.store }
 // Start begins serving; it returns at once. Done reports when the server
 // stops by itself (removed from the cluster or a fatal disk error).
 func (s *Server) Start() {
-	s.grpcSrv = grpc.NewServer(append(grpcopt.ServerOptions(),
+	s.grpcSrv = grpc.NewServer(append(append(s.tls.grpcOptions(), grpcopt.ServerOptions()...),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
 		grpc.MaxConcurrentStreams(s.cfg.MaxStreamsPerConnection),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
@@ -229,7 +234,7 @@ func (s *Server) Start() {
 	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "lodestone_http_connections", Help: "Open connections on the HTTP listener (at most --max-http-connections).",
 	}, func() float64 { return float64(s.httpConns.Open()) }))
-	var httpLis net.Listener = s.httpConns
+	httpLis := s.tls.httpListener(s.httpConns)
 	handler := s.adm.http(s.Mux)
 	if !s.cfg.NoParking {
 		// NB: resumed requests skip admission: they were admitted once.
@@ -280,7 +285,8 @@ func (s *Server) Start() {
 		s.runSessionTTL()
 	}()
 	s.startPollProbe()
-	s.logger.Info("server started", "peer", s.PeerAddr(), "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "id", fmt.Sprintf("%x", s.raft.ID()))
+	s.tls.watch(s.ctx, s.cfg.TLS.ReloadInterval, &s.wg)
+	s.logger.Info("server started", "tls", s.tls != nil, "peer", s.PeerAddr(), "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "id", fmt.Sprintf("%x", s.raft.ID()))
 }
 
 // startPollProbe runs the poll probe (pollprobe.go) until the server

@@ -181,7 +181,7 @@ func (c *Cluster) startProc(n *Node, initial string, join bool) error {
 		return fmt.Errorf("slot %d (%s) already runs", n.Slot, n.name)
 	}
 	args := []string{"server", "--name", n.name, "--data-dir", c.dataDir(n.name),
-		"--listen-peer", n.peerAddr(), "--listen-grpc", n.grpcAddr(), "--listen-http", n.httpAddr(),
+		"--listen-peer", n.peerAddr(), "--listen-grpc", n.grpcAddr(), "--listen-http", n.httpAddr(), "--insecure-plaintext",
 		"--initial-cluster", initial}
 	if join {
 		args = append(args, "--join")

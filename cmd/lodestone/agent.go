@@ -42,7 +42,7 @@ the leader marks its node critical within the gossip detection time.
 			if err != nil {
 				return err
 			}
-			o.cfg.Endpoints, o.cfg.Token = co.Endpoints, co.Token
+			o.cfg.Endpoints, o.cfg.Token, o.cfg.TLS = co.Endpoints, co.Token, co.TLS
 			return runAgent(cmd.Context(), o, cmd.ErrOrStderr())
 		},
 	}

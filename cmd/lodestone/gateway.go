@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ type gatewayOptions struct {
 	logLevel       string
 	logFormat      string
 	adminTokenFile string
+	tls            gatewayTLSOptions
 }
 
 // newGatewayCmd builds `lodestone gateway`: the edge proxy, fed by one
@@ -67,7 +69,7 @@ Try it against lodestone dev:
 					return err
 				}
 			}
-			return runGateway(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return runGateway(cmd, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	c := &o.cfg
@@ -90,12 +92,14 @@ Try it against lodestone dev:
 	f.DurationVar(&c.ResponseHeaderTimeout, "response-header-timeout", c.ResponseHeaderTimeout, "wait for an origin's response header, per attempt")
 	f.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "longest silence while streaming a response body")
 	f.IntVar(&c.MaxRetries, "max-retries", c.MaxRetries, "retries of idempotent requests without a body (under a 20% budget)")
+	addGatewayTLSFlags(f, &o.tls)
 	addLogFlags(cmd, &o.logLevel, &o.logFormat)
 	return cmd
 }
 
 // runGateway serves until ctx ends.
-func runGateway(ctx context.Context, o *gatewayOptions, stdout, stderr io.Writer) error {
+func runGateway(cmd *cobra.Command, o *gatewayOptions, stdout, stderr io.Writer) error {
+	ctx := cmd.Context()
 	logger, err := newLogger(stderr, o.logLevel, o.logFormat)
 	if err != nil {
 		return err
@@ -103,6 +107,10 @@ func runGateway(ctx context.Context, o *gatewayOptions, stdout, stderr io.Writer
 	cfg := o.cfg
 	cfg.Registry = o.registry
 	cfg.Logger = logger
+	gtls, err := o.tls.setup(cmd, &cfg, logger)
+	if err != nil {
+		return err
+	}
 	g, err := gateway.New(cfg)
 	if err != nil {
 		var ce *gateway.ConfigError
@@ -111,9 +119,23 @@ func runGateway(ctx context.Context, o *gatewayOptions, stdout, stderr io.Writer
 		}
 		return err
 	}
+	g.Registry().MustRegister(gtls.metrics)
 	g.Start()
-	fmt.Fprintf(stdout, "lodestone gateway is running\n  proxy:    http://%s\n  admin:    http://%s (/healthz, /readyz, /metrics, /routes)\n  registry: %v\n",
-		g.Addr(), g.AdminAddr(), cfg.Registry)
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	if gtls.front != nil || gtls.admin != nil || gtls.registry != nil {
+		// NB: only with TLS: otherwise SIGHUP keeps its default (exit).
+		gtls.watch(wctx)
+		defer reloadOnHUP(wctx, gtls.reload)()
+	}
+	scheme := func(c *tls.Config) string {
+		if c != nil {
+			return "https"
+		}
+		return "http"
+	}
+	fmt.Fprintf(stdout, "lodestone gateway is running\n  proxy:    %s://%s\n  admin:    %s://%s (/healthz, /readyz, /metrics, /routes)\n  registry: %v\n",
+		scheme(cfg.FrontTLS), g.Addr(), scheme(cfg.AdminTLS), g.AdminAddr(), cfg.Registry)
 	var runErr error
 	select {
 	case <-ctx.Done():

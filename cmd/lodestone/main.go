@@ -14,6 +14,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -103,12 +104,14 @@ Start a local node with "lodestone dev", then try:
 	// --help never prints a secret.
 	root.Annotations = map[string]string{annToken: firstEnv(getenv, envToken, "CONSUL_HTTP_TOKEN"),
 		annTokenFile: firstEnv(getenv, envToken+"_FILE", "CONSUL_HTTP_TOKEN_FILE")}
+	addClientTLSFlags(pf, getenv)
 
 	root.AddCommand(newServerCmd(), newDevCmd(), newKVCmd(), newMembersCmd(), newStatusCmd(), newCompactCmd(), newGatewayCmd(),
 		newSnapshotCmd(), newRecoverCmd(), newAdmissionCmd())
 	root.AddCommand(newCatalogCmd(), newHealthCmd(), newSessionCmd(), newLockCmd())
 	root.AddCommand(newAgentCmd())
 	root.AddCommand(newACLCmd(getenv))
+	root.AddCommand(newTLSCmd())
 	return root
 }
 
@@ -125,8 +128,9 @@ func groupRunE(cmd *cobra.Command, args []string) error {
 type clientOptions struct {
 	Endpoints []string
 	Timeout   time.Duration
-	Token     string // ACL token secret; "" is the anonymous token
+	Token     string           // ACL token secret; "" is the anonymous token
 	WatchFrom client.WatchFrom // zero: followers
+	TLS       *tls.Config      // nil: plain text
 }
 
 // clientFlags reads the persistent client flags of cmd.
@@ -153,7 +157,11 @@ func clientFlags(cmd *cobra.Command) (clientOptions, error) {
 	if err != nil {
 		return clientOptions{}, err
 	}
-	return clientOptions{Endpoints: eps, Timeout: timeout, Token: tok}, nil
+	tlsCfg, err := clientTLS(cmd)
+	if err != nil {
+		return clientOptions{}, err
+	}
+	return clientOptions{Endpoints: eps, Timeout: timeout, Token: tok, TLS: tlsCfg}, nil
 }
 
 func splitList(s string) []string {
@@ -183,6 +191,7 @@ func newClient(o clientOptions) (*client.Client, error) {
 		MaxAttempts:    5 * len(o.Endpoints),
 		WatchFrom:      o.WatchFrom,
 		Token:          o.Token,
+		TLS:            o.TLS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--endpoints: %w", err)

@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/internal/heapfloor"
 	"github.com/lodestone-kv/lodestone/internal/member"
 	"github.com/lodestone-kv/lodestone/raftnode"
 	"github.com/lodestone-kv/lodestone/server"
+	"github.com/lodestone-kv/lodestone/tlsutil"
 )
 
 type serverOptions struct {
@@ -74,8 +76,24 @@ starts with --join and an --initial-cluster naming the existing members.`,
 			panic(err) // defined just above
 		}
 	}
+	addServerTLSFlags(f, &o.cfg)
 	addLogFlags(cmd, &o.logLevel, &o.logFormat)
 	return cmd
+}
+
+// addServerTLSFlags exposes server.TLSConfig.
+func addServerTLSFlags(f *pflag.FlagSet, cfg *server.Config) {
+	t := &cfg.TLS
+	f.StringVar(&t.CAFile, "tls-ca-file", "", "CA bundle that verifies peers and client certificates; with --tls-cert-file and --tls-key-file turns on TLS on every port")
+	f.StringVar(&t.CertFile, "tls-cert-file", "", "certificate the gRPC, HTTP (and, by default, peer) ports serve (lodestone tls cert create --server)")
+	f.StringVar(&t.KeyFile, "tls-key-file", "", "key of --tls-cert-file")
+	f.BoolVar(&t.VerifyIncomingGRPC, "tls-verify-incoming-grpc", false, "require a client certificate from the CA on the gRPC port (otherwise one is optional, and verified if given)")
+	f.BoolVar(&t.VerifyIncomingHTTP, "tls-verify-incoming-http", false, "require a client certificate from the CA on the HTTP port")
+	f.StringVar(&t.PeerCertFile, "tls-peer-cert-file", "", "certificate for the peer port and dials to peers (default --tls-cert-file); peers always need one")
+	f.StringVar(&t.PeerKeyFile, "tls-peer-key-file", "", "key of --tls-peer-cert-file")
+	f.StringVar(&t.PeerServerName, "tls-peer-server-name", "server."+tlsutil.DefaultDomain, "name every member's peer certificate must carry")
+	f.DurationVar(&t.ReloadInterval, "tls-reload-interval", time.Second, "how often the TLS files are checked for changes (negative: only on SIGHUP)")
+	f.BoolVar(&cfg.InsecurePlaintext, "insecure-plaintext", false, "allow listening without TLS on addresses other than loopback (anyone who reaches them can read and write the registry)")
 }
 
 // addTuningFlags exposes the limits and timings every node shares.
@@ -175,6 +193,11 @@ func serveUntilDone(ctx context.Context, cfg server.Config, alongside func(conte
 	srv.Start()
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if srv.TLSEnabled() {
+		// NB: only with TLS: otherwise SIGHUP keeps its default (exit).
+		stop := reloadOnHUP(actx, srv.ReloadTLS)
+		defer stop()
+	}
 	var alongC chan error // nil (never ready) without alongside
 	if alongside != nil {
 		alongC = make(chan error, 1)

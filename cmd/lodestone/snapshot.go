@@ -43,7 +43,7 @@ FILE is either the old file or the complete new one.`,
 			}
 			ctx, cancel := contextWithTimeout(cmd, co)
 			defer cancel()
-			in, err := snapshot.Save(ctx, snapshot.SaveOptions{Endpoints: co.Endpoints, Path: args[0], Token: co.Token}, cmd.ErrOrStderr())
+			in, err := snapshot.Save(ctx, snapshot.SaveOptions{Endpoints: co.Endpoints, TLS: co.TLS, Path: args[0], Token: co.Token}, cmd.ErrOrStderr())
 			if err != nil {
 				return fmt.Errorf("snapshot save: %w: check 'lodestone status' and retry", err)
 			}

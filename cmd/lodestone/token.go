@@ -60,4 +60,3 @@ func firstEnv(getenv func(string) string, names ...string) string {
 	}
 	return ""
 }
-

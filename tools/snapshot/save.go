@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
@@ -25,6 +27,8 @@ type SaveOptions struct {
 	// Endpoints are servers' gRPC addresses, tried in order until one
 	// streams a whole snapshot.
 	Endpoints []string
+	// TLS, when set, dials them over TLS with it; nil: plain text.
+	TLS *tls.Config
 	// Path is the file to create. An existing file is replaced only once
 	// the new one is complete and durable.
 	Path string
@@ -69,8 +73,11 @@ func Save(ctx context.Context, o SaveOptions, progress io.Writer) (Info, error) 
 }
 
 func saveFrom(ctx context.Context, ep string, o SaveOptions, progress io.Writer) error {
-	conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(token.PerRPC(o.Token)))
+	creds := insecure.NewCredentials()
+	if o.TLS != nil {
+		creds = credentials.NewTLS(o.TLS)
+	}
+	conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(creds), grpc.WithPerRPCCredentials(token.PerRPC(o.Token)))
 	if err != nil {
 		return fmt.Errorf("dial: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -354,6 +355,15 @@ func (s *Server) serveConn(c *conn) {
 	c.req = (&http.Request{}).WithContext(c.ctx)
 	c.req.Header = make(http.Header, 8)
 	c.req.RemoteAddr = c.c.RemoteAddr().String()
+	if tc, ok := c.c.(*tls.Conn); ok {
+		// NB: handshake before the first read, so every request carries
+		// its state (r.TLS: X-Forwarded-Proto), within the header timeout.
+		if !s.handshake(tc) {
+			return
+		}
+		st := tc.ConnectionState()
+		c.req.TLS = &st
+	}
 	c.w.c = c
 	c.w.h = make(http.Header, 8)
 	var st step
@@ -365,6 +375,21 @@ func (s *Server) serveConn(c *conn) {
 	if st == stepHandoff {
 		handedOff = s.handoff(c)
 	}
+}
+
+// handshake runs a TLS connection's handshake within ReadHeaderTimeout.
+func (s *Server) handshake(tc *tls.Conn) bool {
+	ctx := s.ctx
+	if d := s.cfg.ReadHeaderTimeout; d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	if err := tc.HandshakeContext(ctx); err != nil {
+		s.log.Debug("h1: TLS handshake failed", "remote", tc.RemoteAddr().String(), "err", err)
+		return false
+	}
+	return true
 }
 
 // step is what advance leaves the connection to do.
