@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 
@@ -53,9 +54,21 @@ func (a *aclCLI) client(cmd *cobra.Command) (*consul.ACL, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	tlsCfg, err := clientTLS(cmd)
+	if err != nil {
+		return nil, "", err
+	}
 	cfg := consul.DefaultNonPooledConfig()
 	cfg.Address, _ = cmd.Flags().GetString("http-addr")
 	cfg.Token = tok
+	if tlsCfg != nil {
+		// NB: the same TLS material as every other command (--ca-file,
+		// --cert-file, --key-file), so HTTPS with a bare host:port.
+		cfg.Transport = &http.Transport{TLSClientConfig: tlsCfg}
+		if !strings.Contains(cfg.Address, "://") {
+			cfg.Scheme = "https"
+		}
+	}
 	c, err := consul.NewClient(cfg)
 	if err != nil {
 		return nil, "", err
