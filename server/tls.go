@@ -68,6 +68,12 @@ func (c *Config) validateTLS() error {
 	bad := func(field, format string, args ...any) error {
 		return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
 	}
+	// NB: gossip is not TLS; memberlist's AES key is its protection, and
+	// a pool open to the network without it lets anyone mark nodes failed.
+	if g := c.Gossip.Pool.BindAddr; g != "" && !loopback(g) && c.Gossip.Pool.EncryptKey == "" && !c.InsecurePlaintext {
+		return bad("gossip-encrypt", "refusing to gossip unencrypted on %s, which is not loopback: anyone who can reach it could mark nodes failed and invalidate their sessions. "+
+			"Give --gossip-encrypt (a base64 key of 16, 24 or 32 bytes, the same on every member), or pass --insecure-plaintext if this network is trusted", g)
+	}
 	if !t.Enabled() {
 		if t.VerifyIncomingGRPC || t.VerifyIncomingHTTP || t.PeerCertFile != "" || t.PeerKeyFile != "" {
 			return bad("tls-cert-file", "TLS options given without --tls-ca-file, --tls-cert-file and --tls-key-file")

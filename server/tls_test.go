@@ -285,6 +285,16 @@ func TestTLSConfigRefusesPlaintext(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	// Gossip off loopback needs its key, TLS or not.
+	cfg = singleMemberConfig(t)
+	cfg.Gossip.Pool.BindAddr = "0.0.0.0:8301"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--gossip-encrypt") {
+		t.Fatalf("unencrypted gossip off loopback: %v", err)
+	}
+	cfg.Gossip.Pool.EncryptKey = "MTIzNDU2Nzg5MDEyMzQ1Ng=="
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("encrypted gossip refused: %v", err)
+	}
 	cfg = singleMemberConfig(t)
 	cfg.TLS = TLSConfig{CertFile: "x.pem"}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--tls-ca-file") {
