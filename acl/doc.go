@@ -54,4 +54,14 @@
 // token, policy or role applies to the next request, and a hit costs one
 // atomic load and a map lookup under a read lock, with no allocation. The
 // cache holds at most maxCachedAuthorizers entries.
+//
+// # The rules of the API
+//
+// CheckCommand is the one set of write rules: the gRPC door checks each
+// write method's request with it and the Consul HTTP API checks every
+// command it proposes, so both refuse the same things with the same
+// DeniedError. A request names sessions and services by id, rules name
+// nodes and services: Catalog (the store) answers those lookups. The
+// Filter functions are the read side: a list leaves out what the token
+// may not read, as Consul's do, instead of failing the whole read.
 package acl
