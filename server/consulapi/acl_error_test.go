@@ -1,19 +1,22 @@
 package consulapi
 
 import (
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/lodestone-kv/lodestone/acl"
 )
 
 // TestWriteErrorACL: a denial is 403 with Consul's text naming the missing
-// permission; an unknown secret is 403 "ACL not found".
+// permission; an unknown secret is 403 "ACL not found". Each is counted.
 func TestWriteErrorACL(t *testing.T) {
-	a := &API{logger: slog.New(slog.DiscardHandler)}
+	denied := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "denied"}, []string{"api", "reason"})
+	a := New(nil, Config{Denied: denied})
 	for _, c := range []struct {
 		err  error
 		want string
@@ -25,6 +28,11 @@ func TestWriteErrorACL(t *testing.T) {
 		a.writeError(w, httptest.NewRequest(http.MethodGet, "/v1/acl/tokens", nil), c.err)
 		if w.Code != http.StatusForbidden || strings.TrimSpace(w.Body.String()) != c.want {
 			t.Errorf("%v: %d %q, want 403 %q", c.err, w.Code, w.Body.String(), c.want)
+		}
+	}
+	for _, reason := range []string{"permission", "token"} {
+		if got := testutil.ToFloat64(denied.WithLabelValues("http", reason)); got != 1 {
+			t.Errorf("denials counted for %s: %v, want 1", reason, got)
 		}
 	}
 }
