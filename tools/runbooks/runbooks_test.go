@@ -5,6 +5,9 @@ package runbooks_test
 
 import (
 	"bytes"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,9 +41,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 //	start        each line is a long-running process to start in the
 //	             background; the harness waits until it serves
 //	after        no change: run against whatever runs now
+//	secure-live  the three servers run with TLS on every port (client
+//	             certificates required on gRPC and HTTP) and ACLs on with
+//	             default deny; see secureEnv for what the commands get
+//
+// A runbook that uses secure-live is a secure runbook: its cluster is the
+// secure one from its first block to its last, so it may not also use
+// live, quorum-lost or start (whose commands assume plain text).
 //
 // A command exits 0 unless its line ends with "# exits N".
-var phases = []string{"live", "quorum-lost", "stopped", "start", "after"}
+var phases = []string{"live", "quorum-lost", "stopped", "start", "after", "secure-live"}
 
 // Metrics that exist only once they have a labelled child: they are
 // registered but absent from /metrics until the first event.
@@ -69,6 +79,18 @@ type harness struct {
 	outputs []ran
 	bodies  [][]byte // /metrics scraped along the way
 	started bool
+
+	// secure: the runbook uses secure-live; get then speaks HTTPS with the
+	// CA and the client certificate for readiness checks and scrapes.
+	secure bool
+}
+
+// scheme is how the harness reaches the servers' HTTP ports.
+func (h *harness) scheme() string {
+	if h.secure {
+		return "https://"
+	}
+	return "http://"
 }
 
 func (h *harness) environ() []string {
@@ -140,7 +162,7 @@ func (h *harness) waitHTTP(key, url string, d time.Duration) {
 	h.t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		resp, err := http.Get(url)
+		resp, err := h.get(url)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -166,15 +188,56 @@ func (h *harness) waitHTTP(key, url string, d time.Duration) {
 }
 
 func (h *harness) startServer(name string) {
-	p := func(k string) string { return h.env[strings.ToUpper(name)+"_"+k] }
-	h.start(name, p("HTTP"), "server", "--name", name, "--data-dir", p("DATA_DIR"), "--listen-peer", p("PEER"),
-		"--listen-grpc", p("GRPC"), "--listen-http", p("HTTP"), "--initial-cluster", h.env["INITIAL_CLUSTER"], "--log-level", "warn")
+	up := strings.ToUpper(name)
+	p := func(k string) string { return h.env[up+"_"+k] }
+	args := []string{"server", "--name", name, "--data-dir", p("DATA_DIR"), "--listen-peer", p("PEER"),
+		"--listen-grpc", p("GRPC"), "--listen-http", p("HTTP"), "--initial-cluster", h.env["INITIAL_CLUSTER"], "--log-level", "warn"}
+	if h.secure {
+		dir := h.env["CERT_DIR"]
+		args = append(args, "--cluster-token", "runbook",
+			"--tls-ca-file", filepath.Join(dir, "lodestone-ca.pem"),
+			"--tls-cert-file", filepath.Join(dir, "server-"+name+".pem"), "--tls-key-file", filepath.Join(dir, "server-"+name+"-key.pem"),
+			"--tls-verify-incoming-grpc", "--tls-verify-incoming-http",
+			"--acl-enabled", "--acl-default-policy", "deny")
+	}
+	h.start(name, p("HTTP"), args...)
+	// The runbook's kill -HUP needs the process of the moment.
+	h.env[up+"_PID"] = fmt.Sprint(h.procs[name].cmd.Process.Pid)
 }
 
 // enter brings the processes into phase.
 func (h *harness) enter(phase string) {
 	h.t.Helper()
+	if h.secure {
+		switch phase {
+		case "live", "quorum-lost", "start":
+			h.t.Fatalf("sh block with phase %q in a secure runbook: use secure-live, stopped or after", phase)
+		case "after":
+			phase = "secure-live"
+			if h.started {
+				return
+			}
+		}
+	} else if phase == "secure-live" {
+		h.t.Fatal("secure-live in a runbook the harness did not set up as secure")
+	}
 	switch phase {
+	case "secure-live":
+		for _, n := range h.names {
+			if h.procs[n] == nil {
+				h.startServer(n)
+			}
+		}
+		for _, n := range h.names {
+			h.waitHTTP(n, "https://"+h.procs[n].http+"/readyz", 60*time.Second)
+		}
+		if !h.started {
+			h.started = true
+			h.bootstrapACL()
+			for i := range 20 {
+				h.run(fmt.Sprintf("lodestone kv put runbook/key%d value%d", i, i))
+			}
+		}
 	case "live":
 		for _, n := range h.names {
 			if h.procs[n] == nil {
@@ -199,7 +262,7 @@ func (h *harness) enter(phase string) {
 		h.stop("n3", syscall.SIGKILL)
 	case "stopped":
 		if !h.started {
-			h.enter("live")
+			h.enter(map[bool]string{false: "live", true: "secure-live"}[h.secure])
 		}
 		for key := range h.procs {
 			if key != "gateway" {
@@ -276,8 +339,13 @@ func (h *harness) startLine(line string) (wait func()) {
 }
 
 func (h *harness) scrape() {
-	for _, p := range h.procs {
-		resp, err := http.Get("http://" + p.http + "/metrics")
+	for key, p := range h.procs {
+		get := h.get
+		scheme := h.scheme()
+		if key == "gateway" {
+			get, scheme = http.Get, "http://" // its admin port: no TLS in these runbooks
+		}
+		resp, err := get(scheme + p.http + "/metrics")
 		if err != nil {
 			continue
 		}
@@ -287,6 +355,115 @@ func (h *harness) scrape() {
 			h.bodies = append(h.bodies, b)
 		}
 	}
+}
+
+// secureEnv makes the secure cluster's credentials with the built binary,
+// as an operator would, and sets what the commands of a secure runbook
+// get: CERT_DIR (the CA, its key, server-nN.pem and client-ops.pem with
+// their keys, as lodestone tls names them), LODESTONE_CACERT,
+// LODESTONE_CLIENT_CERT and LODESTONE_CLIENT_KEY (the ops client
+// certificate), LODESTONE_HTTP_ADDR (n1's https:// address), METRICS_URL
+// (n1's /metrics over HTTPS), LEAKED_TOKEN (a fresh secret no token has
+// yet, for a runbook to rehearse a leak with) and, once the servers run,
+// NN_PID and LODESTONE_TOKEN (the bootstrap management token).
+//
+// Server certificates are issued for 30 days, so that a rotation to the
+// default 365 shows in the served expiry.
+func (h *harness) secureEnv(dir string) {
+	h.t.Helper()
+	pki := filepath.Join(dir, "pki")
+	ca, caKey := filepath.Join(pki, "lodestone-ca.pem"), filepath.Join(pki, "lodestone-ca-key.pem")
+	h.env["CERT_DIR"] = pki
+	h.mustRun("tls", "ca", "create", "--dir", pki)
+	for _, n := range h.names {
+		h.mustRun("tls", "cert", "create", "--server", "--node", n, "--days", "30", "--dir", pki, "--ca", ca, "--key", caKey)
+	}
+	h.mustRun("tls", "cert", "create", "--client", "--node", "ops", "--dir", pki, "--ca", ca, "--key", caKey)
+	h.env["LODESTONE_CACERT"] = ca
+	h.env["LODESTONE_CLIENT_CERT"] = filepath.Join(pki, "client-ops.pem")
+	h.env["LODESTONE_CLIENT_KEY"] = filepath.Join(pki, "client-ops-key.pem")
+	h.env["LODESTONE_HTTP_ADDR"] = "https://" + h.env["N1_HTTP"]
+	h.env["METRICS_URL"] = "https://" + h.env["N1_HTTP"] + "/metrics"
+	h.env["LEAKED_TOKEN"] = newSecret(h.t)
+}
+
+// get fetches url: over HTTPS in a secure runbook, presenting the ops
+// client certificate and trusting the CA file, both read at each call so
+// that a runbook that rotates them does not leave the harness behind.
+func (h *harness) get(url string) (*http.Response, error) {
+	if !h.secure {
+		return http.Get(url)
+	}
+	pem, err := os.ReadFile(h.env["LODESTONE_CACERT"])
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("no certificate in %s", h.env["LODESTONE_CACERT"])
+	}
+	cert, err := tls.LoadX509KeyPair(h.env["LODESTONE_CLIENT_CERT"], h.env["LODESTONE_CLIENT_KEY"])
+	if err != nil {
+		return nil, err
+	}
+	tr := &http.Transport{DisableKeepAlives: true,
+		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, Certificates: []tls.Certificate{cert}}}
+	defer tr.CloseIdleConnections()
+	return (&http.Client{Timeout: 10 * time.Second, Transport: tr}).Get(url)
+}
+
+// mustRun runs the built binary with args, outside any runbook.
+func (h *harness) mustRun(args ...string) string {
+	h.t.Helper()
+	cmd := exec.Command(h.bin, args...)
+	cmd.Env = h.environ()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		h.t.Fatalf("lodestone %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+// bootstrapACL creates the first management token and hands it to every
+// later command as LODESTONE_TOKEN. Readiness means a leader is known, but
+// the bootstrap may still meet an election: it is retried until a leader
+// takes it, and given up on if one already did (a retry after an answer
+// that was lost on the way).
+func (h *harness) bootstrapACL() {
+	h.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cmd := exec.Command(h.bin, "acl", "bootstrap", "--format", "json")
+		cmd.Env = h.environ()
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		if err == nil {
+			var tok struct{ SecretID string }
+			if err := json.Unmarshal(stdout.Bytes(), &tok); err != nil || tok.SecretID == "" {
+				h.t.Fatalf("lodestone acl bootstrap printed %q (%v)", stdout.String(), err)
+			}
+			h.env["LODESTONE_TOKEN"] = tok.SecretID
+			h.t.Logf("$ lodestone acl bootstrap  # management token in LODESTONE_TOKEN")
+			return
+		}
+		if strings.Contains(stderr.String(), "no longer allowed") || time.Now().After(deadline) {
+			h.t.Fatalf("lodestone acl bootstrap: %v\n%s", err, stderr.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// newSecret returns a random version 4 UUID, the form of a token secret.
+func newSecret(t *testing.T) string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
 // TestRunbooks runs each runbook in docs/runbooks/ (but raft-log-bloat.md,
@@ -300,7 +477,7 @@ func TestRunbooks(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/lodestone-kv/lodestone/cmd/lodestone").CombinedOutput(); err != nil {
 		t.Fatalf("build lodestone: %v\n%s", err, out)
 	}
-	for _, name := range []string{"slow-leader", "watch-overload", "quorum-loss", "restore-from-snapshot", "return-to-service", "gateway-cut-off"} {
+	for _, name := range []string{"slow-leader", "watch-overload", "quorum-loss", "restore-from-snapshot", "return-to-service", "gateway-cut-off", "rotate-credentials"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel() // each has its own processes and ports
 			runRunbook(t, bin, "../../docs/runbooks/"+name+".md")
@@ -323,6 +500,9 @@ func runRunbook(t *testing.T, bin, path string) {
 	}
 	dir := t.TempDir()
 	h := &harness{t: t, bin: bin, env: map[string]string{}, names: []string{"n1", "n2", "n3"}, procs: map[string]*proc{}}
+	for _, b := range blocks {
+		h.secure = h.secure || b.Phase == "secure-live"
+	}
 	var initial, endpoints []string
 	for _, n := range h.names {
 		up := strings.ToUpper(n)
@@ -342,6 +522,9 @@ func runRunbook(t *testing.T, bin, path string) {
 		"GATEWAY_STATE": filepath.Join(dir, "gateway"),
 	} {
 		h.env[k] = v
+	}
+	if h.secure {
+		h.secureEnv(dir)
 	}
 	t.Cleanup(func() {
 		for key, p := range h.procs {
