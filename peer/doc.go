@@ -56,7 +56,7 @@
 //     an older build). A damaged file, or one that disagrees with the
 //     snapshot, stops the server.
 //
-// Store snapshots (store/SNAPSHOT.md, version 4) name their cluster. An
+// Store snapshots (store/SNAPSHOT.md, from version 4) name their cluster. An
 // offline `lodestone snapshot restore` keeps the saved cluster's id for the
 // restored cluster (tools/snapshot/FORMAT.md); `lodestone recover` keeps
 // the data dir's.
