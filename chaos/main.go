@@ -77,6 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&serverArgs, "server-arg", "extra `lodestone server` flag, repeatable (e.g. --server-arg=--unsafe-stale-reads)")
 	unsafeStale := fs.Bool("unsafe-stale-reads", false, "start servers with the hidden --unsafe-stale-reads (the harness must then report anomalies)")
 	clientStale := fs.Bool("client-stale-reads", false, "self-test: workloads read with STALE consistency (anomalies expected)")
+	plaintext := fs.Bool("plaintext", false, "run the cluster without TLS and ACLs (default: TLS with client certificates on every port, ACLs on, the workloads with a token of their own)")
 	expect := fs.Bool("expect-anomalies", false, "exit 0 only if anomalies were found (for unsafe-mode runs)")
 	tick := fs.Duration("tick-interval", full.TickInterval, "server Raft tick")
 	elect := fs.Int("election-ticks", full.ElectionTicks, "server election timeout in ticks")
@@ -107,6 +108,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.ServerArgs = append(cfg.ServerArgs, "--unsafe-stale-reads")
 	}
 	cfg.StaleReads = *clientStale
+	cfg.Plaintext = *plaintext
 	cfg.TickInterval, cfg.ElectionTicks, cfg.Think, cfg.Watchers = *tick, *elect, *think, *watchers
 	cfg.Command = "chaos " + strings.Join(args, " ")
 	var lv slog.Level
