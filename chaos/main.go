@@ -6,9 +6,15 @@
 // integrity) and writes a report under chaos/runs/<id>/.
 //
 //	go run ./chaos --smoke            # ~60 s, two faults of every kind (CI)
+//	go run ./chaos --smoke --plaintext  # the same without TLS and ACLs
 //	go run ./chaos                    # 10 min, every kind >= 20 times
 //	go run ./chaos check chaos/runs/ID  # re-check a saved history
 //	go run ./chaos cleanup            # remove a crashed run's namespaces
+//
+// The cluster runs with TLS (client certificates on every port) and ACLs
+// (default deny; the workloads hold a token limited to their keys) unless
+// --plaintext is given; the campaign first proves that clients without a
+// certificate or token are refused (chaos/README.md, "Security").
 //
 // It needs root, iproute2 and iptables. The last line of a campaign is
 // `CHAOS ops=<n> faults=<n> anomalies=<n>`; the exit code is 1 when any

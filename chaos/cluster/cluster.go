@@ -7,7 +7,10 @@
 // The node processes (each started through `ip netns exec`, in its own
 // process group, killed if the harness dies), their data directories and
 // log files under Options.Dir, and one gRPC connection per node slot that
-// outlives restarts. A slot is a namespace and address; the member in it
+// outlives restarts (two on a secure cluster: the workloads' and the
+// harness's, each with its token). Unless Options.Plaintext, it also owns
+// the campaign's certificates under Options.Dir/tls and bootstraps ACLs
+// (Security). A slot is a namespace and address; the member in it
 // has a name that changes when a membership fault replaces it.
 //
 // # Caller's duties
