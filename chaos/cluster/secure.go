@@ -191,6 +191,7 @@ func (c *Cluster) aclCall(ctx context.Context, n *Node, method, path, secret str
 // exists, and an answer lost to a leader change is settled by reading.
 func (c *Cluster) bootstrapACL(ctx context.Context, rules string, within time.Duration) error {
 	s := c.sec
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	type step struct {
@@ -228,6 +229,9 @@ func (c *Cluster) bootstrapACL(ctx context.Context, rules string, within time.Du
 			if ctx.Err() != nil {
 				return fmt.Errorf("ACL %s: %w (last: %v)", st.what, ctx.Err(), last)
 			}
+			// NB: until the bootstrap applied, Status refuses the
+			// management secret and no leader is found: the nodes take
+			// turns (a follower hands the write to the leader).
 			n, _ := c.Leader(ctx)
 			if n == nil {
 				n = c.Nodes[attempt%len(c.Nodes)]
@@ -263,5 +267,6 @@ func (c *Cluster) bootstrapACL(ctx context.Context, rules string, within time.Du
 			}
 		}
 	}
+	c.logger.Info("ACLs bootstrapped", "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
