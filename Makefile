@@ -30,6 +30,7 @@ test-short:
 # chaos/runs/<id>/ and ends with `CHAOS ops=<n> faults=<n> anomalies=<n>`;
 # the exit code is non-zero on any anomaly. chaos-smoke takes about 60 s
 # (3 nodes, two faults of each kind); chaos runs 10 minutes (each kind 22x).
+# Both run the cluster with TLS and ACLs (bin/chaos --plaintext: without).
 # The worst-day drill (tools/drill): a 3-node cluster with 1,000 watchers and
 # 2,000 clients loses every node, restarts, and every client reconnects at
 # once, with an admission ramp and without. Prints DRILL lines.

@@ -46,6 +46,11 @@ type Config struct {
 	// TickInterval and ElectionTicks tune every node.
 	TickInterval  time.Duration
 	ElectionTicks int
+	// Plaintext runs the cluster without TLS and ACLs, for comparison;
+	// by default every port speaks TLS with client certificates and the
+	// workloads carry a token limited to what they do
+	// (workload.ACLRules).
+	Plaintext bool
 	// StaleReads makes the workloads read with STALE consistency (a
 	// self-test: the checkers must report anomalies).
 	StaleReads bool
@@ -155,12 +160,18 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Outcome, error) {
 	c, err := cluster.Start(ctx, nw, cluster.Options{
 		Binary: cfg.Binary, Dir: dir, Nodes: cfg.Nodes, ServerArgs: serverArgs,
 		DialOptions: workload.DialOptions(), Logger: logger,
+		Plaintext: cfg.Plaintext, WorkloadRules: workload.ACLRules, ClusterToken: "chaos-" + id,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start cluster: %w", err)
 	}
 	closeCluster := sync.OnceValue(c.Close)
 	defer closeCluster()
+	security, err := proveSecurity(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("security check: %w", err)
+	}
+	fmt.Fprintf(out, "chaos: security: %s\n", security)
 
 	env := &workload.Env{H: h, Nodes: c.Nodes, Logger: logger, OpTimeout: cfg.OpTimeout, Think: cfg.Think,
 		StaleReads: cfg.StaleReads, Seed: cfg.Seed}
@@ -275,7 +286,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Outcome, error) {
 	results := Check(h, dir, cfg.CheckTimeout)
 	sum := report.Build(report.Meta{
 		ID: id, Seed: cfg.Seed, Nodes: cfg.Nodes, Duration: cfg.Duration.String(), Binary: cfg.Binary,
-		ServerArgs: serverArgs, StaleReads: cfg.StaleReads, Command: cfg.Command, Interrupted: interrupted,
+		ServerArgs: serverArgs, Security: security, StaleReads: cfg.StaleReads, Command: cfg.Command, Interrupted: interrupted,
 	}, h, results, check.Availability(h))
 	if err := report.Write(dir, sum, h); err != nil {
 		return nil, err

@@ -6,9 +6,15 @@
 // integrity) and writes a report under chaos/runs/<id>/.
 //
 //	go run ./chaos --smoke            # ~60 s, two faults of every kind (CI)
+//	go run ./chaos --smoke --plaintext  # the same without TLS and ACLs
 //	go run ./chaos                    # 10 min, every kind >= 20 times
 //	go run ./chaos check chaos/runs/ID  # re-check a saved history
 //	go run ./chaos cleanup            # remove a crashed run's namespaces
+//
+// The cluster runs with TLS (client certificates on every port) and ACLs
+// (default deny; the workloads hold a token limited to their keys) unless
+// --plaintext is given; the campaign first proves that clients without a
+// certificate or token are refused (chaos/README.md, "Security").
 //
 // It needs root, iproute2 and iptables. The last line of a campaign is
 // `CHAOS ops=<n> faults=<n> anomalies=<n>`; the exit code is 1 when any
@@ -77,6 +83,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&serverArgs, "server-arg", "extra `lodestone server` flag, repeatable (e.g. --server-arg=--unsafe-stale-reads)")
 	unsafeStale := fs.Bool("unsafe-stale-reads", false, "start servers with the hidden --unsafe-stale-reads (the harness must then report anomalies)")
 	clientStale := fs.Bool("client-stale-reads", false, "self-test: workloads read with STALE consistency (anomalies expected)")
+	plaintext := fs.Bool("plaintext", false, "run the cluster without TLS and ACLs (default: TLS with client certificates on every port, ACLs on, the workloads with a token of their own)")
 	expect := fs.Bool("expect-anomalies", false, "exit 0 only if anomalies were found (for unsafe-mode runs)")
 	tick := fs.Duration("tick-interval", full.TickInterval, "server Raft tick")
 	elect := fs.Int("election-ticks", full.ElectionTicks, "server election timeout in ticks")
@@ -107,6 +114,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.ServerArgs = append(cfg.ServerArgs, "--unsafe-stale-reads")
 	}
 	cfg.StaleReads = *clientStale
+	cfg.Plaintext = *plaintext
 	cfg.TickInterval, cfg.ElectionTicks, cfg.Think, cfg.Watchers = *tick, *elect, *think, *watchers
 	cfg.Command = "chaos " + strings.Join(args, " ")
 	var lv slog.Level

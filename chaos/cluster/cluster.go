@@ -7,7 +7,10 @@
 // The node processes (each started through `ip netns exec`, in its own
 // process group, killed if the harness dies), their data directories and
 // log files under Options.Dir, and one gRPC connection per node slot that
-// outlives restarts. A slot is a namespace and address; the member in it
+// outlives restarts (two on a secure cluster: the workloads' and the
+// harness's, each with its token). Unless Options.Plaintext, it also owns
+// the campaign's certificates under Options.Dir/tls and bootstraps ACLs
+// (Security). A slot is a namespace and address; the member in it
 // has a name that changes when a membership fault replaces it.
 //
 // # Caller's duties
@@ -37,7 +40,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/chaos/netns"
@@ -58,6 +60,16 @@ type Options struct {
 	ServerArgs []string
 	// DialOptions are added to the per-slot gRPC connections.
 	DialOptions []grpc.DialOption
+	// Plaintext runs the nodes without TLS and ACLs (--insecure-plaintext).
+	// Otherwise every port speaks TLS and requires a client certificate
+	// from the campaign CA, ACLs deny by default, and Start bootstraps
+	// them (Security).
+	Plaintext bool
+	// WorkloadRules is the ACL policy (Consul rule language) of the token
+	// every Node.Conn carries; unused in plain text.
+	WorkloadRules string
+	// ClusterToken is every founding member's --cluster-token.
+	ClusterToken string
 	// Logger receives state changes; nil discards.
 	Logger *slog.Logger
 }
@@ -66,8 +78,12 @@ type Options struct {
 type Node struct {
 	Slot int
 	IP   string
-	// Conn reaches the slot's gRPC port whoever runs there.
+	// Conn reaches the slot's gRPC port whoever runs there, with the
+	// workload's token on a secure cluster.
 	Conn *grpc.ClientConn
+	// admin is the harness's connection to the slot (the management
+	// token); Conn itself in plain text.
+	admin *grpc.ClientConn
 
 	mu   sync.Mutex
 	name string
@@ -104,6 +120,8 @@ type Cluster struct {
 	net    *netns.Net
 	logger *slog.Logger
 	Nodes  []*Node
+	sec    *Security // nil in plain text
+	hc     *http.Client
 }
 
 // Start creates the namespaces, starts every node and waits until each is
@@ -116,27 +134,37 @@ func Start(ctx context.Context, nw *netns.Net, opts Options) (*Cluster, error) {
 	if err := os.MkdirAll(filepath.Join(opts.Dir, "nodes"), 0o755); err != nil {
 		return nil, fmt.Errorf("create nodes dir: %w", err)
 	}
+	if !opts.Plaintext {
+		sec, err := newSecurity(opts.Dir)
+		if err != nil {
+			return nil, err
+		}
+		c.sec = sec
+	}
+	c.hc = c.sec.httpClient()
+	var wsecret, msecret string
+	if c.sec != nil {
+		wsecret, msecret = c.sec.Workload, c.sec.Management
+	}
 	var initial []string
 	for k := 0; k < opts.Nodes; k++ {
 		if err := nw.AddNode(ctx, k); err != nil {
 			return nil, err
 		}
 		n := &Node{Slot: k, IP: netns.NodeIP(k), name: fmt.Sprintf("n%d", k+1), member: true}
-		conn, err := grpc.NewClient(n.grpcAddr(), append([]grpc.DialOption{
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			// NB: gRPC's default reconnect backoff grows to 2 minutes; a
-			// restarted node must be reachable again within a second.
-			grpc.WithConnectParams(grpc.ConnectParams{
-				Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-				MinConnectTimeout: time.Second,
-			}),
-		}, opts.DialOptions...)...)
+		c.Nodes = append(c.Nodes, n)
+		conn, err := c.dial(n, wsecret)
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("dial slot %d: %w", k, err)
 		}
-		n.Conn = conn
-		c.Nodes = append(c.Nodes, n)
+		n.Conn, n.admin = conn, conn
+		if c.sec != nil {
+			if n.admin, err = c.dial(n, msecret); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("dial slot %d: %w", k, err)
+			}
+		}
 		initial = append(initial, n.name+"="+n.peerAddr())
 	}
 	for _, n := range c.Nodes {
@@ -151,7 +179,25 @@ func Start(ctx context.Context, nw *netns.Net, opts Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
+	if c.sec != nil {
+		if err := c.bootstrapACL(ctx, opts.WorkloadRules, 30*time.Second); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// dial opens the slot's connection with secret as its ACL token.
+func (c *Cluster) dial(n *Node, secret string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(n.grpcAddr(), append(append(c.sec.dialOptions(secret),
+		// NB: gRPC's default reconnect backoff grows to 2 minutes; a
+		// restarted node must be reachable again within a second.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		}),
+	), c.opts.DialOptions...)...)
 }
 
 // proc is one node process.
@@ -181,8 +227,22 @@ func (c *Cluster) startProc(n *Node, initial string, join bool) error {
 		return fmt.Errorf("slot %d (%s) already runs", n.Slot, n.name)
 	}
 	args := []string{"server", "--name", n.name, "--data-dir", c.dataDir(n.name),
-		"--listen-peer", n.peerAddr(), "--listen-grpc", n.grpcAddr(), "--listen-http", n.httpAddr(), "--insecure-plaintext",
+		"--listen-peer", n.peerAddr(), "--listen-grpc", n.grpcAddr(), "--listen-http", n.httpAddr(),
 		"--initial-cluster", initial}
+	if c.sec == nil {
+		args = append(args, "--insecure-plaintext")
+	} else {
+		// The member's certificate is issued on its first start and kept
+		// for every restart.
+		sargs, err := c.sec.serverArgs(n.name, n.IP)
+		if err != nil {
+			return err
+		}
+		args = append(args, sargs...)
+	}
+	if c.opts.ClusterToken != "" {
+		args = append(args, "--cluster-token", c.opts.ClusterToken)
+	}
 	if join {
 		args = append(args, "--join")
 	}
@@ -213,11 +273,12 @@ func (c *Cluster) startProc(n *Node, initial string, join bool) error {
 
 // WaitReady polls the node's /readyz until it answers 200.
 func (c *Cluster) WaitReady(ctx context.Context, n *Node, within time.Duration) error {
-	hc := &http.Client{Timeout: 500 * time.Millisecond}
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.httpAddr()+"/readyz", nil)
-		resp, err := hc.Do(req)
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, c.URL(n)+"/readyz", nil)
+		resp, err := c.hc.Do(req)
+		cancel()
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -244,7 +305,11 @@ func (c *Cluster) WaitReady(ctx context.Context, n *Node, within time.Duration) 
 // SetDiskDelay makes every log write of the node wait d before it
 // reaches the disk, through the server's fault hooks (--fault-hooks).
 func (c *Cluster) SetDiskDelay(ctx context.Context, n *Node, d time.Duration) error {
-	return faulthook.SetDiskDelay(ctx, n.httpAddr(), d)
+	fc := faulthook.Client{HTTP: c.hc}
+	if c.sec != nil {
+		fc.HTTPS, fc.Token = true, c.sec.Management
+	}
+	return fc.SetDiskDelay(ctx, n.httpAddr(), d)
 }
 
 // Kill sends SIGKILL and waits until the process is gone.
@@ -334,7 +399,7 @@ func (c *Cluster) signal(n *Node, sig syscall.Signal, paused bool) error {
 func (c *Cluster) Status(ctx context.Context, n *Node) (*lodestonepb.StatusResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	return lodestonepb.NewClusterClient(n.Conn).Status(ctx, &lodestonepb.StatusRequest{})
+	return lodestonepb.NewClusterClient(n.admin).Status(ctx, &lodestonepb.StatusRequest{})
 }
 
 // Leader returns the node that the most running nodes name as leader, with
@@ -388,7 +453,7 @@ func (c *Cluster) Members(ctx context.Context) ([]*lodestonepb.Member, error) {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		resp, err := lodestonepb.NewClusterClient(n.Conn).Members(cctx, &lodestonepb.MembersRequest{})
+		resp, err := lodestonepb.NewClusterClient(n.admin).Members(cctx, &lodestonepb.MembersRequest{})
 		cancel()
 		if err == nil {
 			return resp.Members, nil
@@ -405,6 +470,9 @@ func (c *Cluster) Close() error {
 		errs = append(errs, c.Kill(n))
 		if n.Conn != nil {
 			n.Conn.Close()
+		}
+		if n.admin != nil && n.admin != n.Conn {
+			n.admin.Close()
 		}
 	}
 	return errors.Join(errs...)

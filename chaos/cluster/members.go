@@ -15,11 +15,11 @@ import (
 // else on any running node.
 func (c *Cluster) clusterClient(ctx context.Context) (lodestonepb.ClusterClient, error) {
 	if l, _ := c.Leader(ctx); l != nil {
-		return lodestonepb.NewClusterClient(l.Conn), nil
+		return lodestonepb.NewClusterClient(l.admin), nil
 	}
 	for _, n := range c.Nodes {
 		if n.Running() {
-			return lodestonepb.NewClusterClient(n.Conn), nil
+			return lodestonepb.NewClusterClient(n.admin), nil
 		}
 	}
 	return nil, errors.New("no node running")

@@ -188,7 +188,13 @@ func Cleanup(ctx context.Context, logger *slog.Logger) error {
 		}
 		name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
 		if strings.HasPrefix(name, Prefix) {
+			// NB: a veth whose peer was in a deleted namespace goes away
+			// when the kernel finishes tearing that namespace down, which
+			// may be after the listing above: gone is what we want.
 			if _, err := run(ctx, "ip", "link", "del", name); err != nil {
+				if _, serr := run(ctx, "ip", "link", "show", "dev", name); serr != nil {
+					continue
+				}
 				errs = append(errs, fmt.Errorf("delete link %s: %w", name, err))
 			}
 		}

@@ -24,6 +24,7 @@ type Meta struct {
 	Duration    string   `json:"duration"`
 	Binary      string   `json:"binary"`
 	ServerArgs  []string `json:"server_args"`
+	Security    string   `json:"security,omitempty"`
 	StaleReads  bool     `json:"client_stale_reads,omitempty"`
 	Command     string   `json:"command"`
 	Interrupted bool     `json:"interrupted,omitempty"`
@@ -82,6 +83,9 @@ func (s Summary) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "chaos run %s\n", m.ID)
 	fmt.Fprintf(w, "  seed=%d nodes=%d duration=%s binary=%s\n", m.Seed, m.Nodes, m.Duration, m.Binary)
 	fmt.Fprintf(w, "  server args: %s\n", strings.Join(m.ServerArgs, " "))
+	if m.Security != "" {
+		fmt.Fprintf(w, "  security: %s\n", m.Security)
+	}
 	if m.StaleReads {
 		fmt.Fprintf(w, "  client reads: STALE (harness self-test: anomalies expected)\n")
 	}
