@@ -29,12 +29,16 @@ func FilterNodes(a *Authorizer, n []*lodestonepb.Node) []*lodestonepb.Node {
 
 // FilterInstances keeps the instances on nodes a may read.
 func FilterInstances(a *Authorizer, s []*lodestonepb.ServiceInstance) []*lodestonepb.ServiceInstance {
-	return keep(s, func(i *lodestonepb.ServiceInstance) bool { return a.Allowed(ResourceNode, i.GetNode().GetName(), AccessRead) })
+	return keep(s, func(i *lodestonepb.ServiceInstance) bool {
+		return a.Allowed(ResourceNode, i.GetNode().GetName(), AccessRead)
+	})
 }
 
 // FilterHealth keeps the instances on nodes a may read.
 func FilterHealth(a *Authorizer, s []*lodestonepb.ServiceHealth) []*lodestonepb.ServiceHealth {
-	return keep(s, func(i *lodestonepb.ServiceHealth) bool { return a.Allowed(ResourceNode, i.GetNode().GetName(), AccessRead) })
+	return keep(s, func(i *lodestonepb.ServiceHealth) bool {
+		return a.Allowed(ResourceNode, i.GetNode().GetName(), AccessRead)
+	})
 }
 
 // FilterChecks keeps a service's checks where a may read the service and

@@ -64,7 +64,9 @@ func bearerOf(v string) (string, bool) {
 // PerRPC attaches secret to every call of a gRPC connection. It does not
 // require transport security: a plain-text cluster on loopback (lodestone
 // dev) may still run with ACLs; docs/security.md says what that exposes.
-func PerRPC(secret string) credentials.PerRPCCredentials { return perRPC{md: map[string]string{metadataKey: secret}} }
+func PerRPC(secret string) credentials.PerRPCCredentials {
+	return perRPC{md: map[string]string{metadataKey: secret}}
+}
 
 type perRPC struct{ md map[string]string }
 
