@@ -25,10 +25,13 @@ type authz struct {
 	resolver *acl.Resolver
 	catalog  acl.Catalog
 	denied   *prometheus.CounterVec
+	// catchUp brings this member to what the leader has committed, for
+	// acl.Recheck.
+	catchUp func(context.Context) error
 }
 
-func newAuthz(resolver *acl.Resolver, st *store.Store, reg prometheus.Registerer) *authz {
-	z := &authz{resolver: resolver, catalog: st, denied: prometheus.NewCounterVec(prometheus.CounterOpts{
+func newAuthz(resolver *acl.Resolver, st *store.Store, catchUp func(context.Context) error, reg prometheus.Registerer) *authz {
+	z := &authz{resolver: resolver, catalog: st, catchUp: catchUp, denied: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lodestone_acl_denied_total",
 		Help: "Requests refused by ACLs, by API (grpc, http) and reason (permission, token).",
 	}, []string{"api", "reason"})}
@@ -36,9 +39,14 @@ func newAuthz(resolver *acl.Resolver, st *store.Store, reg prometheus.Registerer
 	return z
 }
 
-// authorize resolves the secret; a secret nobody issued is a denial.
-func (z *authz) authorize(api, secret string) (*acl.Authorizer, error) {
-	a, err := z.resolver.Resolve(secret)
+// authorize resolves the secret; a secret nobody issued (after catching
+// up, acl.Recheck) is a denial.
+func (z *authz) authorize(ctx context.Context, api, secret string) (*acl.Authorizer, error) {
+	var a *acl.Authorizer
+	err := acl.Recheck(ctx, z.catchUp, func() (err error) {
+		a, err = z.resolver.Resolve(secret)
+		return err
+	})
 	if err != nil {
 		z.denied.WithLabelValues(api, "token").Inc()
 		return nil, err
@@ -59,7 +67,7 @@ func (z *authz) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	if !z.resolver.Enabled() {
 		return handler(ctx, req)
 	}
-	a, err := z.authorize("grpc", token.FromContext(ctx))
+	a, err := z.authorize(ctx, "grpc", token.FromContext(ctx))
 	if err != nil {
 		return nil, deniedStatus(err)
 	}
@@ -69,7 +77,7 @@ func (z *authz) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 		return nil, status.Errorf(codes.PermissionDenied, "Permission denied: %s has no ACL rule, so no token may call it", info.FullMethod)
 	}
 	if rule.check != nil {
-		if err := rule.check(z, a, req); err != nil {
+		if err := acl.Recheck(ctx, z.catchUp, func() error { return rule.check(z, a, req) }); err != nil {
 			z.denied.WithLabelValues("grpc", "permission").Inc()
 			return nil, deniedStatus(err)
 		}
@@ -85,7 +93,7 @@ func (z *authz) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 	if !z.resolver.Enabled() {
 		return handler(srv, ss)
 	}
-	a, err := z.authorize("grpc", token.FromContext(ss.Context()))
+	a, err := z.authorize(ss.Context(), "grpc", token.FromContext(ss.Context()))
 	if err != nil {
 		return deniedStatus(err)
 	}
@@ -95,7 +103,7 @@ func (z *authz) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 	case lodestonepb.Admin_SaveSnapshot_FullMethodName:
 		// The snapshot holds every secret, ACL tokens included: only a
 		// token that may manage ACLs may copy it.
-		if err := a.Check(acl.ResourceACL, "", acl.AccessWrite); err != nil {
+		if err := acl.Recheck(ss.Context(), z.catchUp, func() error { return a.Check(acl.ResourceACL, "", acl.AccessWrite) }); err != nil {
 			z.denied.WithLabelValues("grpc", "permission").Inc()
 			return deniedStatus(err)
 		}
@@ -120,7 +128,7 @@ func (w *watchAuthz) RecvMsg(m any) error {
 	if c == nil {
 		return nil
 	}
-	if err := acl.CheckWatch(w.a, c); err != nil {
+	if err := acl.Recheck(w.Context(), w.z.catchUp, func() error { return acl.CheckWatch(w.a, c) }); err != nil {
 		w.z.denied.WithLabelValues("grpc", "permission").Inc()
 		return deniedStatus(err)
 	}
@@ -263,7 +271,7 @@ func filterSessions(a *acl.Authorizer, resp any) {
 func (z *authz) guard(res acl.Resource, want acl.Access, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if z.resolver.Enabled() {
-			a, err := z.authorize("http", token.FromRequest(r))
+			a, err := z.authorize(r.Context(), "http", token.FromRequest(r))
 			if err == nil {
 				err = a.Check(res, "", want)
 				if err != nil {

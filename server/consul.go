@@ -20,9 +20,16 @@ type consulBackend struct{ s *core }
 
 var _ consulapi.Backend = consulBackend{}
 
-func (b consulBackend) Authorize(secret string) (*acl.Authorizer, error) {
-	return b.s.authz.resolver.Resolve(secret)
+func (b consulBackend) Authorize(ctx context.Context, secret string) (*acl.Authorizer, error) {
+	var a *acl.Authorizer
+	err := acl.Recheck(ctx, b.catchUp, func() (err error) {
+		a, err = b.s.authz.resolver.Resolve(secret)
+		return err
+	})
+	return a, err
 }
+
+func (b consulBackend) catchUp(ctx context.Context) error { return b.s.authz.catchUp(ctx) }
 
 func (b consulBackend) Apply(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
 	return b.s.write(ctx, cmd)

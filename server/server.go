@@ -126,7 +126,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.Join(err, s.hub.Close())
 	}
 	s.adm = newAdmission(s.store, s.metrics.reg)
-	s.authz = newAuthz(acl.NewResolver(s.store, cfg.ACL), s.store, s.metrics.reg)
+	s.authz = newAuthz(acl.NewResolver(s.store, cfg.ACL), s.store,
+		func(ctx context.Context) error { return s.raft.LeaderRead(ctx, time.Now()) }, s.metrics.reg)
 	s.sessionMetrics = newSessionMetrics(s.metrics.reg, s.store)
 	return s, nil
 }

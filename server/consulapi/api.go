@@ -77,9 +77,10 @@ type Backend interface {
 	// /v1/agent/* and sessions created without a node) and its address.
 	Agent() (node, address string)
 	// Authorize resolves a token's secret ("" is the anonymous token):
-	// an error is acl.ErrNotFound; with ACLs off every secret resolves
-	// to an Authorizer that allows everything.
-	Authorize(secret string) (*acl.Authorizer, error)
+	// an error is acl.ErrNotFound, after catching up with the leader
+	// (acl.Recheck); with ACLs off every secret resolves to an Authorizer
+	// that allows everything.
+	Authorize(ctx context.Context, secret string) (*acl.Authorizer, error)
 }
 
 // Config tunes the API.
@@ -188,7 +189,7 @@ func (a *API) Register(mux *http.ServeMux) {
 
 // authorizer resolves the token r carries (package token says where).
 func (a *API) authorizer(r *http.Request) (*acl.Authorizer, error) {
-	return a.b.Authorize(token.FromRequest(r))
+	return a.b.Authorize(r.Context(), token.FromRequest(r))
 }
 
 // apply is every write of the API: the caller's token must pass the
@@ -199,7 +200,10 @@ func (a *API) apply(r *http.Request, cmd *lodestonepb.Command) (*lodestonepb.Com
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := acl.CheckCommand(az, a.b.Store(), cmd); err != nil {
+	// NB: a refusal is checked again after catching up with the leader
+	// (acl.Recheck): the session or service cmd names may be new.
+	catchUp := func(ctx context.Context) error { return a.b.LeaderBarrier(ctx, time.Now()) }
+	if err := acl.Recheck(r.Context(), catchUp, func() error { return acl.CheckCommand(az, a.b.Store(), cmd) }); err != nil {
 		return nil, 0, err
 	}
 	return a.b.Apply(r.Context(), cmd)
