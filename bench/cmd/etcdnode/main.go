@@ -6,8 +6,20 @@
 //	etcdnode --name n1 --data-dir D --listen-peer 127.0.0.1:P --listen-client 127.0.0.1:C \
 //	    --initial-cluster n1=127.0.0.1:P1,n2=127.0.0.1:P2,n3=127.0.0.1:P3
 //
-// Addresses may be host:port or URLs (http:// is assumed). fsync is on, as
-// in a default etcd; --unsafe-no-fsync exists only to make that explicit.
+// Addresses may be host:port or URLs (http:// is assumed, https:// with TLS).
+// fsync is on, as in a default etcd; --unsafe-no-fsync exists only to make
+// that explicit.
+//
+// --tls-ca-file, --tls-cert-file and --tls-key-file (named as `lodestone
+// server` names them) turn on TLS on the client and peer ports with the same
+// certificate, as a Lodestone server uses its one certificate on every port;
+// the peer port then always requires a client certificate from the CA, and
+// --tls-verify-incoming requires one on the client port too (etcd's
+// --client-cert-auth and --peer-client-cert-auth). --listen-client-http
+// moves etcd's HTTP endpoints (JSON gateway, /health, /metrics) to a port of
+// their own, so the client port serves gRPC only, natively: with TLS on a
+// shared port etcd serves gRPC through net/http's HTTP/2 server instead
+// (embed/serve.go), and etcd recommends the split (--listen-client-http-urls).
 // Its Go heap grows to --gc-heap-floor-mib before a collection, with the
 // same default and code as a Lodestone server's, so the two spend GC work
 // alike and a comparison shows their designs, not that setting.
@@ -24,6 +36,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/lodestone-kv/lodestone/internal/heapfloor"
@@ -47,6 +60,11 @@ func run(args []string) error {
 	noFsync := fs.Bool("unsafe-no-fsync", false, "disable fsync (never used by the benchmarks)")
 	logLevel := fs.String("log-level", "error", "debug, info, warn or error")
 	enablePprof := fs.Bool("enable-pprof", false, "serve Go's profiler under /debug/pprof/ on the client URL")
+	caFile := fs.String("tls-ca-file", "", "CA bundle that verifies client and peer certificates")
+	certFile := fs.String("tls-cert-file", "", "certificate served on the client and peer ports (and presented to peers); turns TLS on")
+	keyFile := fs.String("tls-key-file", "", "key of --tls-cert-file")
+	verifyIncoming := fs.Bool("tls-verify-incoming", false, "require a client certificate from --tls-ca-file on the client port (the peer port always requires one with TLS)")
+	clientHTTP := fs.String("listen-client-http", "", "serve etcd's HTTP endpoints here instead of on --listen-client, which then serves gRPC only")
 	heapFloorMiB := fs.Uint64("gc-heap-floor-mib", 512, "let the Go heap grow to this many MiB before a garbage collection (0: GOGC alone), as lodestone server does")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -54,6 +72,14 @@ func run(args []string) error {
 	if *name == "" || *dataDir == "" || *peer == "" || *client == "" || *initial == "" {
 		return fmt.Errorf("--name, --data-dir, --listen-peer, --listen-client and --initial-cluster are required")
 	}
+	secure := *certFile != "" || *keyFile != ""
+	if secure && (*certFile == "" || *keyFile == "" || *caFile == "") {
+		return fmt.Errorf("TLS needs --tls-ca-file, --tls-cert-file and --tls-key-file together")
+	}
+	if !secure && (*caFile != "" || *verifyIncoming) {
+		return fmt.Errorf("--tls-ca-file and --tls-verify-incoming need --tls-cert-file and --tls-key-file")
+	}
+	toURL := func(s string) (*url.URL, error) { return toURL(s, secure) }
 	peerURL, err := toURL(*peer)
 	if err != nil {
 		return fmt.Errorf("--listen-peer: %w", err)
@@ -85,6 +111,17 @@ func run(args []string) error {
 	cfg.InitialCluster = strings.Join(members, ",")
 	cfg.InitialClusterToken = *token
 	cfg.ClusterState = embed.ClusterStateFlagNew
+	if *clientHTTP != "" {
+		u, err := toURL(*clientHTTP)
+		if err != nil {
+			return fmt.Errorf("--listen-client-http: %w", err)
+		}
+		cfg.ListenClientHttpUrls = []url.URL{*u}
+	}
+	if secure {
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: *certFile, KeyFile: *keyFile, TrustedCAFile: *caFile, ClientCertAuth: *verifyIncoming}
+		cfg.PeerTLSInfo = transport.TLSInfo{CertFile: *certFile, KeyFile: *keyFile, TrustedCAFile: *caFile, ClientCertAuth: true}
+	}
 	cfg.UnsafeNoFsync = *noFsync
 	cfg.EnablePprof = *enablePprof
 	cfg.LogLevel = *logLevel
@@ -114,10 +151,15 @@ func run(args []string) error {
 	}
 }
 
-// toURL accepts host:port or a URL and returns an http URL.
-func toURL(s string) (*url.URL, error) {
+// toURL accepts host:port or a URL and returns an http URL, or an https one
+// when secure.
+func toURL(s string, secure bool) (*url.URL, error) {
 	if !strings.Contains(s, "://") {
-		s = "http://" + s
+		if secure {
+			s = "https://" + s
+		} else {
+			s = "http://" + s
+		}
 	}
 	u, err := url.Parse(s)
 	if err != nil {

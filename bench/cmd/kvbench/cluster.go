@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
@@ -27,12 +28,39 @@ type system struct {
 	args func(i int, names, peers, clients, http []string, dataDir string) []string
 	// leader asks each client address who leads and returns the leader's
 	// client address; it fails while there is none.
-	leader func(ctx context.Context, clients []string) (string, error)
+	leader func(ctx context.Context, sys system, clients []string) (string, error)
 	// put returns a put function bound to one gRPC connection to the leader.
 	put func(conn *grpc.ClientConn) func(ctx context.Context, key, value []byte) error
 	// dialOptions are the connection options of the system's own Go
 	// client, so each side runs as its users run it.
 	dialOptions []grpc.DialOption
+	// sec, when set, is the CA and certificates of the secure variant:
+	// every dial uses TLS with the bench's client certificate.
+	sec *secureFiles
+	// prepare, if set, runs once the cluster has a leader and before the
+	// probe put: the secure variants set up their access control there
+	// (and may add to the cluster's connOptions).
+	prepare func(ctx context.Context, c *cluster) error
+	// login, if set, opens one authenticated bench connection to addr
+	// (etcd: Authenticate on it); otherwise a bench connection is a dial
+	// with the cluster's connOptions.
+	login func(ctx context.Context, sys system, addr string) (*grpc.ClientConn, error)
+}
+
+// dial opens one gRPC connection to addr with the system's options, over
+// TLS with the bench's client certificate for a secure variant and in
+// plain text otherwise.
+func (s system) dial(addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if s.sec != nil {
+		creds = credentials.NewTLS(s.sec.client)
+	}
+	opts := append(slices.Clone(s.dialOptions), extra...)
+	conn, err := grpc.NewClient("passthrough:///"+addr, append(opts, grpc.WithTransportCredentials(creds))...)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return conn, nil
 }
 
 // cluster is three running members of one system.
@@ -41,7 +69,20 @@ type cluster struct {
 	dir     string
 	procs   []*harness.Proc
 	clients []string // gRPC addresses, member order
+	http    []string // each member's spare (HTTP) address, member order
 	leader  string   // the leader's gRPC address once known
+	// connOptions are added to every bench connection (a secure
+	// Lodestone's ACL token); set by the system's prepare.
+	connOptions []grpc.DialOption
+}
+
+// connect opens one bench connection to addr (authenticated, for a secure
+// variant).
+func (c *cluster) connect(ctx context.Context, addr string) (*grpc.ClientConn, error) {
+	if c.sys.login != nil {
+		return c.sys.login(ctx, c.sys, addr)
+	}
+	return c.sys.dial(addr, c.connOptions...)
 }
 
 const members = 3
@@ -67,16 +108,16 @@ func startCluster(ctx context.Context, sys system, workDir, cpus string) (_ *clu
 	if err != nil {
 		return nil, err
 	}
-	var names, peers, https []string
+	var names, peers []string
 	for i := range members {
-		names = append(names, fmt.Sprintf("n%d", i+1))
+		names = append(names, memberName(i))
 		peers = append(peers, fmt.Sprintf("127.0.0.1:%d", ports[i]))
 		c.clients = append(c.clients, fmt.Sprintf("127.0.0.1:%d", ports[members+i]))
-		https = append(https, fmt.Sprintf("127.0.0.1:%d", ports[2*members+i]))
+		c.http = append(c.http, fmt.Sprintf("127.0.0.1:%d", ports[2*members+i]))
 	}
 	for i := range members {
 		data := filepath.Join(dir, names[i])
-		args := sys.args(i, names, peers, c.clients, https, data)
+		args := sys.args(i, names, peers, c.clients, c.http, data)
 		p, err := harness.Start(names[i], sys.bin, args, filepath.Join(dir, names[i]+".log"), cpus)
 		if err != nil {
 			return nil, err
@@ -87,8 +128,21 @@ func startCluster(ctx context.Context, sys system, workDir, cpus string) (_ *clu
 	if c.leader, err = c.waitLeader(ctx, 30*time.Second); err != nil {
 		return nil, err
 	}
+	if sys.prepare != nil {
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := sys.prepare(pctx, c)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	}
 	if err := c.probe(ctx, 20*time.Second); err != nil {
 		return nil, err
+	}
+	if sys.sec != nil {
+		if err := c.checkSecure(ctx); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }
@@ -103,7 +157,7 @@ func (c *cluster) waitLeader(ctx context.Context, timeout time.Duration) (string
 			return "", err
 		}
 		qctx, qcancel := context.WithTimeout(ctx, time.Second)
-		addr, err := c.sys.leader(qctx, c.clients)
+		addr, err := c.sys.leader(qctx, c.sys, c.clients)
 		qcancel()
 		if err == nil {
 			return addr, nil
@@ -123,14 +177,14 @@ func (c *cluster) waitLeader(ctx context.Context, timeout time.Duration) (string
 // probe retries one put on the leader until it is acknowledged, so the
 // measured run starts on a cluster that commits.
 func (c *cluster) probe(ctx context.Context, timeout time.Duration) error {
-	conn, err := dial(c.leader, c.sys.dialOptions...)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := c.connect(ctx, c.leader)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	put := c.sys.put(conn)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	for {
 		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 		err := put(pctx, []byte("kvbench/probe"), []byte("ok"))
@@ -187,11 +241,5 @@ func (c *cluster) cpuTime() time.Duration {
 
 func (c *cluster) logTails() string { return harness.LogTails(c.sys.name, c.procs, 1500) }
 
-// dial opens one gRPC connection with the options both systems share.
-func dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient("passthrough:///"+addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", addr, err)
-	}
-	return conn, nil
-}
+// memberName is the name of member i (0-based): n1, n2, n3.
+func memberName(i int) string { return fmt.Sprintf("n%d", i+1) }

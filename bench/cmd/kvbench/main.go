@@ -3,7 +3,11 @@
 // prints one BENCH line per comparison (see bench/README.md, "How
 // benchmarks report"). Run it from bench/:
 //
-//	cd bench && go run ./cmd/kvbench [-reps 3] [-duration 8s] [-clients 1,64]
+//	cd bench && go run ./cmd/kvbench [-reps 3] [-duration 8s] [-clients 1,64] [-secure=false]
+//
+// Besides the plain-text runs at each client count it runs both systems
+// secured (TLS with client certificates on every port, access control on)
+// at 64 clients, in the same repetitions, unless -secure=false.
 package main
 
 import (
@@ -11,6 +15,7 @@ import (
 	"crypto/rand"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,7 +39,11 @@ var (
 	flagWorkDir    = flag.String("work-dir", "", "where binaries and data dirs go (default: the system temp dir)")
 	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep       = flag.Bool("keep", false, "keep binaries, data dirs and server logs after the run")
+	flagSecure     = flag.Bool("secure", true, fmt.Sprintf("also run each system secured (mutual TLS on every port, Lodestone ACLs / etcd auth) at %d clients", secureClients))
 )
+
+// secureClients is the client count of the secure runs.
+const secureClients = 64
 
 const peerName = "etcd"
 
@@ -87,7 +96,19 @@ func run(ctx context.Context) error {
 		defer os.RemoveAll(tmp)
 	}
 
-	var systems []system
+	var sec *secureFiles
+	if *flagSecure {
+		dir := filepath.Join(tmp, "tls")
+		var names []string
+		for i := range members {
+			names = append(names, memberName(i))
+		}
+		if sec, err = newSecureFiles(dir, names); err != nil {
+			return fmt.Errorf("issue certificates: %w", err)
+		}
+	}
+
+	var systems, secured []system
 	for _, name := range strings.Split(*flagSystems, ",") {
 		switch name = strings.TrimSpace(name); name {
 		case "lodestone":
@@ -95,13 +116,19 @@ func run(ctx context.Context) error {
 			if err := harness.GoBuild(ctx, logf, root, bin, "./cmd/lodestone"); err != nil {
 				return err
 			}
-			systems = append(systems, lodestoneSystem(bin))
+			systems = append(systems, lodestoneSystem(bin, nil))
+			if sec != nil {
+				secured = append(secured, lodestoneSystem(bin, sec))
+			}
 		case "etcd":
 			bin := filepath.Join(tmp, "etcdnode")
 			if err := harness.GoBuild(ctx, logf, ".", bin, "./cmd/etcdnode"); err != nil {
 				return err
 			}
-			systems = append(systems, etcdSystem(bin))
+			systems = append(systems, etcdSystem(bin, nil))
+			if sec != nil {
+				secured = append(secured, etcdSystem(bin, sec))
+			}
 		default:
 			return fmt.Errorf("-systems: unknown system %q (want lodestone, etcd)", name)
 		}
@@ -114,15 +141,23 @@ func run(ctx context.Context) error {
 	logf("%s", pinning)
 
 	samples := map[string]map[int][]sample{}
-	for _, s := range systems {
+	for _, s := range append(slices.Clone(systems), secured...) {
 		samples[s.name] = map[int][]sample{}
 	}
+	steps := schedule(clientCounts, len(systems), len(secured))
 	for rep := range *flagReps {
-		for ci, n := range clientCounts {
-			order := slices.Clone(systems)
-			if (rep+ci)%2 == 1 { // alternate who goes first to spread machine noise
+		for si, st := range steps {
+			var order []system
+			for _, i := range st.systems {
+				order = append(order, systems[i])
+			}
+			for _, i := range st.secured {
+				order = append(order, secured[i])
+			}
+			if (rep+si)%2 == 1 { // alternate who goes first to spread machine noise
 				slices.Reverse(order)
 			}
+			n := st.clients
 			for _, sys := range order {
 				res, note, err := runOnce(ctx, sys, tmp, n)
 				if err != nil {
@@ -141,6 +176,13 @@ func run(ctx context.Context) error {
 	fmt.Printf("setup: 3-node clusters, 3 processes each on 127.0.0.1 loopback, fsync on, one cluster running at a time, fresh data dirs per run; "+
 		"puts of %d-byte values to distinct keys, sent to the leader, %d clients per gRPC connection; %d reps x %s (after %s warm-up), medians shown\n",
 		*flagValueSize, *flagPerConn, *flagReps, *flagDuration, *flagWarmup)
+	if len(secured) > 0 {
+		fmt.Printf("secure: %d clients, same workload and connections; one CA and ECDSA P-256 certificates for both systems, TLS on client and peer ports "+
+			"with a client certificate required on every port; lodestone: --tls-verify-incoming-grpc/-http, --acl-enabled --acl-default-policy deny, "+
+			"the bench's token has only key_prefix %q { policy = \"write\" }; etcd: client/peer TLS with client-cert auth, gRPC-only client port, "+
+			"auth enabled (root user, simple tokens), the bench logs in per connection as a user whose role has readwrite on %s*\n",
+			secureClients, benchPrefix, benchPrefix)
+	}
 	fmt.Printf("pinning: %s\n", pinning)
 
 	lode, peer := samples["lodestone"], samples[peerName]
@@ -148,23 +190,79 @@ func run(ctx context.Context) error {
 		fmt.Println("no BENCH lines: they compare lodestone with etcd, and -systems ran only", *flagSystems)
 		return nil
 	}
+	med := func(ss []sample, f func(sample) float64) float64 {
+		var xs []float64
+		for _, s := range ss {
+			xs = append(xs, f(s))
+		}
+		return harness.Median(xs)
+	}
+	th := func(s sample) float64 { return s.throughput }
+	lat := func(s sample) float64 { return s.p99 }
 	for _, n := range clientCounts {
 		tput, p99 := targets(n)
-		med := func(ss []sample, f func(sample) float64) float64 {
-			var xs []float64
-			for _, s := range ss {
-				xs = append(xs, f(s))
-			}
-			return harness.Median(xs)
-		}
-		th := func(s sample) float64 { return s.throughput }
-		lat := func(s sample) float64 { return s.p99 }
 		fmt.Println(harness.Line{Name: fmt.Sprintf("put-%dclients-throughput", n), Unit: "ops/s",
 			Lodestone: med(lode[n], th), PeerName: peerName, Peer: med(peer[n], th), Op: ">=", Target: tput})
 		fmt.Println(harness.Line{Name: fmt.Sprintf("put-%dclients-p99", n), Unit: "ms",
 			Lodestone: med(lode[n], lat), PeerName: peerName, Peer: med(peer[n], lat), Op: "<=", Target: p99})
 	}
+	if len(secured) == 0 {
+		return nil
+	}
+	lodeSec, peerSec := samples["lodestone"+secureSuffix][secureClients], samples[peerName+secureSuffix][secureClients]
+	for _, l := range secureLines(med(lodeSec, th), med(peerSec, th), med(lode[secureClients], th)) {
+		fmt.Println(l)
+	}
 	return nil
+}
+
+// step is one client count of a repetition: the plain systems (indexes
+// into the plain list) and the secure ones (into the secured list) that
+// run at it.
+type step struct {
+	clients          int
+	systems, secured []int
+}
+
+// schedule lays out one repetition: every plain system at every client
+// count, and the secured systems at secureClients, in the same step as the
+// plain ones when that count is among clientCounts (so a secure run and
+// its plain twin sit close in time), else in a step of their own at the
+// end.
+func schedule(clientCounts []int, plain, secured int) []step {
+	var steps []step
+	seq := func(n int) []int {
+		var xs []int
+		for i := range n {
+			xs = append(xs, i)
+		}
+		return xs
+	}
+	placed := secured == 0
+	for _, n := range clientCounts {
+		st := step{clients: n, systems: seq(plain)}
+		if n == secureClients && !placed {
+			st.secured, placed = seq(secured), true
+		}
+		steps = append(steps, st)
+	}
+	if !placed {
+		steps = append(steps, step{clients: secureClients, secured: seq(secured)})
+	}
+	return steps
+}
+
+// secureLines are the verdicts of the secure runs: secured Lodestone
+// against secured etcd, and secured Lodestone against its own plain-text
+// figure from the same run (left out when -clients did not run it).
+func secureLines(lodeSec, peerSec, lodePlain float64) []harness.Line {
+	lines := []harness.Line{{Name: fmt.Sprintf("put-%dclients-throughput-secure", secureClients), Unit: "ops/s",
+		Lodestone: lodeSec, PeerName: peerName, Peer: peerSec, Op: ">=", Target: 1.5}}
+	if !math.IsNaN(lodePlain) {
+		lines = append(lines, harness.Line{Name: fmt.Sprintf("put-%dclients-secure-vs-plain", secureClients), Unit: "ops/s",
+			LodestoneName: "lodestone-secure", Lodestone: lodeSec, PeerName: "lodestone-plain", Peer: lodePlain, Op: ">=", Target: 0.9})
+	}
+	return lines
 }
 
 // runOnce starts a fresh cluster of sys, drives n clients against its
@@ -185,7 +283,7 @@ func runOnce(ctx context.Context, sys system, workDir string, n int) (_ harness.
 	nconn := (n + *flagPerConn - 1) / *flagPerConn
 	puts := make([]func(context.Context, []byte, []byte) error, nconn)
 	for i := range nconn {
-		conn, err := dial(c.leader, sys.dialOptions...)
+		conn, err := c.connect(ctx, c.leader)
 		if err != nil {
 			return harness.Result{}, "", err
 		}

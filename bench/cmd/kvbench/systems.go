@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -19,6 +20,10 @@ import (
 // reach the per-member log files, per-request chatter does not.
 const logLevel = "warn"
 
+// secureSuffix names a system's secure variant (TLS with client
+// certificates everywhere, access control on): "lodestone-secure".
+const secureSuffix = "-secure"
+
 var errNoLeader = errors.New("no member reports itself leader")
 
 func initialCluster(names, peers []string) string {
@@ -30,16 +35,24 @@ func initialCluster(names, peers []string) string {
 }
 
 // lodestoneSystem runs `lodestone server` members and talks to them with the
-// raw generated gRPC API.
-func lodestoneSystem(bin string) system {
+// raw generated gRPC API. With sec, every port serves TLS and requires a
+// client certificate (gRPC and HTTP by flag; the peer port always does with
+// TLS on), ACLs are on with default deny, and the bench writes with a token
+// whose only rule is key_prefix "kvbench/" { policy = "write" }.
+func lodestoneSystem(bin string, sec *secureFiles) system {
+	name := "lodestone"
+	if sec != nil {
+		name += secureSuffix
+	}
 	return system{
-		name: "lodestone",
+		name: name,
+		sec:  sec,
 		// client/ dials with fixed flow-control windows; clientv3 keeps
 		// gRPC's defaults (bandwidth estimation on).
 		dialOptions: grpcopt.DialOptions(),
 		bin:         bin,
 		args: func(i int, names, peers, clients, http []string, dataDir string) []string {
-			return []string{"server",
+			args := []string{"server",
 				"--name", names[i],
 				"--data-dir", dataDir,
 				"--listen-peer", peers[i],
@@ -48,11 +61,34 @@ func lodestoneSystem(bin string) system {
 				"--initial-cluster", initialCluster(names, peers),
 				"--log-level", logLevel,
 			}
+			if sec != nil {
+				args = append(args,
+					"--tls-ca-file", sec.ca,
+					"--tls-cert-file", sec.cert[names[i]],
+					"--tls-key-file", sec.key[names[i]],
+					"--tls-verify-incoming-grpc",
+					"--tls-verify-incoming-http",
+					"--acl-enabled",
+					"--acl-default-policy", "deny",
+				)
+			}
+			return args
 		},
-		leader: func(ctx context.Context, clients []string) (string, error) {
+		prepare: func(ctx context.Context, c *cluster) error {
+			if sec == nil {
+				return nil
+			}
+			opt, err := lodestoneACL(ctx, sec, c.http[slices.Index(c.clients, c.leader)])
+			if err != nil {
+				return err
+			}
+			c.connOptions = append(c.connOptions, opt)
+			return nil
+		},
+		leader: func(ctx context.Context, sys system, clients []string) (string, error) {
 			var errs []error
 			for _, addr := range clients {
-				conn, err := dial(addr)
+				conn, err := sys.dial(addr)
 				if err != nil {
 					return "", err
 				}
@@ -81,13 +117,23 @@ func lodestoneSystem(bin string) system {
 // etcdSystem runs etcdnode members (embedded etcd, fsync on). Leader
 // discovery uses clientv3's Status; puts use etcd's raw generated KV stub
 // over a plain gRPC connection, as Lodestone's puts do, so neither
-// side pays for a client library's retry and balancing layers.
-func etcdSystem(bin string) system {
+// side pays for a client library's retry and balancing layers. With sec,
+// the client and peer ports serve TLS and require a client certificate,
+// the client port serves gRPC only (HTTP on the spare port: etcd's
+// recommended layout, without which it serves TLS gRPC through net/http),
+// auth is enabled with a root user, and each bench connection logs in as a
+// user whose role has readwrite on the bench prefix.
+func etcdSystem(bin string, sec *secureFiles) system {
+	name := "etcd"
+	if sec != nil {
+		name += secureSuffix
+	}
 	return system{
-		name: "etcd",
+		name: name,
+		sec:  sec,
 		bin:  bin,
-		args: func(i int, names, peers, clients, _ []string, dataDir string) []string {
-			return []string{
+		args: func(i int, names, peers, clients, http []string, dataDir string) []string {
+			args := []string{
 				"--name", names[i],
 				"--data-dir", dataDir,
 				"--listen-peer", peers[i],
@@ -95,22 +141,54 @@ func etcdSystem(bin string) system {
 				"--initial-cluster", initialCluster(names, peers),
 				"--log-level", logLevel,
 			}
+			if sec != nil {
+				args = append(args,
+					"--listen-client-http", http[i],
+					"--tls-ca-file", sec.ca,
+					"--tls-cert-file", sec.cert[names[i]],
+					"--tls-key-file", sec.key[names[i]],
+					"--tls-verify-incoming",
+				)
+			}
+			return args
 		},
-		leader: func(ctx context.Context, clients []string) (string, error) {
-			cli, err := clientv3.New(clientv3.Config{Endpoints: clients, Logger: zap.NewNop()})
+		prepare: func(ctx context.Context, c *cluster) error {
+			if sec == nil {
+				return nil
+			}
+			return etcdAuth(ctx, sec, "https://"+c.leader)
+		},
+		login: func(ctx context.Context, sys system, addr string) (*grpc.ClientConn, error) {
+			if sec == nil {
+				return sys.dial(addr)
+			}
+			return etcdLogin(ctx, sys, addr)
+		},
+		leader: func(ctx context.Context, sys system, clients []string) (string, error) {
+			cfg := clientv3.Config{Endpoints: clients, Logger: zap.NewNop()}
+			if sec != nil {
+				// Status needs a user once auth is on; root's login is
+				// skipped while it is still off.
+				cfg.TLS, cfg.Username, cfg.Password = sec.client, etcdRootUser, etcdRootPass
+				cfg.Endpoints = nil
+				for _, ep := range clients {
+					cfg.Endpoints = append(cfg.Endpoints, "https://"+ep)
+				}
+			}
+			cli, err := clientv3.New(cfg)
 			if err != nil {
 				return "", fmt.Errorf("etcd client: %w", err)
 			}
 			defer cli.Close()
 			var errs []error
-			for _, ep := range clients {
+			for i, ep := range cfg.Endpoints {
 				st, err := cli.Status(ctx, ep)
 				if err != nil {
 					errs = append(errs, fmt.Errorf("status %s: %w", ep, err))
 					continue
 				}
 				if st.Leader != 0 && st.Leader == st.Header.GetMemberId() {
-					return ep, nil
+					return clients[i], nil
 				}
 			}
 			return "", errors.Join(append(errs, errNoLeader)...)

@@ -152,6 +152,11 @@ func TestLine(t *testing.T) {
 			want: "BENCH x lodestone=1ms etcd=1ms ratio=1.00 target=<=1.0", wantPass: true,
 		},
 		{
+			name: "self-comparison names both sides",
+			line: Line{Name: "put-64clients-secure-vs-plain", Unit: "ops/s", LodestoneName: "lodestone-secure", Lodestone: 8600, PeerName: "lodestone-plain", Peer: 9000, Op: ">=", Target: 0.9},
+			want: "BENCH put-64clients-secure-vs-plain lodestone-secure=8600ops/s lodestone-plain=9000ops/s ratio=0.96 target=>=0.9", wantPass: true,
+		},
+		{
 			name: "zero peer",
 			line: Line{Name: "x", Unit: "ops/s", Lodestone: 5, PeerName: "etcd", Peer: 0, Op: ">=", Target: 1},
 			want: "BENCH x lodestone=5ops/s etcd=0ops/s ratio=+Inf target=>=1.0", wantPass: true,

@@ -13,15 +13,18 @@ import (
 //	BENCH <name> lodestone=<value><unit> <peer>=<value><unit> ratio=<lodestone/peer> target=<op><number>
 //
 // Op applies to the ratio: ">=" when higher is better for Lodestone
-// (throughput), "<=" when lower is (latency).
+// (throughput), "<=" when lower is (latency). A comparison of Lodestone
+// with itself in another setup may name both sides
+// (lodestone-secure=... lodestone-plain=...).
 type Line struct {
-	Name      string  // e.g. "put-64clients-throughput"
-	Unit      string  // e.g. "ops/s", "ms"
-	Lodestone float64 // Lodestone's figure, in Unit
-	PeerName  string  // e.g. "etcd"; for a self-comparison, the baseline's name
-	Peer      float64 // the peer's figure, in Unit
-	Op        string  // ">=" or "<="
-	Target    float64 // the ratio Lodestone must reach
+	Name          string  // e.g. "put-64clients-throughput"
+	Unit          string  // e.g. "ops/s", "ms"
+	LodestoneName string  // "lodestone" when empty; e.g. "lodestone-secure"
+	Lodestone     float64 // Lodestone's figure, in Unit
+	PeerName      string  // e.g. "etcd"; for a self-comparison, the baseline's name
+	Peer          float64 // the peer's figure, in Unit
+	Op            string  // ">=" or "<="
+	Target        float64 // the ratio Lodestone must reach
 }
 
 // Ratio is Lodestone's figure over the peer's (+Inf or NaN if the peer's is 0).
@@ -45,8 +48,12 @@ func (l Line) Pass() bool {
 
 // String renders the line without a trailing newline.
 func (l Line) String() string {
-	return fmt.Sprintf("BENCH %s lodestone=%s%s %s=%s%s ratio=%s target=%s%s",
-		l.Name, FormatValue(l.Lodestone), l.Unit, l.PeerName, FormatValue(l.Peer), l.Unit,
+	name := l.LodestoneName
+	if name == "" {
+		name = "lodestone"
+	}
+	return fmt.Sprintf("BENCH %s %s=%s%s %s=%s%s ratio=%s target=%s%s",
+		l.Name, name, FormatValue(l.Lodestone), l.Unit, l.PeerName, FormatValue(l.Peer), l.Unit,
 		formatRatio(l.Ratio()), l.Op, formatTarget(l.Target))
 }
 
