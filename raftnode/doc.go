@@ -94,4 +94,8 @@
 //     healthiest follower and does not campaign for a cooldown.
 //   - Append-ack timing (appendacks.go): the leader times each append to
 //     each peer's acknowledgement (lodestone_peer_append_ack_seconds).
+//   - A lone voter (solo.go) campaigns as soon as raft has applied what
+//     it committed at start, instead of waiting out an election timeout
+//     that no other member could end: a one-member cluster leads within
+//     a few log writes of Start.
 package raftnode

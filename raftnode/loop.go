@@ -50,6 +50,14 @@ func (n *Node) run() {
 		defer ticker.Stop()
 		ticks = ticker.C
 	}
+	// NB: what raft has at start (a fresh log's bootstrap entries, a
+	// restart's committed entries) is handled now, not at the first tick:
+	// a lone voter campaigns once it is applied (campaignAlone).
+	if err := n.handleReadies(); err != nil {
+		n.logger.Error("raft loop stopped", "err", err)
+		n.fatal.Store(&err)
+		return
+	}
 	for {
 		var err error
 		select {
@@ -198,12 +206,16 @@ func (n *Node) tick() {
 // of local writes can make another Ready at once; waiting for the next
 // input would stall it until the next tick.
 func (n *Node) handleReadies() error {
-	for n.rn.HasReady() {
-		if err := n.handleReady(); err != nil {
-			return err
+	for {
+		for n.rn.HasReady() {
+			if err := n.handleReady(); err != nil {
+				return err
+			}
+		}
+		if !n.campaignAlone() {
+			return nil
 		}
 	}
-	return nil
 }
 
 func (n *Node) handleReady() error {

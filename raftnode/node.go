@@ -103,6 +103,7 @@ type Node struct {
 	pendingReads   map[uint64]*readBatch
 	pendingReadOrd []uint64
 	slow           *slowLeader // slowleader.go
+	soloDone       bool        // campaignAlone has campaigned, or need not (solo.go)
 
 	leaderIdx *leaderIndexer // a follower's default-mode reads (leaderindex.go)
 }
