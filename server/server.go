@@ -128,6 +128,7 @@ func New(cfg Config) (*Server, error) {
 	s.adm = newAdmission(s.store, s.metrics.reg)
 	s.authz = newAuthz(acl.NewResolver(s.store, cfg.ACL), s.store, s.metrics.reg)
 	s.sessionMetrics = newSessionMetrics(s.metrics.reg, s.store)
+	s.holdMetrics = newHoldMetrics(s.metrics.reg)
 	return s, nil
 }
 
