@@ -23,7 +23,11 @@
 // removed. Messages leave through the Sender in Config.
 //
 // Errors say what a caller may do: every Err* but ErrLeaderChanged and a
-// context error means the request was not applied and may be retried.
+// context error means the request was not applied and may be retried. A
+// proposal in flight when the leader changes is answered once its fate
+// is known (orphans.go, with Config.LeaderChangeWait): applied, or
+// ErrNoLeader once an entry of a later term is applied here; only a
+// batch still unsettled after LeaderChangeWait gets ErrLeaderChanged.
 //
 // # Time is an input
 //

@@ -155,7 +155,8 @@ func (s *Server) openRaft(founding map[string]string) error {
 		TickInterval: s.cfg.TickInterval, ElectionTicks: s.cfg.ElectionTicks, HeartbeatTicks: s.cfg.HeartbeatTicks,
 		SnapshotEntries: s.cfg.SnapshotEntries, CatchUpEntries: s.cfg.CatchUpEntries, MaxBatchProposals: s.cfg.MaxBatchProposals,
 		SlowLeader: s.cfg.SlowLeader, Faults: s.cfg.Faults, LeaderIndex: s.transport.AskLeaderIndex,
-		Logger: s.logger, Registerer: s.metrics.reg,
+		LeaderChangeWait: s.cfg.RPCHoldTimeout, // NB: a write in flight at an election is held too (hold.go)
+		Logger:           s.logger, Registerer: s.metrics.reg,
 	})
 	if err == nil {
 		// NB: after New restored the data dir's snapshot, which names its
