@@ -68,6 +68,7 @@ func (n *Node) apply(ents []raftpb.Entry) error {
 		n.appliedIndex, n.appliedTerm = e.Index, e.Term
 	}
 	n.applied.advance(n.appliedIndex)
+	n.settleOrphans()
 	n.metrics.appliedIndex.Set(float64(n.appliedIndex))
 	n.metrics.applyLatency.Observe(n.clock.Now().Sub(start).Seconds())
 	return nil

@@ -47,6 +47,13 @@ type Config struct {
 	SlowLeader SlowLeaderConfig
 	Faults     *Faults // test hooks; nil in production
 
+	// LeaderChangeWait is how long a proposal in flight when the leader
+	// changes may wait to learn its outcome (orphans.go): it is answered
+	// as soon as this member applies an entry of a later term, applied or
+	// ErrLeaderChanged, and ErrLeaderChanged once this passes. Zero
+	// answers ErrLeaderChanged at the change.
+	LeaderChangeWait time.Duration
+
 	// LeaderIndex asks the leader for its commit index on a follower's
 	// default-mode read (LeaderRead); nil makes those reads quorum rounds.
 	LeaderIndex func(ctx context.Context, leader, term uint64, timeout time.Duration) (uint64, error)

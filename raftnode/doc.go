@@ -23,7 +23,11 @@
 // removed. Messages leave through the Sender in Config.
 //
 // Errors say what a caller may do: every Err* but ErrLeaderChanged and a
-// context error means the request was not applied and may be retried.
+// context error means the request was not applied and may be retried. A
+// proposal in flight when the leader changes is answered once its fate
+// is known (orphans.go, with Config.LeaderChangeWait): applied, or
+// ErrNoLeader once an entry of a later term is applied here; only a
+// batch still unsettled after LeaderChangeWait gets ErrLeaderChanged.
 //
 // # Time is an input
 //
@@ -94,4 +98,8 @@
 //     healthiest follower and does not campaign for a cooldown.
 //   - Append-ack timing (appendacks.go): the leader times each append to
 //     each peer's acknowledgement (lodestone_peer_append_ack_seconds).
+//   - A lone voter (solo.go) campaigns as soon as raft has applied what
+//     it committed at start, instead of waiting out an election timeout
+//     that no other member could end: a one-member cluster leads within
+//     a few log writes of Start.
 package raftnode

@@ -73,12 +73,13 @@ type interactionEnv struct {
 
 // envConfig is what add-nodes sets for every node, joiners included.
 type envConfig struct {
-	tickInterval    time.Duration
-	electionTicks   int
-	heartbeatTicks  int
-	snapshotEntries uint64
-	catchUpEntries  uint64
-	slowLeader      SlowLeaderConfig
+	tickInterval     time.Duration
+	electionTicks    int
+	heartbeatTicks   int
+	snapshotEntries  uint64
+	catchUpEntries   uint64
+	slowLeader       SlowLeaderConfig
+	leaderChangeWait time.Duration
 }
 
 // envStart is the fake clock's reading when an environment starts.
@@ -229,7 +230,7 @@ func (env *interactionEnv) openNode(en *envNode, cluster map[string]string, join
 		TickInterval: env.cfg.tickInterval, ElectionTicks: env.cfg.electionTicks, HeartbeatTicks: env.cfg.heartbeatTicks,
 		Clock:           env.clock,
 		SnapshotEntries: env.cfg.snapshotEntries, CatchUpEntries: env.cfg.catchUpEntries,
-		SlowLeader: env.cfg.slowLeader, Faults: en.faults,
+		SlowLeader: env.cfg.slowLeader, Faults: en.faults, LeaderChangeWait: env.cfg.leaderChangeWait,
 		Logger:     slog.New(slog.NewTextHandler(nodeLogWriter{env, en}, &slog.HandlerOptions{Level: &env.logLevel, ReplaceAttr: dropTime})),
 		Registerer: prometheus.NewRegistry(),
 	})

@@ -36,6 +36,7 @@ func (env *interactionEnv) handleAddNodes(t *testing.T, d *datadriven.TestData) 
 	env.cfg.slowLeader.Threshold = env.durationArg(t, d, "slow-threshold", 0)
 	env.cfg.slowLeader.Window = env.durationArg(t, d, "slow-window", env.cfg.slowLeader.Window)
 	env.cfg.slowLeader.Cooldown = env.durationArg(t, d, "slow-cooldown", env.cfg.slowLeader.Cooldown)
+	env.cfg.leaderChangeWait = env.durationArg(t, d, "leader-change-wait", 0)
 	cluster := map[string]string{}
 	for i := 1; i <= count; i++ {
 		name := fmt.Sprintf("n%d", i)

@@ -20,6 +20,7 @@ import (
 //	add-nodes N [election=10] [heartbeat=1] [tick=100ms]
 //	          [snapshot-entries=1000] [catch-up=100]
 //	          [slow-threshold=0] [slow-window=10s] [slow-cooldown=5m]
+//	          [leader-change-wait=0]
 //	    Bootstrap a cluster of N voters. The settings hold for every node
 //	    of the script, joiners too.
 //	campaign N

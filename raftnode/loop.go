@@ -50,6 +50,14 @@ func (n *Node) run() {
 		defer ticker.Stop()
 		ticks = ticker.C
 	}
+	// NB: what raft has at start (a fresh log's bootstrap entries, a
+	// restart's committed entries) is handled now, not at the first tick:
+	// a lone voter campaigns once it is applied (campaignAlone).
+	if err := n.handleReadies(); err != nil {
+		n.logger.Error("raft loop stopped", "err", err)
+		n.fatal.Store(&err)
+		return
+	}
 	for {
 		var err error
 		select {
@@ -169,6 +177,9 @@ func (n *Node) stepOne(m raftpb.Message) {
 	n.heard[m.From] = now
 	n.heardMu.Unlock()
 	n.appendAcks.received(m, now)
+	if m.Type == raftpb.MsgProp && !n.acceptForwarded(m) {
+		return
+	}
 	if m.Type == raftpb.MsgTimeoutNow && n.coolingDown() {
 		n.logger.Info("not taking over leadership: cooling down after a slow-disk step-down")
 		return
@@ -191,6 +202,7 @@ func (n *Node) handleReport(r report) {
 func (n *Node) tick() {
 	n.rn.Tick()
 	n.expireReads()
+	n.settleOrphans()
 	n.checkSlowLeader()
 }
 
@@ -198,12 +210,16 @@ func (n *Node) tick() {
 // of local writes can make another Ready at once; waiting for the next
 // input would stall it until the next tick.
 func (n *Node) handleReadies() error {
-	for n.rn.HasReady() {
-		if err := n.handleReady(); err != nil {
-			return err
+	for {
+		for n.rn.HasReady() {
+			if err := n.handleReady(); err != nil {
+				return err
+			}
+		}
+		if !n.campaignAlone() {
+			return nil
 		}
 	}
-	return nil
 }
 
 func (n *Node) handleReady() error {
@@ -237,6 +253,9 @@ func (n *Node) handleReady() error {
 	sent := n.clock.Now()
 	for _, m := range rd.Messages {
 		if m.To != raft.LocalAppendThread && m.To != raft.LocalApplyThread {
+			if m.Type == raftpb.MsgProp {
+				m.LogTerm = n.status.Load().Term // orphans.go: only that term's leader may append it
+			}
 			n.appendAcks.sent(m, sent)
 			n.sender.Send(m)
 		}
@@ -323,10 +342,9 @@ func (n *Node) softStateChanged(ss *raft.SoftState, ents []raftpb.Entry) {
 	if prev.Lead != ss.Lead {
 		if prev.Lead != raft.None {
 			// NB: a proposal in flight to a leader that is gone may be
-			// lost or may still commit; nobody can tell until long
-			// after. Answering now (Aborted: outcome unknown) beats
-			// holding callers until their deadline.
-			n.waits.failAll(ErrLeaderChanged)
+			// lost or may still commit; its waiter is answered once
+			// that is settled (orphans.go).
+			n.orphanProposals(prev.Term)
 		}
 		n.metrics.leaderChanges.Inc()
 		n.logger.Info("leader changed", "leader", fmt.Sprintf("%x", ss.Lead), "state", ss.RaftState.String())

@@ -102,7 +102,9 @@ type Node struct {
 	readSeq        uint64
 	pendingReads   map[uint64]*readBatch
 	pendingReadOrd []uint64
-	slow           *slowLeader // slowleader.go
+	slow           *slowLeader   // slowleader.go
+	soloDone       bool          // campaignAlone has campaigned, or need not (solo.go)
+	orphans        []orphanBatch // proposals in flight at a leader change (orphans.go)
 
 	leaderIdx *leaderIndexer // a follower's default-mode reads (leaderindex.go)
 }

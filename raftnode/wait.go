@@ -49,6 +49,17 @@ func (w *waitRegistry) trigger(id uint64, r proposalResult) {
 	}
 }
 
+// pending lists the ids waiting now.
+func (w *waitRegistry) pending() []uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ids := make([]uint64, 0, len(w.m))
+	for id := range w.m {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // failAll resolves every waiter with err (on shutdown).
 func (w *waitRegistry) failAll(err error) {
 	w.mu.Lock()

@@ -130,6 +130,11 @@ type Config struct {
 	// MaxBlockingWait caps (and is the default for) how long a blocking
 	// read waits for a change. Default 5m, as Consul.
 	MaxBlockingWait time.Duration
+	// RPCHoldTimeout is how long a read or write that finds no leader
+	// waits for one before it fails as Unavailable (Consul HTTP: 500 No
+	// cluster leader); see hold.go. Default 7s, as Consul's
+	// rpc_hold_timeout. Zero fails at once.
+	RPCHoldTimeout time.Duration
 	// NoParking keeps every waiting Consul blocking query on its own
 	// goroutines, as net/http serves it, instead of parking it without
 	// one (server/httppark): an escape hatch, and the comparison
@@ -210,6 +215,7 @@ func DefaultConfig() Config {
 		WatchDeliveryInterval:     5 * time.Millisecond,
 		WatchBusyDeliveryInterval: 20 * time.Millisecond,
 		MaxBlockingWait:           5 * time.Minute,
+		RPCHoldTimeout:            7 * time.Second,
 		SlowLeader:                raftnode.DefaultSlowLeaderConfig(),
 		Catalog:                   DefaultCatalogConfig(),
 		StartTimeout:              10 * time.Second,
@@ -297,6 +303,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBlockingWait <= 0 {
 		return bad("max-blocking-wait", "must be positive")
+	}
+	if c.RPCHoldTimeout < 0 || c.RPCHoldTimeout > 10*time.Minute {
+		return bad("rpc-hold-timeout", "must be between 0 (fail at once) and 10m, got %v", c.RPCHoldTimeout)
 	}
 	if err := c.validateTLS(); err != nil {
 		return err

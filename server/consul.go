@@ -36,17 +36,11 @@ func (b consulBackend) Apply(ctx context.Context, cmd *lodestonepb.Command) (*lo
 }
 
 func (b consulBackend) Barrier(ctx context.Context) error {
-	if _, err := b.s.raft.ReadIndex(ctx); err != nil {
-		return rpcstatus.Of(err)
-	}
-	return nil
+	return rpcstatus.Of(b.s.readIndex(ctx))
 }
 
 func (b consulBackend) LeaderBarrier(ctx context.Context, began time.Time) error {
-	if err := b.s.raft.LeaderRead(ctx, began); err != nil {
-		return rpcstatus.Of(err)
-	}
-	return nil
+	return rpcstatus.Of(b.s.leaderRead(ctx, began))
 }
 
 func (b consulBackend) Store() *store.Store  { return b.s.store }

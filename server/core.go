@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/peer"
@@ -28,6 +29,7 @@ type core struct {
 	raft           *raftnode.Node
 	transport      *peer.Transport
 	authz          *authz // authz.go
+	holdMetrics    *holdMetrics
 
 	peerAddr, grpcAddr, httpAddr string // as bound
 }
@@ -45,13 +47,29 @@ func (s *core) header(index uint64) *lodestonepb.ResponseHeader {
 }
 
 // read makes a read linearizable when asked: it waits for a quorum-confirmed
-// index to be applied here.
+// index to be applied here, holding while there is no leader (hold.go).
 func (s *core) read(ctx context.Context, c lodestonepb.Consistency) error {
 	if c == lodestonepb.Consistency_STALE || s.cfg.UnsafeStaleReads {
 		return nil
 	}
-	_, err := s.raft.ReadIndex(ctx)
-	return err
+	return s.readIndex(ctx)
+}
+
+// readIndex is the read path's quorum round, held while there is no
+// leader; read and the Consul API's ?consistent share it.
+func (s *core) readIndex(ctx context.Context) error {
+	return s.hold(ctx, holdRead, retryRead, func() error {
+		_, err := s.raft.ReadIndex(ctx)
+		return err
+	})
+}
+
+// leaderRead is the read path of Consul's default mode
+// (raftnode.LeaderRead), held while there is no leader.
+func (s *core) leaderRead(ctx context.Context, began time.Time) error {
+	return s.hold(ctx, holdRead, retryRead, func() error {
+		return s.raft.LeaderRead(ctx, began)
+	})
 }
 
 func (s *core) logStats() *lodestonepb.LogStats {

@@ -129,6 +129,7 @@ func New(cfg Config) (*Server, error) {
 	s.authz = newAuthz(acl.NewResolver(s.store, cfg.ACL), s.store,
 		func(ctx context.Context) error { return s.raft.LeaderRead(ctx, time.Now()) }, s.metrics.reg)
 	s.sessionMetrics = newSessionMetrics(s.metrics.reg, s.store)
+	s.holdMetrics = newHoldMetrics(s.metrics.reg)
 	return s, nil
 }
 
@@ -155,7 +156,8 @@ func (s *Server) openRaft(founding map[string]string) error {
 		TickInterval: s.cfg.TickInterval, ElectionTicks: s.cfg.ElectionTicks, HeartbeatTicks: s.cfg.HeartbeatTicks,
 		SnapshotEntries: s.cfg.SnapshotEntries, CatchUpEntries: s.cfg.CatchUpEntries, MaxBatchProposals: s.cfg.MaxBatchProposals,
 		SlowLeader: s.cfg.SlowLeader, Faults: s.cfg.Faults, LeaderIndex: s.transport.AskLeaderIndex,
-		Logger: s.logger, Registerer: s.metrics.reg,
+		LeaderChangeWait: s.cfg.RPCHoldTimeout, // NB: a write in flight at an election is held too (hold.go)
+		Logger:           s.logger, Registerer: s.metrics.reg,
 	})
 	if err == nil {
 		// NB: after New restored the data dir's snapshot, which names its

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
+	"github.com/lodestone-kv/lodestone/raftnode"
 	"github.com/lodestone-kv/lodestone/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -19,7 +20,8 @@ import (
 // the Consul HTTP API, gossip reconcile, session TTLs) calls write:
 //
 //	service → write (stamp, session id, validate) → propose (limits)
-//	        → raftnode.Node.Propose → applied here → result checked
+//	        → hold (no leader: wait for one) → raftnode.Node.Propose
+//	        → applied here → result checked
 //
 // Membership changes (cluster.go) and the admission policy (admission.go)
 // go to the Raft node directly: they are not commands a client shapes.
@@ -84,7 +86,11 @@ func (s *core) propose(ctx context.Context, cmd *lodestonepb.Command) (*lodeston
 	if err := s.cfg.Limits.ValidateCommand(cmd); err != nil {
 		return nil, 0, rpcstatus.Of(err)
 	}
-	r, err := s.raft.Propose(ctx, cmd)
+	var r raftnode.Result
+	err := s.hold(ctx, holdWrite, retryWrite, func() (err error) {
+		r, err = s.raft.Propose(ctx, cmd)
+		return err
+	})
 	if err != nil {
 		return nil, 0, rpcstatus.Of(err)
 	}

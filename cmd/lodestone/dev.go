@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -25,6 +26,7 @@ type devOptions struct {
 	gatewayAddr  string
 	gatewayAdmin string
 	noGateway    bool
+	holdTimeout  time.Duration
 	logLevel     string
 	logFormat    string
 }
@@ -54,6 +56,7 @@ gateway, registered in the catalog (node dev-demo). Try:
 	f.StringVar(&o.gatewayAddr, "gateway", "127.0.0.1:8080", "gateway proxy address")
 	f.StringVar(&o.gatewayAdmin, "gateway-admin", "127.0.0.1:8081", "gateway admin address (/healthz, /readyz, /metrics, /routes)")
 	f.BoolVar(&o.noGateway, "no-gateway", false, "run the registry alone, without the gateway and demo service")
+	addHoldFlag(cmd, &o.holdTimeout)
 	addLogFlags(cmd, &o.logLevel, &o.logFormat)
 	return cmd
 }
@@ -69,6 +72,7 @@ func runDev(ctx context.Context, o *devOptions, stdout, stderr io.Writer) error 
 	cfg.ListenGRPC, cfg.ListenHTTP, cfg.ListenPeer = o.grpcAddr, o.httpAddr, o.peerAddr
 	cfg.InitialCluster = map[string]string{"dev": o.peerAddr}
 	cfg.Logger = logger
+	cfg.RPCHoldTimeout = o.holdTimeout
 	return serveUntilDone(ctx, cfg, func(ctx context.Context, s *server.Server) error {
 		fmt.Fprintf(stdout, "lodestone dev is running\n  grpc:    %s\n  http:    http://%s (Consul API, /metrics, /healthz, /readyz)\n  data:    %s\n",
 			s.GRPCAddr(), s.HTTPAddr(), o.dataDir)

@@ -59,6 +59,7 @@ starts with --join and an --initial-cluster naming the existing members.`,
 	f.IntVar(&o.cfg.MaxPeerSnapshotChunks, "max-peer-snapshot-chunks", o.cfg.MaxPeerSnapshotChunks, "most chunks (1 MiB each from a sender) one peer snapshot stream may have")
 	f.IntVar(&o.heapFloorMiB, "gc-heap-floor-mib", 512, "let the Go heap grow to this many MiB before a garbage collection, however small the live heap (0: GOGC alone); fewer GC cycles stall fewer writes")
 	addTuningFlags(cmd, &o.cfg)
+	addHoldFlag(cmd, &o.cfg.RPCHoldTimeout)
 	addCatalogFlags(cmd.Flags(), &o.cfg.Catalog)
 	addGossipFlags(f, &o.cfg.Gossip.Pool, "")
 	f.DurationVar(&o.cfg.Gossip.ReconcileInterval, "gossip-reconcile-interval", o.cfg.Gossip.ReconcileInterval, "how often the leader re-diffs the gossip pool against the catalog (writes only differences)")
@@ -119,6 +120,12 @@ func addTuningFlags(cmd *cobra.Command, cfg *server.Config) {
 	f.BoolVar(&cfg.NoParking, "no-parking", cfg.NoParking, "serve waiting Consul blocking queries on a goroutine pair each, as net/http does, instead of parking them (more memory and GC work per query)")
 	f.DurationVar(&cfg.PollProbeInterval, "poll-probe-interval", cfg.PollProbeInterval, "how often to measure how late this server notices network input (lodestone_runtime_poll_delay_seconds; 0: off)")
 	f.BoolVar(&cfg.EnablePprof, "enable-pprof", cfg.EnablePprof, "serve Go's profiler under /debug/pprof/ on the HTTP listener")
+}
+
+// addHoldFlag is --rpc-hold-timeout, on lodestone server and dev.
+func addHoldFlag(cmd *cobra.Command, d *time.Duration) {
+	cmd.Flags().DurationVar(d, "rpc-hold-timeout", server.DefaultConfig().RPCHoldTimeout,
+		"how long a request that finds no leader (an election, a start) waits for one before it fails (0: fail at once; Consul's rpc_hold_timeout)")
 }
 
 func addLogFlags(cmd *cobra.Command, level, format *string) {
