@@ -239,7 +239,7 @@ func (s *Server) Start() {
 		Name: "lodestone_http_connections", Help: "Open connections on the HTTP listener (at most --max-http-connections).",
 	}, func() float64 { return float64(s.httpConns.Open()) }))
 	httpLis := s.tls.httpListener(s.httpConns)
-	handler := s.adm.http(s.Mux)
+	handler := s.adm.http(s.limitBodies(s.Mux))
 	idle := cmp.Or(s.cfg.HTTPIdleTimeout, def.HTTPIdleTimeout)
 	if !s.cfg.NoParking {
 		// NB: resumed requests skip admission: they were admitted once.
@@ -258,6 +258,7 @@ func (s *Server) Start() {
 	consulapi.New(consulBackend{s.core}, consulapi.Config{
 		MaxWait: s.cfg.MaxBlockingWait, Logger: s.logger.With("component", "consulapi"),
 		InFlight: s.sessionMetrics.blocking.WithLabelValues("http"), Park: s.park, Denied: s.authz.denied,
+		Refused: s.metrics.refused, MaxTxnBytes: s.cfg.MaxTxnRequestBytes, MaxRangeBytes: s.rangeBytes(),
 	}).Register(s.Mux)
 	// NB: requests run under the server's context, so Close ends blocking
 	// queries at once instead of Shutdown waiting out their wait.
