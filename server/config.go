@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -97,6 +98,45 @@ type Config struct {
 	// blocking query. At the limit, new connections wait to be accepted.
 	// Default 20000; 0 means the default.
 	MaxHTTPConnections int
+	// MaxGRPCConnectionsPerClient bounds the gRPC listener's connections
+	// from one source IP; one more is closed at once and counted in
+	// lodestone_connections_refused_total{listener="grpc"}. Default 200
+	// (Consul's http_max_conns_per_client): a gRPC client multiplexes
+	// every call over one connection per server, so 200 leaves room for
+	// many processes behind one NAT address. 0 means the default, -1
+	// turns it off. It protects other clients only while it is below
+	// MaxConnections.
+	MaxGRPCConnectionsPerClient int
+	// MaxHTTPConnectionsPerClient bounds the HTTP listener's connections
+	// from one source IP, parked blocking queries included; one more is
+	// closed at once and counted in
+	// lodestone_connections_refused_total{listener="http"}. Default 200,
+	// as Consul's http_max_conns_per_client. 0 means the default, -1 turns
+	// it off. It protects other clients only while it is below
+	// MaxHTTPConnections.
+	MaxHTTPConnectionsPerClient int
+	// ConnectionLimitExempt lists the source networks the per-client caps
+	// skip (as Consul's limits, loopback is not exempt unless listed).
+	ConnectionLimitExempt []netip.Prefix
+	// HTTPIdleTimeout closes an HTTP keep-alive connection that sent no
+	// request for this long, whether the http.Server or httppark holds
+	// it; a connection waiting on a blocking query is not idle. Default
+	// 120s: above the 90s IdleConnTimeout of Go's transport, which
+	// Consul's api client uses, so such clients retire an idle connection
+	// before the server closes it under a request they are sending.
+	HTTPIdleTimeout time.Duration
+	// MaxTxnRequestBytes bounds the body of a Consul API /v1/txn request,
+	// refused with 413 when longer. Default 512 KiB, as Consul's
+	// txn_max_req_len. Every other HTTP body is bounded too
+	// (consulapi.Config.MaxBodyBytes).
+	MaxTxnRequestBytes int
+	// MaxRangeResponseBytes bounds the keys and values of one range
+	// answer: a gRPC Range stops before the entry that would pass it and
+	// sets more (the client pages with start_after; one entry is always
+	// sent), and a Consul API recursive or ?keys GET over it is refused
+	// with 413. Default 4 MiB less 64 KiB, so a Range answer with its
+	// framing fits the 4 MiB a stock gRPC client accepts.
+	MaxRangeResponseBytes int
 	// MaxStreamsPerConnection bounds concurrent RPCs per client connection.
 	// Default 1000.
 	MaxStreamsPerConnection uint32
@@ -197,32 +237,37 @@ type Config struct {
 // its field.
 func DefaultConfig() Config {
 	return Config{
-		TickInterval:              100 * time.Millisecond,
-		ElectionTicks:             10,
-		HeartbeatTicks:            1,
-		CommitNoticeHold:          2 * time.Millisecond,
-		SnapshotEntries:           100000,
-		CatchUpEntries:            5000,
-		MaxBatchProposals:         1024,
-		MaxRequestBytes:           4 << 20,
-		MaxConnections:            10000,
-		MaxHTTPConnections:        20000,
-		MaxStreamsPerConnection:   1000,
-		Limits:                    store.DefaultLimits(),
-		Watch:                     watch.DefaultConfig(),
-		MaxWatchesPerStream:       10000,
-		MaxWatchesPerConnection:   100000,
-		WatchDeliveryInterval:     5 * time.Millisecond,
-		WatchBusyDeliveryInterval: 20 * time.Millisecond,
-		MaxBlockingWait:           5 * time.Minute,
-		RPCHoldTimeout:            7 * time.Second,
-		SlowLeader:                raftnode.DefaultSlowLeaderConfig(),
-		Catalog:                   DefaultCatalogConfig(),
-		StartTimeout:              10 * time.Second,
-		Gossip:                    DefaultGossipConfig(),
-		PollProbeInterval:         100 * time.Millisecond,
-		MaxPeerSnapshotBytes:      peer.DefaultMaxSnapshotBytes,
-		MaxPeerSnapshotChunks:     peer.DefaultMaxSnapshotChunks,
+		TickInterval:                100 * time.Millisecond,
+		ElectionTicks:               10,
+		HeartbeatTicks:              1,
+		CommitNoticeHold:            2 * time.Millisecond,
+		SnapshotEntries:             100000,
+		CatchUpEntries:              5000,
+		MaxBatchProposals:           1024,
+		MaxRequestBytes:             4 << 20,
+		MaxConnections:              10000,
+		MaxHTTPConnections:          20000,
+		MaxStreamsPerConnection:     1000,
+		MaxGRPCConnectionsPerClient: 200,
+		MaxHTTPConnectionsPerClient: 200,
+		HTTPIdleTimeout:             120 * time.Second,
+		MaxTxnRequestBytes:          512 << 10,
+		MaxRangeResponseBytes:       4<<20 - 64<<10,
+		Limits:                      store.DefaultLimits(),
+		Watch:                       watch.DefaultConfig(),
+		MaxWatchesPerStream:         10000,
+		MaxWatchesPerConnection:     100000,
+		WatchDeliveryInterval:       5 * time.Millisecond,
+		WatchBusyDeliveryInterval:   20 * time.Millisecond,
+		MaxBlockingWait:             5 * time.Minute,
+		RPCHoldTimeout:              7 * time.Second,
+		SlowLeader:                  raftnode.DefaultSlowLeaderConfig(),
+		Catalog:                     DefaultCatalogConfig(),
+		StartTimeout:                10 * time.Second,
+		Gossip:                      DefaultGossipConfig(),
+		PollProbeInterval:           100 * time.Millisecond,
+		MaxPeerSnapshotBytes:        peer.DefaultMaxSnapshotBytes,
+		MaxPeerSnapshotChunks:       peer.DefaultMaxSnapshotChunks,
 	}
 }
 
@@ -324,6 +369,15 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Gossip.validate(c.Name); err != nil {
 		return err
+	}
+	if c.HTTPIdleTimeout < 0 {
+		return bad("http-idle-timeout", "must not be negative, got %v", c.HTTPIdleTimeout)
+	}
+	if c.MaxTxnRequestBytes < 0 {
+		return bad("max-txn-request-bytes", "must not be negative, got %d", c.MaxTxnRequestBytes)
+	}
+	if c.MaxRangeResponseBytes != 0 && c.MaxRangeResponseBytes < 64<<10 {
+		return bad("max-range-response-bytes", "must be at least 64 KiB (0 means the default), got %d", c.MaxRangeResponseBytes)
 	}
 	if c.MaxRequestBytes < c.Limits.MaxValueBytes+c.Limits.MaxKeyBytes+1024 {
 		return bad("max-request-bytes", "%d is too small for values of %d bytes and keys of %d bytes", c.MaxRequestBytes, c.Limits.MaxValueBytes, c.Limits.MaxKeyBytes)

@@ -2,8 +2,11 @@ package server
 
 import (
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // connLimit is a listener that holds at most n connections open (the
@@ -11,35 +14,97 @@ import (
 // netutil.LimitListener's does, and a connection's Close frees its slot.
 // Its connections expose the socket underneath (NetConn), which
 // httppark's sweep peeks at; netutil's hide it.
+//
+// With a per-client cap it also holds at most perClient connections from
+// one source IP: a connection over that is closed at once, before
+// anything is read from it, and counted in refused. A connection a
+// parked blocking query holds (httppark) keeps its slot until the
+// socket closes, so parked connections count like any other.
 type connLimit struct {
 	net.Listener
 	slots     chan struct{} // NB: a waiting Accept holds one too
 	open      atomic.Int64
 	done      chan struct{}
 	closeOnce sync.Once
+
+	perClient int                // 0: no per-client cap
+	exempt    []netip.Prefix     // sources the per-client cap skips
+	refused   prometheus.Counter // per-client refusals; nil when perClient is 0
+	mu        sync.Mutex
+	byClient  map[netip.Addr]int
 }
 
 func newConnLimit(l net.Listener, n int) *connLimit {
 	return &connLimit{Listener: l, slots: make(chan struct{}, n), done: make(chan struct{})}
 }
 
-func (l *connLimit) Accept() (net.Conn, error) {
-	select {
-	case l.slots <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
+// limitPerClient caps the connections of one source IP at n (n <= 0: no
+// cap) except for sources in exempt; refused counts what it closes.
+func (l *connLimit) limitPerClient(n int, exempt []netip.Prefix, refused prometheus.Counter) *connLimit {
+	if n > 0 {
+		l.perClient, l.exempt, l.refused, l.byClient = n, exempt, refused, map[netip.Addr]int{}
 	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	l.open.Add(1)
-	return &limitedConn{Conn: c, l: l}, nil
+	return l
 }
 
-// release gives back a connection's slot.
-func (l *connLimit) release() {
+func (l *connLimit) Accept() (net.Conn, error) {
+	for {
+		select {
+		case l.slots <- struct{}{}:
+		case <-l.done:
+			return nil, net.ErrClosed
+		}
+		c, err := l.Listener.Accept()
+		if err != nil {
+			<-l.slots
+			return nil, err
+		}
+		client, ok := l.admit(c)
+		if !ok {
+			c.Close()
+			<-l.slots
+			l.refused.Inc()
+			continue
+		}
+		l.open.Add(1)
+		return &limitedConn{Conn: c, l: l, client: client}, nil
+	}
+}
+
+// admit takes a per-client slot for c; the zero Addr when c's source is
+// not counted (no cap, exempt, or not an IP).
+func (l *connLimit) admit(c net.Conn) (netip.Addr, bool) {
+	if l.perClient <= 0 {
+		return netip.Addr{}, true
+	}
+	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+	if err != nil {
+		return netip.Addr{}, true
+	}
+	ip := ap.Addr().Unmap()
+	for _, p := range l.exempt {
+		if p.Contains(ip) {
+			return netip.Addr{}, true
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.byClient[ip] >= l.perClient {
+		return netip.Addr{}, false
+	}
+	l.byClient[ip]++
+	return ip, true
+}
+
+// release gives back a connection's slots.
+func (l *connLimit) release(client netip.Addr) {
+	if client.IsValid() {
+		l.mu.Lock()
+		if l.byClient[client]--; l.byClient[client] <= 0 {
+			delete(l.byClient, client)
+		}
+		l.mu.Unlock()
+	}
 	l.open.Add(-1)
 	<-l.slots
 }
@@ -59,13 +124,14 @@ func (l *connLimit) Open() int { return int(l.open.Load()) }
 type limitedConn struct {
 	net.Conn
 	l        *connLimit
+	client   netip.Addr // the per-client slot it holds, if valid
 	released atomic.Bool
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	if c.released.CompareAndSwap(false, true) {
-		c.l.release()
+		c.l.release(c.client)
 	}
 	return err
 }

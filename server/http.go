@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lodestone-kv/lodestone/acl"
+	"github.com/lodestone-kv/lodestone/store"
 )
 
 func (s *core) routeHTTP(mux *http.ServeMux) {
@@ -64,4 +66,48 @@ func (s *core) routeFaults(mux *http.ServeMux) {
 		s.logger.Warn("fault injected: disk delay", "delay", d)
 		fmt.Fprintf(w, "disk delay %v\n", d)
 	}))
+}
+
+// limitBodies bounds every HTTP request body before it is read. A body
+// longer than its route's cap by its Content-Length is refused with 413
+// at once; any other reads through http.MaxBytesReader, so no handler
+// can read past the cap (and the connection closes after a body cut
+// short). The caps: /v1/txn --max-txn-request-bytes; /v1/kv/ the value
+// limit; everything else (registrations, sessions, ACLs, fault hooks)
+// the value limit too, since none carries more than a value's worth.
+// The Consul handlers check the first two themselves, with Consul's
+// words, so theirs are one byte over and their own check answers.
+func (s *core) limitBodies(next http.Handler) http.Handler {
+	txn := int64(s.cfg.MaxTxnRequestBytes)
+	if txn <= 0 {
+		txn = int64(DefaultConfig().MaxTxnRequestBytes)
+	}
+	value := int64(s.cfg.Limits.MaxValueBytes)
+	if value <= 0 {
+		value = int64(store.DefaultLimits().MaxValueBytes)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r) // NB: every GET, and so every blocking query
+			return
+		}
+		max, limit, own := value, "max-value-bytes", false
+		switch {
+		case r.URL.Path == "/v1/txn":
+			max, limit, own = txn, "max-txn-request-bytes", true
+		case strings.HasPrefix(r.URL.Path, "/v1/kv/"):
+			own = true
+		}
+		if !own && r.ContentLength > max {
+			s.metrics.refused.WithLabelValues("http", limit).Inc()
+			http.Error(w, fmt.Sprintf("Request body(%d bytes) too large, max size: %d bytes (limit %s)", r.ContentLength, max, limit),
+				http.StatusRequestEntityTooLarge)
+			return
+		}
+		if own {
+			max++
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, max)
+		next.ServeHTTP(w, r)
+	})
 }

@@ -7,6 +7,8 @@ import (
 	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // kvService serves the KV gRPC API. Writes go through Raft from any node
@@ -49,6 +51,7 @@ func (k *kvService) Range(ctx context.Context, req *lodestonepb.RangeRequest) (*
 		return nil, rpcstatus.Of(err)
 	}
 	kvs, more, index := k.s.store.Range(req.Prefix, req.StartAfter, limit, req.KeysOnly)
+	kvs, more = k.s.fitRange(kvs, more)
 	return &lodestonepb.RangeResponse{Header: k.s.header(index), Kvs: kvs, More: more}, nil
 }
 
@@ -104,4 +107,29 @@ func (k *kvService) Txn(ctx context.Context, req *lodestonepb.TxnRequest) (*lode
 	}
 	out.Header = k.s.header(index)
 	return out, nil
+}
+
+// fitRange cuts a Range answer before the entry that would take its
+// encoded entries past --max-range-response-bytes and says there is
+// more; the first entry is always kept, so paging with start_after always
+// moves on.
+func (s *core) fitRange(kvs []*lodestonepb.KeyValue, more bool) ([]*lodestonepb.KeyValue, bool) {
+	max, size := s.rangeBytes(), 0
+	for i, kv := range kvs {
+		n := proto.Size(kv)
+		size += n + 1 + protowire.SizeVarint(uint64(n)) // NB: the repeated field's tag and length
+		if size > max && i > 0 {
+			s.metrics.refused.WithLabelValues("grpc", "max-range-response-bytes").Inc()
+			return kvs[:i], true
+		}
+	}
+	return kvs, more
+}
+
+// rangeBytes is --max-range-response-bytes or its default.
+func (s *core) rangeBytes() int {
+	if s.cfg.MaxRangeResponseBytes > 0 {
+		return s.cfg.MaxRangeResponseBytes
+	}
+	return DefaultConfig().MaxRangeResponseBytes
 }

@@ -15,8 +15,14 @@ import (
 type metrics struct {
 	reg *prometheus.Registry
 
-	requests  *prometheus.CounterVec // gRPC by method and code
-	pollDelay prometheus.Histogram   // pollprobe.go
+	requests *prometheus.CounterVec // gRPC by method and code
+	// refusedConns counts connections closed at accept, by listener
+	// (grpc, http) and reason (per_client).
+	refusedConns *prometheus.CounterVec
+	// refused counts requests refused by a size limit before they were
+	// read or answered, by api (grpc, http) and limit (the flag's name).
+	refused   *prometheus.CounterVec
+	pollDelay prometheus.Histogram // pollprobe.go
 }
 
 func newMetrics() *metrics {
@@ -39,7 +45,18 @@ func newMetrics() *metrics {
 			Buckets: runtimeDelayBuckets,
 		}),
 	}
-	reg.MustRegister(m.requests, m.pollDelay)
+	m.refusedConns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "lodestone", Name: "connections_refused_total",
+		Help: "Client connections closed at accept, by listener (grpc, http) and reason (per_client: the source IP already holds --max-*-connections-per-client).",
+	}, []string{"listener", "reason"})
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "lodestone", Name: "requests_refused_total",
+		Help: "Requests refused by a size limit, by api (grpc, http) and limit (the flag that sets it).",
+	}, []string{"api", "limit"})
+	for _, l := range []string{"grpc", "http"} {
+		m.refusedConns.WithLabelValues(l, "per_client")
+	}
+	reg.MustRegister(m.requests, m.pollDelay, m.refusedConns, m.refused)
 	return m
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -233,29 +234,39 @@ func (s *Server) Start() {
 	lodestonepb.RegisterSessionServer(s.grpcSrv, &sessionService{s: s.core})
 
 	s.routeHTTP(s.Mux)
-	s.httpConns = newConnLimit(s.httpLis, positiveOr(s.cfg.MaxHTTPConnections, DefaultConfig().MaxHTTPConnections))
+	def := DefaultConfig()
+	s.httpConns = newConnLimit(s.httpLis, positiveOr(s.cfg.MaxHTTPConnections, def.MaxHTTPConnections)).
+		limitPerClient(s.perClient("http", s.cfg.MaxHTTPConnectionsPerClient, s.cfg.MaxHTTPConnections, def.MaxHTTPConnectionsPerClient, def.MaxHTTPConnections),
+			s.cfg.ConnectionLimitExempt, s.metrics.refusedConns.WithLabelValues("http", "per_client"))
 	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "lodestone_http_connections", Help: "Open connections on the HTTP listener (at most --max-http-connections).",
 	}, func() float64 { return float64(s.httpConns.Open()) }))
 	httpLis := s.tls.httpListener(s.httpConns)
-	handler := s.adm.http(s.Mux)
+	handler := s.adm.http(s.limitBodies(s.Mux))
+	idle := cmp.Or(s.cfg.HTTPIdleTimeout, def.HTTPIdleTimeout)
 	if !s.cfg.NoParking {
 		// NB: resumed requests skip admission: they were admitted once.
 		// They keep only the request headers ResumeHeaders names: the
 		// Consul API reads only the token's. One it reads must be listed.
+		// NB: an answered connection quiet for NextRequestWait goes back
+		// to the http.Server, which closes it after ReadHeaderTimeout: both
+		// within the idle timeout.
 		s.park = httppark.New(httppark.Config{Hub: s.hub, Handler: handler, Resume: s.Mux, Context: s.ctx,
-			ResumeHeaders: []string{token.Header, "Authorization"},
-			Logger:        s.logger.With("component", "httppark")})
+			NextRequestWait: min(time.Second, idle),
+			ResumeHeaders:   []string{token.Header, "Authorization"},
+			Logger:          s.logger.With("component", "httppark")})
 		s.metrics.reg.MustRegister(s.park)
 		httpLis = s.park.Wrap(httpLis)
 	}
 	consulapi.New(consulBackend{s.core}, consulapi.Config{
 		MaxWait: s.cfg.MaxBlockingWait, Logger: s.logger.With("component", "consulapi"),
 		InFlight: s.sessionMetrics.blocking.WithLabelValues("http"), Park: s.park, Denied: s.authz.denied,
+		Refused: s.metrics.refused, MaxTxnBytes: s.cfg.MaxTxnRequestBytes, MaxRangeBytes: s.rangeBytes(),
 	}).Register(s.Mux)
 	// NB: requests run under the server's context, so Close ends blocking
 	// queries at once instead of Shutdown waiting out their wait.
-	s.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
+	// NB: a connection that never sent a request is idle too.
+	s.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: min(10*time.Second, idle), IdleTimeout: idle,
 		BaseContext: func(net.Listener) context.Context { return s.ctx }}
 
 	if err := s.raft.Start(); err != nil {
@@ -267,7 +278,9 @@ func (s *Server) Start() {
 		s.gossip = g
 		g.start(s.ctx)
 	}
-	grpcLis := newConnLimit(s.grpcLis, positiveOr(s.cfg.MaxConnections, DefaultConfig().MaxConnections))
+	grpcLis := newConnLimit(s.grpcLis, positiveOr(s.cfg.MaxConnections, def.MaxConnections)).
+		limitPerClient(s.perClient("grpc", s.cfg.MaxGRPCConnectionsPerClient, s.cfg.MaxConnections, def.MaxGRPCConnectionsPerClient, def.MaxConnections),
+			s.cfg.ConnectionLimitExempt, s.metrics.refusedConns.WithLabelValues("grpc", "per_client"))
 	s.peerPort = peer.NewPort(s.peerLis, s.transport, s.raft, s.store.Members, s.logger.With("component", "transport"))
 	s.serve("peer grpc", s.peerPort.Serve)
 	s.serve("client grpc", func() error { return s.grpcSrv.Serve(grpcLis) })
@@ -290,6 +303,20 @@ func (s *Server) Start() {
 	s.startPollProbe()
 	s.tls.watch(s.ctx, s.cfg.TLS.ReloadInterval, &s.wg)
 	s.logger.Info("server started", "tls", s.tls != nil, "peer", s.PeerAddr(), "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "id", fmt.Sprintf("%x", s.raft.ID()))
+}
+
+// perClient is a listener's per-client cap from its configured value n
+// (0: def, negative: none) and its global cap; it warns when the cap
+// cannot keep one client from taking every connection.
+func (s *Server) perClient(listener string, n, global, def, defGlobal int) int {
+	if n == 0 {
+		n = def
+	}
+	if global = positiveOr(global, defGlobal); n >= global {
+		s.logger.Warn("per-client connection cap is not below the listener's cap: one client can hold every connection",
+			"listener", listener, "per_client", n, "max", global)
+	}
+	return n
 }
 
 // startPollProbe runs the poll probe (pollprobe.go) until the server

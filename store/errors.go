@@ -30,6 +30,7 @@ const (
 	RuleCommandOp         = "command-op"          // the command or txn op carries no operation
 	RuleKeyNonEmpty       = "key-non-empty"       // keys (and delete prefixes) must not be empty
 	RuleKeyNoNUL          = "key-no-nul"          // keys must not contain a 0x00 byte
+	RuleKeyUTF8           = "key-utf8"            // a key written must be valid UTF-8 (Limits only, not Apply)
 	RuleMaxKeyBytes       = "max-key-bytes"       // Limits.MaxKeyBytes
 	RuleMaxValueBytes     = "max-value-bytes"     // Limits.MaxValueBytes
 	RuleMaxTxnOps         = "max-txn-ops"         // Limits.MaxTxnOps

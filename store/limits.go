@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
@@ -151,6 +152,30 @@ func (l Limits) validatePrefix(op int, field string, key []byte) error {
 	return nil
 }
 
+// validateKeyUTF8 is the rule for a key a write stores (a put, a txn SET,
+// CAS, LOCK or UNLOCK): it must be valid UTF-8. The Consul API lists keys
+// as JSON strings, the CLI prints them and gRPC clients in most languages
+// turn them into strings; each of these replaces bytes that are not UTF-8
+// with U+FFFD, so such a key would be listed in a form that cannot address
+// it. Reads and deletes take any bytes, so that keys stored by older
+// versions, which did not check, can still be read and removed over gRPC.
+// Not part of CheckCommand: Apply must replay those older entries.
+func validateKeyUTF8(op int, key []byte) error {
+	if utf8.Valid(key) {
+		return nil
+	}
+	at := 0
+	for at < len(key) {
+		r, n := utf8.DecodeRune(key[at:])
+		if r == utf8.RuneError && n <= 1 {
+			break
+		}
+		at += n
+	}
+	return invalid(op, "key", RuleKeyUTF8,
+		"key must be valid UTF-8 (invalid byte 0x%02x at byte %d); keys are listed as text, so a key that is not could not be addressed back", key[at], at)
+}
+
 func (l Limits) validateValue(op int, value []byte) error {
 	if max := l.withDefaults().MaxValueBytes; len(value) > max {
 		return invalid(op, "value", RuleMaxValueBytes,
@@ -181,6 +206,9 @@ func (l Limits) ValidateCommand(cmd *lodestonepb.Command) error {
 	case *lodestonepb.Command_Put:
 		p := op.Put
 		if err := l.ValidateKey(p.Key); err != nil {
+			return err
+		}
+		if err := validateKeyUTF8(-1, p.Key); err != nil {
 			return err
 		}
 		if p.Session != "" && !p.Acquire && !p.Release {
@@ -272,6 +300,10 @@ func (l Limits) validateTxnOp(i int, o *lodestonepb.TxnOp) error {
 	}
 	usesValue, usesIndex, usesSession := verbUses(o.Verb)
 	if usesValue {
+		// NB: the verbs that store a key are those that write a value.
+		if err := validateKeyUTF8(i, o.Key); err != nil {
+			return err
+		}
 		if err := l.validateValue(i, o.Value); err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -111,6 +112,12 @@ func addTuningFlags(cmd *cobra.Command, cfg *server.Config) {
 	f.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", cfg.MaxRequestBytes, "largest gRPC request accepted")
 	f.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "most concurrent client connections on the gRPC listener")
 	f.IntVar(&cfg.MaxHTTPConnections, "max-http-connections", cfg.MaxHTTPConnections, "most concurrent connections on the HTTP listener (a Consul client holds one per blocking query); more wait to be accepted")
+	f.IntVar(&cfg.MaxHTTPConnectionsPerClient, "max-http-connections-per-client", cfg.MaxHTTPConnectionsPerClient, "most concurrent HTTP connections from one source IP, parked blocking queries included; more are closed at once (-1: no cap)")
+	f.IntVar(&cfg.MaxGRPCConnectionsPerClient, "max-grpc-connections-per-client", cfg.MaxGRPCConnectionsPerClient, "most concurrent gRPC connections from one source IP; more are closed at once (-1: no cap)")
+	f.Var((*prefixList)(&cfg.ConnectionLimitExempt), "connection-limit-exempt", "source networks (CIDR, comma-separated) the per-client connection caps skip; loopback is not exempt unless listed")
+	f.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", cfg.HTTPIdleTimeout, "close an HTTP keep-alive connection that sent no request for this long")
+	f.IntVar(&cfg.MaxTxnRequestBytes, "max-txn-request-bytes", cfg.MaxTxnRequestBytes, "largest Consul API /v1/txn request body (413 above)")
+	f.IntVar(&cfg.MaxRangeResponseBytes, "max-range-response-bytes", cfg.MaxRangeResponseBytes, "most key and value bytes in one range answer (gRPC: sets more; Consul API recursive GET: 413)")
 	f.IntVar(&cfg.MaxWatchesPerStream, "max-watches-per-stream", cfg.MaxWatchesPerStream, "most watches on one Watch stream")
 	f.IntVar(&cfg.MaxWatchesPerConnection, "max-watches-per-connection", cfg.MaxWatchesPerConnection, "most watches over all streams of one client connection")
 	f.DurationVar(&cfg.CommitNoticeHold, "commit-notice-hold", cfg.CommitNoticeHold, "how long the leader may hold an entry-less commit append for the next append to the same follower (0: send at once)")
@@ -228,3 +235,30 @@ func serveUntilDone(ctx context.Context, cfg server.Config, alongside func(conte
 	}
 	return runErr
 }
+
+// prefixList is a flag of comma-separated CIDR networks.
+type prefixList []netip.Prefix
+
+func (l *prefixList) String() string {
+	out := make([]string, len(*l))
+	for i, p := range *l {
+		out[i] = p.String()
+	}
+	return strings.Join(out, ",")
+}
+
+func (l *prefixList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fmt.Errorf("%q is not a CIDR network such as 10.0.0.0/8: %v", s, err)
+		}
+		*l = append(*l, p.Masked())
+	}
+	return nil
+}
+
+func (l *prefixList) Type() string { return "cidrs" }

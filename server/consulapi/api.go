@@ -97,6 +97,22 @@ type Config struct {
 	// Denied, if set, counts requests refused by ACLs, by api ("http")
 	// and reason ("token": nobody issued it; "permission").
 	Denied *prometheus.CounterVec
+	// Refused, if set, counts requests refused by a size limit, by api
+	// ("http") and limit (the flag's name).
+	Refused *prometheus.CounterVec
+
+	// Datacenter is this server's datacenter: a request whose ?dc names
+	// another is answered as Consul answers one it has no route to (500,
+	// "No path to datacenter"). Empty means dc1, Consul's default.
+	Datacenter string
+	// MaxTxnBytes bounds a /v1/txn body (413 above). Zero means 512 KiB,
+	// Consul's txn_max_req_len.
+	MaxTxnBytes int
+	// MaxRangeBytes bounds the key and value bytes of a recursive GET
+	// (the keys' bytes for ?keys): Consul has no such limit, and answers
+	// every key; over it this API answers 413 and asks for a narrower
+	// prefix. Zero means no bound.
+	MaxRangeBytes int
 }
 
 // API is the HTTP handler set.
@@ -106,6 +122,7 @@ type API struct {
 	logger   *slog.Logger
 	inFlight prometheus.Gauge       // cfg.InFlight, or one nobody reads
 	denied   *prometheus.CounterVec // cfg.Denied, or one nobody reads
+	refused  *prometheus.CounterVec // cfg.Refused, or one nobody reads
 	// parkDone is inFlight.Dec, made once: a method value made per parked
 	// request is one more object per request for each GC cycle to mark.
 	parkDone func()
@@ -132,20 +149,36 @@ func New(b Backend, cfg Config) *API {
 	if denied == nil {
 		denied = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "unregistered"}, []string{"api", "reason"})
 	}
-	a := &API{b: b, cfg: cfg, logger: logger, inFlight: inFlight, parkDone: inFlight.Dec, denied: denied}
+	refused := cfg.Refused
+	if refused == nil {
+		refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "unregistered"}, []string{"api", "limit"})
+	}
+	if cfg.Datacenter == "" {
+		cfg.Datacenter = defaultDatacenter
+	}
+	if cfg.MaxTxnBytes <= 0 {
+		cfg.MaxTxnBytes = DefaultMaxTxnBytes
+	}
+	a := &API{b: b, cfg: cfg, logger: logger, inFlight: inFlight, parkDone: inFlight.Dec, denied: denied, refused: refused}
 	a.kvResume = http.HandlerFunc(a.kv)
 	return a
 }
 
-// Register adds the API's routes to mux.
+// DefaultMaxTxnBytes is Config.MaxTxnBytes's default: Consul's
+// txn_max_req_len.
+const DefaultMaxTxnBytes = 512 << 10
+
+// Register adds the API's routes to mux. Every route answers a request
+// for another datacenter first (inDC).
 func (a *API) Register(mux *http.ServeMux) {
-	mux.HandleFunc("/v1/kv/", a.kv)
-	mux.HandleFunc("PUT /v1/txn", a.txn)
-	mux.HandleFunc("GET /v1/status/leader", a.statusLeader)
-	mux.HandleFunc("GET /v1/status/peers", a.statusPeers)
+	route := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, a.inDC(h)) }
+	route("/v1/kv/", a.kv)
+	route("PUT /v1/txn", a.txn)
+	route("GET /v1/status/leader", a.statusLeader)
+	route("GET /v1/status/peers", a.statusPeers)
 
 	handle := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
-		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		route(pattern, func(w http.ResponseWriter, r *http.Request) {
 			// NB: a token nobody issued is refused before anything else,
 			// on every route, as Consul does.
 			_, err := a.authorizer(r)
@@ -185,6 +218,26 @@ func (a *API) Register(mux *http.ServeMux) {
 	handle("GET /v1/session/list", a.sessionList)
 	handle("GET /v1/session/node/{node}", a.sessionNode)
 	a.registerACL(mux, handle)
+}
+
+// inDC answers a request whose ?dc names a datacenter other than this
+// server's as Consul answers one it has no path to: 500, "No path to
+// datacenter", and no data. Lodestone serves one datacenter and does not
+// forward.
+func (a *API) inDC(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if dc := Query(r.URL).Get("dc"); dc != "" && dc != a.cfg.Datacenter {
+			http.Error(w, "No path to datacenter", http.StatusInternalServerError)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// tooLarge is a 413 for a request over limit, counted.
+func (a *API) tooLarge(limit, format string, args ...any) error {
+	a.refused.WithLabelValues("http", limit).Inc()
+	return &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf(format, args...)}
 }
 
 // authorizer resolves the token r carries (package token says where).

@@ -2,6 +2,7 @@ package consulapi
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +21,11 @@ const maxBodyBytes = 1 << 20
 // decodeBody reads a JSON body into v; an empty body leaves v unchanged.
 func decodeBody(r *http.Request, v any) error {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		// NB: the server's body cap (a chunked body has no length to
+		// refuse up front).
+		return &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", mbe.Limit)}
+	}
 	if err != nil {
 		return badRequest("read request body: %v", err)
 	}

@@ -101,7 +101,11 @@ func (a *API) kvGet(w http.ResponseWriter, r *http.Request, az *acl.Authorizer, 
 		return nil
 	}
 
-	kvs := acl.FilterKVs(az, a.rangeAll([]byte(key), keys))
+	all, err := a.rangeAll([]byte(key), keys)
+	if err != nil {
+		return err
+	}
+	kvs := acl.FilterKVs(az, all)
 	if keys {
 		sep := v.Get("separator")
 		out := keyList(kvs, key, sep)
@@ -124,17 +128,30 @@ func (a *API) kvGet(w http.ResponseWriter, r *http.Request, az *acl.Authorizer, 
 	return nil
 }
 
-// rangeAll pages through every key under prefix.
-func (a *API) rangeAll(prefix []byte, keysOnly bool) []*lodestonepb.KeyValue {
+// rangeAll pages through every key under prefix, up to MaxRangeBytes of
+// keys and values (of keys alone with keysOnly); past that it is a 413.
+func (a *API) rangeAll(prefix []byte, keysOnly bool) ([]*lodestonepb.KeyValue, error) {
 	st := a.b.Store()
 	limit := a.b.Limits().RangeLimit(0)
 	var out []*lodestonepb.KeyValue
 	var after []byte
+	size := 0
 	for {
 		kvs, more, _ := st.Range(prefix, after, limit, keysOnly)
+		for _, kv := range kvs {
+			size += len(kv.Key) + len(kv.Value)
+		}
+		if max := a.cfg.MaxRangeBytes; max > 0 && size > max {
+			what := "keys and values"
+			if keysOnly {
+				what = "keys"
+			}
+			return nil, a.tooLarge("max-range-response-bytes",
+				"Response too large: more than %d bytes of %s under %q (limit max-range-response-bytes); page with ?keys&separator=/ or a narrower prefix", max, what, prefix)
+		}
 		out = append(out, kvs...)
 		if !more || len(kvs) == 0 {
-			return out
+			return out, nil
 		}
 		after = kvs[len(kvs)-1].Key
 	}
@@ -197,12 +214,15 @@ func (a *API) kvPut(w http.ResponseWriter, r *http.Request, key string) error {
 		return badRequest("Conflicting flags: ?acquire and ?release; use one")
 	}
 	limit := int64(a.b.Limits().MaxValueBytes)
+	if r.ContentLength > limit {
+		return a.tooLarge("max-value-bytes", "Request body(%d bytes) too large, max size: %d bytes (limit max-value-bytes)", r.ContentLength, limit)
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
 		return badRequest("read request body: %v", err)
 	}
 	if int64(len(body)) > limit {
-		return &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("Value exceeds %d byte limit (limit max-value-bytes)", limit)}
+		return a.tooLarge("max-value-bytes", "Value exceeds %d byte limit (limit max-value-bytes)", limit)
 	}
 	put := &lodestonepb.PutRequest{Key: []byte(key), Value: body, Flags: flags}
 	if hasCAS {
@@ -299,14 +319,29 @@ func (a *API) txn(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) doTxn(w http.ResponseWriter, r *http.Request) error {
-	body, err := io.ReadAll(io.LimitReader(r.Body, int64(a.b.Limits().MaxTxnOps)*int64(a.b.Limits().MaxValueBytes*2)+1<<20))
+	// NB: bounded before it is read, as Consul's txn_max_req_len: by its
+	// Content-Length when it has one, else by reading one byte past it.
+	max := int64(a.cfg.MaxTxnBytes)
+	if r.ContentLength > max {
+		return a.tooLarge("max-txn-request-bytes",
+			"Request body(%d bytes) too large, max size: %d bytes (limit max-txn-request-bytes)", r.ContentLength, max)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 	if err != nil {
 		return badRequest("read request body: %v", err)
+	}
+	if int64(len(body)) > max {
+		return a.tooLarge("max-txn-request-bytes",
+			"Request body too large, max size: %d bytes (limit max-txn-request-bytes)", max)
 	}
 	var ops []txnOp
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&ops); err != nil {
 		return badRequest("Failed to parse body: %v", err)
+	}
+	if max := a.b.Limits().MaxTxnOps; max > 0 && len(ops) > max {
+		// NB: Consul's code and words.
+		return a.tooLarge("max-txn-ops", "Transaction contains too many operations (%d > %d)", len(ops), max)
 	}
 	req := &lodestonepb.TxnRequest{Ops: make([]*lodestonepb.TxnOp, len(ops))}
 	var errs []txnError
