@@ -203,6 +203,7 @@ func (n *Node) handleReadies() error {
 			return err
 		}
 	}
+	n.publishLearners()
 	return nil
 }
 
