@@ -21,8 +21,9 @@ import (
 // describes an added member. A change of the voters (adding, removing or
 // promoting one) is refused (ErrQuorum) unless the voters of the new
 // configuration that answered within a few heartbeats form a quorum of
-// it; a voter added outright counts as answering, so its caller must have
-// checked that it does. Promoting a learner is refused (ErrNotReady)
+// it; a voter added outright does not count (it has caught up with
+// nothing), except as the second voter of a leader alone, so its caller
+// must have checked that it answers. Promoting a learner is refused (ErrNotReady)
 // until it holds nine tenths of the leader's log.
 func (n *Node) ChangeConf(ctx context.Context, cc raftpb.ConfChangeV2, member *lodestonepb.Member) (uint64, error) {
 	id := n.nextID.Add(1)
@@ -127,9 +128,14 @@ func (n *Node) checkConfChange(cc raftpb.ConfChangeV2) error {
 		case id == n.id:
 			reachable++
 		case !known:
-			// NB: a voter added outright has no progress yet; the caller
-			// (the server's AddMember) probed it before proposing.
-			reachable++
+			// NB: a voter added outright holds nothing yet and acknowledges
+			// nothing until it has caught up, so it does not count; but a
+			// leader alone could never add a second voter then. As etcd
+			// does, that one case is let through: the caller (the server's
+			// AddMember) probed the new voter before proposing.
+			if len(voters) == 1 {
+				reachable++
+			}
 		case st.Progress[id].RecentActive && n.PeerActive(id):
 			reachable++
 		}
