@@ -17,6 +17,7 @@ type metrics struct {
 
 	requests  *prometheus.CounterVec // gRPC by method and code
 	pollDelay prometheus.Histogram   // pollprobe.go
+	promoted  prometheus.Counter     // promote.go
 }
 
 func newMetrics() *metrics {
@@ -39,7 +40,11 @@ func newMetrics() *metrics {
 			Buckets: runtimeDelayBuckets,
 		}),
 	}
-	reg.MustRegister(m.requests, m.pollDelay)
+	m.promoted = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "lodestone", Name: "members_promoted_total",
+		Help: "Learners this node promoted to voter as leader once they had caught up.",
+	})
+	reg.MustRegister(m.requests, m.pollDelay, m.promoted)
 	return m
 }
 
