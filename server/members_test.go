@@ -38,8 +38,11 @@ func TestUnreachableMemberNeverBecomesVoter(t *testing.T) {
 		t.Fatalf("learner and voter_now: %v, want InvalidArgument", err)
 	}
 
-	resp, err := c.cluster(lead).AddMember(ctxT(t), &lodestonepb.AddMemberRequest{Name: "evil", PeerAddr: dead})
-	if err != nil {
+	var resp *lodestonepb.AddMemberResponse
+	if err := retryUnavailable(t, func(ctx context.Context) (err error) {
+		resp, err = c.cluster(lead).AddMember(ctx, &lodestonepb.AddMemberRequest{Name: "evil", PeerAddr: dead})
+		return err
+	}); err != nil {
 		t.Fatalf("add unreachable member as learner: %v", err)
 	}
 	if m := resp.Member; !m.Learner || !m.AutoPromote {
