@@ -39,15 +39,41 @@ func (c *Client) Members(ctx context.Context) (*lodestonepb.MembersResponse, err
 	return resp, err
 }
 
+// MemberOption adjusts a membership change: VoterNow for AddMember, Force
+// for RemoveMember.
+type MemberOption func(*memberOptions)
+
+type memberOptions struct{ voterNow, force bool }
+
+// VoterNow makes AddMember add a voter at once instead of a learner the
+// leader promotes once it has caught up. The server refuses it unless the
+// new member already answers on its peer port.
+func VoterNow() MemberOption { return func(o *memberOptions) { o.voterNow = true } }
+
+// Force lets RemoveMember remove a voter that leaves a single one.
+func Force() MemberOption { return func(o *memberOptions) { o.force = true } }
+
+func memberOpts(opts []MemberOption) memberOptions {
+	var o memberOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
 // AddMember adds a member; m's Id is ignored (the server derives it from
 // the name). It is a write. Start the new server after the call returns.
-func (c *Client) AddMember(ctx context.Context, m *lodestonepb.Member) (*lodestonepb.AddMemberResponse, error) {
+// The member joins as a learner, and the leader makes it a voter once it
+// has caught up; with m.Learner set it stays a learner until promoted
+// (PromoteMember), and with VoterNow it is a voter at once.
+func (c *Client) AddMember(ctx context.Context, m *lodestonepb.Member, opts ...MemberOption) (*lodestonepb.AddMemberResponse, error) {
 	req := &lodestonepb.AddMemberRequest{
 		Name:     m.GetName(),
 		PeerAddr: m.GetPeerAddr(),
 		GrpcAddr: m.GetGrpcAddr(),
 		HttpAddr: m.GetHttpAddr(),
 		Learner:  m.GetLearner(),
+		VoterNow: memberOpts(opts).voterNow,
 	}
 	resp, err := invoke(ctx, c, callSpec{op: fmt.Sprintf("add member %q", m.GetName()), write: true},
 		func(ctx context.Context, cc *grpc.ClientConn) (*lodestonepb.AddMemberResponse, error) {
@@ -60,9 +86,10 @@ func (c *Client) AddMember(ctx context.Context, m *lodestonepb.Member) (*lodesto
 }
 
 // RemoveMember removes the member ref names (see ByName, ByID). It is a
-// write; an unknown member returns ErrNotFound.
-func (c *Client) RemoveMember(ctx context.Context, ref *lodestonepb.MemberRef) (*lodestonepb.RemoveMemberResponse, error) {
-	req := &lodestonepb.RemoveMemberRequest{Member: ref}
+// write; an unknown member returns ErrNotFound. Removing a voter that
+// leaves a single one needs Force.
+func (c *Client) RemoveMember(ctx context.Context, ref *lodestonepb.MemberRef, opts ...MemberOption) (*lodestonepb.RemoveMemberResponse, error) {
+	req := &lodestonepb.RemoveMemberRequest{Member: ref, Force: memberOpts(opts).force}
 	resp, err := invoke(ctx, c, callSpec{op: "remove member " + refString(ref), write: true},
 		func(ctx context.Context, cc *grpc.ClientConn) (*lodestonepb.RemoveMemberResponse, error) {
 			return lodestonepb.NewClusterClient(cc).RemoveMember(ctx, req)

@@ -12,6 +12,7 @@
 //	WaitApplied(ctx, index)         wait until this member applied index
 //	Status, Applied, LeaderChanged  the published Raft state
 //	ChangeConf, TransferLeader      membership and leadership, on the leader
+//	Learners, LearnersChanged       a leader's view of its learners' progress
 //	LeaderIndex(term)               a leader's answer to a follower's LeaderRead
 //	Snapshot(ctx)                   a copy-on-write view for an operator's backup
 //	Done, Err, Failed, Removed      how and why the loop ended
@@ -90,9 +91,13 @@
 //     index through Config.LeaderIndex, one question shared by every read
 //     that began before it went out.
 //   - Membership (membership.go): one change at a time, on the leader,
-//     after the leader applied its own election entry; a voter's removal
-//     that would leave no reachable quorum is refused; a learner is
-//     promoted only once it holds nine tenths of the leader's log.
+//     after the leader applied its own election entry; a change of the
+//     voters (add, remove, promote) whose new configuration would have no
+//     quorum among the members heard from lately is refused (strict
+//     reconfiguration check); a learner is promoted only once it holds
+//     nine tenths of the leader's log. The leader publishes its learners'
+//     progress (Learners, LearnersChanged) after each batch of Readies,
+//     when it changed, for the server's automatic promotion.
 //   - Slow-leader step-down (slowleader.go): a leader whose log writes
 //     stay slower than a threshold for a window hands leadership to the
 //     healthiest follower and does not campaign for a cooldown.

@@ -288,6 +288,20 @@ func (env *interactionEnv) handleStatus(t *testing.T, d *datadriven.TestData) {
 	}
 }
 
+// handleLearners prints the learner view N publishes (Learners).
+func (env *interactionEnv) handleLearners(t *testing.T, d *datadriven.TestData) {
+	en := env.nodeArg(t, d, 0)
+	l := en.n.Learners()
+	if len(l.Progress) == 0 {
+		env.printf("%s: no learners published", en.name)
+		return
+	}
+	env.printf("%s: last=%d", en.name, l.LastIndex)
+	for _, p := range l.Progress {
+		env.printf("  %s: match=%d recent-active=%t", env.name(p.ID), p.Match, p.RecentActive)
+	}
+}
+
 func (env *interactionEnv) handleGet(t *testing.T, d *datadriven.TestData) {
 	key := env.stringArg(t, d, 0)
 	for _, en := range env.nodes {

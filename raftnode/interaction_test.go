@@ -65,6 +65,8 @@ import (
 //	    Per node: role, term, commit, applied, durable log, snapshot, voters.
 //	status N
 //	    N's view of its followers' progress (a leader's).
+//	learners N
+//	    The learner view N publishes (Learners), for auto-promotion.
 //	get KEY
 //	    KEY in every node's store.
 //	log-level none|error|warn|info|debug
@@ -118,6 +120,8 @@ func (env *interactionEnv) handle(t *testing.T, d *datadriven.TestData) string {
 		env.handleRaftState()
 	case "status":
 		env.handleStatus(t, d)
+	case "learners":
+		env.handleLearners(t, d)
 	case "get":
 		env.handleGet(t, d)
 	case "log-level":

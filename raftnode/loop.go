@@ -217,6 +217,7 @@ func (n *Node) handleReadies() error {
 			}
 		}
 		if !n.campaignAlone() {
+			n.publishLearners()
 			return nil
 		}
 	}

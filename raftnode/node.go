@@ -86,6 +86,13 @@ type Node struct {
 	leaderMu sync.Mutex
 	leaderCh chan struct{} // closed and replaced on every leader change
 
+	// The leader's view of its learners (membership.go): published by the
+	// loop, learnersCh closed and replaced at each change.
+	learners       atomic.Pointer[Learners]
+	learnersMu     sync.Mutex
+	learnersCh     chan struct{}
+	learnerScratch []LearnerProgress // loop-owned
+
 	// Loop-owned state.
 	confState      raftpb.ConfState
 	appliedIndex   uint64

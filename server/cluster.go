@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
@@ -27,16 +30,26 @@ func (c *clusterService) Members(ctx context.Context, _ *lodestonepb.MembersRequ
 }
 
 func (c *clusterService) AddMember(ctx context.Context, req *lodestonepb.AddMemberRequest) (*lodestonepb.AddMemberResponse, error) {
+	// A new member joins as a learner, which no quorum waits on, and the
+	// leader promotes it once it has caught up (promote.go); voter_now
+	// adds a voter at once, but only one that answers.
 	m := &lodestonepb.Member{
 		Id: member.ID(req.Name), Name: req.Name, PeerAddr: req.PeerAddr,
-		GrpcAddr: req.GrpcAddr, HttpAddr: req.HttpAddr, Learner: req.Learner,
+		GrpcAddr: req.GrpcAddr, HttpAddr: req.HttpAddr,
+		Learner: !req.VoterNow, AutoPromote: !req.VoterNow && !req.Learner,
+	}
+	if req.Learner && req.VoterNow {
+		return nil, rpcstatus.Invalidf("a member is added either as a learner or as a voter now, not both")
 	}
 	if err := c.validateNewMember(m); err != nil {
 		return nil, err
 	}
-	typ := raftpb.ConfChangeAddNode
-	if req.Learner {
-		typ = raftpb.ConfChangeAddLearnerNode
+	typ := raftpb.ConfChangeAddLearnerNode
+	if req.VoterNow {
+		typ = raftpb.ConfChangeAddNode
+		if err := c.probeNewVoter(ctx, m); err != nil {
+			return nil, err
+		}
 	}
 	index, err := c.s.changeConf(ctx, raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: typ, NodeID: m.Id}}}, m)
 	if err != nil {
@@ -74,6 +87,22 @@ func (c *clusterService) validateNewMember(m *lodestonepb.Member) error {
 	return nil
 }
 
+// probeNewVoter refuses a voter added outright that does not answer on
+// its peer port as a member would (peer.Transport.Probe, with TLS when the
+// cluster uses it): an unanswered voter can cost a small cluster its
+// quorum until an operator runs 'lodestone recover'.
+func (c *clusterService) probeNewVoter(ctx context.Context, m *lodestonepb.Member) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.s.transport.Probe(ctx, m.PeerAddr); err != nil {
+		return status.Errorf(codes.FailedPrecondition,
+			"refused to add %q as a voter now: its peer address %s does not answer as a member of this cluster (%v); "+
+				"start it first (with --join), or add it without voter_now to join as a learner that is promoted once it has caught up",
+			m.Name, m.PeerAddr, err)
+	}
+	return nil
+}
+
 // resolve finds a member by id or name.
 func (c *clusterService) resolve(ref *lodestonepb.MemberRef) (*lodestonepb.Member, error) {
 	if ref == nil || (ref.Id == 0 && ref.Name == "") {
@@ -91,6 +120,19 @@ func (c *clusterService) RemoveMember(ctx context.Context, req *lodestonepb.Remo
 	m, err := c.resolve(req.Member)
 	if err != nil {
 		return nil, err
+	}
+	if !m.Learner && !req.Force {
+		var left []string
+		for _, x := range c.s.store.Members() {
+			if !x.Learner && x.Id != m.Id {
+				left = append(left, x.Name)
+			}
+		}
+		if len(left) == 1 {
+			return nil, status.Errorf(codes.FailedPrecondition,
+				"refused to remove voter %q: it would leave %s as the only voter, and the cluster would stop at that member's first failure; "+
+					"add a member first, or remove it anyway with force (--force)", m.Name, left[0])
+		}
 	}
 	index, err := c.s.changeConf(ctx, raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: m.Id}}}, m)
 	if err != nil {

@@ -252,7 +252,7 @@ func TestMembershipChangesOnLiveCluster(t *testing.T) {
 	c := newTestCluster(t, 3)
 	via := c.follower() // membership requests sent to a follower are forwarded
 
-	// A fourth voter.
+	// A fourth voter: it joins as a learner, the leader promotes it.
 	addr := c.add("n4")
 	var resp *lodestonepb.AddMemberResponse
 	err := retryUnavailable(t, func(ctx context.Context) (err error) {
@@ -268,6 +268,7 @@ func TestMembershipChangesOnLiveCluster(t *testing.T) {
 	c.start("n4", true)
 	last := put(t, c.kv(via), "after-n4", "x").Header.Index
 	c.waitApplied("n4", last)
+	waitFor(t, 20*c.electionTimeout(), func() bool { return !memberNamed(t, c, via, "n4").Learner })
 
 	// A non-voter, then its promotion.
 	addr = c.add("n5")

@@ -83,6 +83,11 @@ type Config struct {
 	// slightly lagging follower catches up by log rather than by snapshot.
 	// Default 5000.
 	CatchUpEntries uint64
+	// AutoPromoteLag is how far behind the leader's last index a learner
+	// added to be promoted may be when the leader promotes it to voter
+	// (it must also have been heard from within a few heartbeats).
+	// Default 64 entries.
+	AutoPromoteLag uint64
 
 	// MaxBatchProposals caps how many proposals share one Ready (and so one
 	// fsync). Default 1024.
@@ -243,6 +248,7 @@ func DefaultConfig() Config {
 		CommitNoticeHold:            2 * time.Millisecond,
 		SnapshotEntries:             100000,
 		CatchUpEntries:              5000,
+		AutoPromoteLag:              64,
 		MaxBatchProposals:           1024,
 		MaxRequestBytes:             4 << 20,
 		MaxConnections:              10000,

@@ -23,6 +23,7 @@ type metrics struct {
 	// read or answered, by api (grpc, http) and limit (the flag's name).
 	refused   *prometheus.CounterVec
 	pollDelay prometheus.Histogram // pollprobe.go
+	promoted  prometheus.Counter   // promote.go
 }
 
 func newMetrics() *metrics {
@@ -56,7 +57,11 @@ func newMetrics() *metrics {
 	for _, l := range []string{"grpc", "http"} {
 		m.refusedConns.WithLabelValues(l, "per_client")
 	}
-	reg.MustRegister(m.requests, m.pollDelay, m.refusedConns, m.refused)
+	m.promoted = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "lodestone", Name: "members_promoted_total",
+		Help: "Learners this node promoted to voter as leader once they had caught up.",
+	})
+	reg.MustRegister(m.requests, m.pollDelay, m.refusedConns, m.refused, m.promoted)
 	return m
 }
 

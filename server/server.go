@@ -300,6 +300,11 @@ func (s *Server) Start() {
 		defer s.wg.Done()
 		s.runSessionTTL()
 	}()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.runAutoPromote()
+	}()
 	s.startPollProbe()
 	s.tls.watch(s.ctx, s.cfg.TLS.ReloadInterval, &s.wg)
 	s.logger.Info("server started", "tls", s.tls != nil, "peer", s.PeerAddr(), "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "id", fmt.Sprintf("%x", s.raft.ID()))

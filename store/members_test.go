@@ -285,3 +285,18 @@ func TestMembershipMatchesReference(t *testing.T) {
 		t.Errorf("stream too weak: no member at the end")
 	}
 }
+
+// A learner added to be promoted keeps AutoPromote; its promotion clears
+// it, so a voter never reads as awaiting promotion.
+func TestApplyConfChangeAutoPromote(t *testing.T) {
+	s := New()
+	m := &lodestonepb.Member{Id: 3, Name: "n3", PeerAddr: "p3", AutoPromote: true}
+	s.ApplyConfChange(1, []raftpb.ConfChangeSingle{cc(addLearner, 3)}, m)
+	if got := s.Members()[0]; !got.Learner || !got.AutoPromote {
+		t.Fatalf("after add learner: %v, want a learner awaiting promotion", got)
+	}
+	s.ApplyConfChange(2, []raftpb.ConfChangeSingle{cc(addVoter, 3)}, s.Members()[0])
+	if got := s.Members()[0]; got.Learner || got.AutoPromote {
+		t.Fatalf("after promotion: %v, want a voter without auto_promote", got)
+	}
+}

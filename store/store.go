@@ -261,7 +261,8 @@ func (s *Store) RemoveMember(index uint64, id uint64) {
 //     when its id is the change's node id, else the member as recorded
 //     before this entry (so a promotion or demotion keeps names and
 //     addresses), else a placeholder with only the id and, as name, the id
-//     in hex. Learner is set by the change type. It is stored as SetMember
+//     in hex. Learner is set by the change type, and a voter's
+//     AutoPromote is cleared. It is stored as SetMember
 //     would (MembersIndex moves).
 //   - ConfChangeRemoveNode: the member is forgotten as RemoveMember would
 //     (MembersIndex moves if it was known).
@@ -312,6 +313,9 @@ func (s *Store) ApplyConfChange(index uint64, changes []raftpb.ConfChangeSingle,
 				m = &lodestonepb.Member{Id: ch.NodeID, Name: fmt.Sprintf("%x", ch.NodeID)}
 			}
 			m.Learner = ch.Type == raftpb.ConfChangeAddLearnerNode
+			if !m.Learner {
+				m.AutoPromote = false // NB: only a learner awaits promotion
+			}
 			s.members[m.Id] = m
 			s.membersIndex = index
 			if _, seen := last[m.Id]; !seen {

@@ -32,7 +32,11 @@ type Member struct {
 	GrpcAddr string `protobuf:"bytes,4,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
 	HttpAddr string `protobuf:"bytes,5,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
 	// learner is true for non-voting members.
-	Learner       bool `protobuf:"varint,6,opt,name=learner,proto3" json:"learner,omitempty"`
+	Learner bool `protobuf:"varint,6,opt,name=learner,proto3" json:"learner,omitempty"`
+	// auto_promote marks a learner the leader makes a voter once it has
+	// caught up (AddMember's default); false on voters and on learners added
+	// to stay learners.
+	AutoPromote   bool `protobuf:"varint,7,opt,name=auto_promote,json=autoPromote,proto3" json:"auto_promote,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -105,6 +109,13 @@ func (x *Member) GetHttpAddr() string {
 func (x *Member) GetLearner() bool {
 	if x != nil {
 		return x.Learner
+	}
+	return false
+}
+
+func (x *Member) GetAutoPromote() bool {
+	if x != nil {
+		return x.AutoPromote
 	}
 	return false
 }
@@ -198,12 +209,19 @@ func (x *MembersResponse) GetMembers() []*Member {
 }
 
 type AddMemberRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	PeerAddr      string                 `protobuf:"bytes,2,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
-	GrpcAddr      string                 `protobuf:"bytes,3,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
-	HttpAddr      string                 `protobuf:"bytes,4,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
-	Learner       bool                   `protobuf:"varint,5,opt,name=learner,proto3" json:"learner,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	PeerAddr string                 `protobuf:"bytes,2,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
+	GrpcAddr string                 `protobuf:"bytes,3,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	HttpAddr string                 `protobuf:"bytes,4,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
+	// learner adds a member that stays a non-voter until promoted by hand.
+	// Without learner or voter_now the member joins as a learner and the
+	// leader promotes it once it has caught up.
+	Learner bool `protobuf:"varint,5,opt,name=learner,proto3" json:"learner,omitempty"`
+	// voter_now adds a voter at once. The member must already answer on its
+	// peer port: the server probes it (with TLS when the cluster uses it)
+	// and refuses an unreachable one. Not with learner.
+	VoterNow      bool `protobuf:"varint,6,opt,name=voter_now,json=voterNow,proto3" json:"voter_now,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -269,6 +287,13 @@ func (x *AddMemberRequest) GetHttpAddr() string {
 func (x *AddMemberRequest) GetLearner() bool {
 	if x != nil {
 		return x.Learner
+	}
+	return false
+}
+
+func (x *AddMemberRequest) GetVoterNow() bool {
+	if x != nil {
+		return x.VoterNow
 	}
 	return false
 }
@@ -387,8 +412,11 @@ func (x *MemberRef) GetName() string {
 }
 
 type RemoveMemberRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Member        *MemberRef             `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Member *MemberRef             `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	// force allows removing a voter that leaves a single voter, whose
+	// failure would then stop the cluster.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -428,6 +456,13 @@ func (x *RemoveMemberRequest) GetMember() *MemberRef {
 		return x.Member
 	}
 	return nil
+}
+
+func (x *RemoveMemberRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
 }
 
 type RemoveMemberResponse struct {
@@ -933,33 +968,36 @@ var File_lodestone_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_lodestone_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1alodestone/v1/cluster.proto\x12\flodestone.v1\x1a\x15lodestone/v1/kv.proto\"\x9d\x01\n" +
+	"\x1alodestone/v1/cluster.proto\x12\flodestone.v1\x1a\x15lodestone/v1/kv.proto\"\xc0\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
 	"\tpeer_addr\x18\x03 \x01(\tR\bpeerAddr\x12\x1b\n" +
 	"\tgrpc_addr\x18\x04 \x01(\tR\bgrpcAddr\x12\x1b\n" +
 	"\thttp_addr\x18\x05 \x01(\tR\bhttpAddr\x12\x18\n" +
-	"\alearner\x18\x06 \x01(\bR\alearner\"\x10\n" +
+	"\alearner\x18\x06 \x01(\bR\alearner\x12!\n" +
+	"\fauto_promote\x18\a \x01(\bR\vautoPromote\"\x10\n" +
 	"\x0eMembersRequest\"w\n" +
 	"\x0fMembersResponse\x124\n" +
 	"\x06header\x18\x01 \x01(\v2\x1c.lodestone.v1.ResponseHeaderR\x06header\x12.\n" +
-	"\amembers\x18\x02 \x03(\v2\x14.lodestone.v1.MemberR\amembers\"\x97\x01\n" +
+	"\amembers\x18\x02 \x03(\v2\x14.lodestone.v1.MemberR\amembers\"\xb4\x01\n" +
 	"\x10AddMemberRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tpeer_addr\x18\x02 \x01(\tR\bpeerAddr\x12\x1b\n" +
 	"\tgrpc_addr\x18\x03 \x01(\tR\bgrpcAddr\x12\x1b\n" +
 	"\thttp_addr\x18\x04 \x01(\tR\bhttpAddr\x12\x18\n" +
-	"\alearner\x18\x05 \x01(\bR\alearner\"\xa7\x01\n" +
+	"\alearner\x18\x05 \x01(\bR\alearner\x12\x1b\n" +
+	"\tvoter_now\x18\x06 \x01(\bR\bvoterNow\"\xa7\x01\n" +
 	"\x11AddMemberResponse\x124\n" +
 	"\x06header\x18\x01 \x01(\v2\x1c.lodestone.v1.ResponseHeaderR\x06header\x12,\n" +
 	"\x06member\x18\x02 \x01(\v2\x14.lodestone.v1.MemberR\x06member\x12.\n" +
 	"\amembers\x18\x03 \x03(\v2\x14.lodestone.v1.MemberR\amembers\"/\n" +
 	"\tMemberRef\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"F\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\\\n" +
 	"\x13RemoveMemberRequest\x12/\n" +
-	"\x06member\x18\x01 \x01(\v2\x17.lodestone.v1.MemberRefR\x06member\"|\n" +
+	"\x06member\x18\x01 \x01(\v2\x17.lodestone.v1.MemberRefR\x06member\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"|\n" +
 	"\x14RemoveMemberResponse\x124\n" +
 	"\x06header\x18\x01 \x01(\v2\x1c.lodestone.v1.ResponseHeaderR\x06header\x12.\n" +
 	"\amembers\x18\x02 \x03(\v2\x14.lodestone.v1.MemberR\amembers\"G\n" +

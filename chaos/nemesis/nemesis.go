@@ -343,6 +343,12 @@ func (n *Nemesis) caughtUp(ctx context.Context, members []int, within time.Durat
 			}
 			commit = max(commit, st.CommitIndex)
 			applied[k] = st.AppliedIndex
+			// NB: a member joins as a learner the leader promotes once it
+			// has caught up; until then the cluster has a voter fewer.
+			if self := st.GetSelf(); self.GetLearner() && self.GetAutoPromote() {
+				why = fmt.Sprintf("%s is a learner not promoted yet", n.node(k).Name())
+				break
+			}
 		}
 		if why == "" {
 			for _, k := range members {

@@ -2,10 +2,11 @@ package clienttest
 
 import (
 	"context"
-
+	"net"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -236,7 +237,21 @@ func (m *Memory) addMember(_ context.Context, r *lodestonepb.AddMemberRequest) (
 	if _, err := m.find(&lodestonepb.MemberRef{Name: r.Name}); err == nil {
 		return nil, status.Errorf(codes.InvalidArgument, "member %q exists", r.Name)
 	}
-	mb := &lodestonepb.Member{Id: MemberID(r.Name), Name: r.Name, PeerAddr: r.PeerAddr, GrpcAddr: r.GrpcAddr, HttpAddr: r.HttpAddr, Learner: r.Learner}
+	if r.Learner && r.VoterNow {
+		return nil, status.Error(codes.InvalidArgument, "a member is added either as a learner or as a voter now, not both")
+	}
+	if r.VoterNow {
+		// NB: as the server's probe, but only a TCP dial.
+		c, err := net.DialTimeout("tcp", r.PeerAddr, time.Second)
+		if err != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "refused to add %q as a voter now: its peer address %s does not answer as a member of this cluster (%v)", r.Name, r.PeerAddr, err)
+		}
+		c.Close()
+	}
+	// As the server: a learner by default, promoted once caught up (here:
+	// never, nothing catches up in memory).
+	mb := &lodestonepb.Member{Id: MemberID(r.Name), Name: r.Name, PeerAddr: r.PeerAddr, GrpcAddr: r.GrpcAddr, HttpAddr: r.HttpAddr,
+		Learner: !r.VoterNow, AutoPromote: !r.VoterNow && !r.Learner}
 	m.members = append(m.members, mb)
 	m.index++
 	return &lodestonepb.AddMemberResponse{Header: m.header(), Member: proto.Clone(mb).(*lodestonepb.Member), Members: m.cloneMembers()}, nil
@@ -248,6 +263,17 @@ func (m *Memory) removeMember(_ context.Context, r *lodestonepb.RemoveMemberRequ
 	i, err := m.find(r.Member)
 	if err != nil {
 		return nil, err
+	}
+	if victim := m.members[i]; !victim.Learner && !r.Force {
+		var left []string
+		for _, x := range m.members {
+			if !x.Learner && x.Id != victim.Id {
+				left = append(left, x.Name)
+			}
+		}
+		if len(left) == 1 {
+			return nil, status.Errorf(codes.FailedPrecondition, "refused to remove voter %q: it would leave %s as the only voter, and the cluster would stop at that member's first failure; add a member first, or remove it anyway with force (--force)", victim.Name, left[0])
+		}
 	}
 	m.members = append(m.members[:i], m.members[i+1:]...)
 	m.index++
@@ -264,7 +290,7 @@ func (m *Memory) promote(_ context.Context, r *lodestonepb.PromoteMemberRequest)
 	if !m.members[i].Learner {
 		return nil, status.Errorf(codes.FailedPrecondition, "member %q is already a voter", m.members[i].Name)
 	}
-	m.members[i].Learner = false
+	m.members[i].Learner, m.members[i].AutoPromote = false, false
 	m.index++
 	return &lodestonepb.PromoteMemberResponse{Header: m.header(), Members: m.cloneMembers()}, nil
 }

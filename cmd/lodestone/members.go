@@ -45,7 +45,9 @@ type jsonMember struct {
 	GRPCAddr string `json:"grpc_addr"`
 	HTTPAddr string `json:"http_addr"`
 	Role     string `json:"role"`
-	Leader   bool   `json:"leader"`
+	// AutoPromote: a learner the leader makes a voter once caught up.
+	AutoPromote bool `json:"auto_promote,omitempty"`
+	Leader      bool `json:"leader"`
 }
 
 func role(m *lodestonepb.Member) string {
@@ -55,10 +57,19 @@ func role(m *lodestonepb.Member) string {
 	return "voter"
 }
 
+// roleColumn is the table's ROLE: a learner awaiting automatic promotion
+// says so.
+func roleColumn(m *lodestonepb.Member) string {
+	if m.GetLearner() && m.GetAutoPromote() {
+		return "learner (auto-promote)"
+	}
+	return role(m)
+}
+
 func toJSONMember(m *lodestonepb.Member, leader uint64) jsonMember {
 	return jsonMember{
 		ID: hexID(m.GetId()), Name: m.GetName(), PeerAddr: m.GetPeerAddr(), GRPCAddr: m.GetGrpcAddr(),
-		HTTPAddr: m.GetHttpAddr(), Role: role(m), Leader: leader != 0 && m.GetId() == leader,
+		HTTPAddr: m.GetHttpAddr(), Role: role(m), AutoPromote: m.GetAutoPromote(), Leader: leader != 0 && m.GetId() == leader,
 	}
 }
 
@@ -149,7 +160,7 @@ func renderMembers(w io.Writer, format string, ms []*lodestonepb.Member, leader 
 		if leader != 0 && m.GetId() == leader {
 			mark = "*"
 		}
-		tw.row(hexID(m.GetId()), m.GetName(), dash(m.GetPeerAddr()), dash(m.GetGrpcAddr()), dash(m.GetHttpAddr()), role(m), mark)
+		tw.row(hexID(m.GetId()), m.GetName(), dash(m.GetPeerAddr()), dash(m.GetGrpcAddr()), dash(m.GetHttpAddr()), roleColumn(m), mark)
 	}
 	return tw.flush()
 }
@@ -170,15 +181,22 @@ type membersAddOptions struct {
 	GRPCAddr string
 	HTTPAddr string
 	Learner  bool
+	VoterNow bool
 	Output   string
 }
 
 func newMembersAddCmd() *cobra.Command {
 	var o membersAddOptions
 	cmd := &cobra.Command{
-		Use:   "add NAME --peer ADDR --grpc ADDR --http ADDR [--learner]",
+		Use:   "add NAME --peer ADDR --grpc ADDR --http ADDR [--learner | --voter-now]",
 		Short: "Add a member; then start it with the command this prints",
-		Args:  exactArgs("NAME"),
+		Long: `Add a member. It joins as a learner, which no quorum waits on, and the
+leader makes it a voter once it has caught up (the server's
+--auto-promote-lag), so a member that never starts never costs the cluster
+its quorum. --learner keeps it a learner until 'lodestone members promote'.
+--voter-now adds a voter at once; start the new member first (with --join):
+the server refuses a voter whose peer address does not answer.`,
+		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
 			if o.Client, err = clientOutputFlags(cmd, o.Output); err != nil {
@@ -187,6 +205,9 @@ func newMembersAddCmd() *cobra.Command {
 			if o.PeerAddr == "" {
 				return usagef(cmd, "--peer is required: the address other members reach the new one at")
 			}
+			if o.Learner && o.VoterNow {
+				return usagef(cmd, "--learner and --voter-now exclude each other")
+			}
 			o.Name = args[0]
 			return runMembersAdd(cmd.Context(), o, cmd.OutOrStdout())
 		},
@@ -194,16 +215,21 @@ func newMembersAddCmd() *cobra.Command {
 	cmd.Flags().StringVar(&o.PeerAddr, "peer", "", "the new member's Raft peer address (required)")
 	cmd.Flags().StringVar(&o.GRPCAddr, "grpc", "", "the new member's client gRPC address")
 	cmd.Flags().StringVar(&o.HTTPAddr, "http", "", "the new member's HTTP address")
-	cmd.Flags().BoolVar(&o.Learner, "learner", false, "add as a non-voting member (promote it once it caught up)")
+	cmd.Flags().BoolVar(&o.Learner, "learner", false, "keep it a non-voting member until 'members promote' (default: promoted automatically once caught up)")
+	cmd.Flags().BoolVar(&o.VoterNow, "voter-now", false, "add a voter at once; the member must already answer on its peer address")
 	addOutputFlag(cmd, &o.Output)
 	return cmd
 }
 
 func runMembersAdd(ctx context.Context, o membersAddOptions, w io.Writer) error {
 	return withClient(ctx, o.Client, func(ctx context.Context, c *client.Client) error {
+		var opts []client.MemberOption
+		if o.VoterNow {
+			opts = append(opts, client.VoterNow())
+		}
 		resp, err := c.AddMember(ctx, &lodestonepb.Member{
 			Name: o.Name, PeerAddr: o.PeerAddr, GrpcAddr: o.GRPCAddr, HttpAddr: o.HTTPAddr, Learner: o.Learner,
-		})
+		}, opts...)
 		if err != nil {
 			return explain(err, o.Client, "check the member list with 'lodestone members'")
 		}
@@ -236,8 +262,14 @@ func renderMembersAdd(w io.Writer, format string, resp *lodestonepb.AddMemberRes
 		start = append(start, "--listen-http "+m.GetHttpAddr())
 	}
 	start = append(start, "--join", "--initial-cluster "+strings.Join(initial, ","))
-	_, err := fmt.Fprintf(w, "added %s %s\nstart it with:\n  %s\n", role(m), memberLabel(m), strings.Join(start, " "))
-	return err
+	if _, err := fmt.Fprintf(w, "added %s %s\nstart it with:\n  %s\n", role(m), memberLabel(m), strings.Join(start, " ")); err != nil {
+		return err
+	}
+	if m.GetAutoPromote() {
+		_, err := fmt.Fprintln(w, "the leader makes it a voter once it has caught up; 'lodestone members' shows its role")
+		return err
+	}
+	return nil
 }
 
 // ---- members remove / promote ----
@@ -245,19 +277,23 @@ func renderMembersAdd(w io.Writer, format string, resp *lodestonepb.AddMemberRes
 type memberRefOptions struct {
 	Client clientOptions
 	Member string // name or id
+	Force  bool   // remove: allow leaving a single voter
 	Output string
 }
 
 func newMembersRemoveCmd() *cobra.Command {
-	return newMemberRefCmd("remove NAME|ID", "Remove a member", []string{"rm"}, runMembersRemove)
+	cmd, o := newMemberRefCmd("remove NAME|ID", "Remove a member", []string{"rm"}, runMembersRemove)
+	cmd.Flags().BoolVar(&o.Force, "force", false, "remove a voter even if it leaves a single voter")
+	return cmd
 }
 
 func newMembersPromoteCmd() *cobra.Command {
-	return newMemberRefCmd("promote NAME|ID", "Make a learner a voter", nil, runMembersPromote)
+	cmd, _ := newMemberRefCmd("promote NAME|ID", "Make a learner a voter", nil, runMembersPromote)
+	return cmd
 }
 
-func newMemberRefCmd(use, short string, aliases []string, run func(context.Context, memberRefOptions, io.Writer) error) *cobra.Command {
-	var o memberRefOptions
+func newMemberRefCmd(use, short string, aliases []string, run func(context.Context, memberRefOptions, io.Writer) error) (*cobra.Command, *memberRefOptions) {
+	o := &memberRefOptions{}
 	cmd := &cobra.Command{
 		Use:     use,
 		Short:   short,
@@ -269,11 +305,11 @@ func newMemberRefCmd(use, short string, aliases []string, run func(context.Conte
 				return err
 			}
 			o.Member = args[0]
-			return run(cmd.Context(), o, cmd.OutOrStdout())
+			return run(cmd.Context(), *o, cmd.OutOrStdout())
 		},
 	}
 	addOutputFlag(cmd, &o.Output)
-	return cmd
+	return cmd, o
 }
 
 // memberChange is what remove and promote print.
@@ -293,7 +329,11 @@ func runMembersRemove(ctx context.Context, o memberRefOptions, w io.Writer) erro
 		if err != nil {
 			return err
 		}
-		resp, err := c.RemoveMember(ctx, client.ByID(m.GetId()))
+		var opts []client.MemberOption
+		if o.Force {
+			opts = append(opts, client.Force())
+		}
+		resp, err := c.RemoveMember(ctx, client.ByID(m.GetId()), opts...)
 		if err != nil {
 			return explain(err, o.Client, "check the member list with 'lodestone members'")
 		}

@@ -46,12 +46,60 @@ func TestMembersFlow(t *testing.T) {
 		t.Errorf("members transfer-leader printed %q", got)
 	}
 	cli(t, env, "", "members", "remove", "n9").failed(t, 1, `"n9"`, "members: n1, n2", "lodestone members")
-	if got := cli(t, env, "", "members", "remove", "n1").ok(t).stdout; !strings.HasPrefix(got, "removed n1") {
+	// Two voters: removing one leaves a single voter, which needs --force.
+	cli(t, env, "", "members", "remove", "n1").failed(t, 1, `refused to remove voter "n1"`, "only voter", "--force")
+	if got := cli(t, env, "", "members", "remove", "n1", "--force").ok(t).stdout; !strings.HasPrefix(got, "removed n1") {
 		t.Errorf("members remove printed %q", got)
 	}
 	table := cli(t, env, "", "members").ok(t).stdout
 	if strings.Contains(table, "n1") || !strings.Contains(table, "voter  *") {
 		t.Errorf("members after remove:\n%s", table)
+	}
+}
+
+// members add: a learner promoted automatically by default, --voter-now
+// refused for an address nobody answers, the two exclusive flags refused.
+func TestMembersAddFlags(t *testing.T) {
+	t.Parallel()
+	_, env := startMemory(t)
+	dead := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().String()
+	}()
+	cli(t, env, "", "members", "add", "evil", "--peer", dead, "--voter-now").failed(t, 1, `refused to add "evil" as a voter now`, dead, "does not answer")
+	cli(t, env, "", "members", "add", "evil", "--peer", dead, "--voter-now", "--learner").failed(t, 2, "--learner and --voter-now exclude each other")
+
+	add := cli(t, env, "", "members", "add", "evil", "--peer", dead).ok(t).stdout
+	for _, want := range []string{"added learner evil", "the leader makes it a voter once it has caught up"} {
+		if !strings.Contains(add, want) {
+			t.Errorf("members add printed %q, want it to contain %q", add, want)
+		}
+	}
+	if table := cli(t, env, "", "members").ok(t).stdout; !strings.Contains(table, "learner (auto-promote)") {
+		t.Errorf("members table does not show the learner awaiting promotion:\n%s", table)
+	}
+	var ms []jsonMember
+	if err := json.Unmarshal([]byte(cli(t, env, "", "members", "-o", "json").ok(t).stdout), &ms); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Name == "evil" && (m.Role != "learner" || !m.AutoPromote) {
+			t.Errorf("members -o json lists evil as %+v, want a learner with auto_promote", m)
+		}
+	}
+
+	// A peer port that answers: the voter is added at once.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got := cli(t, env, "", "members", "add", "n3", "--peer", l.Addr().String(), "--voter-now").ok(t).stdout; !strings.HasPrefix(got, "added voter n3") {
+		t.Errorf("members add --voter-now printed %q", got)
 	}
 }
 
