@@ -54,10 +54,10 @@ vet:
 # testdata/fuzz/<Target>/) already run with every `go test`, so CI checks
 # the seeds; this explores beyond them. A crash is written to
 # <pkg>/testdata/fuzz/<Target>/: commit it with the fix. Minimizing each
-# new input is capped at FUZZMINIMIZETIME so one slow input does not eat
+# new input is capped at FUZZMINIMIZETIME (runs) so minimizing does not eat
 # a short run. The one list of targets, as <package dir>:<Target>:
 FUZZTIME         ?= 30s
-FUZZMINIMIZETIME ?= 5s
+FUZZMINIMIZETIME ?= 10x
 FUZZ_TARGETS = \
 	raftlog:FuzzEntryRecord \
 	raftlog:FuzzMetaRecord \
