@@ -50,6 +50,57 @@ chaos-smoke: build
 vet:
 	$(GO) vet ./...
 
+# Fuzzing: every target below runs for FUZZTIME, one after another
+# (`make fuzz FUZZTIME=5m`). Their seed corpora (f.Add and
+# testdata/fuzz/<Target>/) already run with every `go test`, so CI checks
+# the seeds; this explores beyond them. A crash is written to
+# <pkg>/testdata/fuzz/<Target>/: commit it with the fix. Minimizing each
+# new input is capped at FUZZMINIMIZETIME (runs) so minimizing does not eat
+# a short run. The one list of targets, as <package dir>:<Target>:
+FUZZTIME         ?= 30s
+FUZZMINIMIZETIME ?= 10x
+FUZZ_TARGETS = \
+	raftlog:FuzzEntryRecord \
+	raftlog:FuzzMetaRecord \
+	raftlog:FuzzJournalPayload \
+	raftlog:FuzzJournalReplay \
+	store:FuzzApply \
+	store:FuzzRestore \
+	store:FuzzVerifySnapshot \
+	tools/snapshot:FuzzInspect \
+	peer:FuzzRaftStreamPreamble \
+	peer:FuzzRaftStreamFrames \
+	server/httppark:FuzzNextRequest \
+	gateway/internal/h1:FuzzParseRequest \
+	gateway/internal/h1:FuzzParseResponse \
+	server/consulapi:FuzzWriteBodies \
+	server/consulapi:FuzzKVEntryJSON \
+	server/consulapi:FuzzParams \
+	acl:FuzzParseRules \
+	internal/clusterid:FuzzParse
+
+.PHONY: fuzz fuzz-list
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=./$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name in $$pkg for $(FUZZTIME)"; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) \
+			-fuzzminimizetime=$(FUZZMINIMIZETIME) $$pkg; \
+	done
+
+fuzz-list:
+	@for t in $(FUZZ_TARGETS); do echo $$t; done
+
+# Known vulnerabilities in the modules and the standard library the code
+# reaches. Needs govulncheck (go install golang.org/x/vuln/cmd/govulncheck@latest)
+# and network access to its database, https://vuln.go.dev; not part of
+# `make test` because CI machines may not reach it.
+GOVULNCHECK ?= govulncheck
+.PHONY: vulncheck
+vulncheck:
+	$(GOVULNCHECK) ./...
+	cd bench && $(GOVULNCHECK) ./...
+
 # Regenerates api/lodestonepb from the .proto files. Needs protoc
 # (Debian: protobuf-compiler) and the Go plugins:
 #   go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12

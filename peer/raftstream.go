@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"syscall"
 	"time"
 
@@ -207,23 +208,40 @@ func (f *frameReader) next() ([]byte, error) {
 	if n == 0 || n > maxMsgBytes {
 		return nil, fmt.Errorf("frame of %d bytes: want 1 to %d", n, maxMsgBytes)
 	}
-	var b []byte
-	switch {
-	case n > frameKeep:
-		b = make([]byte, n)
-	case cap(f.buf) < int(n):
-		f.buf = make([]byte, n)
-		fallthrough
-	default:
-		b = f.buf[:n]
+	var keep []byte
+	if n <= frameKeep {
+		keep = f.buf
 	}
-	if _, err := io.ReadFull(f.r, b); err != nil {
+	b, err := readGrowing(f.r, keep, int(n))
+	if err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF // NB: the length came; its payload did not
 		}
 		return nil, fmt.Errorf("frame of %d bytes: %w", n, err)
 	}
+	if n <= frameKeep {
+		f.buf = b[:0]
+	}
 	return b, nil
+}
+
+// readGrowing reads n bytes into buf's storage, growing it as the bytes
+// arrive rather than to n at once: a length is only a claim, and four
+// bytes claiming 64 MiB must not cost 64 MiB (FuzzRaftStreamFrames).
+func readGrowing(r io.Reader, buf []byte, n int) ([]byte, error) {
+	const first = 32 << 10
+	buf = buf[:0]
+	for len(buf) < n {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, min(n-len(buf), max(len(buf), first)))
+		}
+		m, err := io.ReadFull(r, buf[len(buf):min(n, cap(buf))])
+		buf = buf[:len(buf)+m]
+		if err != nil {
+			return buf, err
+		}
+	}
+	return buf, nil
 }
 
 // message reads one message.

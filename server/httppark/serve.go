@@ -131,6 +131,12 @@ func peekHead(br *bufio.Reader) ([]byte, error) {
 // would make net/http treat it differently from how serveConn does: no
 // body, no Expect, no Upgrade.
 func bodilessGET(head []byte) bool {
+	// NB: net/http also ends a line at a bare LF, so a field after one
+	// ("X: a\nContent-Length: 5") is a field to it and not to the loop
+	// below, and its head may end before ours: leave those to it.
+	if bytes.Count(head, []byte("\n")) != bytes.Count(head, []byte("\r\n")) {
+		return false
+	}
 	line, rest, _ := bytes.Cut(head, []byte("\r\n"))
 	if !bytes.HasPrefix(line, []byte("GET ")) || !bytes.HasSuffix(line, []byte(" HTTP/1.1")) {
 		return false
