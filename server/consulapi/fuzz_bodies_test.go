@@ -161,7 +161,9 @@ func (b *storeBackend) Leader() (string, bool, time.Duration)          { return 
 func (b *storeBackend) Peers() []string                                { return []string{"127.0.0.1:7401"} }
 func (b *storeBackend) Limits() store.Limits                           { return store.DefaultLimits() }
 func (b *storeBackend) Agent() (string, string)                        { return "n1", "127.0.0.1" }
-func (b *storeBackend) Authorize(string) (*acl.Authorizer, error)      { return acl.AllowAll("fuzz"), nil }
+func (b *storeBackend) Authorize(context.Context, string) (*acl.Authorizer, error) {
+	return acl.AllowAll("fuzz"), nil
+}
 
 // stateOf renders what the Consul API can write: every key, node (with
 // its services and checks), session and ACL policy, role and token, with
