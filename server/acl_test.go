@@ -23,17 +23,7 @@ func withACLs(c *Config) { c.ACL = acl.Config{Enabled: true, DefaultPolicy: acl.
 // consulAs is the official client on member name, sending secret.
 func consulAs(t *testing.T, c *testCluster, name, secret string) *consul.Client {
 	t.Helper()
-	cfg := consul.DefaultConfig()
-	cfg.Address = c.servers[name].HTTPAddr()
-	cfg.Token = secret
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
-	cfg.HttpClient = &http.Client{Transport: retryNoLeader{tr}}
-	cl, err := consul.NewClient(cfg)
-	if err != nil {
-		t.Fatalf("consul client: %v", err)
-	}
-	return cl
+	return newConsulClient(t, c, name, secret, func(tr http.RoundTripper) http.RoundTripper { return retryNoLeader{tr} })
 }
 
 // grpcAs dials member name's client port sending secret with every call.

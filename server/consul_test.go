@@ -15,16 +15,29 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// consulClient returns the official Consul Go client pointed at a member.
+// consulClient returns the official Consul Go client pointed at a member,
+// retrying "No cluster leader" answers (retryNoLeader).
 func consulClient(t *testing.T, c *testCluster, name string) *consul.Client {
+	t.Helper()
+	return newConsulClient(t, c, name, "", func(tr http.RoundTripper) http.RoundTripper { return retryNoLeader{tr} })
+}
+
+// newConsulClient is the official client on member name sending secret,
+// its transport wrapped by wrap (nil: every answer reaches the test).
+func newConsulClient(t *testing.T, c *testCluster, name, secret string, wrap func(http.RoundTripper) http.RoundTripper) *consul.Client {
 	t.Helper()
 	cfg := consul.DefaultConfig()
 	cfg.Address = c.servers[name].HTTPAddr()
+	cfg.Token = secret
 	// NB: a private transport, closed with the test, so no idle keep-alive
 	// goroutine outlives it.
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	cfg.HttpClient = &http.Client{Transport: retryNoLeader{tr}}
+	var rt http.RoundTripper = tr
+	if wrap != nil {
+		rt = wrap(tr)
+	}
+	cfg.HttpClient = &http.Client{Transport: rt}
 	cl, err := consul.NewClient(cfg)
 	if err != nil {
 		t.Fatalf("consul client: %v", err)

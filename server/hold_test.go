@@ -26,16 +26,7 @@ import (
 // with nothing in front of its transport: every answer reaches the test.
 func plainConsulClient(t *testing.T, c *testCluster, name string) *consul.Client {
 	t.Helper()
-	cfg := consul.DefaultConfig()
-	cfg.Address = c.servers[name].HTTPAddr()
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
-	cfg.HttpClient = &http.Client{Transport: tr}
-	cl, err := consul.NewClient(cfg)
-	if err != nil {
-		t.Fatalf("consul client: %v", err)
-	}
-	return cl
+	return newConsulClient(t, c, name, "", nil)
 }
 
 // restartLeaderUnderLoad runs op in a loop on a follower while the leader
