@@ -300,6 +300,7 @@ func runOnce(ctx context.Context, sys system, workDir string, n int, name string
 	logf("driving %s: %d clients over %d connections to leader %s for %s + %s warm-up",
 		sys.name, n, nconn, c.leader, *flagDuration, *flagWarmup)
 	cpu0 := c.cpuTime()
+	self0, selfErr := harness.CPUTime(os.Getpid())
 	prof := c.profile(ctx, *flagWarmup, *flagDuration, *flagPprof, name)
 	res, err := harness.Drive(ctx, harness.DriveConfig{Clients: n, Warmup: *flagWarmup, Duration: *flagDuration},
 		func(ctx context.Context, client, seq int) error {
@@ -319,6 +320,13 @@ func runOnce(ctx context.Context, sys system, workDir string, n int, name string
 	if cpu := c.cpuTime() - cpu0; cpu > 0 && res.Throughput() > 0 {
 		ops := res.Throughput() * (*flagWarmup + *flagDuration).Seconds()
 		note += fmt.Sprintf(" server-cpu=%.0fus/op", float64(cpu.Microseconds())/ops)
+		// NB: the load generator has a core of its own, shared with the
+		// machine's other work; near a core per second it, not the
+		// servers, bounds the throughput (TLS costs it too).
+		if self1, err := harness.CPUTime(os.Getpid()); err == nil && selfErr == nil {
+			wall := (*flagWarmup + *flagDuration).Seconds()
+			note += fmt.Sprintf(" client-cpu=%.0fus/op (%.2f cores)", float64((self1-self0).Microseconds())/ops, (self1-self0).Seconds()/wall)
+		}
 	}
 	logf("stopping %s", sys.name)
 	if res.Ops() == 0 {
