@@ -2,6 +2,7 @@ package acl
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
@@ -12,9 +13,9 @@ import (
 func CheckCommand(a *Authorizer, c Catalog, cmd *lodestonepb.Command) error {
 	switch op := cmd.Op.(type) {
 	case *lodestonepb.Command_Put:
-		return a.Check(ResourceKey, string(op.Put.Key), AccessWrite)
+		return CheckPut(a, op.Put)
 	case *lodestonepb.Command_Delete:
-		return CheckUnder(a, ResourceKey, string(op.Delete.Key), op.Delete.Prefix, AccessWrite)
+		return CheckDelete(a, op.Delete)
 	case *lodestonepb.Command_Txn:
 		return CheckTxn(a, op.Txn)
 	case *lodestonepb.Command_CatalogRegister:
@@ -31,6 +32,28 @@ func CheckCommand(a *Authorizer, c Catalog, cmd *lodestonepb.Command) error {
 		return a.Check(ResourceSession, c.SessionNode(op.SessionRenew.Id), AccessWrite)
 	}
 	return a.Check(ResourceOperator, "", AccessWrite)
+}
+
+// CheckPut checks a put: write on its key. The gRPC door calls it on the
+// request itself rather than wrap it in a Command per call.
+func CheckPut(a *Authorizer, p *lodestonepb.PutRequest) error {
+	return CheckKey(a, p.Key, AccessWrite)
+}
+
+// CheckDelete checks a delete: write on its key, or on every key under
+// it for a prefix delete.
+func CheckDelete(a *Authorizer, d *lodestonepb.DeleteRequest) error {
+	return CheckUnder(a, ResourceKey, string(d.Key), d.Prefix, AccessWrite)
+}
+
+// CheckKey is Check on a key held as bytes. NB: Allowed keeps no
+// reference to the name, so the key's bytes serve as it without a copy;
+// only a refusal copies them, into its DeniedError.
+func CheckKey(a *Authorizer, key []byte, want Access) error {
+	if a.Allowed(ResourceKey, unsafe.String(unsafe.SliceData(key), len(key)), want) {
+		return nil
+	}
+	return a.Check(ResourceKey, string(key), want)
 }
 
 // CheckUnder checks want on name, or, when under, on every name that
@@ -56,7 +79,13 @@ func CheckTxn(a *Authorizer, t *lodestonepb.TxnRequest) error {
 		case lodestonepb.TxnOp_DELETE_PREFIX:
 			under = true
 		}
-		if err := CheckUnder(a, ResourceKey, string(op.Key), under, want); err != nil {
+		var err error
+		if under {
+			err = CheckUnder(a, ResourceKey, string(op.Key), true, want)
+		} else {
+			err = CheckKey(a, op.Key, want)
+		}
+		if err != nil {
 			return fmt.Errorf("operation %d: %w", i, err)
 		}
 	}

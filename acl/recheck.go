@@ -18,9 +18,18 @@ const RecheckTimeout = 2 * time.Second
 // member to what the leader had committed; it is bounded by
 // RecheckTimeout. Only refusals pay for it.
 func Recheck(ctx context.Context, catchUp func(context.Context) error, check func() error) error {
-	err := check()
+	if err := check(); err != nil {
+		return recheck(ctx, catchUp, check, err)
+	}
+	return nil
+}
+
+// recheck is Recheck after check returned err. NB: a function of its own
+// so that errors.As's target, which escapes, is allocated only on a
+// refusal and not on every authorized call.
+func recheck(ctx context.Context, catchUp func(context.Context) error, check func() error, err error) error {
 	var de *DeniedError
-	if err == nil || (!errors.As(err, &de) && !errors.Is(err, ErrNotFound)) {
+	if !errors.As(err, &de) && !errors.Is(err, ErrNotFound) {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, RecheckTimeout)

@@ -45,6 +45,9 @@ type system struct {
 	// (etcd: Authenticate on it); otherwise a bench connection is a dial
 	// with the cluster's connOptions.
 	login func(ctx context.Context, sys system, addr string) (*grpc.ClientConn, error)
+	// profiles: its members serve /debug/pprof on their HTTP port when
+	// started with -pprof.
+	profiles bool
 }
 
 // dial opens one gRPC connection to addr with the system's options, over
@@ -74,6 +77,8 @@ type cluster struct {
 	// connOptions are added to every bench connection (a secure
 	// Lodestone's ACL token); set by the system's prepare.
 	connOptions []grpc.DialOption
+	// mgmtToken is a secure Lodestone's management token (prepare).
+	mgmtToken string
 }
 
 // connect opens one bench connection to addr (authenticated, for a secure

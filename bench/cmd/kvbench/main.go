@@ -39,6 +39,7 @@ var (
 	flagWorkDir    = flag.String("work-dir", "", "where binaries and data dirs go (default: the system temp dir)")
 	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep       = flag.Bool("keep", false, "keep binaries, data dirs and server logs after the run")
+	flagPprof      = flag.String("pprof", "", "directory for CPU and allocation profiles of every Lodestone server over each run's measured window (SYSTEM-cN-rREP-ROLE.pprof, .allocs-base.pprof and .allocs.pprof; ROLE leader, f1, f2); runs Lodestone with --enable-pprof and fetches them over TLS with the management token on a secure run, so a profiled run's figures are not the benchmark's")
 	flagSecure     = flag.Bool("secure", true, fmt.Sprintf("also run each system secured (mutual TLS on every port, Lodestone ACLs / etcd auth) at %d clients", secureClients))
 )
 
@@ -159,7 +160,7 @@ func run(ctx context.Context) error {
 			}
 			n := st.clients
 			for _, sys := range order {
-				res, note, err := runOnce(ctx, sys, tmp, n)
+				res, note, err := runOnce(ctx, sys, tmp, n, fmt.Sprintf("%s-c%d-r%d", sys.name, n, rep+1))
 				if err != nil {
 					return fmt.Errorf("rep %d, %d clients: %w", rep+1, n, err)
 				}
@@ -268,7 +269,7 @@ func secureLines(lodeSec, peerSec, lodePlain float64) []harness.Line {
 // runOnce starts a fresh cluster of sys, drives n clients against its
 // leader and stops it. note flags anything a reader should know about the
 // run (errors, a leader change).
-func runOnce(ctx context.Context, sys system, workDir string, n int) (_ harness.Result, note string, err error) {
+func runOnce(ctx context.Context, sys system, workDir string, n int, name string) (_ harness.Result, note string, err error) {
 	logf("starting %s cluster for %d clients", sys.name, n)
 	c, err := startCluster(ctx, sys, workDir, *flagServerCPUs)
 	if err != nil {
@@ -299,11 +300,16 @@ func runOnce(ctx context.Context, sys system, workDir string, n int) (_ harness.
 	logf("driving %s: %d clients over %d connections to leader %s for %s + %s warm-up",
 		sys.name, n, nconn, c.leader, *flagDuration, *flagWarmup)
 	cpu0 := c.cpuTime()
+	self0, selfErr := harness.CPUTime(os.Getpid())
+	prof := c.profile(ctx, *flagWarmup, *flagDuration, *flagPprof, name)
 	res, err := harness.Drive(ctx, harness.DriveConfig{Clients: n, Warmup: *flagWarmup, Duration: *flagDuration},
 		func(ctx context.Context, client, seq int) error {
 			key := fmt.Appendf(nil, "kvbench/%03d/%09d", client, seq)
 			return puts[client%nconn](ctx, key, values[client])
 		})
+	if perr := prof(); perr != nil && err == nil {
+		err = fmt.Errorf("profile %s: %w", sys.name, perr)
+	}
 	if err != nil {
 		return harness.Result{}, "", err
 	}
@@ -314,6 +320,13 @@ func runOnce(ctx context.Context, sys system, workDir string, n int) (_ harness.
 	if cpu := c.cpuTime() - cpu0; cpu > 0 && res.Throughput() > 0 {
 		ops := res.Throughput() * (*flagWarmup + *flagDuration).Seconds()
 		note += fmt.Sprintf(" server-cpu=%.0fus/op", float64(cpu.Microseconds())/ops)
+		// NB: the load generator has a core of its own, shared with the
+		// machine's other work; near a core per second it, not the
+		// servers, bounds the throughput (TLS costs it too).
+		if self1, err := harness.CPUTime(os.Getpid()); err == nil && selfErr == nil {
+			wall := (*flagWarmup + *flagDuration).Seconds()
+			note += fmt.Sprintf(" client-cpu=%.0fus/op (%.2f cores)", float64((self1-self0).Microseconds())/ops, (self1-self0).Seconds()/wall)
+		}
 	}
 	logf("stopping %s", sys.name)
 	if res.Ops() == 0 {

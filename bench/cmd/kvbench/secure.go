@@ -88,19 +88,20 @@ func newSecureFiles(dir string, names []string) (*secureFiles, error) {
 // as an operator would: bootstrap the ACL system on the leader (the
 // management token), create a policy that may write the bench prefix and
 // nothing else, and a token with it. Every bench connection then sends
-// that token with each call (x-consul-token, as the Go client does).
-func lodestoneACL(ctx context.Context, sec *secureFiles, httpAddr string) (grpc.DialOption, error) {
+// that token with each call (x-consul-token, as the Go client does). It
+// also returns the management token's secret (-pprof uses it).
+func lodestoneACL(ctx context.Context, sec *secureFiles, httpAddr string) (_ grpc.DialOption, mgmtSecret string, _ error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = sec.client
 	defer tr.CloseIdleConnections()
 	cli, err := consul.NewClient(&consul.Config{Address: httpAddr, Scheme: "https", HttpClient: &http.Client{Transport: tr}})
 	if err != nil {
-		return nil, fmt.Errorf("consul api client: %w", err)
+		return nil, "", fmt.Errorf("consul api client: %w", err)
 	}
 	q := (&consul.WriteOptions{}).WithContext(ctx)
 	mgmt, _, err := cli.ACL().Bootstrap()
 	if err != nil {
-		return nil, fmt.Errorf("acl bootstrap on %s: %w", httpAddr, err)
+		return nil, "", fmt.Errorf("acl bootstrap on %s: %w", httpAddr, err)
 	}
 	q.Token = mgmt.SecretID
 	pol, _, err := cli.ACL().PolicyCreate(&consul.ACLPolicy{
@@ -108,16 +109,16 @@ func lodestoneACL(ctx context.Context, sec *secureFiles, httpAddr string) (grpc.
 		Rules: fmt.Sprintf("key_prefix %q { policy = \"write\" }", benchPrefix),
 	}, q)
 	if err != nil {
-		return nil, fmt.Errorf("acl policy create: %w", err)
+		return nil, "", fmt.Errorf("acl policy create: %w", err)
 	}
 	tok, _, err := cli.ACL().TokenCreate(&consul.ACLToken{
 		Description: "kvbench writer",
 		Policies:    []*consul.ACLTokenPolicyLink{{ID: pol.ID}},
 	}, q)
 	if err != nil {
-		return nil, fmt.Errorf("acl token create: %w", err)
+		return nil, "", fmt.Errorf("acl token create: %w", err)
 	}
-	return grpc.WithPerRPCCredentials(token.PerRPC(tok.SecretID)), nil
+	return grpc.WithPerRPCCredentials(token.PerRPC(tok.SecretID)), mgmt.SecretID, nil
 }
 
 // etcd's users: root (auth enable needs it) and the bench's, whose role may

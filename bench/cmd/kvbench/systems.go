@@ -45,8 +45,9 @@ func lodestoneSystem(bin string, sec *secureFiles) system {
 		name += secureSuffix
 	}
 	return system{
-		name: name,
-		sec:  sec,
+		name:     name,
+		sec:      sec,
+		profiles: true,
 		// client/ dials with fixed flow-control windows; clientv3 keeps
 		// gRPC's defaults (bandwidth estimation on).
 		dialOptions: grpcopt.DialOptions(),
@@ -60,6 +61,9 @@ func lodestoneSystem(bin string, sec *secureFiles) system {
 				"--listen-http", http[i],
 				"--initial-cluster", initialCluster(names, peers),
 				"--log-level", logLevel,
+			}
+			if *flagPprof != "" {
+				args = append(args, "--enable-pprof")
 			}
 			if sec != nil {
 				args = append(args,
@@ -78,11 +82,12 @@ func lodestoneSystem(bin string, sec *secureFiles) system {
 			if sec == nil {
 				return nil
 			}
-			opt, err := lodestoneACL(ctx, sec, c.http[slices.Index(c.clients, c.leader)])
+			opt, mgmt, err := lodestoneACL(ctx, sec, c.http[slices.Index(c.clients, c.leader)])
 			if err != nil {
 				return err
 			}
 			c.connOptions = append(c.connOptions, opt)
+			c.mgmtToken = mgmt
 			return nil
 		},
 		leader: func(ctx context.Context, sys system, clients []string) (string, error) {
