@@ -132,10 +132,11 @@ type envNode struct {
 	faults *Faults
 	peers  map[uint64]bool // what the Node told its Sender: SetPeer adds, RemovePeer drops
 
-	diskHeld  bool  // log writes stay queued
-	diskFails bool  // the journal's writes and syncs fail
-	stopped   error // what stopped the loop; nil while it runs
-	votesSent int   // MsgPreVote and MsgVote sent, so campaign sees a new election
+	diskHeld  bool       // log writes stay queued
+	diskFails bool       // the journal's writes and syncs fail
+	stopped   error      // what stopped the loop; nil while it runs
+	votesSent int        // MsgPreVote and MsgVote sent, so campaign sees a new election
+	queued    []proposal // registered by propose queued, not yet handed to the loop
 	seen      nodeView
 }
 

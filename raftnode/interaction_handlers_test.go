@@ -134,6 +134,9 @@ func (env *interactionEnv) handlePropose(t *testing.T, d *datadriven.TestData) {
 	en := env.nodeArg(t, d, 0)
 	var batch []proposal
 	for _, arg := range d.CmdArgs[1:] {
+		if arg.Key == "queued" && len(arg.Vals) == 0 {
+			continue
+		}
 		if len(arg.Vals) != 1 {
 			d.Fatalf(t, "propose: want KEY=VALUE, got %s", arg)
 		}
@@ -152,6 +155,24 @@ func (env *interactionEnv) handlePropose(t *testing.T, d *datadriven.TestData) {
 		env.printf("%s: put %s=%s on %s", label, arg.Key, arg.Vals[0], en.name)
 		env.proposals = append(env.proposals, envProposal{label: label, node: en, ch: en.n.waits.register(id)})
 	}
+	if d.HasArg("queued") {
+		// Propose has registered the waiters; the batch has not reached
+		// the loop yet.
+		en.queued = append(en.queued, batch...)
+		return
+	}
+	env.submit(en, batch)
+}
+
+// handleSubmit hands a node's queued proposals to its loop.
+func (env *interactionEnv) handleSubmit(t *testing.T, d *datadriven.TestData) {
+	en := env.nodeArg(t, d, 0)
+	batch := en.queued
+	en.queued = nil
+	env.submit(en, batch)
+}
+
+func (env *interactionEnv) submit(en *envNode, batch []proposal) {
 	env.step(en, func() error {
 		for _, p := range batch {
 			en.n.proposeOne(p)

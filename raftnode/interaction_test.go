@@ -49,9 +49,13 @@ import (
 //	    Crash N (log writes still queued are lost) and start it again
 //	    from its directory with a new store: it restores the newest
 //	    snapshot and replays its log.
-//	propose N KEY=VALUE...
+//	propose N KEY=VALUE... [queued]
 //	    Propose a put per pair on N in one batch; prints their labels (p1,
-//	    ...), and later each one's outcome.
+//	    ...), and later each one's outcome. With queued, the waiters are
+//	    registered but the batch stays on its way to the loop (proposeC)
+//	    until submit N.
+//	submit N
+//	    Hand N's queued proposals to its loop.
 //	read-index N
 //	    Start a linearizable read on N (r1, ...).
 //	add-member N name=NAME [learner]
@@ -108,6 +112,8 @@ func (env *interactionEnv) handle(t *testing.T, d *datadriven.TestData) string {
 		err = env.restart(env.nodeArg(t, d, 0))
 	case "propose":
 		env.handlePropose(t, d)
+	case "submit":
+		env.handleSubmit(t, d)
 	case "read-index":
 		env.handleReadIndex(t, d)
 	case "add-member":

@@ -155,7 +155,11 @@ func (n *Node) proposeOne(p proposal) {
 	if err := n.rn.Propose(p.data); err != nil {
 		n.metrics.proposals.WithLabelValues("dropped").Inc()
 		n.waits.trigger(p.id, proposalResult{err: ErrNoLeader})
+		return
 	}
+	// NB: only now may a leader change orphan it: raft appended or
+	// forwarded it in the current term, and no later (orphans.go).
+	n.waits.submitted(p.id)
 }
 
 func (n *Node) step(first raftpb.Message) {

@@ -64,6 +64,7 @@ func (n *Node) proposeConfChange(c confRequest) error {
 	if err := n.rn.ProposeConfChange(c.cc); err != nil {
 		return ErrNoLeader
 	}
+	n.waits.submitted(c.id)
 	n.confInFlight = c.id
 	return nil
 }

@@ -16,7 +16,10 @@ import (
 // were about to succeed.
 //
 // So with Config.LeaderChangeWait set, the waiters of a leader change are
-// kept as a batch with the term of the leader they were sent to, T. Once
+// kept as a batch with the term of the leader they were sent to, T. Only
+// the waiters whose proposals the loop already handed to raft (in term T
+// or earlier) are: one registered but still on its way to the loop is
+// taken by raft after the change, in a later term, and may commit there. Once
 // this member applies an entry of a later term, every entry of term T or
 // earlier that will ever commit lies before it, and is applied. A
 // proposal still waiting then was never appended by a leader of term T or

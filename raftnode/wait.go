@@ -19,18 +19,37 @@ type proposalResult struct {
 // applies (or fails). Unknown ids are ignored: another node proposed them.
 type waitRegistry struct {
 	mu sync.Mutex
-	m  map[uint64]chan proposalResult
+	m  map[uint64]*waiter
+}
+
+// waiter is one registered proposal.
+type waiter struct {
+	ch chan proposalResult
+	// submitted: the loop handed the proposal to raft (proposeOne,
+	// proposeConfChange). Until then no log can hold it, and a leader
+	// change does not concern it: raft takes it in whatever term the
+	// loop reaches it (orphans.go).
+	submitted bool
 }
 
 func (w *waitRegistry) register(id uint64) <-chan proposalResult {
 	ch := make(chan proposalResult, 1)
 	w.mu.Lock()
 	if w.m == nil {
-		w.m = make(map[uint64]chan proposalResult)
+		w.m = make(map[uint64]*waiter)
 	}
-	w.m[id] = ch
+	w.m[id] = &waiter{ch: ch}
 	w.mu.Unlock()
 	return ch
+}
+
+// submitted records that the loop handed id's proposal to raft.
+func (w *waitRegistry) submitted(id uint64) {
+	w.mu.Lock()
+	if wt, ok := w.m[id]; ok {
+		wt.submitted = true
+	}
+	w.mu.Unlock()
 }
 
 func (w *waitRegistry) cancel(id uint64) {
@@ -41,21 +60,25 @@ func (w *waitRegistry) cancel(id uint64) {
 
 func (w *waitRegistry) trigger(id uint64, r proposalResult) {
 	w.mu.Lock()
-	ch, ok := w.m[id]
+	wt, ok := w.m[id]
 	delete(w.m, id)
 	w.mu.Unlock()
 	if ok {
-		ch <- r // buffered: never blocks the apply loop
+		wt.ch <- r // buffered: never blocks the apply loop
 	}
 }
 
-// pending lists the ids waiting now.
+// pending lists the ids waiting now whose proposals were handed to raft.
+// NB: not those registered but still on their way to the loop: raft takes
+// them after the caller's leader change, in a later term.
 func (w *waitRegistry) pending() []uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	ids := make([]uint64, 0, len(w.m))
-	for id := range w.m {
-		ids = append(ids, id)
+	for id, wt := range w.m {
+		if wt.submitted {
+			ids = append(ids, id)
+		}
 	}
 	return ids
 }
@@ -66,8 +89,8 @@ func (w *waitRegistry) failAll(err error) {
 	m := w.m
 	w.m = nil
 	w.mu.Unlock()
-	for _, ch := range m {
-		ch <- proposalResult{err: err}
+	for _, wt := range m {
+		wt.ch <- proposalResult{err: err}
 	}
 }
 
