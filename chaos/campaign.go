@@ -336,8 +336,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Outcome, error) {
 	if hostileCl != nil {
 		hs := hostileCl.Summary()
 		sum.Hostile = &hs
-		fmt.Fprintf(out, "chaos: hostile: %s\n", hs.Line())
-		logger.Info("hostile client", "summary", hs.Line())
+		fmt.Fprintf(out, "chaos: hostile: %s\n", hs.Head())
+		for _, l := range hs.Lines() {
+			fmt.Fprintf(out, "chaos: hostile:   %s\n", l)
+		}
 	}
 	if err := report.Write(dir, sum, h); err != nil {
 		return nil, err

@@ -262,10 +262,15 @@ func (s Summary) Lines() []string {
 }
 
 // Refused sums the outcomes that are refusals (a status of 4xx, a gRPC
-// code other than OK, a connection refused at accept, a watch refused).
+// code other than OK, a connection refused at accept, a watch refused);
+// total counts every attempt (not the slowloris bytes nor the closes of
+// held connections, which are observations).
 func (s Summary) Refused() (refused, total int) {
 	for _, m := range s.Counts {
 		for o, n := range m {
+			if o == "byte sent" || o == "closed by the server" {
+				continue
+			}
 			total += n
 			if isRefusal(o) {
 				refused += n
@@ -280,10 +285,10 @@ func isRefusal(o string) bool {
 		o == "InvalidArgument" || o == "PermissionDenied" || o == "ResourceExhausted"
 }
 
-// Line is a one-line account for the log.
-func (s Summary) Line() string {
+// Head is the summary's first line.
+func (s Summary) Head() string {
 	r, t := s.Refused()
-	return fmt.Sprintf("%d attempts, %d refused by a limit or ACL; %s", t, r, strings.Join(s.Lines(), "; "))
+	return fmt.Sprintf("%d attempts, %d refused by a limit or ACL", t, r)
 }
 
 // dial opens a TCP connection from the client's source address.

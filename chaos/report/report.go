@@ -104,8 +104,7 @@ func (s Summary) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  %-18s %d\n", k, s.OpsByKind[k])
 	}
 	if s.Hostile != nil {
-		r, t := s.Hostile.Refused()
-		fmt.Fprintf(w, "\nhostile client: %d attempts, %d refused by a limit or ACL\n", t, r)
+		fmt.Fprintf(w, "\nhostile client: %s\n", s.Hostile.Head())
 		for _, l := range s.Hostile.Lines() {
 			fmt.Fprintf(w, "  %s\n", l)
 		}
