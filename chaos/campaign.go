@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/lodestone-kv/lodestone/chaos/check"
 	"github.com/lodestone-kv/lodestone/chaos/cluster"
 	"github.com/lodestone-kv/lodestone/chaos/history"
+	"github.com/lodestone-kv/lodestone/chaos/hostile"
 	"github.com/lodestone-kv/lodestone/chaos/nemesis"
 	"github.com/lodestone-kv/lodestone/chaos/netns"
 	"github.com/lodestone-kv/lodestone/chaos/report"
@@ -51,6 +54,10 @@ type Config struct {
 	// workloads carry a token limited to what they do
 	// (workload.ACLRules).
 	Plaintext bool
+	// Hostile runs the hostile client (chaos/hostile) beside the checked
+	// workloads for the whole campaign, from its own source address
+	// (netns.HostileIP) with its own certificate and token.
+	Hostile bool
 	// StaleReads makes the workloads read with STALE consistency (a
 	// self-test: the checkers must report anomalies).
 	StaleReads bool
@@ -80,8 +87,38 @@ func Full() Config {
 	return Config{
 		Nodes: 3, Duration: 10 * time.Minute, Kinds: nemesis.AllKinds, PerKind: 22,
 		TickInterval: 50 * time.Millisecond, ElectionTicks: 10,
-		RegisterWorkers: 6, CounterWorkers: 2, SetWorkers: 1, Watchers: 2, LockWorkers: 3,
+		RegisterWorkers: 6, CounterWorkers: 2, SetWorkers: 1, Watchers: 2, LockWorkers: 3, Hostile: true,
 		Think: 10 * time.Millisecond, OpTimeout: 2 * time.Second, CheckTimeout: 60 * time.Second,
+	}
+}
+
+// hostileLimits are the limits every campaign's servers run with (also
+// without the hostile client, so runs compare): the per-client
+// connection caps and watch limits are set low so the hostile client
+// reaches them with little load; the byte and op caps are the defaults.
+// The checked clients use two gRPC connections per node (the workloads'
+// and the harness's), one watch per stream, and one HTTP connection at
+// a time.
+var hostileLimits = hostile.Limits{
+	GRPCConnsPerClient: 16, HTTPConnsPerClient: 16, WatchesPerStream: 64, WatchesPerConn: 256,
+	TxnRequestBytes: 512 << 10, ValueBytes: 512 << 10, TxnOps: 64, RequestBytes: 4 << 20,
+}
+
+// HostileRules is the hostile client's ACL policy: its own prefix, no
+// more, so its abuse is authenticated but narrow.
+const HostileRules = `key_prefix "hostile/" { policy = "write" }
+`
+
+func limitArgs(l hostile.Limits) []string {
+	return []string{
+		"--max-grpc-connections-per-client", fmt.Sprint(l.GRPCConnsPerClient),
+		"--max-http-connections-per-client", fmt.Sprint(l.HTTPConnsPerClient),
+		"--max-watches-per-stream", fmt.Sprint(l.WatchesPerStream),
+		"--max-watches-per-connection", fmt.Sprint(l.WatchesPerConn),
+		"--max-txn-request-bytes", fmt.Sprint(l.TxnRequestBytes),
+		"--max-value-bytes", fmt.Sprint(l.ValueBytes),
+		"--max-txn-ops", fmt.Sprint(l.TxnOps),
+		"--max-request-bytes", fmt.Sprint(l.RequestBytes),
 	}
 }
 
@@ -138,7 +175,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Outcome, error) {
 		"--snapshot-entries", "2000", "--catch-up-entries", "500",
 		// The slow-disk-kill fault sets a log-write delay through them.
 		"--fault-hooks",
-	}, cfg.ServerArgs...)
+	}, append(limitArgs(hostileLimits), cfg.ServerArgs...)...)
 
 	h := history.New()
 	interrupted := false
@@ -161,6 +198,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Outcome, error) {
 		Binary: cfg.Binary, Dir: dir, Nodes: cfg.Nodes, ServerArgs: serverArgs,
 		DialOptions: workload.DialOptions(), Logger: logger,
 		Plaintext: cfg.Plaintext, WorkloadRules: workload.ACLRules, ClusterToken: "chaos-" + id,
+		HostileRules: HostileRules,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start cluster: %w", err)
@@ -172,6 +210,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Outcome, error) {
 		return nil, fmt.Errorf("security check: %w", err)
 	}
 	fmt.Fprintf(out, "chaos: security: %s\n", security)
+	hostileCl, stopHostile := startHostile(c, cfg.Hostile, logger)
+	defer stopHostile()
+	if hostileCl != nil {
+		fmt.Fprintf(out, "chaos: hostile client on every node from %s\n", netns.HostileIP)
+	}
 
 	env := &workload.Env{H: h, Nodes: c.Nodes, Logger: logger, OpTimeout: cfg.OpTimeout, Think: cfg.Think,
 		StaleReads: cfg.StaleReads, Seed: cfg.Seed}
@@ -270,6 +313,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Outcome, error) {
 	if watch.Disabled() {
 		h.Note("watch: the server does not serve Watch; watch checker skipped")
 	}
+	stopHostile()
 	stopWatch()
 	watchWG.Wait()
 	stopMon()
@@ -287,7 +331,16 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Outcome, error) {
 	sum := report.Build(report.Meta{
 		ID: id, Seed: cfg.Seed, Nodes: cfg.Nodes, Duration: cfg.Duration.String(), Binary: cfg.Binary,
 		ServerArgs: serverArgs, Security: security, StaleReads: cfg.StaleReads, Command: cfg.Command, Interrupted: interrupted,
+		Hostile: map[bool]string{true: "on", false: "off (--no-hostile)"}[cfg.Hostile],
 	}, h, results, check.Availability(h))
+	if hostileCl != nil {
+		hs := hostileCl.Summary()
+		sum.Hostile = &hs
+		fmt.Fprintf(out, "chaos: hostile: %s\n", hs.Head())
+		for _, l := range hs.Lines() {
+			fmt.Fprintf(out, "chaos: hostile:   %s\n", l)
+		}
+	}
 	if err := report.Write(dir, sum, h); err != nil {
 		return nil, err
 	}
@@ -296,6 +349,29 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Outcome, error) {
 		return o, ctx.Err()
 	}
 	return o, nil
+}
+
+// startHostile starts the hostile client against every node slot (on
+// means cfg.Hostile); stop ends it and waits until every connection and
+// goroutine it made is gone, and may be called more than once.
+func startHostile(c *cluster.Cluster, on bool, logger *slog.Logger) (*hostile.Client, func()) {
+	if !on {
+		return nil, func() {}
+	}
+	hc := hostile.Config{LocalIP: netns.HostileIP, Prefix: "hostile/", Forbidden: check.Prefix + "hostile-may-not-read",
+		Limits: hostileLimits, Logger: logger}
+	if sec := c.Security(); sec != nil {
+		hc.TLS, hc.Token = sec.HostileTLS(), sec.Hostile
+	}
+	for _, n := range c.Nodes {
+		hc.Targets = append(hc.Targets, hostile.Target{Name: n.Name(),
+			GRPCAddr: net.JoinHostPort(n.IP, strconv.Itoa(netns.GRPCPort)), HTTPAddr: net.JoinHostPort(n.IP, strconv.Itoa(netns.HTTPPort))})
+	}
+	cl := hostile.New(hc)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); cl.Run(ctx) }()
+	return cl, sync.OnceFunc(func() { cancel(); <-done })
 }
 
 // Check runs every checker on a history; visualizations go to dir.

@@ -7,6 +7,7 @@
 //
 //	go run ./chaos --smoke            # ~60 s, two faults of every kind (CI)
 //	go run ./chaos --smoke --plaintext  # the same without TLS and ACLs
+//	go run ./chaos --smoke --no-hostile # without the hostile client
 //	go run ./chaos                    # 10 min, every kind >= 20 times
 //	go run ./chaos check chaos/runs/ID  # re-check a saved history
 //	go run ./chaos cleanup            # remove a crashed run's namespaces
@@ -84,6 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	unsafeStale := fs.Bool("unsafe-stale-reads", false, "start servers with the hidden --unsafe-stale-reads (the harness must then report anomalies)")
 	clientStale := fs.Bool("client-stale-reads", false, "self-test: workloads read with STALE consistency (anomalies expected)")
 	plaintext := fs.Bool("plaintext", false, "run the cluster without TLS and ACLs (default: TLS with client certificates on every port, ACLs on, the workloads with a token of their own)")
+	noHostile := fs.Bool("no-hostile", false, "do not run the hostile client (by default it abuses every node's connection, body and watch limits beside the checked workloads, from its own address)")
 	expect := fs.Bool("expect-anomalies", false, "exit 0 only if anomalies were found (for unsafe-mode runs)")
 	tick := fs.Duration("tick-interval", full.TickInterval, "server Raft tick")
 	elect := fs.Int("election-ticks", full.ElectionTicks, "server election timeout in ticks")
@@ -115,6 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.StaleReads = *clientStale
 	cfg.Plaintext = *plaintext
+	cfg.Hostile = !*noHostile
 	cfg.TickInterval, cfg.ElectionTicks, cfg.Think, cfg.Watchers = *tick, *elect, *think, *watchers
 	cfg.Command = "chaos " + strings.Join(args, " ")
 	var lv slog.Level

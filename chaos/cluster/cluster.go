@@ -68,6 +68,9 @@ type Options struct {
 	// WorkloadRules is the ACL policy (Consul rule language) of the token
 	// every Node.Conn carries; unused in plain text.
 	WorkloadRules string
+	// HostileRules, if set, is the policy of a second token,
+	// Security.Hostile, for the hostile client; unused in plain text.
+	HostileRules string
 	// ClusterToken is every founding member's --cluster-token.
 	ClusterToken string
 	// Logger receives state changes; nil discards.

@@ -34,17 +34,25 @@ import (
 //     membership changes, the fault hooks, status and member lists.
 //   - Workload carries Options.WorkloadRules and is on every Node.Conn:
 //     each workload operation passes the server's authorization.
+//   - Hostile carries Options.HostileRules (when set): the hostile
+//     client's own token, with its own client certificate (HostileTLS),
+//     an authenticated client that misbehaves.
 type Security struct {
-	// Dir holds ca.pem, client.pem and <member>.pem with their keys.
-	Dir                  string
-	CAFile               string
-	Management, Workload string
-	client               *tlsutil.Store
-	ca                   tlsutil.PEM
+	// Dir holds ca.pem, client.pem, hostile.pem and <member>.pem with
+	// their keys.
+	Dir                           string
+	CAFile                        string
+	Management, Workload, Hostile string
+	client, hostile               *tlsutil.Store
+	ca                            tlsutil.PEM
 }
 
-// WorkloadPolicy is the name of the workload token's policy.
-const WorkloadPolicy = "chaos-workload"
+// WorkloadPolicy is the name of the workload token's policy;
+// HostilePolicy the hostile client's.
+const (
+	WorkloadPolicy = "chaos-workload"
+	HostilePolicy  = "chaos-hostile"
+)
 
 func newSecurity(dir string) (*Security, error) {
 	s := &Security{Dir: filepath.Join(dir, "tls")}
@@ -56,19 +64,32 @@ func newSecurity(dir string) (*Security, error) {
 	if err := tlsutil.WriteFiles(s.ca, s.CAFile, filepath.Join(s.Dir, "ca-key.pem")); err != nil {
 		return nil, fmt.Errorf("write CA: %w", err)
 	}
-	cl, err := tlsutil.CreateCert(tlsutil.CertOptions{Kind: tlsutil.KindClient, Node: "chaos", Days: 2, CA: s.ca})
-	if err != nil {
-		return nil, fmt.Errorf("create client certificate: %w", err)
+	if s.client, err = s.clientCert("chaos", "client"); err != nil {
+		return nil, err
 	}
-	certFile, keyFile := filepath.Join(s.Dir, "client.pem"), filepath.Join(s.Dir, "client-key.pem")
-	if err := tlsutil.WriteFiles(cl, certFile, keyFile); err != nil {
-		return nil, fmt.Errorf("write client certificate: %w", err)
+	if s.hostile, err = s.clientCert("hostile", "hostile"); err != nil {
+		return nil, err
 	}
-	if s.client, err = tlsutil.Load(tlsutil.Files{CAFile: s.CAFile, CertFile: certFile, KeyFile: keyFile}, tlsutil.Options{Name: "chaos"}); err != nil {
-		return nil, fmt.Errorf("load client certificate: %w", err)
-	}
-	s.Management, s.Workload = newSecret(), newSecret()
+	s.Management, s.Workload, s.Hostile = newSecret(), newSecret(), newSecret()
 	return s, nil
+}
+
+// clientCert issues a client certificate for node, writes it as
+// <file>.pem and <file>-key.pem, and loads it.
+func (s *Security) clientCert(node, file string) (*tlsutil.Store, error) {
+	cl, err := tlsutil.CreateCert(tlsutil.CertOptions{Kind: tlsutil.KindClient, Node: node, Days: 2, CA: s.ca})
+	if err != nil {
+		return nil, fmt.Errorf("create %s certificate: %w", file, err)
+	}
+	certFile, keyFile := filepath.Join(s.Dir, file+".pem"), filepath.Join(s.Dir, file+"-key.pem")
+	if err := tlsutil.WriteFiles(cl, certFile, keyFile); err != nil {
+		return nil, fmt.Errorf("write %s certificate: %w", file, err)
+	}
+	st, err := tlsutil.Load(tlsutil.Files{CAFile: s.CAFile, CertFile: certFile, KeyFile: keyFile}, tlsutil.Options{Name: node})
+	if err != nil {
+		return nil, fmt.Errorf("load %s certificate: %w", file, err)
+	}
+	return st, nil
 }
 
 // newSecret is a random UUID (version 4), the shape of Consul's secrets.
@@ -85,6 +106,9 @@ func newSecret() string {
 // verifies a server's certificate against the campaign CA and the dialled
 // address (every server certificate names its namespace IP).
 func (s *Security) ClientTLS() *tls.Config { return s.client.ClientConfig("") }
+
+// HostileTLS is ClientTLS with the hostile client's own certificate.
+func (s *Security) HostileTLS() *tls.Config { return s.hostile.ClientConfig("") }
 
 // NoCertTLS verifies servers like ClientTLS but presents no certificate.
 func (s *Security) NoCertTLS() *tls.Config {
@@ -223,6 +247,19 @@ func (c *Cluster) bootstrapACL(ctx context.Context, rules string, within time.Du
 				"Policies": []map[string]string{{"Name": WorkloadPolicy}}})
 		}, self(s.Workload)},
 	}
+	if c.opts.HostileRules != "" {
+		steps = append(steps, step{"create policy " + HostilePolicy, func(n *Node) (int, []byte, error) {
+			return c.aclCall(ctx, n, http.MethodPut, "/v1/acl/policy", s.Management, map[string]string{
+				"Name": HostilePolicy, "Description": "what the hostile chaos client may do", "Rules": c.opts.HostileRules})
+		}, func(n *Node) bool {
+			code, _, err := c.aclCall(ctx, n, http.MethodGet, "/v1/acl/policy/name/"+HostilePolicy, s.Management, nil)
+			return err == nil && code == http.StatusOK
+		}}, step{"create hostile token", func(n *Node) (int, []byte, error) {
+			return c.aclCall(ctx, n, http.MethodPut, "/v1/acl/token", s.Management, map[string]any{
+				"SecretID": s.Hostile, "Description": "chaos hostile client",
+				"Policies": []map[string]string{{"Name": HostilePolicy}}})
+		}, self(s.Hostile)})
+	}
 	for _, st := range steps {
 		var last error
 		for attempt := 0; ; attempt++ {
@@ -256,6 +293,9 @@ func (c *Cluster) bootstrapACL(ctx context.Context, rules string, within time.Du
 	// Followers apply the token a moment later; the workloads start only
 	// once every node would let them in.
 	ready := self(s.Workload)
+	if c.opts.HostileRules != "" {
+		ready = func(n *Node) bool { return self(s.Workload)(n) && self(s.Hostile)(n) }
+	}
 	for _, n := range c.Nodes {
 		for !ready(n) {
 			if ctx.Err() != nil {

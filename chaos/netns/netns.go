@@ -13,7 +13,10 @@
 //   - one namespace ldch-nK per node slot K, with eth0 at NodeIP(K) plugged
 //     into br0;
 //   - link ldch-host in the root namespace at HostIP, plugged into br0, so
-//     the harness's clients reach every node;
+//     the harness's clients reach every node, with a second address,
+//     HostileIP, that only the hostile client binds to (the servers'
+//     per-client connection caps count by source address, so its abuse
+//     does not eat the checked clients' share);
 //   - the delay proxy's listeners on HostIP.
 //
 // All addresses are in 10.77.0.0/24 and exist only inside these
@@ -54,6 +57,10 @@ const (
 	BridgeNS = Prefix + "net"
 	HostLink = Prefix + "host"
 	HostIP   = "10.77.0.1"
+	// HostileIP is the hostile client's source address, on the same
+	// link: the kernel picks HostIP for every other client, so only a
+	// dialer that binds HostileIP uses it.
+	HostileIP = "10.77.0.2"
 	// PeerPort, GRPCPort and HTTPPort are what every node listens on,
 	// each in its own namespace.
 	PeerPort = 7401
@@ -239,6 +246,8 @@ func Setup(ctx context.Context, logger *slog.Logger) (*Net, error) {
 		{"ip", "link", "add", HostLink, "type", "veth", "peer", "name", "host", "netns", BridgeNS},
 		{"ip", "-n", BridgeNS, "link", "set", "host", "master", "br0", "up"},
 		{"ip", "addr", "add", HostIP + "/24", "dev", HostLink},
+		// A secondary address: source selection keeps HostIP.
+		{"ip", "addr", "add", HostileIP + "/24", "dev", HostLink},
 		{"ip", "link", "set", HostLink, "up"},
 	}
 	for _, s := range steps {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/chaos/check"
 	"github.com/lodestone-kv/lodestone/chaos/history"
+	"github.com/lodestone-kv/lodestone/chaos/hostile"
 )
 
 // Meta describes the run.
@@ -25,6 +26,7 @@ type Meta struct {
 	Binary      string   `json:"binary"`
 	ServerArgs  []string `json:"server_args"`
 	Security    string   `json:"security,omitempty"`
+	Hostile     string   `json:"hostile,omitempty"`
 	StaleReads  bool     `json:"client_stale_reads,omitempty"`
 	Command     string   `json:"command"`
 	Interrupted bool     `json:"interrupted,omitempty"`
@@ -44,6 +46,10 @@ type Summary struct {
 	Results      []check.Result    `json:"results"`
 	Availability []check.KindStats `json:"availability"`
 	Notes        []string          `json:"notes,omitempty"`
+	// Hostile is what the hostile client did and how it was refused;
+	// nil when it was off (--no-hostile) or the summary was rebuilt from
+	// a saved history.
+	Hostile *hostile.Summary `json:"hostile,omitempty"`
 }
 
 // Build tallies a checked history.
@@ -96,6 +102,14 @@ func (s Summary) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "\noperations: %d (ok=%d fail=%d info=%d)\n", s.Ops, s.OpsByOutcome[history.OK], s.OpsByOutcome[history.Fail], s.OpsByOutcome[history.Info])
 	for _, k := range sortedKeys(s.OpsByKind) {
 		fmt.Fprintf(w, "  %-18s %d\n", k, s.OpsByKind[k])
+	}
+	if s.Hostile != nil {
+		fmt.Fprintf(w, "\nhostile client: %s\n", s.Hostile.Head())
+		for _, l := range s.Hostile.Lines() {
+			fmt.Fprintf(w, "  %s\n", l)
+		}
+	} else if m.Hostile != "" {
+		fmt.Fprintf(w, "\nhostile client: %s\n", m.Hostile)
 	}
 	fmt.Fprintf(w, "\nfaults: %d injected (%d with errors; %d more skipped; see faults.jsonl)\n", s.Faults, s.FaultErrors, s.FaultSkips)
 	for _, k := range sortedKeys(s.FaultsByKind) {
