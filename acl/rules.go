@@ -145,6 +145,12 @@ func (p *ruleParser) block(head string, r Resource, prefix bool, name string, va
 	if strings.IndexByte(name, 0) >= 0 {
 		return &RulesError{Detail: fmt.Sprintf("%s %q at line %d: names must not contain NUL", head, name, pos.Line)}
 	}
+	// NB: HCL v1 reads "${" in a quoted string as the start of an
+	// interpolation, inside which quotes and escapes are kept verbatim:
+	// such a name cannot be written back (FormatRules) as the same name.
+	if strings.Contains(name, "${") {
+		return &RulesError{Detail: fmt.Sprintf("%s %q at line %d: names must not contain \"${\" (HCL reads it as an interpolation)", head, name, pos.Line)}
+	}
 	var items []*ast.ObjectItem
 	switch v := val.(type) {
 	case *ast.ObjectType:
