@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -84,16 +83,5 @@ func (c *cluster) fetchProfile(ctx context.Context, client *http.Client, url, pa
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return fmt.Errorf("%s: %w", url, err)
-	}
-	return f.Close()
+	return harness.SaveBody(resp.Body, url, path)
 }

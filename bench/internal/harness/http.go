@@ -93,18 +93,7 @@ func fetch(ctx context.Context, url, path string) func() error {
 				return err
 			}
 			defer resp.Body.Close()
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-				return err
-			}
-			f, err := os.Create(path)
-			if err != nil {
-				return err
-			}
-			if _, err := io.Copy(f, resp.Body); err != nil {
-				f.Close()
-				return fmt.Errorf("%s: %w", url, err)
-			}
-			return f.Close()
+			return SaveBody(resp.Body, url, path)
 		}()
 	}()
 	return func() error { return <-done }
@@ -170,4 +159,21 @@ func Roles(n, leader int) []string {
 		}
 	}
 	return roles
+}
+
+// SaveBody writes body (read from url, named in errors) to path, making
+// its directory.
+func SaveBody(body io.Reader, url, path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, body); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", url, err)
+	}
+	return f.Close()
 }
