@@ -4,12 +4,21 @@ BIN       ?= bin
 GOFLAGS   ?= -buildvcs=false
 export GOFLAGS
 
+# What the binary says it is (lodestone version, lodestone_build_info, the
+# image's labels). The date is the commit's, so a rebuild of one commit is
+# the same binary.
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+BUILD_DATE ?= $(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
+BUILDINFO  = github.com/lodestone-kv/lodestone/internal/buildinfo
+LDFLAGS    = -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).date=$(BUILD_DATE)
+
 .PHONY: all build dev test test-short vet proto bench bench-kv clean
 
 all: build
 
 build:
-	$(GO) build -o $(BIN)/lodestone ./cmd/lodestone
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/lodestone ./cmd/lodestone
 
 dev:
 	$(GO) run ./cmd/lodestone dev
