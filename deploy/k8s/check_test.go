@@ -47,6 +47,9 @@ func checkManifests(m *manifests) problems {
 			}
 		}
 		checkPodSecurity(w, &p)
+		if w.kind != "batch/v1/Job" && w.spec.TerminationGracePeriodSeconds == nil {
+			p.addf("%s: set terminationGracePeriodSeconds: how long a stopping process may finish", where)
+		}
 		checkReferences(m, w, &p)
 		for _, c := range allContainers(w.spec) {
 			cw := fmt.Sprintf("%s container %s", where, c.Name)
@@ -698,9 +701,6 @@ func checkStatefulSet(m *manifests, w workload, ns string, p *problems) {
 	}
 	if sts.Spec.PodManagementPolicy != "Parallel" {
 		p.addf("%s: podManagementPolicy must be Parallel: no member is ready before a quorum starts", where)
-	}
-	if sts.Spec.Template.Spec.TerminationGracePeriodSeconds == nil {
-		p.addf("%s: set terminationGracePeriodSeconds", where)
 	}
 	checkAntiAffinity(w, p)
 	replicas := int32(1)

@@ -404,9 +404,9 @@ func TestManifestChecksBite(t *testing.T) {
 		break_ func(m *manifests)
 		want   string
 	}{
-		{"wrong secret name", func(m *manifests) { gateway(m).Volumes[0].Secret.SecretName = "lodestone-secret" },
+		{"wrong secret name", func(m *manifests) { volume(gateway(m), "tls").Secret.SecretName = "lodestone-secret" },
 			`volume tls names secret "lodestone-secret", which no manifest and not make-secret.sh defines`},
-		{"missing secret key", func(m *manifests) { server(m).Env[3].ValueFrom.SecretKeyRef.Key = "gossip" },
+		{"missing secret key", func(m *manifests) { envVar(t, server(m), "LODESTONE_GOSSIP_KEY").ValueFrom.SecretKeyRef.Key = "gossip" },
 			`env LODESTONE_GOSSIP_KEY names key "gossip" of secret "lodestone-secrets"`},
 		{"probe on a port nobody declares", func(m *manifests) { server(m).ReadinessProbe.HTTPGet.Port = intstr.FromString("htp") },
 			`readinessProbe port "htp" is not a TCP containerPort`},
@@ -444,6 +444,7 @@ func TestManifestChecksBite(t *testing.T) {
 		{"root user", func(m *manifests) { *gateway(m).SecurityContext.RunAsUser = 0 }, "runAsUser: 65532"},
 		{"no memory limit", func(m *manifests) { delete(server(m).Resources.Limits, corev1.ResourceMemory) }, "limit memory"},
 		{"anti-affinity off", func(m *manifests) { m.statefulSet("lodestone").Spec.Template.Spec.Affinity = nil }, "no podAntiAffinity"},
+		{"no grace period", func(m *manifests) { gateway(m).TerminationGracePeriodSeconds = nil }, "set terminationGracePeriodSeconds"},
 		{"data dir off the claim", func(m *manifests) { setArg(server(m), "data-dir", "/tmp") }, "--data-dir \"/tmp\" must be the mount path of a volumeClaimTemplate"},
 	} {
 		m, err := loadSet(texts, secretYAML)
@@ -489,6 +490,18 @@ func copyTexts(texts map[string][]byte) map[string][]byte {
 		out[k] = bytes.Clone(v)
 	}
 	return out
+}
+
+// envVar is the container's env entry called name.
+func envVar(t *testing.T, c *corev1.Container, name string) *corev1.EnvVar {
+	t.Helper()
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			return &c.Env[i]
+		}
+	}
+	t.Fatalf("container %s has no env %s", c.Name, name)
+	return nil
 }
 
 // parseFlag is a container's --flag value.
