@@ -86,16 +86,6 @@ func serverErr(err error) error {
 	return err
 }
 
-func (a *aclCLI) bootstrapCmd() *cobra.Command {
-	return a.leaf("bootstrap", "Create the first management token (once)", func(cmd *cobra.Command, c *consul.ACL, format string) error {
-		t, _, err := c.Bootstrap()
-		if err != nil {
-			return err
-		}
-		return printToken(cmd.OutOrStdout(), format, t)
-	})
-}
-
 // leaf builds a subcommand that runs with a client built from the flags.
 func (a *aclCLI) leaf(use, short string, run func(cmd *cobra.Command, acl *consul.ACL, format string) error) *cobra.Command {
 	return &cobra.Command{Use: use, Short: short, Args: noArgs,
@@ -127,7 +117,8 @@ func readRules(cmd *cobra.Command, v string) (string, error) {
 func (a *aclCLI) policyCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "policy", Short: "Create, list, read, update and delete policies", Args: cobra.ArbitraryArgs, RunE: groupRunE}
 	var name, rules, desc, id string
-	create := a.leaf("create --name N --rules @file|-|RULES [--description D]", "Create a policy", func(cmd *cobra.Command, c *consul.ACL, format string) error {
+	var updatePolicy bool
+	create := a.leaf("create --name N --rules @file|-|RULES [--description D] [--update-existing]", "Create a policy", func(cmd *cobra.Command, c *consul.ACL, format string) error {
 		if name == "" || rules == "" {
 			return usagef(cmd, "--name and --rules are required")
 		}
@@ -135,15 +126,19 @@ func (a *aclCLI) policyCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		p, _, err := c.PolicyCreate(&consul.ACLPolicy{Name: name, Rules: text, Description: desc}, nil)
+		p, updated, err := createOrUpdatePolicy(c, &consul.ACLPolicy{Name: name, Rules: text, Description: desc}, updatePolicy)
 		if err != nil {
 			return err
+		}
+		if updated {
+			fmt.Fprintf(cmd.ErrOrStderr(), "Policy %q existed: updated it\n", name)
 		}
 		return printPolicy(cmd.OutOrStdout(), format, p)
 	})
 	create.Flags().StringVar(&name, "name", "", "policy name (required)")
 	create.Flags().StringVar(&rules, "rules", "", "rules: @file, - for stdin, or inline (required)")
 	create.Flags().StringVar(&desc, "description", "", "description")
+	create.Flags().BoolVar(&updatePolicy, "update-existing", false, "if a policy with this name exists, update its rules and description instead of failing")
 
 	find := func(c *consul.ACL, id, name string) (*consul.ACLPolicy, error) {
 		if id != "" {
@@ -362,17 +357,36 @@ func (f *tokenLinkFlags) links() (ps []*consul.ACLLink, rs []*consul.ACLLink) {
 func (a *aclCLI) tokenCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "token", Short: "Create, list, read, update and delete tokens", Args: cobra.ArbitraryArgs, RunE: groupRunE}
 	var cf tokenLinkFlags
-	create := a.leaf("create [--description D] [--policy-name P]... [--role-name R]... [--secret S]", "Create a token", func(cmd *cobra.Command, c *consul.ACL, format string) error {
+	var secretFile string
+	var updateToken bool
+	create := a.leaf("create [--description D] [--policy-name P]... [--role-name R]... [--secret S | --secret-file F] [--update-existing]", "Create a token", func(cmd *cobra.Command, c *consul.ACL, format string) error {
+		if cf.secret != "" && secretFile != "" {
+			return usagef(cmd, "give at most one of --secret and --secret-file")
+		}
+		if secretFile != "" {
+			var err error
+			if cf.secret, err = readSecretArg(cmd, "--secret-file", secretFile); err != nil {
+				return err
+			}
+		}
+		if updateToken && cf.secret == "" {
+			return usagef(cmd, "--update-existing needs --secret or --secret-file: the secret is what finds the existing token")
+		}
 		ps, rs := cf.links()
-		t, _, err := c.TokenCreate(&consul.ACLToken{Description: cf.desc, Policies: ps, Roles: rs, SecretID: cf.secret, AccessorID: cf.accessor}, nil)
+		t, updated, err := createOrUpdateToken(c, &consul.ACLToken{Description: cf.desc, Policies: ps, Roles: rs, SecretID: cf.secret, AccessorID: cf.accessor}, updateToken)
 		if err != nil {
 			return err
+		}
+		if updated {
+			fmt.Fprintf(cmd.ErrOrStderr(), "Token %s existed: updated its description and links\n", t.AccessorID)
 		}
 		return printToken(cmd.OutOrStdout(), format, t)
 	})
 	cf.add(create)
 	create.Flags().StringVar(&cf.secret, "secret", "", "preset secret (default: a fresh UUID)")
+	create.Flags().StringVar(&secretFile, "secret-file", "", "file holding the preset secret (- for stdin), kept out of the process list")
 	create.Flags().StringVar(&cf.accessor, "accessor", "", "preset accessor id (default: a fresh UUID)")
+	create.Flags().BoolVar(&updateToken, "update-existing", false, "if a token with this secret exists, update its description and links instead of failing")
 
 	var rid string
 	var self bool

@@ -106,6 +106,27 @@ func newACLID() (string, error) {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], nil
 }
 
+// isUUID reports whether s has a UUID's shape: 8-4-4-4-12 hex digits.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 func fillID(p *string) error {
 	if *p != "" {
 		return nil
@@ -159,6 +180,12 @@ func (a *API) aclBootstrap(w http.ResponseWriter, r *http.Request) error {
 	var in struct{ BootstrapSecret string }
 	if err := decodeACLBody(r, &in); err != nil {
 		return err
+	}
+	// NB: checked here, not in store.CheckCommand: logs written before
+	// this check may hold a bootstrap with any secret, and replay must
+	// apply them as it did.
+	if in.BootstrapSecret != "" && !isUUID(in.BootstrapSecret) {
+		return badRequest("Invalid BootstrapSecret: it must be a UUID (8-4-4-4-12 hex digits, such as uuidgen prints), or left out for a fresh one")
 	}
 	t := &lodestonepb.ACLToken{SecretId: in.BootstrapSecret, Description: "Bootstrap Token (Global Management)",
 		CreateTimeUnixNano: time.Now().UnixNano()}

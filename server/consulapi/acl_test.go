@@ -178,3 +178,43 @@ func TestACLAPIWithConsulClient(t *testing.T) {
 		t.Errorf("global-management after a refused delete: %+v %v", p, err)
 	}
 }
+
+// TestACLBootstrapWithPresetSecret: PUT /v1/acl/bootstrap takes the
+// management token's secret in {"BootstrapSecret": ...}, as Consul does
+// (consul acl bootstrap FILE); a secret that is not a UUID is a 400 that
+// leaves the ACL system unbootstrapped.
+func TestACLBootstrapWithPresetSecret(t *testing.T) {
+	a := aclClient(t).ACL()
+	const preset = "6a1f1c52-3b8e-4c1d-9e2f-0b7d5a4c3e21"
+
+	for _, bad := range []string{"not-a-uuid", "6a1f1c52-3b8e-4c1d-9e2f-0b7d5a4c3e2", "6a1f1c52+3b8e-4c1d-9e2f-0b7d5a4c3e21", "6a1f1c52-3b8e-4c1d-9e2f-0b7d5a4c3e2g"} {
+		_, _, err := a.BootstrapWithToken(bad)
+		if err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), "Invalid BootstrapSecret: it must be a UUID") {
+			t.Fatalf("bootstrap with %q: %v, want 400 naming the UUID rule", bad, err)
+		}
+		if strings.Contains(err.Error(), bad) {
+			t.Errorf("the error repeats the refused secret: %v", err)
+		}
+	}
+
+	boot, _, err := a.BootstrapWithToken(preset)
+	if err != nil {
+		t.Fatalf("bootstrap after refused attempts (they must change nothing): %v", err)
+	}
+	if boot.SecretID != preset || boot.AccessorID == "" || boot.AccessorID == preset {
+		t.Fatalf("bootstrap token %+v, want SecretID %s and a fresh accessor", boot, preset)
+	}
+	self, _, err := a.TokenReadSelf(&consul.QueryOptions{Token: preset})
+	if err != nil || self.AccessorID != boot.AccessorID || len(self.Policies) != 1 || self.Policies[0].ID != acl.GlobalManagementPolicyID {
+		t.Fatalf("the preset secret as a token: %+v %v, want the global-management token", self, err)
+	}
+	// The preset secret is a working management token: it may write ACLs.
+	if _, _, err := a.PolicyCreate(&consul.ACLPolicy{Name: "p", Rules: `key_prefix "" { policy = "read" }`},
+		&consul.WriteOptions{Token: preset}); err != nil {
+		t.Fatalf("policy create with the preset secret: %v", err)
+	}
+	if _, _, err := a.BootstrapWithToken(preset); err == nil || !strings.Contains(err.Error(), "403") ||
+		!strings.Contains(err.Error(), "ACL bootstrap no longer allowed") {
+		t.Fatalf("second bootstrap with the same secret: %v", err)
+	}
+}
