@@ -15,20 +15,21 @@ import (
 )
 
 // sdNotifier tells a service manager (systemd, Type=notify; sd_notify(3))
-// how a server is doing, over the datagram socket named by
+// how a server or a gateway is doing, over the datagram socket named by
 // $NOTIFY_SOCKET:
 //
 //   - STATUS= while it waits ("waiting for a leader") and once it serves;
-//   - READY=1 once server.Ready holds: its ports serve, a leader is known
-//     and it has applied what is committed, as /readyz says;
+//   - READY=1 once its Ready holds, as /readyz says: for a server, its
+//     ports serve, a leader is known and it has applied what is
+//     committed; for a gateway, it has a routing table;
 //   - RELOADING=1, then READY=1, around a reload (SIGHUP) once ready;
 //   - STOPPING=1 when shutdown begins;
-//   - WATCHDOG=1 every half $WATCHDOG_USEC while the Raft loop runs
-//     (server.Healthy), when the unit sets WatchdogSec=.
+//   - WATCHDOG=1 every half $WATCHDOG_USEC while Healthy holds (a
+//     server's Raft loop runs), when the unit sets WatchdogSec=.
 //
 // Without $NOTIFY_SOCKET it sends nothing and starts nothing.
 type sdNotifier struct {
-	srv    *server.Server
+	srv    readiness
 	logger *slog.Logger
 	on     bool
 
@@ -41,11 +42,18 @@ type sdNotifier struct {
 	done   chan struct{}
 }
 
+// readiness is what a notifier watches: *server.Server, or a gateway
+// through gatewayReadiness.
+type readiness interface {
+	Ready() error   // nil: take traffic (/readyz's rule)
+	Healthy() error // nil: alive (/healthz's rule)
+}
+
 // sdPoll is how often the notifier looks at readiness: READY=1 follows
 // the first leader within this much.
 const sdPoll = 100 * time.Millisecond
 
-func newSDNotifier(srv *server.Server, logger *slog.Logger) *sdNotifier {
+func newSDNotifier(srv readiness, logger *slog.Logger) *sdNotifier {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -176,6 +184,8 @@ func sdStatus(err error) string {
 		return "serving"
 	case errors.Is(err, server.ErrNoLeader):
 		return "waiting for a leader"
+	case errors.Is(err, errNoRoutingTable):
+		return "waiting for a routing table"
 	}
 	return err.Error()
 }

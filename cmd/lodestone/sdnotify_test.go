@@ -20,6 +20,8 @@ import (
 	consul "github.com/hashicorp/consul/api"
 
 	"github.com/lodestone-kv/lodestone/internal/testnet"
+	"github.com/lodestone-kv/lodestone/server"
+	"github.com/lodestone-kv/lodestone/server/servertest"
 )
 
 // notifySocket is the service manager's end of sd_notify: a unixgram
@@ -229,5 +231,62 @@ func TestServerNotifiesSystemd(t *testing.T) {
 	sock.until(t, "STOPPING=1", 10*time.Second)
 	if err := srvA.Wait(); err != nil {
 		t.Errorf("a after SIGTERM: %v", err)
+	}
+}
+
+// TestGatewayNotifiesSystemd: a real `lodestone gateway` started before
+// its registry says it waits for a routing table, sends READY=1 only once
+// the registry runs and /readyz agrees, and STOPPING=1 on SIGTERM.
+func TestGatewayNotifiesSystemd(t *testing.T) {
+	t.Parallel()
+	bin := stampedBinary(t)
+	sock := listenNotify(t)
+	registry, admin := testnet.FreeAddr(t), testnet.FreeAddr(t)
+	cmd := exec.Command(bin, "gateway", "--registry", registry, "--listen", testnet.FreeAddr(t), "--admin", admin)
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock.path)
+	var logs syncWriter
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("gateway:\n%s", logs.String())
+		}
+	})
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	httpc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	readyz := func() int {
+		resp, err := httpc.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	seen := sock.until(t, "STATUS=waiting for a routing table", 10*time.Second)
+	if slices.Contains(seen, "READY=1") {
+		t.Fatalf("READY=1 without a registry: %q", seen)
+	}
+	if code := readyz(); code != http.StatusServiceUnavailable {
+		t.Fatalf("gateway without a registry: /readyz %d, want 503", code)
+	}
+
+	servertest.Start(t, func(c *server.Config) { c.ListenGRPC = registry })
+	sock.until(t, "READY=1", 20*time.Second)
+	if code := readyz(); code != http.StatusOK {
+		t.Errorf("the gateway sent READY=1, but /readyz says %d", code)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	sock.until(t, "STOPPING=1", 10*time.Second)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("gateway after SIGTERM: %v", err)
 	}
 }
