@@ -20,6 +20,21 @@ all: build
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/lodestone ./cmd/lodestone
 
+# Release binaries: static (no cgo), without local paths (-trimpath) or
+# debug symbols (-s -w), stamped as build stamps them, one per platform as
+# dist/lodestone_<version>_<os>_<arch>, and dist/SHA256SUMS beside them
+# (cd dist && sha256sum -c SHA256SUMS). dist/ is rebuilt from scratch.
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
+.PHONY: release
+release:
+	rm -rf dist && mkdir dist
+	@set -e; for p in $(RELEASE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; out=dist/lodestone_$(VERSION)_$${os}_$${arch}; \
+		echo "== $$out"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o $$out ./cmd/lodestone; \
+	done
+	cd dist && sha256sum lodestone_* > SHA256SUMS
+
 dev:
 	$(GO) run ./cmd/lodestone dev
 
@@ -147,4 +162,4 @@ bench-blocking:
 	cd bench && $(GO) run ./cmd/blockingbench
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) dist

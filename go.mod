@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/cockroachdb/datadriven v1.0.3
+	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/google/btree v1.1.3
 	github.com/hashicorp/consul/api v1.34.5
 	github.com/hashicorp/hcl v1.0.0

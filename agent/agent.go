@@ -22,6 +22,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/gossip"
+	"github.com/lodestone-kv/lodestone/internal/buildinfo"
 	"github.com/lodestone-kv/lodestone/internal/token"
 )
 
@@ -113,6 +114,11 @@ func New(cfg Config) (*Agent, error) {
 		if err := prom.Register(c); err != nil {
 			return nil, fmt.Errorf("register agent metrics: %w", err)
 		}
+	}
+	// NB: a registry the agent shares with another part of the process
+	// may hold the build's metric already; it is the same one.
+	if err := prom.Register(buildinfo.NewCollector()); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+		return nil, fmt.Errorf("register agent metrics: %w", err)
 	}
 
 	var err error

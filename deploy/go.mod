@@ -5,6 +5,7 @@ go 1.26.8
 replace github.com/lodestone-kv/lodestone => ../
 
 require (
+	github.com/coreos/go-systemd/v22 v22.7.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	sigs.k8s.io/yaml v1.6.0

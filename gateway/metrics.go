@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lodestone-kv/lodestone/internal/buildinfo"
 )
 
 // Status classes as metric label values; index 0 is for errors that
@@ -105,6 +107,7 @@ func newMetrics(g *Gateway) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_in_flight_requests", Help: "Requests admitted and not finished.",
 		}, func() float64 { return float64(g.admit.inFlight()) }),
+		buildinfo.NewCollector(),
 	)
 	return m
 }

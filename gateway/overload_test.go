@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/internal/buildinfo"
 )
 
 // slowOrigin holds every request until release is closed (or the request
@@ -201,6 +203,7 @@ func TestMetricsExported(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := readAll(t, resp)
+	b := buildinfo.Get()
 	for _, want := range []string{
 		`gateway_requests_total{class="2xx",route="all"} 5`,
 		`gateway_request_duration_seconds_count{route="all"} 5`,
@@ -215,6 +218,7 @@ func TestMetricsExported(t *testing.T) {
 		`gateway_origins{service="svc"} 1`,
 		`gateway_subsets{service="svc"} 1`,
 		`gateway_in_flight_requests 0`,
+		`lodestone_build_info{commit="` + b.Commit + `",goversion="` + b.GoVersion + `",version="` + b.Version + `"} 1`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %q", want)

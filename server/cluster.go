@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/buildinfo"
 	"github.com/lodestone-kv/lodestone/internal/member"
 	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
 	"github.com/lodestone-kv/lodestone/raftnode"
@@ -182,7 +183,7 @@ func (c *clusterService) Status(ctx context.Context, _ *lodestonepb.StatusReques
 		AppliedIndex: c.s.raft.Applied(),
 		RaftState:    st.State.String(),
 		Log:          c.s.logStats(),
-		Version:      Version,
+		Version:      buildinfo.Get().Version,
 	}
 	for _, m := range c.s.store.Members() {
 		if m.Id == c.s.raft.ID() {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lodestone-kv/lodestone/acl"
+	"github.com/lodestone-kv/lodestone/raftnode"
 	"github.com/lodestone-kv/lodestone/store"
 )
 
@@ -24,29 +26,66 @@ func (s *core) routeHTTP(mux *http.ServeMux) {
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := s.raft.Failed(); err != nil {
-			http.Error(w, "raft loop stopped: "+err.Error(), http.StatusServiceUnavailable)
+		if err := s.healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		st := s.raft.Status()
-		applied := s.raft.Applied()
+		st, applied, err := s.readiness()
 		body := map[string]any{"leader": st.Lead != 0, "term": st.Term, "commit_index": st.Commit, "applied_index": applied}
 		code := http.StatusOK
-		switch {
-		case s.raft.Failed() != nil:
-			code, body["reason"] = http.StatusServiceUnavailable, "raft loop stopped"
-		case st.Lead == 0:
-			code, body["reason"] = http.StatusServiceUnavailable, "no leader known"
-		case applied < st.Commit:
-			code, body["reason"] = http.StatusServiceUnavailable, "applying committed entries"
+		if err != nil {
+			code, body["reason"] = http.StatusServiceUnavailable, err.Error()
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
 		json.NewEncoder(w).Encode(body)
 	})
+}
+
+// Why a member is not ready: Server.Ready's errors, and /readyz's reason.
+var (
+	ErrRaftStopped = errors.New("raft loop stopped")
+	ErrNoLeader    = errors.New("no leader known")
+	ErrApplying    = errors.New("applying committed entries")
+)
+
+// Ready is the one rule for whether this member takes client traffic,
+// which /readyz and a service manager's readiness notice both follow: nil
+// once its Raft loop runs, a leader is known and it has applied every
+// entry it knows committed; otherwise ErrRaftStopped, ErrNoLeader or
+// ErrApplying.
+func (s *Server) Ready() error {
+	_, _, err := s.readiness()
+	return err
+}
+
+// Healthy is /healthz's rule: nil while the Raft loop runs. A member can
+// be healthy and not ready (no leader yet), never ready and not healthy.
+func (s *Server) Healthy() error { return s.healthy() }
+
+func (s *core) healthy() error {
+	if err := s.raft.Failed(); err != nil {
+		return fmt.Errorf("%w: %v", ErrRaftStopped, err)
+	}
+	return nil
+}
+
+// readiness is Ready with the figures /readyz shows beside it.
+func (s *core) readiness() (st raftnode.Status, applied uint64, err error) {
+	st = s.raft.Status()
+	applied = s.raft.Applied()
+	switch {
+	case s.raft.Failed() != nil:
+		err = ErrRaftStopped
+	case st.Lead == 0:
+		err = ErrNoLeader
+	case applied < st.Commit:
+		err = ErrApplying
+	}
+	return st, applied, err
 }
 
 // routeFaults serves the fault hooks when Config.Faults is set:

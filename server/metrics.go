@@ -3,6 +3,7 @@ package server
 import (
 	"regexp"
 
+	"github.com/lodestone-kv/lodestone/internal/buildinfo"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -34,7 +35,7 @@ func newMetrics() *metrics {
 	// go_gc_duration_seconds counts only its pauses.
 	gcCPU := collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/cpu/classes/gc/`)}
 	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(gcCPU)),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newSchedLatency())
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newSchedLatency(), buildinfo.NewCollector())
 	m := &metrics{
 		reg: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -21,6 +21,7 @@ import (
 	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/gossip"
+	"github.com/lodestone-kv/lodestone/internal/buildinfo"
 	"github.com/lodestone-kv/lodestone/internal/grpcopt"
 	"github.com/lodestone-kv/lodestone/internal/member"
 	"github.com/lodestone-kv/lodestone/internal/token"
@@ -307,7 +308,8 @@ func (s *Server) Start() {
 	}()
 	s.startPollProbe()
 	s.tls.watch(s.ctx, s.cfg.TLS.ReloadInterval, &s.wg)
-	s.logger.Info("server started", "tls", s.tls != nil, "peer", s.PeerAddr(), "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "id", fmt.Sprintf("%x", s.raft.ID()))
+	s.logger.Info("server started", "tls", s.tls != nil, "peer", s.PeerAddr(), "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "id", fmt.Sprintf("%x", s.raft.ID()),
+		"version", buildinfo.Get().Version)
 }
 
 // perClient is a listener's per-client cap from its configured value n

@@ -123,11 +123,14 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions, stdout, stderr io.Writer)
 	g.Start()
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
+	sd := newSDNotifier(gatewayReadiness{g}, logger) // systemd Type=notify (sdnotify.go)
 	if gtls.front != nil || gtls.admin != nil || gtls.registry != nil {
 		// NB: only with TLS: otherwise SIGHUP keeps its default (exit).
 		gtls.watch(wctx)
-		defer reloadOnHUP(wctx, gtls.reload)()
+		defer reloadOnHUP(wctx, sd.reloading(gtls.reload))()
 	}
+	// NB: after SIGHUP is handled: READY=1 allows a reload.
+	sd.start(wctx)
 	scheme := func(c *tls.Config) string {
 		if c != nil {
 			return "https"
@@ -141,6 +144,7 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions, stdout, stderr io.Writer)
 	case <-ctx.Done():
 	case runErr = <-g.Done():
 	}
+	sd.stopping()
 	if err := g.Close(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("shut down: %w", err)
 	}
@@ -149,3 +153,19 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions, stdout, stderr io.Writer)
 	}
 	return runErr
 }
+
+// errNoRoutingTable is why a gateway is not ready yet.
+var errNoRoutingTable = errors.New("no routing table yet (waiting for the registry)")
+
+// gatewayReadiness is a gateway as sdNotifier watches it: ready once it
+// has a routing table, as its /readyz; alive while it runs.
+type gatewayReadiness struct{ g *gateway.Gateway }
+
+func (r gatewayReadiness) Ready() error {
+	if !r.g.Ready() {
+		return errNoRoutingTable
+	}
+	return nil
+}
+
+func (gatewayReadiness) Healthy() error { return nil }

@@ -29,6 +29,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lodestone-kv/lodestone/client"
+	"github.com/lodestone-kv/lodestone/internal/buildinfo"
 )
 
 // envEndpoints names the environment variable that supplies --endpoints'
@@ -83,7 +84,10 @@ Start a local node with "lodestone dev", then try:
 		// Runnable only to turn stray arguments into a usage error.
 		Args: cobra.ArbitraryArgs,
 		RunE: groupRunE,
+		// --version prints the one-line build; lodestone version the table.
+		Version: buildinfo.Get().String(),
 	}
+	root.SetVersionTemplate(versionTemplate)
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usagef(cmd, "%v", err)
@@ -112,6 +116,7 @@ Start a local node with "lodestone dev", then try:
 	root.AddCommand(newAgentCmd())
 	root.AddCommand(newACLCmd(getenv))
 	root.AddCommand(newTLSCmd())
+	root.AddCommand(newVersionCmd())
 	return root
 }
 

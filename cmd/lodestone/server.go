@@ -208,11 +208,14 @@ func serveUntilDone(ctx context.Context, cfg server.Config, alongside func(conte
 	srv.Start()
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	sd := newSDNotifier(srv, cfg.Logger) // systemd Type=notify (sdnotify.go)
 	if srv.TLSEnabled() {
 		// NB: only with TLS: otherwise SIGHUP keeps its default (exit).
-		stop := reloadOnHUP(actx, srv.ReloadTLS)
+		stop := reloadOnHUP(actx, sd.reloading(srv.ReloadTLS))
 		defer stop()
 	}
+	// NB: after SIGHUP is handled: READY=1 allows a reload.
+	sd.start(actx)
 	var alongC chan error // nil (never ready) without alongside
 	if alongside != nil {
 		alongC = make(chan error, 1)
@@ -226,6 +229,7 @@ func serveUntilDone(ctx context.Context, cfg server.Config, alongside func(conte
 		alongC = nil
 	}
 	cancel()
+	sd.stopping()
 	if alongC != nil {
 		if err := <-alongC; err != nil && runErr == nil && !errors.Is(err, context.Canceled) {
 			runErr = err

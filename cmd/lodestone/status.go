@@ -27,8 +27,9 @@ func newStatusCmd() *cobra.Command {
 		Use:   "status",
 		Short: "Show each server's Raft state and Raft log health",
 		Long: `Show, for each endpoint (or with --cluster each member), the server's view:
-its Raft state, the leader, term, commit and applied index, and its Raft log:
-first and last index, file size, free pages and freelist size.
+its Raft state, the leader, term, commit and applied index, its Raft log:
+first and last index, file size, free pages and freelist size, and the
+version the server runs.
 
 It exits non-zero when any server did not answer.`,
 		Args: noArgs,
@@ -178,14 +179,14 @@ func renderStatus(w io.Writer, format string, results []endpointStatus) error {
 	}
 	tw := newTable(w)
 	header := []any{"ENDPOINT", "NAME", "ID", "STATE", "LEADER", "TERM", "COMMIT", "APPLIED",
-		"LOG-FIRST", "LOG-LAST", "FILE-SIZE", "FREE-PAGES", "FREELIST-SIZE"}
+		"LOG-FIRST", "LOG-LAST", "FILE-SIZE", "FREE-PAGES", "FREELIST-SIZE", "VERSION"}
 	if anyErr {
 		header = append(header, "ERROR")
 	}
 	tw.row(header...)
 	for _, r := range results {
 		if r.Err != nil {
-			cells := []any{r.Endpoint, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"}
+			cells := []any{r.Endpoint, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"}
 			tw.row(append(cells, oneLine(strings.TrimPrefix(r.Err.Error(), "client: ")))...)
 			continue
 		}
@@ -197,6 +198,7 @@ func renderStatus(w io.Writer, format string, results []endpointStatus) error {
 		} else {
 			cells = append(cells, "-", "-", "-", "-", "-")
 		}
+		cells = append(cells, dash(s.GetVersion()))
 		if anyErr {
 			cells = append(cells, "")
 		}

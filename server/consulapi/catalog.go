@@ -10,6 +10,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/buildinfo"
 	"github.com/lodestone-kv/lodestone/store"
 )
 
@@ -692,8 +693,12 @@ func (a *API) agentSelf(w http.ResponseWriter, r *http.Request) error {
 	if err := az.Check(acl.ResourceAgent, node, acl.AccessRead); err != nil {
 		return err
 	}
+	// NB: Consul's Config carries its build as Version, Revision and
+	// BuildDate; clients that log or check the server's version read them.
+	b := buildinfo.Get()
 	writeJSON(w, http.StatusOK, map[string]any{
-		"Config": map[string]any{"NodeName": node, "Datacenter": defaultDatacenter, "Server": true},
+		"Config": map[string]any{"NodeName": node, "Datacenter": defaultDatacenter, "Server": true,
+			"Version": b.Version, "Revision": b.Commit, "BuildDate": b.Date},
 		"Member": map[string]any{"Name": node, "Addr": addr},
 	})
 	return nil

@@ -1,4 +1,0 @@
-package server
-
-// Version is the server's version string, set at build time.
-var Version = "dev"
