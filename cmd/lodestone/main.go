@@ -112,6 +112,7 @@ Start a local node with "lodestone dev", then try:
 	root.AddCommand(newAgentCmd())
 	root.AddCommand(newACLCmd(getenv))
 	root.AddCommand(newTLSCmd())
+	root.AddCommand(newHealthcheckCmd(getenv), newDemoCmd())
 	return root
 }
 
