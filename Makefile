@@ -163,3 +163,59 @@ bench-blocking:
 
 clean:
 	rm -rf $(BIN) dist
+
+# ---- Container image and compose cluster (deploy/image, deploy/compose) ----
+# `make image` builds a static binary into $(IMAGE_CONTEXT) and an image
+# FROM scratch from it, tagged $(IMAGE):$(IMAGE_TAG) and $(IMAGE):latest,
+# and fails if the image is $(IMAGE_MAX_MB) MB or more. Needs docker;
+# pulls nothing.
+IMAGE         ?= lodestone
+IMAGE_TAG     ?= $(subst +,-,$(VERSION))
+IMAGE_SOURCE  ?= github.com/lodestone-kv/lodestone
+IMAGE_MAX_MB  ?= 40
+IMAGE_CONTEXT ?= $(BIN)/image
+CA_BUNDLE     ?= /etc/ssl/certs/ca-certificates.crt
+DOCKER        ?= docker
+
+.PHONY: image
+image:
+	@test -r $(CA_BUNDLE) || { echo "$(CA_BUNDLE) missing: install ca-certificates or set CA_BUNDLE" >&2; exit 1; }
+	rm -rf $(IMAGE_CONTEXT) && mkdir -p $(IMAGE_CONTEXT)/data
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o $(IMAGE_CONTEXT)/lodestone ./cmd/lodestone
+	cp $(CA_BUNDLE) $(IMAGE_CONTEXT)/ca-certificates.crt
+	cp deploy/image/Dockerfile deploy/image/passwd deploy/image/group $(IMAGE_CONTEXT)/
+	$(DOCKER) build -t $(IMAGE):$(IMAGE_TAG) -t $(IMAGE):latest \
+		--build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) \
+		--build-arg BUILD_DATE=$(BUILD_DATE) --build-arg SOURCE=$(IMAGE_SOURCE) $(IMAGE_CONTEXT)
+	@size=$$($(DOCKER) image inspect -f '{{.Size}}' $(IMAGE):$(IMAGE_TAG)) && \
+	echo "IMAGE $(IMAGE):$(IMAGE_TAG) size=$$size bytes ($$((size / 1000000)) MB, limit $(IMAGE_MAX_MB) MB)" && \
+	if [ "$$size" -ge $$(($(IMAGE_MAX_MB) * 1000000)) ]; then \
+		echo "image $(IMAGE):$(IMAGE_TAG) is over $(IMAGE_MAX_MB) MB" >&2; exit 1; fi
+
+# `make compose-up` runs deploy/compose: three servers (mTLS, ACLs default
+# deny), two agents with demo services and a gateway, with certificates,
+# the gossip key and tokens created under $(COMPOSE_SECRETS) (builds the
+# image first if it is missing). `make compose-down` removes the cluster,
+# its volumes and those files. See deploy/compose/README.md.
+COMPOSE_PROJECT ?= lodestone
+COMPOSE_IMAGE   ?= $(IMAGE):latest
+COMPOSE_SECRETS ?= $(CURDIR)/deploy/compose/secrets/$(COMPOSE_PROJECT)
+DOCKER_COMPOSE  ?= docker-compose
+COMPOSE_FILE_    = deploy/compose/docker-compose.yml
+
+.PHONY: compose-up compose-down
+compose-up compose-down: export COMPOSE_PROJECT_NAME = $(COMPOSE_PROJECT)
+compose-up compose-down: export LODESTONE_IMAGE = $(COMPOSE_IMAGE)
+compose-up compose-down: export LODESTONE_SECRETS = $(COMPOSE_SECRETS)
+compose-up compose-down: export DOCKER_COMPOSE := $(DOCKER_COMPOSE)
+
+compose-up:
+	@$(DOCKER) image inspect $(COMPOSE_IMAGE) >/dev/null 2>&1 && test -x $(IMAGE_CONTEXT)/lodestone || $(MAKE) image
+	LODESTONE_CLI=$(CURDIR)/$(IMAGE_CONTEXT)/lodestone deploy/compose/up.sh
+
+# NB: the compose file names the gossip key's env file, which must exist
+# for any docker-compose command, down included.
+compose-down:
+	mkdir -p $(COMPOSE_SECRETS) && touch $(COMPOSE_SECRETS)/gossip.env
+	$(DOCKER_COMPOSE) -f $(COMPOSE_FILE_) down --volumes --remove-orphans --timeout 5
+	rm -rf $(COMPOSE_SECRETS)

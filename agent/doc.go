@@ -6,7 +6,7 @@
 //
 // The node's local state (its services and checks, as loaded from a
 // config file or registered through the Consul-compatible HTTP API on
-// /v1/agent/...), one goroutine per check (HTTP, TCP, TTL), the sync loop
+// /v1/agent/..., beside /metrics and /healthz), one goroutine per check (HTTP, TCP, TTL), the sync loop
 // that writes to the registry through the gRPC Catalog service, and the
 // agent's membership in the gossip pool (package gossip).
 //

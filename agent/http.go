@@ -35,6 +35,9 @@ func (a *Agent) routes() http.Handler {
 	mux.HandleFunc("GET /v1/agent/members", a.handleMembers)
 	mux.HandleFunc("GET /v1/agent/self", a.handleSelf)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.prom, promhttp.HandlerOpts{}))
+	// For orchestrators' probes (lodestone healthcheck): 200 while the
+	// agent serves.
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	return mux
 }
 

@@ -194,7 +194,11 @@ func (c *clusterService) Status(ctx context.Context, _ *lodestonepb.StatusReques
 		}
 	}
 	if resp.Self == nil {
-		resp.Self = &lodestonepb.Member{Id: c.s.raft.ID(), Name: c.s.cfg.Name, PeerAddr: c.s.peerAddr, GrpcAddr: c.s.grpcAddr, HttpAddr: c.s.httpAddr}
+		peerAddr := c.s.cfg.InitialCluster[c.s.cfg.Name]
+		if peerAddr == "" {
+			peerAddr = c.s.peerAddr
+		}
+		resp.Self = &lodestonepb.Member{Id: c.s.raft.ID(), Name: c.s.cfg.Name, PeerAddr: peerAddr, GrpcAddr: c.s.advertiseGRPC, HttpAddr: c.s.advertiseHTTP}
 	}
 	return resp, nil
 }

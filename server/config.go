@@ -25,10 +25,22 @@ type Config struct {
 	DataDir string
 
 	// ListenPeer, ListenGRPC and ListenHTTP are host:port addresses. Port 0
-	// picks a free port (tests); the chosen address is then advertised.
+	// picks a free port (tests); the port got is then advertised, and an
+	// InitialCluster entry for this member with port 0 takes it too.
 	ListenPeer string
 	ListenGRPC string
 	ListenHTTP string
+
+	// AdvertiseGRPC and AdvertiseHTTP are the host:port addresses this
+	// member publishes in the membership for clients (advertise.go).
+	// Empty: the listen address, with the port bound. Set them when
+	// listening on a wildcard (0.0.0.0) or behind NAT, as in containers.
+	AdvertiseGRPC string
+	AdvertiseHTTP string
+	// AdvertisePeer is this member's peer address as the others reach it.
+	// It must match this member's InitialCluster entry when that lists
+	// it; empty means that entry (advertise.go).
+	AdvertisePeer string
 
 	// InitialCluster lists every member of a new cluster as name=peeraddr.
 	// When Join is false and the data dir is empty, the node bootstraps a
@@ -318,6 +330,9 @@ func (c *Config) Validate() error {
 			return bad("initial-cluster", "members %q and %q hash to the same id; rename one", name, other)
 		}
 		ids[id] = name
+	}
+	if err := c.validateAdvertise(); err != nil {
+		return err
 	}
 	if c.TickInterval <= 0 {
 		return bad("tick-interval", "must be positive")

@@ -84,7 +84,7 @@ func (s *core) agentNode() (name, addr string) {
 		name = s.cfg.Name
 	}
 	if addr == "" {
-		host, _, err := net.SplitHostPort(s.httpAddr)
+		host, _, err := net.SplitHostPort(s.advertiseHTTP)
 		if ip := net.ParseIP(host); err != nil || ip == nil || ip.IsUnspecified() {
 			host = "127.0.0.1"
 		}

@@ -32,6 +32,7 @@ type core struct {
 	holdMetrics    *holdMetrics
 
 	peerAddr, grpcAddr, httpAddr string // as bound
+	advertiseGRPC, advertiseHTTP string // as published for clients (advertise.go)
 }
 
 // header describes this member and the index a response reflects.

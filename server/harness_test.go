@@ -45,6 +45,8 @@ type testCluster struct {
 	logs    syncBuffer
 	// creds dial the members' gRPC ports; nil: plain text.
 	creds credentials.TransportCredentials
+	// member, if set, adjusts each member's configuration last.
+	member func(name string, cfg *Config)
 }
 
 // syncBuffer collects every member's logs; they are printed if the test fails.
@@ -111,9 +113,16 @@ func checkDurationField(t *testing.T, field string, set func(*Config, time.Durat
 
 func newTestCluster(t testing.TB, n int, opts ...clusterOption) *testCluster {
 	t.Helper()
+	return newTestClusterWith(t, n, nil, opts...)
+}
+
+// newTestClusterWith is newTestCluster with member adjusting each
+// member's configuration (nil: none).
+func newTestClusterWith(t testing.TB, n int, member func(name string, cfg *Config), opts ...clusterOption) *testCluster {
+	t.Helper()
 	c := &testCluster{
 		t: t, base: testConfig(opts...), peers: map[string]string{}, servers: map[string]*Server{},
-		dirs: map[string]string{}, conns: map[string]*grpc.ClientConn{},
+		dirs: map[string]string{}, conns: map[string]*grpc.ClientConn{}, member: member,
 	}
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprintf("n%d", i)
@@ -155,6 +164,9 @@ func (c *testCluster) start(name string, join bool) *Server {
 		cfg.InitialCluster[n] = a
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(&c.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if c.member != nil {
+		c.member(name, &cfg)
+	}
 	s, err := New(cfg)
 	if err != nil {
 		c.t.Fatalf("start %s: %v", name, err)

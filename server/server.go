@@ -107,12 +107,15 @@ func New(cfg Config) (*Server, error) {
 	// member was given it, before the rewrite below.
 	founding := maps.Clone(cfg.InitialCluster)
 	s.peerLis = s.tls.peerListener(s.peerLis)
-	// A member listening on port 0 advertises the port it got.
-	if _, ok := cfg.InitialCluster[cfg.Name]; ok {
-		cfg.InitialCluster[cfg.Name] = s.peerLis.Addr().String()
+	// NB: a copy: the caller's map stays as given.
+	cfg.InitialCluster = maps.Clone(cfg.InitialCluster)
+	if entry, ok := cfg.InitialCluster[cfg.Name]; ok {
+		cfg.InitialCluster[cfg.Name] = selfPeerEntry(entry, s.peerLis.Addr())
 	}
 	s.cfg = cfg
 	s.peerAddr, s.grpcAddr, s.httpAddr = s.peerLis.Addr().String(), s.grpcLis.Addr().String(), s.httpLis.Addr().String()
+	s.advertiseGRPC = advertisedAddr(cfg.AdvertiseGRPC, s.grpcLis.Addr(), "advertise-grpc", logger)
+	s.advertiseHTTP = advertisedAddr(cfg.AdvertiseHTTP, s.httpLis.Addr(), "advertise-http", logger)
 	wcfg := cfg.Watch
 	if wcfg.Logger == nil {
 		wcfg.Logger = logger.With("component", "watch")
@@ -187,6 +190,11 @@ func (s *Server) closeListeners() {
 func (s *Server) PeerAddr() string { return s.peerAddr }
 func (s *Server) GRPCAddr() string { return s.grpcAddr }
 func (s *Server) HTTPAddr() string { return s.httpAddr }
+
+// AdvertisedGRPC and AdvertisedHTTP are the client addresses this member
+// publishes in the membership (Config.AdvertiseGRPC, AdvertiseHTTP).
+func (s *Server) AdvertisedGRPC() string { return s.advertiseGRPC }
+func (s *Server) AdvertisedHTTP() string { return s.advertiseHTTP }
 
 // GossipAddr is the gossip pool address, or "" without gossip.
 func (s *Server) GossipAddr() string {
@@ -308,7 +316,8 @@ func (s *Server) Start() {
 	}()
 	s.startPollProbe()
 	s.tls.watch(s.ctx, s.cfg.TLS.ReloadInterval, &s.wg)
-	s.logger.Info("server started", "tls", s.tls != nil, "peer", s.PeerAddr(), "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "id", fmt.Sprintf("%x", s.raft.ID()),
+	s.logger.Info("server started", "tls", s.tls != nil, "peer", s.PeerAddr(), "grpc", s.GRPCAddr(), "http", s.HTTPAddr(),
+		"advertise_grpc", s.advertiseGRPC, "advertise_http", s.advertiseHTTP, "id", fmt.Sprintf("%x", s.raft.ID()),
 		"version", buildinfo.Get().Version)
 }
 
@@ -388,7 +397,7 @@ func (s *Server) publishSelf() {
 			}
 			ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 			_, err := s.raft.Propose(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_Member{Member: &lodestonepb.Member{
-				Id: s.raft.ID(), Name: s.cfg.Name, GrpcAddr: s.GRPCAddr(), HttpAddr: s.HTTPAddr(),
+				Id: s.raft.ID(), Name: s.cfg.Name, GrpcAddr: s.advertiseGRPC, HttpAddr: s.advertiseHTTP,
 			}}})
 			cancel()
 			if err == nil && s.selfPublished() {
@@ -410,7 +419,7 @@ func (s *Server) publishSelf() {
 func (s *Server) selfPublished() bool {
 	for _, m := range s.store.Members() {
 		if m.Id == s.raft.ID() {
-			return m.GrpcAddr == s.GRPCAddr() && m.HttpAddr == s.HTTPAddr()
+			return m.GrpcAddr == s.advertiseGRPC && m.HttpAddr == s.advertiseHTTP
 		}
 	}
 	return false

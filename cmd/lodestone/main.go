@@ -117,6 +117,7 @@ Start a local node with "lodestone dev", then try:
 	root.AddCommand(newACLCmd(getenv))
 	root.AddCommand(newTLSCmd())
 	root.AddCommand(newVersionCmd())
+	root.AddCommand(newHealthcheckCmd(getenv), newDemoCmd())
 	return root
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,7 +52,8 @@ starts with --join and an --initial-cluster naming the existing members.`,
 	f.StringVar(&o.cfg.ListenPeer, "listen-peer", "127.0.0.1:7401", "address for Raft traffic between members")
 	f.StringVar(&o.cfg.ListenGRPC, "listen-grpc", "127.0.0.1:7400", "address for the client gRPC API")
 	f.StringVar(&o.cfg.ListenHTTP, "listen-http", "127.0.0.1:8500", "address for HTTP: /metrics, /healthz, /readyz")
-	f.StringVar(&o.initialCluster, "initial-cluster", "", "members as name=peeraddr,... (default: this member alone)")
+	f.StringVar(&o.initialCluster, "initial-cluster", "", "members as name=peeraddr,... (default: this member alone, at --advertise-peer or --listen-peer)")
+	addAdvertiseFlags(f, &o.cfg)
 	f.BoolVar(&o.cfg.Join, "join", false, "join a running cluster that already added this member")
 	f.BoolVar(&o.cfg.ACL.Enabled, "acl-enabled", false, "require an ACL token with the right permission for every request (bootstrap one with lodestone acl bootstrap)")
 	f.StringVar(&o.aclDefault, "acl-default-policy", "deny", "what a token may do where none of its rules match: deny or allow")
@@ -81,6 +83,14 @@ starts with --join and an --initial-cluster naming the existing members.`,
 	addServerTLSFlags(f, &o.cfg)
 	addLogFlags(cmd, &o.logLevel, &o.logFormat)
 	return cmd
+}
+
+// addAdvertiseFlags exposes the addresses a member publishes, for a
+// member that listens on a wildcard or behind NAT (containers, pods).
+func addAdvertiseFlags(f *pflag.FlagSet, cfg *server.Config) {
+	f.StringVar(&cfg.AdvertiseGRPC, "advertise-grpc", "", "host:port clients are told to reach the gRPC API at (default: the --listen-grpc address)")
+	f.StringVar(&cfg.AdvertiseHTTP, "advertise-http", "", "host:port clients are told to reach HTTP at (default: the --listen-http address)")
+	f.StringVar(&cfg.AdvertisePeer, "advertise-peer", "", "host:port the other members reach this one at; must match this member's --initial-cluster entry (default: that entry, or --listen-peer)")
 }
 
 // addServerTLSFlags exposes server.TLSConfig.
@@ -184,7 +194,7 @@ func runServer(ctx context.Context, o *serverOptions, stderr io.Writer) error {
 		return fmt.Errorf("--initial-cluster: %w", err)
 	}
 	if len(cfg.InitialCluster) == 0 && !cfg.Join {
-		cfg.InitialCluster = map[string]string{cfg.Name: cfg.ListenPeer}
+		cfg.InitialCluster = map[string]string{cfg.Name: cmp.Or(cfg.AdvertisePeer, cfg.ListenPeer)}
 	}
 	if o.heapFloorMiB < 0 {
 		return fmt.Errorf("--gc-heap-floor-mib %d: use 0 (off) or a size in MiB", o.heapFloorMiB)

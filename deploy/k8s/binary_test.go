@@ -50,15 +50,6 @@ func lodestoneBinary(t *testing.T) string {
 	return filepath.Join(buildDir, "lodestone")
 }
 
-// pendingFlags are flags the manifests use that `lodestone server` gains
-// in a change made alongside these manifests. While the binary lacks one,
-// the flag check leaves it out and logs that it did; once the binary has
-// it, it is checked as any other.
-var pendingFlags = map[string][]string{"server": {"advertise-grpc", "advertise-http"}}
-
-// pendingLogged remembers which pending flags were reported missing.
-var pendingLogged sync.Map
-
 // helpCache holds `lodestone <path> --help`, by path.
 var helpCache sync.Map
 
@@ -87,11 +78,6 @@ func runBinary(bin string, args []string) (string, error) {
 		return stdout.String(), fmt.Errorf("%v: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return stdout.String(), nil
-}
-
-// supports reports whether the command's help lists --flag.
-func supports(help, flag string) bool {
-	return regexp.MustCompile(`(?m)^\s+(-\w, )?--` + regexp.QuoteMeta(flag) + `\b`).MatchString(help)
 }
 
 // envName matches the environment variables a lodestone command reads.
@@ -133,20 +119,13 @@ func checkWithBinary(t *testing.T, bin string, m *manifests) problems {
 }
 
 // argsForBinary is c's args with env references filled in as the kubelet
-// would, less the pending flags the binary does not have yet.
+// would.
 func argsForBinary(t *testing.T, m *manifests, w workload, c *corev1.Container, cl *cmdline, help string) []string {
 	t.Helper()
 	vars := envValues(m, c, map[string]string{"metadata.name": w.obj.GetName() + "-0", "status.podIP": "10.0.0.7"})
 	var out []string
 	for _, a := range c.Args {
 		a, _ = expand(a, vars)
-		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-		if strings.HasPrefix(a, "--") && slices.Contains(pendingFlags[cl.command()], name) && !supports(help, name) {
-			if _, said := pendingLogged.LoadOrStore(name, true); !said {
-				t.Logf("lodestone %s has no --%s yet: left out of the flag checks", cl.command(), name)
-			}
-			continue
-		}
 		out = append(out, a)
 	}
 	return out

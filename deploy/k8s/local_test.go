@@ -152,16 +152,12 @@ func localCommand(t *testing.T, bin string, m *manifests, w workload, c *corev1.
 		return s
 	}
 	vars := envValues(m, c, fields)
-	cl, _ := parseCmdline(c)
-	help := helpOf(t, bin, cl.path)
 	for _, a := range c.Args {
 		a, _ = expand(a, vars)
 		name, value, isFlag := strings.Cut(strings.TrimPrefix(a, "--"), "=")
 		switch {
 		case !strings.HasPrefix(a, "--"):
 			a = relocate(a)
-		case slices.Contains(pendingFlags[cl.command()], name) && !supports(help, name):
-			continue
 		case overrides[name] != "":
 			a = "--" + name + "=" + overrides[name]
 		case isFlag:

@@ -14,7 +14,9 @@
 //	GET /slow?ms=N     the same after N milliseconds (try the gateway's timeouts)
 //	GET /status/N      status N (try retries and outlier ejection with 503)
 //	GET /stream?n=N    N lines one every 100ms, streamed (the gateway never buffers them)
-//	GET /healthz       ok
+//	GET /healthz       ok (also /health, the path agents' checks use)
+//
+// `lodestone demo` serves one instance of it on its own, for containers.
 package demo
 
 import (
@@ -96,7 +98,9 @@ func Handler(id string) http.Handler {
 			}
 		}
 	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	ok := func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }
+	mux.HandleFunc("GET /healthz", ok)
+	mux.HandleFunc("GET /health", ok)
 	return mux
 }
 
