@@ -24,41 +24,63 @@ var (
 func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	start := time.Now()
 	_, tcp := w.RemoteAddr().(*net.TCPAddr)
-	resp := s.respond(req, tcp)
-	if err := w.WriteMsg(resp); err != nil {
+	rcode := dns.RcodeSuccess
+	var err error
+	if b := s.fromCache(req, tcp); b != nil {
+		_, err = w.Write(*b)
+		putBuffer(b)
+	} else {
+		resp, packed := s.respond(req, tcp)
+		if packed != nil {
+			_, err = w.Write(*packed)
+			putBuffer(packed)
+		} else {
+			rcode = resp.Rcode
+			err = w.WriteMsg(resp)
+		}
+	}
+	if err != nil {
 		s.logger.Debug("could not write a DNS answer", "client", w.RemoteAddr().String(), "err", err)
 	}
 	var qtype uint16
 	if len(req.Question) > 0 {
 		qtype = req.Question[0].Qtype
 	}
-	s.metrics.observe(qtype, resp.Rcode, time.Since(start))
+	s.metrics.observe(qtype, rcode, time.Since(start))
 }
 
-func (s *Server) respond(req *dns.Msg, tcp bool) *dns.Msg {
+// respond answers req: a message, or a packed service answer.
+func (s *Server) respond(req *dns.Msg, tcp bool) (*dns.Msg, *[]byte) {
 	if len(req.Question) != 1 {
 		m := new(dns.Msg)
-		return m.SetRcode(req, dns.RcodeFormatError)
+		return m.SetRcode(req, dns.RcodeFormatError), nil
 	}
 	name := strings.ToLower(req.Question[0].Name)
 	if name != s.domain && !strings.HasSuffix(name, "."+s.domain) {
 		if len(s.recursors) > 0 {
-			return s.recurse(req, tcp)
+			return s.recurse(req, tcp), nil
 		}
 		m := new(dns.Msg)
-		return m.SetRcode(req, dns.RcodeRefused)
+		return m.SetRcode(req, dns.RcodeRefused), nil
 	}
 	return s.answer(req, name, tcp)
 }
 
-// answer answers a question in the domain; name is its name in lowercase.
-func (s *Server) answer(req *dns.Msg, name string, tcp bool) *dns.Msg {
-	q := req.Question[0]
+// reply is the empty reply to req: authoritative, recursion available
+// only with recursors.
+func (s *Server) reply(req *dns.Msg) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetReply(req)
 	m.Compress = true
 	m.Authoritative = true
 	m.RecursionAvailable = len(s.recursors) > 0
+	return m
+}
+
+// answer answers a question in the domain; name is its name in lowercase.
+func (s *Server) answer(req *dns.Msg, name string, tcp bool) (*dns.Msg, *[]byte) {
+	q := req.Question[0]
+	m := s.reply(req)
 	switch q.Qtype {
 	case dns.TypeSOA:
 		m.Answer = []dns.RR{soa(s.domain)}
@@ -68,7 +90,15 @@ func (s *Server) answer(req *dns.Msg, name string, tcp bool) *dns.Msg {
 	case dns.TypeAXFR, dns.TypeIXFR:
 		m.Rcode = dns.RcodeNotImplemented
 	default:
-		err := s.dispatch(q, strings.TrimSuffix(name, s.domain), m)
+		p, err := s.parse(q, strings.TrimSuffix(name, s.domain))
+		if err == nil && p.kind == "service" && cacheable(q.Qtype) {
+			var b *[]byte
+			if b, err = s.packService(req, p, tcp); err == nil {
+				return nil, b
+			}
+		} else if err == nil {
+			err = s.dispatch(q, p, m)
+		}
 		switch {
 		case err == nil:
 		case errors.Is(err, errNoData):
@@ -81,15 +111,20 @@ func (s *Server) answer(req *dns.Msg, name string, tcp bool) *dns.Msg {
 			m.Rcode = dns.RcodeServerFailure
 		}
 	}
+	s.finish(req, m, tcp)
+	return m, nil
+}
+
+// finish adds EDNS0 and fits m to the transport.
+func (s *Server) finish(req, m *dns.Msg, tcp bool) {
 	setEDNS(req, m)
 	var trimmed bool
 	if tcp {
-		trimmed = trimTCP(q, m)
+		trimmed = trimTCP(req.Question[0], m)
 	} else {
 		trimmed = trimUDP(req, m, s.cfg.UDPAnswerLimit)
 	}
 	m.Truncated = trimmed && s.cfg.EnableTruncate
-	return m
 }
 
 // setEDNS answers EDNS0 with EDNS0, echoing the client's buffer size as
@@ -100,9 +135,17 @@ func setEDNS(req, m *dns.Msg) {
 	}
 }
 
-// dispatch parses rest (the lowercase name less the domain, with its
-// trailing dot) as Consul does and answers into m.
-func (s *Server) dispatch(q dns.Question, rest string, m *dns.Msg) error {
+// question is what a name in the domain asks for.
+type question struct {
+	kind         string // service, node or addr
+	service, tag string
+	node         string
+	addr         string // hex
+}
+
+// parse reads rest (the lowercase name less the domain, with its trailing
+// dot) as Consul does.
+func (s *Server) parse(q dns.Question, rest string) (question, error) {
 	labels := dns.SplitDomainName(rest)
 	var kind string
 	var parts, suffixes []string
@@ -120,25 +163,43 @@ func (s *Server) dispatch(q dns.Question, rest string, m *dns.Msg) error {
 	switch kind {
 	case "service":
 		if len(parts) == 0 || !s.inDC(suffixes) {
-			return errNameNotFound
+			return question{}, errNameNotFound
 		}
 		service, tag := serviceAndTag(parts)
-		return s.serviceAnswer(q, service, tag, m)
+		return question{kind: kind, service: service, tag: tag}, nil
 	case "node":
 		if len(parts) == 0 || !s.inDC(suffixes) {
-			return errNameNotFound
+			return question{}, errNameNotFound
 		}
 		// NB: a node name may hold dots.
-		return s.nodeAnswer(q, strings.Join(parts, "."), m)
+		return question{kind: kind, node: strings.Join(parts, ".")}, nil
 	case "addr":
 		if len(parts) != 1 {
-			return errNameNotFound
+			return question{}, errNameNotFound
 		}
-		return s.addrAnswer(q, parts[0], m)
+		return question{kind: kind, addr: parts[0]}, nil
 	}
 	// NB: prepared queries, connect, ingress and virtual names are
 	// Consul's, and not served here.
-	return errNameNotFound
+	return question{}, errNameNotFound
+}
+
+// dispatch answers p into m.
+func (s *Server) dispatch(q dns.Question, p question, m *dns.Msg) error {
+	switch p.kind {
+	case "service":
+		v, insts, err := s.lookupService(p.service, p.tag)
+		if err != nil {
+			return err
+		}
+		order := make([]*instance, len(insts))
+		copy(order, insts)
+		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		return s.fillService(q, v, order, m)
+	case "node":
+		return s.nodeAnswer(q, p.node, m)
+	}
+	return s.addrAnswer(q, p.addr, m)
 }
 
 // inDC says whether the labels after the kind name this datacenter:
@@ -170,29 +231,33 @@ func serviceAndTag(parts []string) (service, tag string) {
 	return parts[n-1], strings.Join(parts[:n-1], ".")
 }
 
-func (s *Server) serviceAnswer(q dns.Question, service, tag string, m *dns.Msg) error {
+// lookupService is the view of service and its instances the DNS token
+// may read, with tag if one is given; errNameNotFound when none.
+func (s *Server) lookupService(service, tag string) (*serviceView, []*instance, error) {
 	authz, err := s.authorizer()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if !authz.Allowed(acl.ResourceService, service, acl.AccessRead) {
-		return errNameNotFound
+		return nil, nil, errNameNotFound
 	}
 	v := s.views.get(service)
 	if v == nil {
-		return errNameNotFound
+		return nil, nil, errNameNotFound
 	}
 	insts := v.readable(authz)
 	if tag != "" {
 		insts = withTag(insts, tag)
 	}
 	if len(insts) == 0 {
-		return errNameNotFound
+		return nil, nil, errNameNotFound
 	}
-	// NB: a copy: the view's slice is shared with every other query.
-	order := make([]*instance, len(insts))
-	copy(order, insts)
-	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	return v, insts, nil
+}
+
+// fillService answers q with the instances in order; errNoData when none
+// has a record of the type asked.
+func (s *Server) fillService(q dns.Question, v *serviceView, order []*instance, m *dns.Msg) error {
 	ttl := ttlSeconds(v.ttl)
 	if q.Qtype == dns.TypeSRV {
 		s.addSRV(q, order, ttl, m)
