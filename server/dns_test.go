@@ -236,6 +236,17 @@ node_prefix "" { policy = "read" }`
 	if m := dnsAsk(t, s, "udp", "db-node.node.consul.", dns.TypeA); len(m.Answer) != 1 {
 		t.Fatalf("a node the token may read: %v", m.Answer)
 	}
+
+	// Taking the right away takes the answer away at once, however often
+	// it was answered (answers are kept packed).
+	for range 50 {
+		dnsAsk(t, s, "udp", "web.service.consul.", dns.TypeA)
+	}
+	pol.Rules = `node_prefix "" { policy = "read" }`
+	if _, _, err := mgmt.ACL().PolicyUpdate(pol, nil); err != nil {
+		t.Fatal(err)
+	}
+	wantNX("after service read was taken away", "web.service.consul.")
 }
 
 func TestDNSAnonymousWithDefaultDenyAnswersNothing(t *testing.T) {

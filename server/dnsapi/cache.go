@@ -20,7 +20,8 @@ import (
 // equally often. A kept answer is used only while its service's view
 // (store.ServiceIndex) and the DNS token's Authorizer (the ACL index) are
 // those it was built from, and at most variantUses times per variant, after
-// which it is built again with new orders.
+// which it is built again with new orders. The first answer to a question
+// is one variant; the next build, if it is asked again, makes them all.
 
 const (
 	maxVariants = 16
@@ -120,9 +121,18 @@ func (s *Server) packService(req *dns.Msg, p question, tcp bool) (*[]byte, error
 	base := make([]*instance, n)
 	copy(base, insts)
 	rand.Shuffle(n, func(i, j int) { base[i], base[j] = base[j], base[i] })
+	key := keyOf(req, tcp)
+	// NB: a question not asked before gets one variant, so that a flood
+	// of names asked once (random case, say) costs one answer each; the
+	// variants come when it is asked again. A view read for a name in
+	// another case (index 0) is never the same twice, so is not kept.
+	variants := 1
+	if v.index != 0 && s.cache.get(key) != nil {
+		variants = min(n, maxVariants)
+	}
 	e := &packedAnswer{service: p.service, view: v, authz: authz}
 	order := make([]*instance, n)
-	for i := range min(n, maxVariants) {
+	for i := range variants {
 		copy(order, base)
 		order[0], order[i] = order[i], order[0]
 		rest := order[1:]
@@ -140,7 +150,9 @@ func (s *Server) packService(req *dns.Msg, p question, tcp bool) (*[]byte, error
 		e.bytes += len(b)
 	}
 	e.uses.Store(int64(len(e.variants) * variantUses))
-	s.cache.put(keyOf(req, tcp), e)
+	if v.index != 0 {
+		s.cache.put(key, e)
+	}
 	return withID(req, e.variants[rand.IntN(len(e.variants))]), nil
 }
 
