@@ -228,8 +228,8 @@ func measure(ctx context.Context, s *system, qs [][]byte, serverSet, clientSet u
 	line := fmt.Sprintf("qps=%s p50=%sms p99=%sms answers=%d errors=%d server-cpu=%.2f(%sus/q) client-cpu=%.2f(%sus/q) server-core=%s client-core=%s",
 		harness.FormatValue(smp.qps), harness.FormatValue(harness.Millis(harness.Percentile(r.latencies, 50))),
 		harness.FormatValue(smp.p99), len(r.latencies), r.errors,
-		(cpu1 - cpu0).Seconds()/elapsed.Seconds(), harness.FormatValue(float64((cpu1-cpu0).Microseconds())/asked),
-		(self1 - self0).Seconds()/elapsed.Seconds(), harness.FormatValue(float64((self1-self0).Microseconds())/asked),
+		(cpu1-cpu0).Seconds()/elapsed.Seconds(), harness.FormatValue(float64((cpu1-cpu0).Microseconds())/asked),
+		(self1-self0).Seconds()/elapsed.Seconds(), harness.FormatValue(float64((self1-self0).Microseconds())/asked),
 		harness.CoreBusy(ticks0, ticks1, serverSet), harness.CoreBusy(ticks0, ticks1, clientSet))
 	if r.errors > 0 {
 		line += fmt.Sprintf(" first-error=%q", r.firstErr.Error())
