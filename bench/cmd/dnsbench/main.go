@@ -64,6 +64,7 @@ func main() {
 // sample is one run's figures.
 type sample struct {
 	qps, p99 float64 // queries/s, ms
+	cpuPerQ  float64 // server CPU per answer, us
 }
 
 func run(ctx context.Context) error {
@@ -170,6 +171,11 @@ func run(ctx context.Context) error {
 	}
 	qps := func(s sample) float64 { return s.qps }
 	p99 := func(s sample) float64 { return s.p99 }
+	// NB: no target: it says how the qps ratio would move on a quiet
+	// machine, where each server had its core to itself.
+	lc, uc := med(l, func(s sample) float64 { return s.cpuPerQ }), med(u, func(s sample) float64 { return s.cpuPerQ })
+	fmt.Printf("cpu: server CPU per answer (medians) lodestone=%sus unbound=%sus ratio=%.2f; on a busy machine the queries/s ratio also "+
+		"reflects how the scheduler shared the server core with other work, this one does not\n", harness.FormatValue(lc), harness.FormatValue(uc), lc/uc)
 	fmt.Println(harness.Line{Name: "dns-service-lookup-qps", Unit: "q/s", Lodestone: med(l, qps), PeerName: "unbound", Peer: med(u, qps),
 		Op: ">=", Target: targetQPS})
 	fmt.Println(harness.Line{Name: "dns-service-lookup-p99", Unit: "ms", Lodestone: med(l, p99), PeerName: "unbound", Peer: med(u, p99),
@@ -225,6 +231,7 @@ func measure(ctx context.Context, s *system, qs [][]byte, serverSet, clientSet u
 	smp := sample{qps: r.qps(), p99: harness.Millis(harness.Percentile(r.latencies, 99))}
 	// NB: CPU per answer, over warm-up and window alike.
 	asked := float64(len(r.latencies)) * (*flagWarmup + *flagDuration).Seconds() / flagDuration.Seconds()
+	smp.cpuPerQ = float64((cpu1 - cpu0).Microseconds()) / asked
 	line := fmt.Sprintf("qps=%s p50=%sms p99=%sms answers=%d errors=%d server-cpu=%.2f(%sus/q) client-cpu=%.2f(%sus/q) server-core=%s client-core=%s",
 		harness.FormatValue(smp.qps), harness.FormatValue(harness.Millis(harness.Percentile(r.latencies, 50))),
 		harness.FormatValue(smp.p99), len(r.latencies), r.errors,
