@@ -54,9 +54,11 @@
 // an instance whose check goes critical leaves the very next answer of
 // the member that took the update and, on the others, the next one after
 // they apply it. Per service the answerable instances are kept as a view
-// built once per change of the service's index (store.ServiceIndex) and
-// reused by every query until the next change: a query costs a lookup in
-// the store's index, a shuffle and the records it answers with.
+// built once per change of the service's index (store.ServiceIndex), and
+// the packed answers built from it are kept too, in up to 16 orders each
+// naming a different instance first (cache.go), while the view and the
+// ACLs stay: a question asked before costs a lookup in the store's index
+// and a copy.
 //
 // # ACLs
 //

@@ -56,7 +56,7 @@ func (s *Server) respond(req *dns.Msg, tcp bool) (*dns.Msg, *[]byte) {
 		return m.SetRcode(req, dns.RcodeFormatError), nil
 	}
 	name := strings.ToLower(req.Question[0].Name)
-	if name != s.domain && !strings.HasSuffix(name, "."+s.domain) {
+	if name != s.domain && !strings.HasSuffix(name, s.dotDomain) {
 		if len(s.recursors) > 0 {
 			return s.recurse(req, tcp), nil
 		}

@@ -85,6 +85,7 @@ type Server struct {
 	b         Backend
 	logger    *slog.Logger
 	domain    string // lowercase, fully qualified: "consul."
+	dotDomain string // ".consul."
 	names     naming
 	views     *views
 	nodes     *nodeNames
@@ -119,7 +120,7 @@ func New(b Backend, l *Listeners, cfg Config, logger *slog.Logger, reg prometheu
 		logger = slog.New(slog.DiscardHandler)
 	}
 	domain := strings.ToLower(dns.Fqdn(strings.Trim(cfg.Domain, ".")))
-	s := &Server{cfg: cfg, b: b, logger: logger, domain: domain,
+	s := &Server{cfg: cfg, b: b, logger: logger, domain: domain, dotDomain: "." + domain,
 		names: naming{domain: domain, dc: strings.ToLower(cfg.Datacenter)},
 		views: newViews(b.Store(), cfg.OnlyPassing, cfg.ServiceTTL), nodes: &nodeNames{st: b.Store()},
 		recursions: make(chan struct{}, max(1, cfg.MaxRecursions)), addr: l.Addr()}
