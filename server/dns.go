@@ -49,7 +49,7 @@ func (s *Server) listenDNS() (*dnsapi.Listeners, error) {
 	}
 	l, err := dnsapi.Listen(c.Listen)
 	if err != nil && c.ListenOptional {
-		s.logger.Warn("DNS interface not started: its default address is taken; give --listen-dns another address, or \"\" to turn it off",
+		s.logger.Warn("DNS interface not started: its default address is taken; give another (--listen-dns; lodestone dev: --dns), or \"\" to turn it off",
 			"addr", c.Listen, "err", err)
 		return nil, nil
 	}
