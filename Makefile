@@ -161,6 +161,13 @@ bench-watch:
 bench-blocking:
 	cd bench && $(GO) run ./cmd/blockingbench
 
+# Service lookups over DNS: Lodestone's DNS interface vs unbound serving the
+# same records from a static zone, each on one core (needs unbound from apt);
+# see bench/cmd/dnsbench.
+.PHONY: bench-dns
+bench-dns:
+	cd bench && $(GO) run ./cmd/dnsbench
+
 clean:
 	rm -rf $(BIN) dist
 

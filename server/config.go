@@ -202,6 +202,9 @@ type Config struct {
 	// server (CatalogConfig).
 	Catalog CatalogConfig
 
+	// DNS serves Consul's DNS interface (dns.go); off by default.
+	DNS DNSConfig
+
 	// Gossip joins the server to the gossip pool when Gossip.Pool.BindAddr
 	// is set; its leader then reconciles pool membership into the catalog
 	// (gossip.go). Default: off.
@@ -283,6 +286,7 @@ func DefaultConfig() Config {
 		Catalog:                     DefaultCatalogConfig(),
 		StartTimeout:                10 * time.Second,
 		Gossip:                      DefaultGossipConfig(),
+		DNS:                         DefaultDNSConfig(),
 		PollProbeInterval:           100 * time.Millisecond,
 		MaxPeerSnapshotBytes:        peer.DefaultMaxSnapshotBytes,
 		MaxPeerSnapshotChunks:       peer.DefaultMaxSnapshotChunks,
@@ -377,6 +381,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Catalog.validate(); err != nil {
+		return err
+	}
+	if err := c.DNS.validate(); err != nil {
 		return err
 	}
 	if err := c.SlowLeader.Validate(); err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/lodestone-kv/lodestone/raftlog"
 	"github.com/lodestone-kv/lodestone/raftnode"
 	"github.com/lodestone-kv/lodestone/server/consulapi"
+	"github.com/lodestone-kv/lodestone/server/dnsapi"
 	"github.com/lodestone-kv/lodestone/server/httppark"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
@@ -53,8 +54,12 @@ type Server struct {
 
 	tls                       *serverTLS // nil without TLS (tls.go)
 	peerLis, grpcLis, httpLis net.Listener
-	grpcSrv                   *grpc.Server
-	httpSrv                   *http.Server
+	// dnsLis are the DNS sockets from New until Start hands them to dns
+	// (dns.go); both nil without DNS.
+	dnsLis  *dnsapi.Listeners
+	dns     *dnsapi.Server
+	grpcSrv *grpc.Server
+	httpSrv *http.Server
 	// Mux is the HTTP handler tree; other components add their routes.
 	Mux *http.ServeMux
 
@@ -96,6 +101,9 @@ func New(cfg Config) (*Server, error) {
 	s.peerLis = listen(cfg.ListenPeer)
 	s.grpcLis = listen(cfg.ListenGRPC)
 	s.httpLis = listen(cfg.ListenHTTP)
+	if err == nil {
+		s.dnsLis, err = s.listenDNS()
+	}
 	if err == nil {
 		s.tls, err = openTLS(s.core)
 	}
@@ -183,6 +191,10 @@ func (s *Server) closeListeners() {
 		if l != nil {
 			l.Close()
 		}
+	}
+	if s.dnsLis != nil {
+		s.dnsLis.Close()
+		s.dnsLis = nil
 	}
 }
 
@@ -299,6 +311,7 @@ func (s *Server) Start() {
 		}
 		return nil
 	})
+	s.startDNS()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -316,7 +329,7 @@ func (s *Server) Start() {
 	}()
 	s.startPollProbe()
 	s.tls.watch(s.ctx, s.cfg.TLS.ReloadInterval, &s.wg)
-	s.logger.Info("server started", "tls", s.tls != nil, "peer", s.PeerAddr(), "grpc", s.GRPCAddr(), "http", s.HTTPAddr(),
+	s.logger.Info("server started", "tls", s.tls != nil, "peer", s.PeerAddr(), "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "dns", s.DNSAddr(),
 		"advertise_grpc", s.advertiseGRPC, "advertise_http", s.advertiseHTTP, "id", fmt.Sprintf("%x", s.raft.ID()),
 		"version", buildinfo.Get().Version)
 }
@@ -450,6 +463,7 @@ func (s *Server) Close() error {
 			// After the http.Server: it hands no connection back any more.
 			errs = append(errs, s.park.Close())
 		}
+		errs = append(errs, s.closeDNS())
 		if s.peerPort != nil {
 			// NB: peer streams never end by themselves; this stops hard
 			// and waits for the Raft streams.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -26,6 +27,8 @@ type devOptions struct {
 	gatewayAddr  string
 	gatewayAdmin string
 	noGateway    bool
+	dnsAddr      string
+	dnsOptional  bool
 	holdTimeout  time.Duration
 	logLevel     string
 	logFormat    string
@@ -45,6 +48,7 @@ gateway, registered in the catalog (node dev-demo). Try:
   lodestone kv put greeting hello && lodestone kv get greeting`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.dnsOptional = !cmd.Flags().Changed("dns")
 			return runDev(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -56,6 +60,7 @@ gateway, registered in the catalog (node dev-demo). Try:
 	f.StringVar(&o.gatewayAddr, "gateway", "127.0.0.1:8080", "gateway proxy address")
 	f.StringVar(&o.gatewayAdmin, "gateway-admin", "127.0.0.1:8081", "gateway admin address (/healthz, /readyz, /metrics, /routes)")
 	f.BoolVar(&o.noGateway, "no-gateway", false, "run the registry alone, without the gateway and demo service")
+	f.StringVar(&o.dnsAddr, "dns", defaultDNSAddr, "DNS address, UDP and TCP (Consul's DNS interface; \"\": off; the default is skipped with a warning when taken)")
 	addHoldFlag(cmd, &o.holdTimeout)
 	addLogFlags(cmd, &o.logLevel, &o.logFormat)
 	return cmd
@@ -73,9 +78,15 @@ func runDev(ctx context.Context, o *devOptions, stdout, stderr io.Writer) error 
 	cfg.InitialCluster = map[string]string{"dev": o.peerAddr}
 	cfg.Logger = logger
 	cfg.RPCHoldTimeout = o.holdTimeout
+	cfg.DNS.Listen, cfg.DNS.ListenOptional = o.dnsAddr, o.dnsOptional
 	return serveUntilDone(ctx, cfg, func(ctx context.Context, s *server.Server) error {
-		fmt.Fprintf(stdout, "lodestone dev is running\n  grpc:    %s\n  http:    http://%s (Consul API, /metrics, /healthz, /readyz)\n  data:    %s\n",
-			s.GRPCAddr(), s.HTTPAddr(), o.dataDir)
+		fmt.Fprintf(stdout, "lodestone dev is running\n  grpc:    %s\n  http:    http://%s (Consul API, /metrics, /healthz, /readyz)\n",
+			s.GRPCAddr(), s.HTTPAddr())
+		if a := s.DNSAddr(); a != "" {
+			host, port, _ := net.SplitHostPort(a)
+			fmt.Fprintf(stdout, "  dns:     %s (dig @%s -p %s demo.service.consul SRV)\n", a, host, port)
+		}
+		fmt.Fprintf(stdout, "  data:    %s\n", o.dataDir)
 		if o.noGateway {
 			fmt.Fprintln(stdout, "try: lodestone kv put greeting hello && lodestone kv get greeting")
 			<-ctx.Done()

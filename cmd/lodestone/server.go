@@ -31,6 +31,7 @@ type serverOptions struct {
 	faultDiskDelay time.Duration
 	heapFloorMiB   int
 	aclDefault     string
+	dns            dnsOptions
 }
 
 func newServerCmd() *cobra.Command {
@@ -43,6 +44,9 @@ func newServerCmd() *cobra.Command {
 starts with --join and an --initial-cluster naming the existing members.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := finishDNS(cmd, &o.cfg.DNS, &o.dns, "listen-dns"); err != nil {
+				return err
+			}
 			return runServer(cmd.Context(), o, cmd.ErrOrStderr())
 		},
 	}
@@ -65,6 +69,7 @@ starts with --join and an --initial-cluster naming the existing members.`,
 	addHoldFlag(cmd, &o.cfg.RPCHoldTimeout)
 	addCatalogFlags(cmd.Flags(), &o.cfg.Catalog)
 	addGossipFlags(f, &o.cfg.Gossip.Pool, "")
+	addDNSFlags(f, &o.cfg.DNS, &o.dns, "listen-dns")
 	f.DurationVar(&o.cfg.Gossip.ReconcileInterval, "gossip-reconcile-interval", o.cfg.Gossip.ReconcileInterval, "how often the leader re-diffs the gossip pool against the catalog (writes only differences)")
 	f.BoolVar(&o.cfg.UnsafeStaleReads, "unsafe-stale-reads", false, "serve linearizable reads without ReadIndex (breaks linearizability; fault-injection tests only)")
 	if err := f.MarkHidden("unsafe-stale-reads"); err != nil {

@@ -1,0 +1,90 @@
+// Package dnsapi serves Consul's DNS interface over the catalog a server
+// holds in memory, so that resolvers, dig and anything that looks up
+// web.service.consul find healthy instances without an HTTP client.
+//
+// # Names
+//
+// Under the configured domain (default "consul."), case-insensitively:
+//
+//	[<tag>.]<service>.service[.<dc>[.dc]].<domain>   A, AAAA, SRV, ANY (and TXT as Consul: the A records)
+//	_<service>._<tag>.service[.<dc>].<domain>        RFC 2782; the tag "tcp" means no tag; "service" may be left out for SRV
+//	<node>.node[.<dc>[.dc]].<domain>                 A, AAAA, ANY, TXT (the node's meta, RFC 1464)
+//	<hex ip>.addr[.<dc>].<domain>                    the address an SRV target of that form stands for
+//
+// A dc other than Config.Datacenter answers NXDOMAIN, as Consul answers a
+// datacenter it has no path to. Prepared queries, connect, ingress,
+// virtual, peer and PTR names are not served (NXDOMAIN inside the domain;
+// PTR names are outside it). SOA in the domain answers the SOA, NS answers
+// nothing, AXFR is not implemented.
+//
+// # What is answered
+//
+// A service name answers its instances whose checks (their own and their
+// node's) are not critical; with Config.OnlyPassing, only those whose
+// every check passes (Consul's only_passing). An instance answers with its
+// service address, or its node's when it has none; an address that is a
+// host name answers as a CNAME (A, AAAA) or as the SRV target, and is not
+// resolved further. SRV records carry priority 1, the instance's weight
+// for its state (Weights.Passing or Weights.Warning) and its port; their
+// target is <node>.node.<dc>.<domain> when the instance uses its node's
+// address and <hex ip>.addr.<dc>.<domain> when it has an address of its
+// own, with the address in the additional section and the node's meta as
+// TXT beside it, as Consul does. Answers are shuffled on every query, and
+// duplicates (one address twice, one node:address:port twice) are left
+// out. A name with no instance to answer (none registered, none healthy,
+// none the token may read) is NXDOMAIN; a name with instances but no
+// record of the asked type is NOERROR with nothing (RFC 2308 NODATA).
+// Both carry the domain's SOA in the authority section.
+//
+// # Sizes
+//
+// A UDP answer fits the client's EDNS0 buffer (512 bytes without EDNS0,
+// and at most Config.UDPAnswerLimit answers then, as Consul's
+// udp_answer_limit); what does not fit is left out and, with
+// Config.EnableTruncate (the default here; off by default in Consul), the
+// TC bit set, so the client asks again over TCP, which answers everything
+// up to 64 KiB. The additional section keeps only the records of the SRV
+// targets that stayed.
+//
+// # Where answers come from
+//
+// From the store of the server the question reaches, as a ?stale read:
+// what that member has applied, with no Raft round and no message to the
+// leader. A member applies a write within milliseconds of the leader, so
+// an instance whose check goes critical leaves the very next answer of
+// the member that took the update and, on the others, the next one after
+// they apply it. Per service the answerable instances are kept as a view
+// built once per change of the service's index (store.ServiceIndex), and
+// the packed answers built from it are kept too, in up to 16 orders each
+// naming a different instance first (cache.go), while the view and the
+// ACLs stay: a question asked before costs a lookup in the store's index
+// and a copy.
+//
+// # ACLs
+//
+// Answers are read with Config.Token (empty: the anonymous token): a
+// service needs service:read, its instances node:read on their nodes, a
+// node node:read; what the token may not read is left out, and a name
+// left with nothing is NXDOMAIN, never REFUSED, so it reveals nothing.
+// With ACLs on and default deny, nothing is answered until an operator
+// grants the DNS token (or the anonymous token) those rules. A token
+// nobody issued answers SERVFAIL.
+//
+// # Outside the domain
+//
+// Without Config.Recursors (the default) a question outside the domain is
+// REFUSED. With them it is forwarded to each in turn, with
+// Config.RecursorTimeout each, and the first answer that is not an error
+// (NOERROR or NXDOMAIN) is returned; none is SERVFAIL. At most
+// Config.MaxRecursions are forwarded at once; more are SERVFAIL at once.
+//
+// # Limits and metrics
+//
+// TCP connections are capped (Config.MaxTCPConnections; one more is closed
+// at once), and each has Config.ReadTimeout for its first query and
+// Config.IdleTimeout between queries. lodestone_dns_queries_total{type,rcode}
+// counts answers, lodestone_dns_query_duration_seconds times them,
+// lodestone_dns_refused_total{reason} counts what a limit refused
+// (tcp_connections, recursions) and lodestone_dns_tcp_connections is the
+// open TCP connections.
+package dnsapi
