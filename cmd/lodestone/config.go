@@ -405,7 +405,12 @@ type given struct {
 // recordCommandLine keeps the flags of fs given on the command line.
 func recordCommandLine(fs *pflag.FlagSet) commandLine {
 	var line commandLine
-	fs.Visit(func(f *pflag.Flag) {
+	// NB: VisitAll and Changed: Visit misses the flags of a set made by
+	// cobra's LocalFlags, which never saw the parse.
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !f.Changed {
+			return
+		}
 		if sv, ok := f.Value.(pflag.SliceValue); ok {
 			line = append(line, given{f.Name, sv.GetSlice()})
 			return

@@ -197,6 +197,11 @@ func TestConfigFileErrors(t *testing.T) {
 			cli(t, tc.env, "", "server", "--config-file", path, "--data-dir", t.TempDir()).failed(t, 1, tc.wants...)
 		})
 	}
+	t.Run("client flags before server", func(t *testing.T) {
+		t.Parallel()
+		path := writeFile(t, "server.hcl", `max_txn_ops = "many"`)
+		cli(t, nil, "", "--timeout", "5s", "server", "--config-file", path).failed(t, 1, "key max_txn_ops at ", "got a string, want an integer")
+	})
 	t.Run("missing file", func(t *testing.T) {
 		t.Parallel()
 		cli(t, nil, "", "server", "--config-file", "/nonexistent/server.hcl").failed(t, 1, "config file: open /nonexistent/server.hcl")

@@ -35,7 +35,8 @@ type serverOptions struct {
 func newServerCmd(getenv func(string) string) *cobra.Command {
 	cmd, _ := newServerFlags()
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		src := serverSource{line: recordCommandLine(cmd.Flags()), getenv: getenv}
+		// NB: its own flags: the root's client flags have no keys.
+		src := serverSource{line: recordCommandLine(cmd.LocalFlags()), getenv: getenv}
 		return runServer(cmd.Context(), src, cmd.ErrOrStderr())
 	}
 	return cmd
