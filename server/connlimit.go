@@ -3,6 +3,7 @@ package server
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -15,7 +16,7 @@ import (
 // Its connections expose the socket underneath (NetConn), which
 // httppark's sweep peeks at; netutil's hide it.
 //
-// With a per-client cap it also holds at most perClient connections from
+// With a per-client cap it also holds at most that many connections from
 // one source IP: a connection over that is closed at once, before
 // anything is read from it, and counted in refused. A connection a
 // parked blocking query holds (httppark) keeps its slot until the
@@ -27,24 +28,35 @@ type connLimit struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	perClient int                // 0: no per-client cap
-	exempt    []netip.Prefix     // sources the per-client cap skips
-	refused   prometheus.Counter // per-client refusals; nil when perClient is 0
-	mu        sync.Mutex
-	byClient  map[netip.Addr]int
+	caps    atomic.Pointer[clientCaps] // NB: swapped by Reload, read per accept
+	refused prometheus.Counter         // per-client refusals
+	// byClient counts the open connections of each source IP not exempt
+	// at its accept, cap or no cap, so a cap set later counts from the
+	// truth.
+	mu       sync.Mutex
+	byClient map[netip.Addr]int
 }
 
-func newConnLimit(l net.Listener, n int) *connLimit {
-	return &connLimit{Listener: l, slots: make(chan struct{}, n), done: make(chan struct{})}
+// clientCaps is a connLimit's per-client cap; immutable once stored.
+type clientCaps struct {
+	perClient int            // <= 0: no per-client cap
+	exempt    []netip.Prefix // sources the per-client cap skips
 }
 
-// limitPerClient caps the connections of one source IP at n (n <= 0: no
-// cap) except for sources in exempt; refused counts what it closes.
-func (l *connLimit) limitPerClient(n int, exempt []netip.Prefix, refused prometheus.Counter) *connLimit {
-	if n > 0 {
-		l.perClient, l.exempt, l.refused, l.byClient = n, exempt, refused, map[netip.Addr]int{}
-	}
-	return l
+// newConnLimit holds at most n connections; refused counts the ones a
+// per-client cap (setPerClient) closes.
+func newConnLimit(l net.Listener, n int, refused prometheus.Counter) *connLimit {
+	c := &connLimit{Listener: l, slots: make(chan struct{}, n), done: make(chan struct{}),
+		refused: refused, byClient: map[netip.Addr]int{}}
+	c.caps.Store(&clientCaps{})
+	return c
+}
+
+// setPerClient caps the connections of one source IP at n (n <= 0: no
+// cap) except for sources in exempt, for connections accepted from now
+// on; open ones stay.
+func (l *connLimit) setPerClient(n int, exempt []netip.Prefix) {
+	l.caps.Store(&clientCaps{perClient: n, exempt: slices.Clone(exempt)})
 }
 
 func (l *connLimit) Accept() (net.Conn, error) {
@@ -72,24 +84,22 @@ func (l *connLimit) Accept() (net.Conn, error) {
 }
 
 // admit takes a per-client slot for c; the zero Addr when c's source is
-// not counted (no cap, exempt, or not an IP).
+// not counted (exempt, or not an IP).
 func (l *connLimit) admit(c net.Conn) (netip.Addr, bool) {
-	if l.perClient <= 0 {
-		return netip.Addr{}, true
-	}
 	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
 	if err != nil {
 		return netip.Addr{}, true
 	}
+	caps := l.caps.Load()
 	ip := ap.Addr().Unmap()
-	for _, p := range l.exempt {
+	for _, p := range caps.exempt {
 		if p.Contains(ip) {
 			return netip.Addr{}, true
 		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.byClient[ip] >= l.perClient {
+	if caps.perClient > 0 && l.byClient[ip] >= caps.perClient {
 		return netip.Addr{}, false
 	}
 	l.byClient[ip]++

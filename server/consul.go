@@ -45,7 +45,12 @@ func (b consulBackend) LeaderBarrier(ctx context.Context, began time.Time) error
 
 func (b consulBackend) Store() *store.Store  { return b.s.store }
 func (b consulBackend) Hub() *watch.Hub      { return b.s.hub }
-func (b consulBackend) Limits() store.Limits { return b.s.cfg.Limits }
+func (b consulBackend) Limits() store.Limits { return b.s.live().Limits }
+
+func (b consulBackend) BodyLimits() consulapi.BodyLimits {
+	l := b.s.live()
+	return consulapi.BodyLimits{MaxTxnBytes: l.MaxTxnRequestBytes, MaxRangeBytes: b.s.rangeBytes()}
+}
 
 func (b consulBackend) Leader() (string, bool, time.Duration) {
 	lead := b.s.raft.Status().Lead

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
@@ -19,7 +20,8 @@ import (
 // the services use core.
 type core struct {
 	ctx            context.Context // ends when the server closes
-	cfg            Config
+	cfg            Config          // as started; read live settings through live()
+	liveCfg        atomic.Pointer[LiveConfig]
 	logger         *slog.Logger
 	metrics        *metrics
 	sessionMetrics *sessionMetrics

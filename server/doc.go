@@ -55,6 +55,14 @@
 // with a group per woken watch; others get one response per watch and
 // batch.
 //
+// # Live settings
+//
+// Reload (live.go) swaps the limits, body sizes, watch caps and per-client
+// connection caps of LiveConfig in while serving: readers load one atomic
+// pointer to an immutable LiveConfig per request or accepted connection,
+// so every other Config field is read from the Config the server started
+// with, which never changes.
+//
 // Session TTLs are the leader's job: while this node leads, one goroutine
 // (runSessionTTL) sleeps until the earliest TTL deadline the store
 // reports, wakes early for session events, and proposes SessionInvalidate

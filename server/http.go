@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/raftnode"
+	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/store"
 )
 
@@ -117,23 +119,16 @@ func (s *core) routeFaults(mux *http.ServeMux) {
 // The Consul handlers check the first two themselves, with Consul's
 // words, so theirs are one byte over and their own check answers.
 func (s *core) limitBodies(next http.Handler) http.Handler {
-	txn := int64(s.cfg.MaxTxnRequestBytes)
-	if txn <= 0 {
-		txn = int64(DefaultConfig().MaxTxnRequestBytes)
-	}
-	value := int64(s.cfg.Limits.MaxValueBytes)
-	if value <= 0 {
-		value = int64(store.DefaultLimits().MaxValueBytes)
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r) // NB: every GET, and so every blocking query
 			return
 		}
-		max, limit, own := value, "max-value-bytes", false
+		live := s.live()
+		max, limit, own := int64(cmp.Or(live.Limits.MaxValueBytes, store.DefaultMaxValueBytes)), "max-value-bytes", false
 		switch {
 		case r.URL.Path == "/v1/txn":
-			max, limit, own = txn, "max-txn-request-bytes", true
+			max, limit, own = int64(cmp.Or(live.MaxTxnRequestBytes, consulapi.DefaultMaxTxnBytes)), "max-txn-request-bytes", true
 		case strings.HasPrefix(r.URL.Path, "/v1/kv/"):
 			own = true
 		}

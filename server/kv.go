@@ -20,7 +20,7 @@ type kvService struct {
 }
 
 func (k *kvService) Get(ctx context.Context, req *lodestonepb.GetRequest) (*lodestonepb.GetResponse, error) {
-	if err := k.s.cfg.Limits.ValidateKey(req.Key); err != nil {
+	if err := k.s.live().Limits.ValidateKey(req.Key); err != nil {
 		return nil, rpcstatus.Of(err)
 	}
 	if err := k.s.waitForChange(ctx, req.Key, false, req.WaitIndex, req.WaitMs); err != nil {
@@ -34,14 +34,15 @@ func (k *kvService) Get(ctx context.Context, req *lodestonepb.GetRequest) (*lode
 }
 
 func (k *kvService) Range(ctx context.Context, req *lodestonepb.RangeRequest) (*lodestonepb.RangeResponse, error) {
-	if max := k.s.cfg.Limits.MaxRangeLimit; int(req.Limit) > max {
+	lim := k.s.live().Limits
+	if max := lim.MaxRangeLimit; int(req.Limit) > max {
 		return nil, rpcstatus.Invalidf("range limit %d is above the maximum %d (limit max-range-keys); page with start_after", req.Limit, max)
 	}
-	limit := k.s.cfg.Limits.RangeLimit(req.Limit)
-	if err := k.s.cfg.Limits.ValidatePrefix(req.Prefix); err != nil {
+	limit := lim.RangeLimit(req.Limit)
+	if err := lim.ValidatePrefix(req.Prefix); err != nil {
 		return nil, rpcstatus.Of(err)
 	}
-	if err := k.s.cfg.Limits.ValidatePrefix(req.StartAfter); err != nil {
+	if err := lim.ValidatePrefix(req.StartAfter); err != nil {
 		return nil, rpcstatus.Of(err)
 	}
 	if err := k.s.waitForChange(ctx, req.Prefix, true, req.WaitIndex, req.WaitMs); err != nil {
@@ -128,8 +129,8 @@ func (s *core) fitRange(kvs []*lodestonepb.KeyValue, more bool) ([]*lodestonepb.
 
 // rangeBytes is --max-range-response-bytes or its default.
 func (s *core) rangeBytes() int {
-	if s.cfg.MaxRangeResponseBytes > 0 {
-		return s.cfg.MaxRangeResponseBytes
+	if n := s.live().MaxRangeResponseBytes; n > 0 {
+		return n
 	}
 	return DefaultConfig().MaxRangeResponseBytes
 }

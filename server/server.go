@@ -49,8 +49,8 @@ type Server struct {
 	gossip *serverGossip
 	// park holds waiting Consul blocking queries (nil with NoParking).
 	park *httppark.Lot
-	// httpConns limits the HTTP listener's connections.
-	httpConns *connLimit
+	// httpConns and grpcConns limit the client listeners' connections.
+	httpConns, grpcConns *connLimit
 
 	tls                       *serverTLS // nil without TLS (tls.go)
 	peerLis, grpcLis, httpLis net.Listener
@@ -84,6 +84,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{core: &core{cfg: cfg, logger: logger, metrics: newMetrics(), store: store.New()},
 		Mux: http.NewServeMux(), errC: make(chan error, 4)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	live := cfg.Live()
+	s.liveCfg.Store(&live)
 	s.kv = &kvService{s: s.core}
 
 	var err error
@@ -256,9 +258,9 @@ func (s *Server) Start() {
 
 	s.routeHTTP(s.Mux)
 	def := DefaultConfig()
-	s.httpConns = newConnLimit(s.httpLis, positiveOr(s.cfg.MaxHTTPConnections, def.MaxHTTPConnections)).
-		limitPerClient(s.perClient("http", s.cfg.MaxHTTPConnectionsPerClient, s.cfg.MaxHTTPConnections, def.MaxHTTPConnectionsPerClient, def.MaxHTTPConnections),
-			s.cfg.ConnectionLimitExempt, s.metrics.refusedConns.WithLabelValues("http", "per_client"))
+	s.httpConns = newConnLimit(s.httpLis, positiveOr(s.cfg.MaxHTTPConnections, def.MaxHTTPConnections), s.metrics.refusedConns.WithLabelValues("http", "per_client"))
+	s.grpcConns = newConnLimit(s.grpcLis, positiveOr(s.cfg.MaxConnections, def.MaxConnections), s.metrics.refusedConns.WithLabelValues("grpc", "per_client"))
+	s.applyConnCaps(s.live())
 	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "lodestone_http_connections", Help: "Open connections on the HTTP listener (at most --max-http-connections).",
 	}, func() float64 { return float64(s.httpConns.Open()) }))
@@ -282,7 +284,7 @@ func (s *Server) Start() {
 	consulapi.New(consulBackend{s.core}, consulapi.Config{
 		MaxWait: s.cfg.MaxBlockingWait, Logger: s.logger.With("component", "consulapi"),
 		InFlight: s.sessionMetrics.blocking.WithLabelValues("http"), Park: s.park, Denied: s.authz.denied,
-		Refused: s.metrics.refused, MaxTxnBytes: s.cfg.MaxTxnRequestBytes, MaxRangeBytes: s.rangeBytes(),
+		Refused: s.metrics.refused,
 	}).Register(s.Mux)
 	// NB: requests run under the server's context, so Close ends blocking
 	// queries at once instead of Shutdown waiting out their wait.
@@ -299,12 +301,9 @@ func (s *Server) Start() {
 		s.gossip = g
 		g.start(s.ctx)
 	}
-	grpcLis := newConnLimit(s.grpcLis, positiveOr(s.cfg.MaxConnections, def.MaxConnections)).
-		limitPerClient(s.perClient("grpc", s.cfg.MaxGRPCConnectionsPerClient, s.cfg.MaxConnections, def.MaxGRPCConnectionsPerClient, def.MaxConnections),
-			s.cfg.ConnectionLimitExempt, s.metrics.refusedConns.WithLabelValues("grpc", "per_client"))
 	s.peerPort = peer.NewPort(s.peerLis, s.transport, s.raft, s.store.Members, s.logger.With("component", "transport"))
 	s.serve("peer grpc", s.peerPort.Serve)
-	s.serve("client grpc", func() error { return s.grpcSrv.Serve(grpcLis) })
+	s.serve("client grpc", func() error { return s.grpcSrv.Serve(s.grpcConns) })
 	s.serve("http", func() error {
 		if err := s.httpSrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
 			return err

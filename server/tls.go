@@ -244,3 +244,24 @@ func (s *Server) ReloadTLS() error { return s.tls.reload() }
 
 // TLSEnabled reports whether the server's listeners serve TLS.
 func (s *Server) TLSEnabled() bool { return s.tls != nil }
+
+// CheckTLSFiles reads the TLS files c names as a server starting with c
+// would, and says which is unreadable or does not fit (a key that is not
+// its certificate's, a certificate the CA did not sign); nil without TLS.
+// It binds and writes nothing.
+func (c *Config) CheckTLSFiles() error {
+	t := c.TLS
+	if !t.Enabled() {
+		return nil
+	}
+	files := tlsutil.Files{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile}
+	if _, err := tlsutil.Load(files, tlsutil.Options{}); err != nil {
+		return fmt.Errorf("TLS: %w", err)
+	}
+	if pf := t.peerFiles(); pf != files {
+		if _, err := tlsutil.Load(pf, tlsutil.Options{}); err != nil {
+			return fmt.Errorf("TLS peer certificate: %w", err)
+		}
+	}
+	return nil
+}

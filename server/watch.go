@@ -191,11 +191,12 @@ func (st *watchStream) create(ctx context.Context, c *lodestonepb.WatchCreate) e
 	if err != nil {
 		return refuse(err.Error())
 	}
-	if n := len(st.watches); n >= s.cfg.MaxWatchesPerStream {
-		return refuse(fmt.Sprintf("this stream has %d watches; at most %d allowed (limit max-watches-per-stream): open another stream", n, s.cfg.MaxWatchesPerStream))
+	live := s.live()
+	if n := len(st.watches); n >= live.MaxWatchesPerStream {
+		return refuse(fmt.Sprintf("this stream has %d watches; at most %d allowed (limit max-watches-per-stream): open another stream", n, live.MaxWatchesPerStream))
 	}
-	if !st.svc.reserve(st.conn, s.cfg.MaxWatchesPerConnection) {
-		return refuse(fmt.Sprintf("this connection has %d watches (limit max-watches-per-connection): open another connection", s.cfg.MaxWatchesPerConnection))
+	if !st.svc.reserve(st.conn, live.MaxWatchesPerConnection) {
+		return refuse(fmt.Sprintf("this connection has %d watches (limit max-watches-per-connection): open another connection", live.MaxWatchesPerConnection))
 	}
 	req := watch.Request{
 		Key: key, Prefix: prefix, StartIndex: c.StartIndex, FromNow: c.StartIndex == 0,
@@ -237,7 +238,7 @@ func (st *watchStream) create(ctx context.Context, c *lodestonepb.WatchCreate) e
 // reserved service-instance events are reachable only through
 // WATCH_TARGET_CATALOG_SERVICES, as a prefix under store.ServiceEventPrefix.
 func (st *watchStream) hubKey(c *lodestonepb.WatchCreate) (key string, prefix bool, err error) {
-	lim := st.svc.s.cfg.Limits
+	lim := st.svc.s.live().Limits
 	switch c.Target {
 	case lodestonepb.WatchTarget_WATCH_TARGET_KV:
 		if c.Prefix {

@@ -83,7 +83,7 @@ func rejectedStatus(err error) error {
 // propose validates cmd against the configured limits and replicates it; a
 // failed CAS is reported in the result, not as an error.
 func (s *core) propose(ctx context.Context, cmd *lodestonepb.Command) (*lodestonepb.CommandResult, uint64, error) {
-	if err := s.cfg.Limits.ValidateCommand(cmd); err != nil {
+	if err := s.live().Limits.ValidateCommand(cmd); err != nil {
 		return nil, 0, rpcstatus.Of(err)
 	}
 	var r raftnode.Result

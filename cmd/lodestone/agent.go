@@ -76,9 +76,9 @@ func addGossipFlags(f *pflag.FlagSet, cfg *gossip.Config, listen string) {
 
 // gossipKeyFromEnv fills an empty --gossip-encrypt from the environment,
 // so the key need not appear in process listings.
-func gossipKeyFromEnv(cfg *gossip.Config) {
+func gossipKeyFromEnv(cfg *gossip.Config, getenv func(string) string) {
 	if cfg.EncryptKey == "" {
-		cfg.EncryptKey = os.Getenv("LODESTONE_GOSSIP_KEY")
+		cfg.EncryptKey = getenv("LODESTONE_GOSSIP_KEY")
 	}
 }
 
@@ -89,7 +89,7 @@ func runAgent(ctx context.Context, o *agentOptions, stderr io.Writer) error {
 	}
 	cfg := o.cfg
 	cfg.Logger = logger
-	gossipKeyFromEnv(&cfg.Gossip)
+	gossipKeyFromEnv(&cfg.Gossip, os.Getenv)
 	if o.configFile != "" {
 		file, err := agent.LoadFile(o.configFile)
 		if err != nil {

@@ -110,7 +110,7 @@ Start a local node with "lodestone dev", then try:
 		annTokenFile: firstEnv(getenv, envToken+"_FILE", "CONSUL_HTTP_TOKEN_FILE")}
 	addClientTLSFlags(pf, getenv)
 
-	root.AddCommand(newServerCmd(), newDevCmd(), newKVCmd(), newMembersCmd(), newStatusCmd(), newCompactCmd(), newGatewayCmd(),
+	root.AddCommand(newServerCmd(getenv), newDevCmd(), newKVCmd(), newMembersCmd(), newStatusCmd(), newCompactCmd(), newGatewayCmd(),
 		newSnapshotCmd(), newRecoverCmd(), newAdmissionCmd())
 	root.AddCommand(newCatalogCmd(), newHealthCmd(), newSessionCmd(), newLockCmd())
 	root.AddCommand(newAgentCmd())
@@ -118,6 +118,7 @@ Start a local node with "lodestone dev", then try:
 	root.AddCommand(newTLSCmd())
 	root.AddCommand(newVersionCmd())
 	root.AddCommand(newHealthcheckCmd(getenv), newDemoCmd())
+	root.AddCommand(newValidateConfigCmd())
 	return root
 }
 

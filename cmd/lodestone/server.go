@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,16 +13,14 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/internal/heapfloor"
-	"github.com/lodestone-kv/lodestone/internal/member"
-	"github.com/lodestone-kv/lodestone/raftnode"
 	"github.com/lodestone-kv/lodestone/server"
 	"github.com/lodestone-kv/lodestone/tlsutil"
 )
 
 type serverOptions struct {
 	cfg            server.Config
+	configFiles    []string
 	initialCluster string
 	logLevel       string
 	logFormat      string
@@ -34,23 +31,37 @@ type serverOptions struct {
 	dns            dnsOptions
 }
 
-func newServerCmd() *cobra.Command {
+// newServerCmd is `lodestone server`. getenv supplies LODESTONE_<KEY>
+// (serverconfig.go).
+func newServerCmd(getenv func(string) string) *cobra.Command {
+	cmd, _ := newServerFlags()
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		// NB: its own flags: the root's client flags have no keys.
+		src := serverSource{line: recordCommandLine(cmd.LocalFlags()), getenv: getenv}
+		return runServer(cmd.Context(), src, cmd.ErrOrStderr())
+	}
+	return cmd
+}
+
+// newServerFlags is `lodestone server` without its action: its flags,
+// bound to the options it returns.
+func newServerFlags() (*cobra.Command, *serverOptions) {
 	o := &serverOptions{cfg: server.DefaultConfig()}
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run a registry node (a Raft member)",
 		Long: `Run a registry node. A new cluster starts when every member is given the same
 --initial-cluster; a member added to a running cluster (lodestone members add)
-starts with --join and an --initial-cluster naming the existing members.`,
+starts with --join and an --initial-cluster naming the existing members.
+
+Every flag can also come from LODESTONE_<KEY> or a --config-file (HCL or JSON),
+where KEY is the flag's name with '_' for '-' (data_dir, tls_ca_file). The
+command line wins over the environment, which wins over the files. SIGHUP
+re-reads them and applies what can change live (docs/configuration.md).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := finishDNS(cmd, &o.cfg.DNS, &o.dns, "listen-dns"); err != nil {
-				return err
-			}
-			return runServer(cmd.Context(), o, cmd.ErrOrStderr())
-		},
 	}
 	f := cmd.Flags()
+	f.StringArrayVar(&o.configFiles, configFileFlag, nil, "HCL (.hcl) or JSON (.json) file of flag values; repeat for more (a later file's key wins)")
 	f.StringVar(&o.cfg.Name, "name", "", "member name (unique in the cluster)")
 	f.StringVar(&o.cfg.DataDir, "data-dir", "", "directory for the Raft log and snapshots")
 	f.StringVar(&o.cfg.ListenPeer, "listen-peer", "127.0.0.1:7401", "address for Raft traffic between members")
@@ -87,7 +98,7 @@ starts with --join and an --initial-cluster naming the existing members.`,
 	}
 	addServerTLSFlags(f, &o.cfg)
 	addLogFlags(cmd, &o.logLevel, &o.logFormat)
-	return cmd
+	return cmd, o
 }
 
 // addAdvertiseFlags exposes the addresses a member publishes, for a
@@ -157,11 +168,24 @@ func addLogFlags(cmd *cobra.Command, level, format *string) {
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	lv, err := parseLogLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	return newLevelLogger(w, lv, format)
+}
+
+func parseLogLevel(level string) (slog.Level, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
+		return 0, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: lv}
+	return lv, nil
+}
+
+// newLevelLogger logs at level, which a *slog.LevelVar lets change.
+func newLevelLogger(w io.Writer, level slog.Leveler, format string) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
 	switch strings.ToLower(format) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
@@ -172,43 +196,25 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	}
 }
 
-func runServer(ctx context.Context, o *serverOptions, stderr io.Writer) error {
-	logger, err := newLogger(stderr, o.logLevel, o.logFormat)
+func runServer(ctx context.Context, src serverSource, stderr io.Writer) error {
+	r, err := src.resolve()
 	if err != nil {
 		return err
 	}
-	cfg := o.cfg
-	cfg.Logger = logger
-	gossipKeyFromEnv(&cfg.Gossip.Pool)
-	if o.faultHooks {
-		cfg.Faults = &raftnode.Faults{}
-		cfg.Faults.SetDiskDelay(o.faultDiskDelay)
-	} else if o.faultDiskDelay != 0 {
-		return errors.New("--fault-disk-delay needs --fault-hooks")
-	}
-	switch o.aclDefault {
-	case "deny":
-		o.cfg.ACL.DefaultPolicy = acl.AccessDeny
-	case "allow":
-		o.cfg.ACL.DefaultPolicy = acl.AccessWrite
-	default:
-		return fmt.Errorf("--acl-default-policy %q: use deny or allow", o.aclDefault)
-	}
-	cfg.InitialCluster, err = member.ParseCluster(o.initialCluster)
+	level := new(slog.LevelVar)
+	level.Set(r.level)
+	logger, err := newLevelLogger(stderr, level, r.opts.logFormat)
 	if err != nil {
-		return fmt.Errorf("--initial-cluster: %w", err)
+		return err
 	}
-	if len(cfg.InitialCluster) == 0 && !cfg.Join {
-		cfg.InitialCluster = map[string]string{cfg.Name: cmp.Or(cfg.AdvertisePeer, cfg.ListenPeer)}
+	cfg := r.cfg
+	cfg.Logger = logger
+	if mib := r.opts.heapFloorMiB; mib > 0 {
+		defer heapfloor.Start(uint64(mib) << 20)()
+		logger.Info("garbage collection waits for a heap floor", "floor_mib", mib)
 	}
-	if o.heapFloorMiB < 0 {
-		return fmt.Errorf("--gc-heap-floor-mib %d: use 0 (off) or a size in MiB", o.heapFloorMiB)
-	}
-	if o.heapFloorMiB > 0 {
-		defer heapfloor.Start(uint64(o.heapFloorMiB) << 20)()
-		logger.Info("garbage collection waits for a heap floor", "floor_mib", o.heapFloorMiB)
-	}
-	return serveUntilDone(ctx, cfg, nil)
+	rl := &reloader{src: src, started: r, applied: flagValues(r.flags), level: level, logger: logger}
+	return serve(ctx, cfg, nil, rl.attach)
 }
 
 // serveUntilDone runs a server until ctx ends or the server stops by
@@ -216,6 +222,14 @@ func runServer(ctx context.Context, o *serverOptions, stderr io.Writer) error {
 // that ends before the server closes; its error (other than the context's)
 // stops the server too.
 func serveUntilDone(ctx context.Context, cfg server.Config, alongside func(context.Context, *server.Server) error) error {
+	return serve(ctx, cfg, alongside, nil)
+}
+
+// serve is serveUntilDone; onHUP, if set, is called once the server
+// serves and returns what each SIGHUP runs from then on, instead of the
+// TLS reload alone.
+func serve(ctx context.Context, cfg server.Config, alongside func(context.Context, *server.Server) error,
+	onHUP func(*server.Server) func() error) error {
 	srv, err := server.New(cfg)
 	if err != nil {
 		return err
@@ -224,7 +238,10 @@ func serveUntilDone(ctx context.Context, cfg server.Config, alongside func(conte
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sd := newSDNotifier(srv, cfg.Logger) // systemd Type=notify (sdnotify.go)
-	if srv.TLSEnabled() {
+	switch {
+	case onHUP != nil:
+		defer reloadOnHUP(actx, sd.reloading(onHUP(srv)))()
+	case srv.TLSEnabled():
 		// NB: only with TLS: otherwise SIGHUP keeps its default (exit).
 		stop := reloadOnHUP(actx, sd.reloading(srv.ReloadTLS))
 		defer stop()
@@ -259,13 +276,7 @@ func serveUntilDone(ctx context.Context, cfg server.Config, alongside func(conte
 // prefixList is a flag of comma-separated CIDR networks.
 type prefixList []netip.Prefix
 
-func (l *prefixList) String() string {
-	out := make([]string, len(*l))
-	for i, p := range *l {
-		out[i] = p.String()
-	}
-	return strings.Join(out, ",")
-}
+func (l *prefixList) String() string { return strings.Join(l.GetSlice(), ",") }
 
 func (l *prefixList) Set(v string) error {
 	for _, s := range strings.Split(v, ",") {
@@ -282,3 +293,26 @@ func (l *prefixList) Set(v string) error {
 }
 
 func (l *prefixList) Type() string { return "cidrs" }
+
+// Append, Replace and GetSlice make it a pflag.SliceValue, which a
+// configuration file's list fills.
+func (l *prefixList) Append(v string) error { return l.Set(v) }
+
+func (l *prefixList) Replace(vs []string) error {
+	var next prefixList
+	for _, v := range vs {
+		if err := next.Set(v); err != nil {
+			return err
+		}
+	}
+	*l = next
+	return nil
+}
+
+func (l *prefixList) GetSlice() []string {
+	out := make([]string, len(*l))
+	for i, p := range *l {
+		out[i] = p.String()
+	}
+	return out
+}

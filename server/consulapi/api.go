@@ -71,8 +71,10 @@ type Backend interface {
 	Leader() (addr string, known bool, lastContact time.Duration)
 	// Peers returns the voters' peer addresses.
 	Peers() []string
-	// Limits are the node's request limits.
+	// Limits are the node's request limits, and BodyLimits its body
+	// sizes; both are asked per request, so they may change while serving.
 	Limits() store.Limits
+	BodyLimits() BodyLimits
 	// Agent names the catalog node this server is the agent of (for
 	// /v1/agent/* and sessions created without a node) and its address.
 	Agent() (node, address string)
@@ -105,6 +107,10 @@ type Config struct {
 	// another is answered as Consul answers one it has no route to (500,
 	// "No path to datacenter"). Empty means dc1, Consul's default.
 	Datacenter string
+}
+
+// BodyLimits bound request and answer bodies.
+type BodyLimits struct {
 	// MaxTxnBytes bounds a /v1/txn body (413 above). Zero means 512 KiB,
 	// Consul's txn_max_req_len.
 	MaxTxnBytes int
@@ -156,15 +162,12 @@ func New(b Backend, cfg Config) *API {
 	if cfg.Datacenter == "" {
 		cfg.Datacenter = defaultDatacenter
 	}
-	if cfg.MaxTxnBytes <= 0 {
-		cfg.MaxTxnBytes = DefaultMaxTxnBytes
-	}
 	a := &API{b: b, cfg: cfg, logger: logger, inFlight: inFlight, parkDone: inFlight.Dec, denied: denied, refused: refused}
 	a.kvResume = http.HandlerFunc(a.kv)
 	return a
 }
 
-// DefaultMaxTxnBytes is Config.MaxTxnBytes's default: Consul's
+// DefaultMaxTxnBytes is BodyLimits.MaxTxnBytes's default: Consul's
 // txn_max_req_len.
 const DefaultMaxTxnBytes = 512 << 10
 

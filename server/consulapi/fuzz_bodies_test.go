@@ -160,6 +160,7 @@ func (b *storeBackend) Hub() *watch.Hub                                { return 
 func (b *storeBackend) Leader() (string, bool, time.Duration)          { return "127.0.0.1:7401", true, 0 }
 func (b *storeBackend) Peers() []string                                { return []string{"127.0.0.1:7401"} }
 func (b *storeBackend) Limits() store.Limits                           { return store.DefaultLimits() }
+func (b *storeBackend) BodyLimits() consulapi.BodyLimits               { return consulapi.BodyLimits{} }
 func (b *storeBackend) Agent() (string, string)                        { return "n1", "127.0.0.1" }
 func (b *storeBackend) Authorize(context.Context, string) (*acl.Authorizer, error) {
 	return acl.AllowAll("fuzz"), nil

@@ -141,7 +141,7 @@ func (a *API) rangeAll(prefix []byte, keysOnly bool) ([]*lodestonepb.KeyValue, e
 		for _, kv := range kvs {
 			size += len(kv.Key) + len(kv.Value)
 		}
-		if max := a.cfg.MaxRangeBytes; max > 0 && size > max {
+		if max := a.b.BodyLimits().MaxRangeBytes; max > 0 && size > max {
 			what := "keys and values"
 			if keysOnly {
 				what = "keys"
@@ -321,7 +321,10 @@ func (a *API) txn(w http.ResponseWriter, r *http.Request) {
 func (a *API) doTxn(w http.ResponseWriter, r *http.Request) error {
 	// NB: bounded before it is read, as Consul's txn_max_req_len: by its
 	// Content-Length when it has one, else by reading one byte past it.
-	max := int64(a.cfg.MaxTxnBytes)
+	max := int64(a.b.BodyLimits().MaxTxnBytes)
+	if max <= 0 {
+		max = DefaultMaxTxnBytes
+	}
 	if r.ContentLength > max {
 		return a.tooLarge("max-txn-request-bytes",
 			"Request body(%d bytes) too large, max size: %d bytes (limit max-txn-request-bytes)", r.ContentLength, max)
