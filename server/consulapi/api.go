@@ -218,6 +218,7 @@ func (a *API) Register(mux *http.ServeMux) {
 	handle("GET /v1/session/list", a.sessionList)
 	handle("GET /v1/session/node/{node}", a.sessionNode)
 	a.registerACL(mux, handle)
+	a.registerOps(handle) // ops.go
 }
 
 // inDC answers a request whose ?dc names a datacenter other than this
