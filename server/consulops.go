@@ -122,4 +122,3 @@ func (s *stableSince) since(id uint64, healthy bool, now time.Time) time.Time {
 	}
 	return m.since
 }
-
