@@ -281,6 +281,12 @@ func badRequest(format string, args ...any) error {
 	return &httpError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
 }
 
+// consulError is a refusal Consul makes in its RPC layer: its clients get
+// a 500 with the reason, and some match on the words.
+func consulError(format string, args ...any) error {
+	return &httpError{http.StatusInternalServerError, fmt.Sprintf(format, args...)}
+}
+
 // writeError answers with Consul's plain-text error bodies and codes.
 func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, errParked) {

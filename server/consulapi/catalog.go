@@ -127,10 +127,10 @@ func (a *API) catalogRegister(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if in.Node == "" {
-		return badRequest("Missing node name")
+		return consulError("Must provide node")
 	}
 	if in.Address == "" && !in.SkipNodeUpdate {
-		return badRequest("Missing node address")
+		return consulError("Must provide address if SkipNodeUpdate is not set")
 	}
 	req := &lodestonepb.CatalogRegisterRequest{SkipNodeUpdate: in.SkipNodeUpdate, Node: &lodestonepb.Node{
 		Id: in.ID, Name: in.Node, Address: in.Address, Datacenter: in.Datacenter, TaggedAddresses: in.TaggedAddresses, Meta: in.NodeMeta,
@@ -176,7 +176,7 @@ func (a *API) catalogDeregister(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if in.Node == "" {
-		return badRequest("Missing node name")
+		return consulError("Must provide node")
 	}
 	req := &lodestonepb.CatalogDeregisterRequest{Node: in.Node, ServiceId: in.ServiceID, CheckId: in.CheckID}
 	if _, _, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_CatalogDeregister{CatalogDeregister: req}}); err != nil {

@@ -237,7 +237,7 @@ func (a *API) kvPut(w http.ResponseWriter, r *http.Request, key string) error {
 	res, _, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_Put{Put: put}})
 	if rejected(err, store.RejectSessionMissing) {
 		// Consul: acquiring with an unknown session is an error, not false.
-		return &httpError{http.StatusInternalServerError, fmt.Sprintf("invalid session %q", put.Session)}
+		return consulError("Invalid session %q", put.Session)
 	}
 	if err != nil {
 		return err

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -110,17 +109,23 @@ func (a *API) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	se := &lodestonepb.SessionEntry{Name: in.Name, Node: in.Node, NodeChecks: in.NodeChecks}
-	switch strings.ToLower(in.Behavior) {
+	// NB: Consul refuses a bad Behavior or TTL in its RPC layer, so its
+	// clients see a 500 with these words, not a 400.
+	switch in.Behavior {
 	case "", "release":
 	case "delete":
 		se.Behavior = lodestonepb.SessionBehavior_SESSION_DELETE
 	default:
-		return badRequest("Invalid Behavior %q: use release or delete", in.Behavior)
+		return consulError("Invalid Behavior setting '%s'", in.Behavior)
 	}
 	if in.TTL != "" {
 		d, err := time.ParseDuration(in.TTL)
 		if err != nil {
-			return badRequest("Request decode failed: invalid TTL %q: use a duration such as 15s", in.TTL)
+			return consulError("Session TTL '%s' invalid: %v", in.TTL, err)
+		}
+		if d != 0 && (d < store.SessionTTLMin || d > store.SessionTTLMax) {
+			// NB: '%d' of a duration, nanoseconds, as Consul writes it.
+			return consulError("Invalid Session TTL '%d', must be between [%v=%v]", int64(d), store.SessionTTLMin, store.SessionTTLMax)
 		}
 		if d != 0 {
 			se.Ttl = durationpb.New(d)
