@@ -230,6 +230,8 @@ func (l Limits) ValidateCommand(cmd *lodestonepb.Command) error {
 		}
 	case *lodestonepb.Command_CatalogRegister:
 		return l.validateRegister(op.CatalogRegister)
+	case *lodestonepb.Command_CatalogTxn:
+		return l.validateCatalogTxn(op.CatalogTxn)
 	case *lodestonepb.Command_CatalogDeregister:
 		d := op.CatalogDeregister
 		return l.names(name{"node", d.Node}, name{"service_id", d.ServiceId}, name{"check_id", d.CheckId})
@@ -269,7 +271,7 @@ func needsTime(cmd *lodestonepb.Command) bool {
 			}
 		}
 		return false
-	case *lodestonepb.Command_CatalogRegister, *lodestonepb.Command_CatalogDeregister, *lodestonepb.Command_CheckUpdate,
+	case *lodestonepb.Command_CatalogRegister, *lodestonepb.Command_CatalogDeregister, *lodestonepb.Command_CheckUpdate, *lodestonepb.Command_CatalogTxn,
 		*lodestonepb.Command_SessionCreate, *lodestonepb.Command_SessionDestroy, *lodestonepb.Command_SessionRenew,
 		*lodestonepb.Command_SessionInvalidate:
 		return true
@@ -389,6 +391,8 @@ func CheckCommand(cmd *lodestonepb.Command) error {
 		return checkRegister(op.CatalogRegister)
 	case *lodestonepb.Command_CatalogDeregister:
 		return checkDeregister(op.CatalogDeregister)
+	case *lodestonepb.Command_CatalogTxn:
+		return checkCatalogTxn(op.CatalogTxn)
 	case *lodestonepb.Command_CheckUpdate:
 		return checkCheckUpdate(op.CheckUpdate)
 	case *lodestonepb.Command_SessionCreate:

@@ -40,6 +40,7 @@ type Command struct {
 	//	*Command_SessionDestroy
 	//	*Command_SessionRenew
 	//	*Command_SessionInvalidate
+	//	*Command_CatalogTxn
 	//	*Command_Admission
 	//	*Command_Acl
 	Op isCommand_Op `protobuf_oneof:"op"`
@@ -188,6 +189,15 @@ func (x *Command) GetSessionInvalidate() *SessionInvalidate {
 	return nil
 }
 
+func (x *Command) GetCatalogTxn() *CatalogTxnRequest {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CatalogTxn); ok {
+			return x.CatalogTxn
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetAdmission() *AdmissionPolicy {
 	if x != nil {
 		if x, ok := x.Op.(*Command_Admission); ok {
@@ -273,6 +283,12 @@ type Command_SessionInvalidate struct {
 	SessionInvalidate *SessionInvalidate `protobuf:"bytes,16,opt,name=session_invalidate,json=sessionInvalidate,proto3,oneof"`
 }
 
+type Command_CatalogTxn struct {
+	// catalog_txn is a transaction of KV, node, service and check
+	// operations (Consul's /v1/txn with catalog operations).
+	CatalogTxn *CatalogTxnRequest `protobuf:"bytes,17,opt,name=catalog_txn,json=catalogTxn,proto3,oneof"`
+}
+
 type Command_Admission struct {
 	// admission replaces the admission policy every server enforces
 	// (server/admission.go); it is kept in the state machine under a
@@ -307,6 +323,8 @@ func (*Command_SessionDestroy) isCommand_Op() {}
 func (*Command_SessionRenew) isCommand_Op() {}
 
 func (*Command_SessionInvalidate) isCommand_Op() {}
+
+func (*Command_CatalogTxn) isCommand_Op() {}
 
 func (*Command_Admission) isCommand_Op() {}
 
@@ -498,6 +516,7 @@ type CommandResult struct {
 	//	*CommandResult_SessionDestroy
 	//	*CommandResult_SessionRenew
 	//	*CommandResult_SessionInvalidate
+	//	*CommandResult_CatalogTxn
 	//	*CommandResult_Acl
 	Result isCommandResult_Result `protobuf_oneof:"result"`
 	// cas_failed is set when a conditional put or delete did not match.
@@ -641,6 +660,15 @@ func (x *CommandResult) GetSessionInvalidate() *SessionInvalidateResult {
 	return nil
 }
 
+func (x *CommandResult) GetCatalogTxn() *CatalogTxnResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CommandResult_CatalogTxn); ok {
+			return x.CatalogTxn
+		}
+	}
+	return nil
+}
+
 func (x *CommandResult) GetAcl() *ACLResult {
 	if x != nil {
 		if x, ok := x.Result.(*CommandResult_Acl); ok {
@@ -715,6 +743,10 @@ type CommandResult_SessionInvalidate struct {
 	SessionInvalidate *SessionInvalidateResult `protobuf:"bytes,16,opt,name=session_invalidate,json=sessionInvalidate,proto3,oneof"`
 }
 
+type CommandResult_CatalogTxn struct {
+	CatalogTxn *CatalogTxnResponse `protobuf:"bytes,17,opt,name=catalog_txn,json=catalogTxn,proto3,oneof"`
+}
+
 type CommandResult_Acl struct {
 	Acl *ACLResult `protobuf:"bytes,31,opt,name=acl,proto3,oneof"`
 }
@@ -738,6 +770,8 @@ func (*CommandResult_SessionDestroy) isCommandResult_Result() {}
 func (*CommandResult_SessionRenew) isCommandResult_Result() {}
 
 func (*CommandResult_SessionInvalidate) isCommandResult_Result() {}
+
+func (*CommandResult_CatalogTxn) isCommandResult_Result() {}
 
 func (*CommandResult_Acl) isCommandResult_Result() {}
 
@@ -1825,7 +1859,7 @@ var File_lodestone_v1_peer_proto protoreflect.FileDescriptor
 
 const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x17lodestone/v1/peer.proto\x12\flodestone.v1\x1a\x15lodestone/v1/kv.proto\x1a\x1alodestone/v1/cluster.proto\x1a\x1alodestone/v1/catalog.proto\x1a\x18lodestone/v1/admin.proto\"\x91\a\n" +
+	"\x17lodestone/v1/peer.proto\x12\flodestone.v1\x1a\x15lodestone/v1/kv.proto\x1a\x1alodestone/v1/cluster.proto\x1a\x1alodestone/v1/catalog.proto\x1a\x18lodestone/v1/admin.proto\"\xd5\a\n" +
 	"\aCommand\x12,\n" +
 	"\x03put\x18\x01 \x01(\v2\x18.lodestone.v1.PutRequestH\x00R\x03put\x125\n" +
 	"\x06delete\x18\x02 \x01(\v2\x1b.lodestone.v1.DeleteRequestH\x00R\x06delete\x12,\n" +
@@ -1838,7 +1872,9 @@ const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\x0esession_create\x18\r \x01(\v2\".lodestone.v1.CreateSessionRequestH\x00R\rsessionCreate\x12N\n" +
 	"\x0fsession_destroy\x18\x0e \x01(\v2#.lodestone.v1.DestroySessionRequestH\x00R\x0esessionDestroy\x12H\n" +
 	"\rsession_renew\x18\x0f \x01(\v2!.lodestone.v1.RenewSessionRequestH\x00R\fsessionRenew\x12P\n" +
-	"\x12session_invalidate\x18\x10 \x01(\v2\x1f.lodestone.v1.SessionInvalidateH\x00R\x11sessionInvalidate\x12=\n" +
+	"\x12session_invalidate\x18\x10 \x01(\v2\x1f.lodestone.v1.SessionInvalidateH\x00R\x11sessionInvalidate\x12B\n" +
+	"\vcatalog_txn\x18\x11 \x01(\v2\x1f.lodestone.v1.CatalogTxnRequestH\x00R\n" +
+	"catalogTxn\x12=\n" +
 	"\tadmission\x18\x1e \x01(\v2\x1d.lodestone.v1.AdmissionPolicyH\x00R\tadmission\x12,\n" +
 	"\x03acl\x18\x1f \x01(\v2\x18.lodestone.v1.ACLCommandH\x00R\x03acl\x12$\n" +
 	"\x0etime_unix_nano\x18\x14 \x01(\x03R\ftimeUnixNanoB\x04\n" +
@@ -1851,7 +1887,7 @@ const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\vinvalidated\x18\x01 \x03(\tR\vinvalidated\"7\n" +
 	"\tRejection\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
-	"\x06detail\x18\x02 \x01(\tR\x06detail\"\x89\a\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\"\xce\a\n" +
 	"\rCommandResult\x12-\n" +
 	"\x03put\x18\x01 \x01(\v2\x19.lodestone.v1.PutResponseH\x00R\x03put\x126\n" +
 	"\x06delete\x18\x02 \x01(\v2\x1c.lodestone.v1.DeleteResponseH\x00R\x06delete\x12-\n" +
@@ -1863,7 +1899,9 @@ const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\x0esession_create\x18\r \x01(\v2#.lodestone.v1.CreateSessionResponseH\x00R\rsessionCreate\x12O\n" +
 	"\x0fsession_destroy\x18\x0e \x01(\v2$.lodestone.v1.DestroySessionResponseH\x00R\x0esessionDestroy\x12I\n" +
 	"\rsession_renew\x18\x0f \x01(\v2\".lodestone.v1.RenewSessionResponseH\x00R\fsessionRenew\x12V\n" +
-	"\x12session_invalidate\x18\x10 \x01(\v2%.lodestone.v1.SessionInvalidateResultH\x00R\x11sessionInvalidate\x12+\n" +
+	"\x12session_invalidate\x18\x10 \x01(\v2%.lodestone.v1.SessionInvalidateResultH\x00R\x11sessionInvalidate\x12C\n" +
+	"\vcatalog_txn\x18\x11 \x01(\v2 .lodestone.v1.CatalogTxnResponseH\x00R\n" +
+	"catalogTxn\x12+\n" +
 	"\x03acl\x18\x1f \x01(\v2\x17.lodestone.v1.ACLResultH\x00R\x03acl\x12\x1d\n" +
 	"\n" +
 	"cas_failed\x18\x04 \x01(\bR\tcasFailed\x12\x1f\n" +
@@ -2003,18 +2041,20 @@ var file_lodestone_v1_peer_proto_goTypes = []any{
 	(*CreateSessionRequest)(nil),      // 26: lodestone.v1.CreateSessionRequest
 	(*DestroySessionRequest)(nil),     // 27: lodestone.v1.DestroySessionRequest
 	(*RenewSessionRequest)(nil),       // 28: lodestone.v1.RenewSessionRequest
-	(*AdmissionPolicy)(nil),           // 29: lodestone.v1.AdmissionPolicy
-	(*PutResponse)(nil),               // 30: lodestone.v1.PutResponse
-	(*DeleteResponse)(nil),            // 31: lodestone.v1.DeleteResponse
-	(*TxnResponse)(nil),               // 32: lodestone.v1.TxnResponse
-	(*CatalogRegisterResponse)(nil),   // 33: lodestone.v1.CatalogRegisterResponse
-	(*CatalogDeregisterResponse)(nil), // 34: lodestone.v1.CatalogDeregisterResponse
-	(*UpdateCheckResponse)(nil),       // 35: lodestone.v1.UpdateCheckResponse
-	(*CreateSessionResponse)(nil),     // 36: lodestone.v1.CreateSessionResponse
-	(*DestroySessionResponse)(nil),    // 37: lodestone.v1.DestroySessionResponse
-	(*RenewSessionResponse)(nil),      // 38: lodestone.v1.RenewSessionResponse
-	(*TransferLeaderRequest)(nil),     // 39: lodestone.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),    // 40: lodestone.v1.TransferLeaderResponse
+	(*CatalogTxnRequest)(nil),         // 29: lodestone.v1.CatalogTxnRequest
+	(*AdmissionPolicy)(nil),           // 30: lodestone.v1.AdmissionPolicy
+	(*PutResponse)(nil),               // 31: lodestone.v1.PutResponse
+	(*DeleteResponse)(nil),            // 32: lodestone.v1.DeleteResponse
+	(*TxnResponse)(nil),               // 33: lodestone.v1.TxnResponse
+	(*CatalogRegisterResponse)(nil),   // 34: lodestone.v1.CatalogRegisterResponse
+	(*CatalogDeregisterResponse)(nil), // 35: lodestone.v1.CatalogDeregisterResponse
+	(*UpdateCheckResponse)(nil),       // 36: lodestone.v1.UpdateCheckResponse
+	(*CreateSessionResponse)(nil),     // 37: lodestone.v1.CreateSessionResponse
+	(*DestroySessionResponse)(nil),    // 38: lodestone.v1.DestroySessionResponse
+	(*RenewSessionResponse)(nil),      // 39: lodestone.v1.RenewSessionResponse
+	(*CatalogTxnResponse)(nil),        // 40: lodestone.v1.CatalogTxnResponse
+	(*TransferLeaderRequest)(nil),     // 41: lodestone.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),    // 42: lodestone.v1.TransferLeaderResponse
 }
 var file_lodestone_v1_peer_proto_depIdxs = []int32{
 	19, // 0: lodestone.v1.Command.put:type_name -> lodestone.v1.PutRequest
@@ -2028,50 +2068,52 @@ var file_lodestone_v1_peer_proto_depIdxs = []int32{
 	27, // 8: lodestone.v1.Command.session_destroy:type_name -> lodestone.v1.DestroySessionRequest
 	28, // 9: lodestone.v1.Command.session_renew:type_name -> lodestone.v1.RenewSessionRequest
 	1,  // 10: lodestone.v1.Command.session_invalidate:type_name -> lodestone.v1.SessionInvalidate
-	29, // 11: lodestone.v1.Command.admission:type_name -> lodestone.v1.AdmissionPolicy
-	16, // 12: lodestone.v1.Command.acl:type_name -> lodestone.v1.ACLCommand
-	30, // 13: lodestone.v1.CommandResult.put:type_name -> lodestone.v1.PutResponse
-	31, // 14: lodestone.v1.CommandResult.delete:type_name -> lodestone.v1.DeleteResponse
-	32, // 15: lodestone.v1.CommandResult.txn:type_name -> lodestone.v1.TxnResponse
-	33, // 16: lodestone.v1.CommandResult.catalog_register:type_name -> lodestone.v1.CatalogRegisterResponse
-	34, // 17: lodestone.v1.CommandResult.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterResponse
-	35, // 18: lodestone.v1.CommandResult.check_update:type_name -> lodestone.v1.UpdateCheckResponse
-	36, // 19: lodestone.v1.CommandResult.session_create:type_name -> lodestone.v1.CreateSessionResponse
-	37, // 20: lodestone.v1.CommandResult.session_destroy:type_name -> lodestone.v1.DestroySessionResponse
-	38, // 21: lodestone.v1.CommandResult.session_renew:type_name -> lodestone.v1.RenewSessionResponse
-	2,  // 22: lodestone.v1.CommandResult.session_invalidate:type_name -> lodestone.v1.SessionInvalidateResult
-	17, // 23: lodestone.v1.CommandResult.acl:type_name -> lodestone.v1.ACLResult
-	3,  // 24: lodestone.v1.CommandResult.rejected:type_name -> lodestone.v1.Rejection
-	22, // 25: lodestone.v1.ConfChangeContext.member:type_name -> lodestone.v1.Member
-	22, // 26: lodestone.v1.ConfChangeResponse.members:type_name -> lodestone.v1.Member
-	12, // 27: lodestone.v1.ACLRole.policies:type_name -> lodestone.v1.ACLLink
-	12, // 28: lodestone.v1.ACLToken.policies:type_name -> lodestone.v1.ACLLink
-	12, // 29: lodestone.v1.ACLToken.roles:type_name -> lodestone.v1.ACLLink
-	15, // 30: lodestone.v1.ACLCommand.bootstrap:type_name -> lodestone.v1.ACLToken
-	15, // 31: lodestone.v1.ACLCommand.token_set:type_name -> lodestone.v1.ACLToken
-	13, // 32: lodestone.v1.ACLCommand.policy_set:type_name -> lodestone.v1.ACLPolicy
-	14, // 33: lodestone.v1.ACLCommand.role_set:type_name -> lodestone.v1.ACLRole
-	15, // 34: lodestone.v1.ACLResult.token:type_name -> lodestone.v1.ACLToken
-	13, // 35: lodestone.v1.ACLResult.policy:type_name -> lodestone.v1.ACLPolicy
-	14, // 36: lodestone.v1.ACLResult.role:type_name -> lodestone.v1.ACLRole
-	13, // 37: lodestone.v1.ACLSnapshot.policies:type_name -> lodestone.v1.ACLPolicy
-	14, // 38: lodestone.v1.ACLSnapshot.roles:type_name -> lodestone.v1.ACLRole
-	15, // 39: lodestone.v1.ACLSnapshot.tokens:type_name -> lodestone.v1.ACLToken
-	7,  // 40: lodestone.v1.Peer.Snapshot:input_type -> lodestone.v1.SnapshotChunk
-	8,  // 41: lodestone.v1.Peer.ChangeConf:input_type -> lodestone.v1.ConfChangeRequest
-	39, // 42: lodestone.v1.Peer.TransferLeader:input_type -> lodestone.v1.TransferLeaderRequest
-	10, // 43: lodestone.v1.Peer.LeaderIndex:input_type -> lodestone.v1.LeaderIndexRequest
-	10, // 44: lodestone.v1.Peer.LeaderIndexStream:input_type -> lodestone.v1.LeaderIndexRequest
-	6,  // 45: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
-	9,  // 46: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
-	40, // 47: lodestone.v1.Peer.TransferLeader:output_type -> lodestone.v1.TransferLeaderResponse
-	11, // 48: lodestone.v1.Peer.LeaderIndex:output_type -> lodestone.v1.LeaderIndexResponse
-	11, // 49: lodestone.v1.Peer.LeaderIndexStream:output_type -> lodestone.v1.LeaderIndexResponse
-	45, // [45:50] is the sub-list for method output_type
-	40, // [40:45] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	29, // 11: lodestone.v1.Command.catalog_txn:type_name -> lodestone.v1.CatalogTxnRequest
+	30, // 12: lodestone.v1.Command.admission:type_name -> lodestone.v1.AdmissionPolicy
+	16, // 13: lodestone.v1.Command.acl:type_name -> lodestone.v1.ACLCommand
+	31, // 14: lodestone.v1.CommandResult.put:type_name -> lodestone.v1.PutResponse
+	32, // 15: lodestone.v1.CommandResult.delete:type_name -> lodestone.v1.DeleteResponse
+	33, // 16: lodestone.v1.CommandResult.txn:type_name -> lodestone.v1.TxnResponse
+	34, // 17: lodestone.v1.CommandResult.catalog_register:type_name -> lodestone.v1.CatalogRegisterResponse
+	35, // 18: lodestone.v1.CommandResult.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterResponse
+	36, // 19: lodestone.v1.CommandResult.check_update:type_name -> lodestone.v1.UpdateCheckResponse
+	37, // 20: lodestone.v1.CommandResult.session_create:type_name -> lodestone.v1.CreateSessionResponse
+	38, // 21: lodestone.v1.CommandResult.session_destroy:type_name -> lodestone.v1.DestroySessionResponse
+	39, // 22: lodestone.v1.CommandResult.session_renew:type_name -> lodestone.v1.RenewSessionResponse
+	2,  // 23: lodestone.v1.CommandResult.session_invalidate:type_name -> lodestone.v1.SessionInvalidateResult
+	40, // 24: lodestone.v1.CommandResult.catalog_txn:type_name -> lodestone.v1.CatalogTxnResponse
+	17, // 25: lodestone.v1.CommandResult.acl:type_name -> lodestone.v1.ACLResult
+	3,  // 26: lodestone.v1.CommandResult.rejected:type_name -> lodestone.v1.Rejection
+	22, // 27: lodestone.v1.ConfChangeContext.member:type_name -> lodestone.v1.Member
+	22, // 28: lodestone.v1.ConfChangeResponse.members:type_name -> lodestone.v1.Member
+	12, // 29: lodestone.v1.ACLRole.policies:type_name -> lodestone.v1.ACLLink
+	12, // 30: lodestone.v1.ACLToken.policies:type_name -> lodestone.v1.ACLLink
+	12, // 31: lodestone.v1.ACLToken.roles:type_name -> lodestone.v1.ACLLink
+	15, // 32: lodestone.v1.ACLCommand.bootstrap:type_name -> lodestone.v1.ACLToken
+	15, // 33: lodestone.v1.ACLCommand.token_set:type_name -> lodestone.v1.ACLToken
+	13, // 34: lodestone.v1.ACLCommand.policy_set:type_name -> lodestone.v1.ACLPolicy
+	14, // 35: lodestone.v1.ACLCommand.role_set:type_name -> lodestone.v1.ACLRole
+	15, // 36: lodestone.v1.ACLResult.token:type_name -> lodestone.v1.ACLToken
+	13, // 37: lodestone.v1.ACLResult.policy:type_name -> lodestone.v1.ACLPolicy
+	14, // 38: lodestone.v1.ACLResult.role:type_name -> lodestone.v1.ACLRole
+	13, // 39: lodestone.v1.ACLSnapshot.policies:type_name -> lodestone.v1.ACLPolicy
+	14, // 40: lodestone.v1.ACLSnapshot.roles:type_name -> lodestone.v1.ACLRole
+	15, // 41: lodestone.v1.ACLSnapshot.tokens:type_name -> lodestone.v1.ACLToken
+	7,  // 42: lodestone.v1.Peer.Snapshot:input_type -> lodestone.v1.SnapshotChunk
+	8,  // 43: lodestone.v1.Peer.ChangeConf:input_type -> lodestone.v1.ConfChangeRequest
+	41, // 44: lodestone.v1.Peer.TransferLeader:input_type -> lodestone.v1.TransferLeaderRequest
+	10, // 45: lodestone.v1.Peer.LeaderIndex:input_type -> lodestone.v1.LeaderIndexRequest
+	10, // 46: lodestone.v1.Peer.LeaderIndexStream:input_type -> lodestone.v1.LeaderIndexRequest
+	6,  // 47: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
+	9,  // 48: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
+	42, // 49: lodestone.v1.Peer.TransferLeader:output_type -> lodestone.v1.TransferLeaderResponse
+	11, // 50: lodestone.v1.Peer.LeaderIndex:output_type -> lodestone.v1.LeaderIndexResponse
+	11, // 51: lodestone.v1.Peer.LeaderIndexStream:output_type -> lodestone.v1.LeaderIndexResponse
+	47, // [47:52] is the sub-list for method output_type
+	42, // [42:47] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_lodestone_v1_peer_proto_init() }
@@ -2095,6 +2137,7 @@ func file_lodestone_v1_peer_proto_init() {
 		(*Command_SessionDestroy)(nil),
 		(*Command_SessionRenew)(nil),
 		(*Command_SessionInvalidate)(nil),
+		(*Command_CatalogTxn)(nil),
 		(*Command_Admission)(nil),
 		(*Command_Acl)(nil),
 	}
@@ -2109,6 +2152,7 @@ func file_lodestone_v1_peer_proto_init() {
 		(*CommandResult_SessionDestroy)(nil),
 		(*CommandResult_SessionRenew)(nil),
 		(*CommandResult_SessionInvalidate)(nil),
+		(*CommandResult_CatalogTxn)(nil),
 		(*CommandResult_Acl)(nil),
 	}
 	file_lodestone_v1_peer_proto_msgTypes[16].OneofWrappers = []any{
