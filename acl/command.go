@@ -32,6 +32,9 @@ func CheckCommand(a *Authorizer, c Catalog, cmd *lodestonepb.Command) error {
 		return a.Check(ResourceSession, c.SessionNode(op.SessionDestroy.Id), AccessWrite)
 	case *lodestonepb.Command_SessionRenew:
 		return a.Check(ResourceSession, c.SessionNode(op.SessionRenew.Id), AccessWrite)
+	case *lodestonepb.Command_Restore:
+		// NB: as Consul's snapshot restore: the state holds every token.
+		return a.Check(ResourceACL, "", AccessWrite)
 	}
 	return a.Check(ResourceOperator, "", AccessWrite)
 }

@@ -309,6 +309,8 @@ func (s *Store) Apply(index uint64, cmd *lodestonepb.Command) (*lodestonepb.Comm
 		res = a.setAdmission(op.Admission)
 	case *lodestonepb.Command_Acl:
 		res = a.applyACL(op.Acl)
+	case *lodestonepb.Command_Restore:
+		res = a.restoreState(op.Restore)
 	default:
 		res = &lodestonepb.CommandResult{}
 	}

@@ -272,6 +272,7 @@ func needsTime(cmd *lodestonepb.Command) bool {
 		}
 		return false
 	case *lodestonepb.Command_CatalogRegister, *lodestonepb.Command_CatalogDeregister, *lodestonepb.Command_CheckUpdate, *lodestonepb.Command_CatalogTxn,
+		*lodestonepb.Command_Restore,
 		*lodestonepb.Command_SessionCreate, *lodestonepb.Command_SessionDestroy, *lodestonepb.Command_SessionRenew,
 		*lodestonepb.Command_SessionInvalidate:
 		return true
@@ -421,6 +422,11 @@ func CheckCommand(cmd *lodestonepb.Command) error {
 		return nil
 	case *lodestonepb.Command_Acl:
 		return checkACL(op.Acl)
+	case *lodestonepb.Command_Restore:
+		if op.Restore == nil || len(op.Restore.State) == 0 {
+			return invalid(-1, "command", RuleCommandOp, "restore command carries no state")
+		}
+		return nil
 	default:
 		return invalid(-1, "command", RuleCommandOp, noOpMessage)
 	}
