@@ -122,3 +122,9 @@ func (s *stableSince) since(id uint64, healthy bool, now time.Time) time.Time {
 	}
 	return m.since
 }
+
+var _ consulapi.Snapshotter = consulBackend{}
+
+func (b consulBackend) SaveSnapshot(ctx context.Context) (*lodestonepb.SavedSnapshotHeader, []byte, error) {
+	return b.s.liveSnapshot(ctx)
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lodestone-kv/lodestone/acl"
+	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/store"
 )
 
@@ -97,6 +98,9 @@ func (s *core) limitBodies(next http.Handler) http.Handler {
 			max, limit, own = txn, "max-txn-request-bytes", true
 		case strings.HasPrefix(r.URL.Path, "/v1/kv/"):
 			own = true
+		case r.URL.Path == "/v1/snapshot":
+			// NB: a restore's state, bounded by its handler.
+			max, limit = consulapi.MaxRestoreBytes+1, "max-restore-bytes"
 		}
 		if !own && r.ContentLength > max {
 			s.metrics.refused.WithLabelValues("http", limit).Inc()

@@ -74,6 +74,7 @@ func (a *API) registerOps(handle func(string, func(http.ResponseWriter, *http.Re
 	handle("DELETE /v1/operator/raft/peer", a.raftRemovePeer)
 	handle("GET /v1/operator/autopilot/health", a.autopilotHealth)
 	handle("GET /v1/operator/autopilot/state", a.autopilotState)
+	a.registerSnapshot(handle) // snapshot.go
 }
 
 // catalogDatacenters is /v1/catalog/datacenters: Lodestone serves one.
