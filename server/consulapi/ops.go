@@ -69,7 +69,7 @@ type MemberHealth struct {
 // registerOps adds the operator, datacenter and node-services routes.
 func (a *API) registerOps(handle func(string, func(http.ResponseWriter, *http.Request) error)) {
 	handle("GET /v1/catalog/datacenters", a.catalogDatacenters)
-	handle("GET /v1/catalog/node-services/{node}", a.catalogNodeServices)
+	handle("GET /v1/catalog/node-services/{node...}", a.catalogNodeServices)
 	handle("GET /v1/operator/raft/configuration", a.raftConfiguration)
 	handle("DELETE /v1/operator/raft/peer", a.raftRemovePeer)
 	handle("GET /v1/operator/autopilot/health", a.autopilotHealth)
