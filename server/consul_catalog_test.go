@@ -288,6 +288,22 @@ func TestConsulBadInputIsRefused(t *testing.T) {
 	if code, body := do("PUT", "/v1/txn", `[{"KV":{"Verb":"lock","Key":"k","Session":"1b4e28ba-2fa1-11d2-883f-0016d3cca427"}}]`); code != 409 || !strings.Contains(body, "does not exist") {
 		t.Errorf("txn lock with an unknown session: %d %q", code, body)
 	}
+	// Sessions the state refuses: Consul's state store words, as 500s.
+	if code, body := do("PUT", "/v1/agent/check/register", `{"ID":"down","Name":"down","TTL":"1m"}`); code != 200 {
+		t.Fatalf("register a critical check: %d %s", code, body)
+	}
+	for body, want := range map[string]string{
+		`{"Node":"nowhere"}`:  "Missing node registration",
+		`{"Checks":["nope"]}`: "Missing check 'nope' registration",
+		`{"Checks":["down"]}`: "Check 'down' is in critical state",
+	} {
+		if code, got := do("PUT", "/v1/session/create", body); code != 500 || strings.TrimSpace(got) != want {
+			t.Errorf("session create %s: %d %q, want 500 %q", body, code, strings.TrimSpace(got), want)
+		}
+	}
+	if code, body := do("GET", "/v1/session/list", ``); code != 200 || strings.TrimSpace(body) != "[]" {
+		t.Errorf("sessions after refused creates: %d %s", code, body)
+	}
 	if code, _ := do("GET", "/v1/kv/k", ``); code != 404 {
 		t.Errorf("key k after refused acquires: %d, want 404", code)
 	}

@@ -152,6 +152,9 @@ func (a *API) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 	}
 	se.Checks = checks
 	res, _, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_SessionCreate{SessionCreate: &lodestonepb.CreateSessionRequest{Session: se}}})
+	if rejected(err, store.RejectNodeMissing, store.RejectCheckMissing, store.RejectCheckCritical) {
+		return a.sessionRefusal(se, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -222,4 +225,32 @@ func (a *API) sessionNode(w http.ResponseWriter, r *http.Request) error {
 	a.setMeta(w, m.Index)
 	writeJSON(w, http.StatusOK, sessionsOut(acl.FilterSessions(az, list)))
 	return nil
+}
+
+// sessionRefusal is Consul's 500 for a session its state refuses: a node
+// or a bound check missing, or a bound check critical.
+func (a *API) sessionRefusal(se *lodestonepb.SessionEntry, err error) error {
+	if rejected(err, store.RejectNodeMissing) {
+		return consulError("Missing node registration")
+	}
+	checks, _ := a.b.Store().NodeChecks(se.Node)
+	status := map[string]lodestonepb.HealthStatus{}
+	for _, c := range checks {
+		status[c.CheckId] = c.Status
+	}
+	ids := append(append([]string(nil), se.Checks...), se.NodeChecks...)
+	for _, sc := range se.ServiceChecks {
+		ids = append(ids, sc.Id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		st, ok := status[id]
+		switch {
+		case !ok:
+			return consulError("Missing check '%s' registration", id)
+		case st == lodestonepb.HealthStatus_HEALTH_CRITICAL:
+			return consulError("Check '%s' is in %s state", id, lodestonepb.HealthStatusWord(st))
+		}
+	}
+	return err
 }
