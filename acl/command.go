@@ -18,6 +18,8 @@ func CheckCommand(a *Authorizer, c Catalog, cmd *lodestonepb.Command) error {
 		return CheckDelete(a, op.Delete)
 	case *lodestonepb.Command_Txn:
 		return CheckTxn(a, op.Txn)
+	case *lodestonepb.Command_CatalogTxn:
+		return CheckCatalogTxn(a, c, op.CatalogTxn)
 	case *lodestonepb.Command_CatalogRegister:
 		return CheckRegister(a, c, op.CatalogRegister)
 	case *lodestonepb.Command_CatalogDeregister:
@@ -30,6 +32,9 @@ func CheckCommand(a *Authorizer, c Catalog, cmd *lodestonepb.Command) error {
 		return a.Check(ResourceSession, c.SessionNode(op.SessionDestroy.Id), AccessWrite)
 	case *lodestonepb.Command_SessionRenew:
 		return a.Check(ResourceSession, c.SessionNode(op.SessionRenew.Id), AccessWrite)
+	case *lodestonepb.Command_Restore:
+		// NB: as Consul's snapshot restore: the state holds every token.
+		return a.Check(ResourceACL, "", AccessWrite)
 	}
 	return a.Check(ResourceOperator, "", AccessWrite)
 }
@@ -72,22 +77,95 @@ func CheckUnder(a *Authorizer, res Resource, name string, under bool, want Acces
 // writes write, a prefix delete write on every key under its prefix.
 func CheckTxn(a *Authorizer, t *lodestonepb.TxnRequest) error {
 	for i, op := range t.Ops {
-		want, under := AccessWrite, false
-		switch op.Verb {
-		case lodestonepb.TxnOp_GET, lodestonepb.TxnOp_CHECK_INDEX, lodestonepb.TxnOp_CHECK_NOT_EXISTS, lodestonepb.TxnOp_CHECK_SESSION:
-			want = AccessRead
-		case lodestonepb.TxnOp_DELETE_PREFIX:
-			under = true
+		if err := checkTxnOp(a, op); err != nil {
+			return fmt.Errorf("operation %d: %w", i, err)
 		}
+	}
+	return nil
+}
+
+func checkTxnOp(a *Authorizer, op *lodestonepb.TxnOp) error {
+	want, under := AccessWrite, false
+	switch op.Verb {
+	case lodestonepb.TxnOp_GET, lodestonepb.TxnOp_CHECK_INDEX, lodestonepb.TxnOp_CHECK_NOT_EXISTS, lodestonepb.TxnOp_CHECK_SESSION:
+		want = AccessRead
+	case lodestonepb.TxnOp_DELETE_PREFIX:
+		under = true
+	}
+	if under {
+		return CheckUnder(a, ResourceKey, string(op.Key), true, want)
+	}
+	return CheckKey(a, op.Key, want)
+}
+
+// CheckCatalogTxn checks a transaction of KV and catalog operations, as
+// Consul's /v1/txn does: KV operations as CheckTxn; a catalog GET needs
+// read on what it reads (a service's, or a check's service, else the
+// node); a SET or CAS what the registration it amounts to needs, a delete
+// what the deregistration needs.
+func CheckCatalogTxn(a *Authorizer, c Catalog, t *lodestonepb.CatalogTxnRequest) error {
+	for i, op := range t.GetOps() {
 		var err error
-		if under {
-			err = CheckUnder(a, ResourceKey, string(op.Key), true, want)
-		} else {
-			err = CheckKey(a, op.Key, want)
+		if kv := op.GetKv(); kv != nil {
+			err = checkTxnOp(a, kv)
+		} else if o := op.GetCatalog(); o != nil {
+			err = checkCatalogOp(a, c, o)
 		}
 		if err != nil {
 			return fmt.Errorf("operation %d: %w", i, err)
 		}
+	}
+	return nil
+}
+
+func checkCatalogOp(a *Authorizer, c Catalog, o *lodestonepb.CatalogTxnOp) error {
+	verb := o.Verb
+	write := verb == lodestonepb.TxnOp_SET || verb == lodestonepb.TxnOp_CAS
+	read := verb == lodestonepb.TxnOp_GET
+	switch {
+	case o.Node != nil:
+		switch {
+		case read:
+			return a.Check(ResourceNode, o.Node.Name, AccessRead)
+		case write:
+			return CheckRegister(a, c, &lodestonepb.CatalogRegisterRequest{Node: o.Node})
+		}
+		return CheckDeregister(a, c, &lodestonepb.CatalogDeregisterRequest{Node: o.Node.Name})
+	case o.Service != nil:
+		s := o.Service
+		id := s.Id
+		if id == "" {
+			id = s.Name
+		}
+		switch {
+		case read:
+			name := c.ServiceName(s.Node, id)
+			if name == "" {
+				name = s.Name
+			}
+			return a.Check(ResourceService, name, AccessRead)
+		case write:
+			return CheckRegister(a, c, &lodestonepb.CatalogRegisterRequest{Node: &lodestonepb.Node{Name: s.Node},
+				SkipNodeUpdate: true, Service: s})
+		}
+		return CheckDeregister(a, c, &lodestonepb.CatalogDeregisterRequest{Node: s.Node, ServiceId: id})
+	case o.Check != nil:
+		ch := o.Check
+		id := ch.CheckId
+		if id == "" {
+			id = ch.Name
+		}
+		switch {
+		case read:
+			if svc := c.CheckService(ch.Node, id); svc != "" {
+				return a.Check(ResourceService, svc, AccessRead)
+			}
+			return a.Check(ResourceNode, ch.Node, AccessRead)
+		case write:
+			return CheckRegister(a, c, &lodestonepb.CatalogRegisterRequest{Node: &lodestonepb.Node{Name: ch.Node},
+				SkipNodeUpdate: true, Checks: []*lodestonepb.Check{ch}})
+		}
+		return CheckDeregister(a, c, &lodestonepb.CatalogDeregisterRequest{Node: ch.Node, CheckId: id})
 	}
 	return nil
 }

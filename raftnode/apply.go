@@ -44,9 +44,10 @@ func (n *Node) apply(ents []raftpb.Entry) error {
 		}
 		var err error
 		var events []store.Event
+		replaced := false
 		switch e.Type {
 		case raftpb.EntryNormal:
-			events = n.applyNormal(e)
+			events, replaced = n.applyNormal(e)
 		case raftpb.EntryConfChange:
 			var cc raftpb.ConfChange
 			if err = cc.Unmarshal(e.Data); err == nil {
@@ -62,8 +63,14 @@ func (n *Node) apply(ents []raftpb.Entry) error {
 			return fmt.Errorf("apply entry %d: %w", e.Index, err)
 		}
 		// Every index is published, changes or not, so watchers' progress
-		// follows the applied index. Publish never waits on a watcher.
-		n.hub.Publish(e.Index, toWatchEvents(events))
+		// follows the applied index. Publish never waits on a watcher. A
+		// restore replaced the state: watchers resume from a reload, as
+		// after a snapshot install.
+		if replaced {
+			n.hub.Restore(e.Index)
+		} else {
+			n.hub.Publish(e.Index, toWatchEvents(events))
+		}
 		n.sendReplies()
 		n.appliedIndex, n.appliedTerm = e.Index, e.Term
 	}
@@ -74,15 +81,17 @@ func (n *Node) apply(ents []raftpb.Entry) error {
 	return nil
 }
 
-func (n *Node) applyNormal(e raftpb.Entry) []store.Event {
+// applyNormal applies a normal entry; replaced reports a restore that
+// replaced the state.
+func (n *Node) applyNormal(e raftpb.Entry) (events []store.Event, replaced bool) {
 	if len(e.Data) == 0 {
 		n.store.Advance(e.Index)
-		return nil
+		return nil, false
 	}
 	if len(e.Data) < 8 {
 		n.logger.Error("skipping malformed entry", "index", e.Index, "bytes", len(e.Data))
 		n.store.Advance(e.Index)
-		return nil
+		return nil, false
 	}
 	id := binary.BigEndian.Uint64(e.Data)
 	var cmd lodestonepb.Command
@@ -92,15 +101,19 @@ func (n *Node) applyNormal(e raftpb.Entry) []store.Event {
 		n.logger.Error("skipping undecodable entry", "index", e.Index, "err", err)
 		n.store.Advance(e.Index)
 		n.replyAfterPublish(id, proposalResult{index: e.Index, err: fmt.Errorf("decode command at index %d: %w", e.Index, err)})
-		return nil
+		return nil, false
 	}
 	res, events := n.store.Apply(e.Index, &cmd)
+	if out := res.GetRestore(); out != nil && res.Rejected == nil {
+		replaced = true
+		n.logger.Info("state restored from an operator's snapshot", "index", e.Index, "snapshot_index", out.SnapshotIndex)
+	}
 	if pol := cmd.GetAdmission(); pol != nil {
 		n.logger.Info("admission policy changed", "index", e.Index, "enabled", pol.GetEnabled(),
 			"reads", pol.GetReads(), "writes", pol.GetWrites(), "watches", pol.GetWatches(), "ramp_percent_per_min", pol.GetRampPercentPerMin())
 	}
 	n.replyAfterPublish(id, proposalResult{index: e.Index, result: res})
-	return events
+	return events, replaced
 }
 
 // reply is a proposal's result waiting for its entry to be published.

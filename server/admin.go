@@ -32,26 +32,9 @@ type adminService struct {
 // acknowledged before the call is in it. The header comes first, then the
 // data in chunks, then the SHA-256 of the data.
 func (a *adminService) SaveSnapshot(_ *lodestonepb.SaveSnapshotRequest, stream lodestonepb.Admin_SaveSnapshotServer) error {
-	ctx := stream.Context()
-	if _, err := a.s.raft.ReadIndex(ctx); err != nil {
-		return rpcstatus.Of(err)
-	}
-	ls, err := a.s.raft.Snapshot(ctx)
+	hdr, data, err := a.s.liveSnapshot(stream.Context())
 	if err != nil {
-		return rpcstatus.Of(err)
-	}
-	var buf bytes.Buffer
-	if _, err := ls.Snap.WriteTo(&buf); err != nil {
-		return rpcstatus.Of(fmt.Errorf("encode snapshot: %w", err))
-	}
-	data := buf.Bytes()
-	voters := append([]uint64(nil), ls.Conf.Voters...)
-	sort.Slice(voters, func(i, j int) bool { return voters[i] < voters[j] })
-	learners := append([]uint64(nil), ls.Conf.Learners...)
-	sort.Slice(learners, func(i, j int) bool { return learners[i] < learners[j] })
-	hdr := &lodestonepb.SavedSnapshotHeader{
-		Index: ls.Snap.Index(), Term: ls.Term, Voters: voters, Learners: learners,
-		Size: uint64(len(data)), Member: a.s.cfg.Name,
+		return err
 	}
 	if err := stream.Send(&lodestonepb.SavedSnapshotChunk{Header: hdr}); err != nil {
 		return err
@@ -65,6 +48,33 @@ func (a *adminService) SaveSnapshot(_ *lodestonepb.SaveSnapshotRequest, stream l
 	sum := sha256.Sum256(data)
 	a.s.logger.Info("snapshot streamed to operator", "index", hdr.Index, "term", hdr.Term, "bytes", len(data))
 	return stream.Send(&lodestonepb.SavedSnapshotChunk{Sha256: sum[:]})
+}
+
+// liveSnapshot encodes the state as of a linearizable read (everything
+// acknowledged before the call is in it) with the header an operator's
+// snapshot file carries.
+func (s *core) liveSnapshot(ctx context.Context) (*lodestonepb.SavedSnapshotHeader, []byte, error) {
+	if _, err := s.raft.ReadIndex(ctx); err != nil {
+		return nil, nil, rpcstatus.Of(err)
+	}
+	ls, err := s.raft.Snapshot(ctx)
+	if err != nil {
+		return nil, nil, rpcstatus.Of(err)
+	}
+	var buf bytes.Buffer
+	if _, err := ls.Snap.WriteTo(&buf); err != nil {
+		return nil, nil, rpcstatus.Of(fmt.Errorf("encode snapshot: %w", err))
+	}
+	data := buf.Bytes()
+	voters := append([]uint64(nil), ls.Conf.Voters...)
+	sort.Slice(voters, func(i, j int) bool { return voters[i] < voters[j] })
+	learners := append([]uint64(nil), ls.Conf.Learners...)
+	sort.Slice(learners, func(i, j int) bool { return learners[i] < learners[j] })
+	hdr := &lodestonepb.SavedSnapshotHeader{
+		Index: ls.Snap.Index(), Term: ls.Term, Voters: voters, Learners: learners,
+		Size: uint64(len(data)), Member: s.cfg.Name,
+	}
+	return hdr, data, nil
 }
 
 // SetAdmission replicates a new policy; enabled=false turns it off.

@@ -234,20 +234,15 @@ func TestConsulBadInputIsRefused(t *testing.T) {
 	waitFor(t, 10*time.Second, c.servers[lead].selfPublished)
 	before := c.servers[lead].store.Index()
 	cases := []struct{ method, path, body, want string }{
-		{"PUT", "/v1/catalog/register", `{"Address":"1.2.3.4"}`, "Missing node name"},
 		{"PUT", "/v1/catalog/register", `{"Node":"n","Address":"1.2.3.4"`, "decode"},
 		{"PUT", "/v1/catalog/register", `{"Node":"n","Address":"1.2.3.4","Service":{"Service":"s","Port":70000}}`, "port"},
 		{"PUT", "/v1/catalog/register", `{"Node":"n","Address":"1.2.3.4","Check":{"CheckID":"c","Status":"sideways"}}`, "status"},
 		{"PUT", "/v1/catalog/register", `{"Node":"n\u0000x","Address":"1.2.3.4"}`, "NUL"},
-		{"PUT", "/v1/catalog/deregister", `{}`, "Missing node name"},
 		{"GET", "/v1/health/state/bogus", ``, "Invalid check state"},
 		{"GET", "/v1/health/service/web?passing=maybe", ``, "passing"},
 		{"GET", "/v1/catalog/services?index=abc", ``, "index"},
 		{"GET", "/v1/catalog/nodes?wait=forever", ``, "wait"},
 		{"GET", "/v1/catalog/nodes?stale&consistent", ``, "conflicting"},
-		{"PUT", "/v1/session/create", `{"TTL":"1s"}`, "ttl"},
-		{"PUT", "/v1/session/create", `{"TTL":"soon"}`, "TTL"},
-		{"PUT", "/v1/session/create", `{"Behavior":"explode"}`, "Behavior"},
 		{"PUT", "/v1/session/create", `{"LockDelay":"-"}`, "LockDelay"},
 		{"PUT", "/v1/session/renew/not-a-uuid", ``, "UUID"},
 		{"PUT", "/v1/kv/k?acquire", ``, "session"},
@@ -261,6 +256,23 @@ func TestConsulBadInputIsRefused(t *testing.T) {
 			t.Errorf("%s %s %s: %d %q, want 400 mentioning %q", tc.method, tc.path, tc.body, code, strings.TrimSpace(body), tc.want)
 		}
 	}
+	// What Consul refuses in its RPC layer is a 500 with Consul's words,
+	// which its clients match on.
+	consulCases := []struct{ method, path, body, want string }{
+		{"PUT", "/v1/catalog/register", `{"Address":"1.2.3.4"}`, "Must provide node"},
+		{"PUT", "/v1/catalog/register", `{"Node":"n"}`, "Must provide address if SkipNodeUpdate is not set"},
+		{"PUT", "/v1/catalog/deregister", `{}`, "Must provide node"},
+		{"PUT", "/v1/session/create", `{"TTL":"1s"}`, "Invalid Session TTL '1000000000', must be between [10s=24h0m0s]"},
+		{"PUT", "/v1/session/create", `{"TTL":"25h"}`, "Invalid Session TTL '90000000000000', must be between [10s=24h0m0s]"},
+		{"PUT", "/v1/session/create", `{"TTL":"soon"}`, `Session TTL 'soon' invalid: time: invalid duration "soon"`},
+		{"PUT", "/v1/session/create", `{"Behavior":"explode"}`, "Invalid Behavior setting 'explode'"},
+	}
+	for _, tc := range consulCases {
+		code, body := do(tc.method, tc.path, tc.body)
+		if code != http.StatusInternalServerError || strings.TrimSpace(body) != tc.want {
+			t.Errorf("%s %s %s: %d %q, want 500 %q", tc.method, tc.path, tc.body, code, strings.TrimSpace(body), tc.want)
+		}
+	}
 	if after := c.servers[lead].store.Index(); after != before {
 		t.Fatalf("refused requests moved the applied index from %d to %d", before, after)
 	}
@@ -270,11 +282,27 @@ func TestConsulBadInputIsRefused(t *testing.T) {
 
 	// Well-formed requests the state refuses answer as Consul does (an
 	// unknown session: 500 for a put, 409 for a txn) and write nothing.
-	if code, body := do("PUT", "/v1/kv/k?acquire=1b4e28ba-2fa1-11d2-883f-0016d3cca427", "v"); code != 500 || !strings.Contains(body, "invalid session") {
+	if code, body := do("PUT", "/v1/kv/k?acquire=1b4e28ba-2fa1-11d2-883f-0016d3cca427", "v"); code != 500 || !strings.Contains(body, "Invalid session") {
 		t.Errorf("acquire with an unknown session: %d %q", code, body)
 	}
 	if code, body := do("PUT", "/v1/txn", `[{"KV":{"Verb":"lock","Key":"k","Session":"1b4e28ba-2fa1-11d2-883f-0016d3cca427"}}]`); code != 409 || !strings.Contains(body, "does not exist") {
 		t.Errorf("txn lock with an unknown session: %d %q", code, body)
+	}
+	// Sessions the state refuses: Consul's state store words, as 500s.
+	if code, body := do("PUT", "/v1/agent/check/register", `{"ID":"down","Name":"down","TTL":"1m"}`); code != 200 {
+		t.Fatalf("register a critical check: %d %s", code, body)
+	}
+	for body, want := range map[string]string{
+		`{"Node":"nowhere"}`:  "Missing node registration",
+		`{"Checks":["nope"]}`: "Missing check 'nope' registration",
+		`{"Checks":["down"]}`: "Check 'down' is in critical state",
+	} {
+		if code, got := do("PUT", "/v1/session/create", body); code != 500 || strings.TrimSpace(got) != want {
+			t.Errorf("session create %s: %d %q, want 500 %q", body, code, strings.TrimSpace(got), want)
+		}
+	}
+	if code, body := do("GET", "/v1/session/list", ``); code != 200 || strings.TrimSpace(body) != "[]" {
+		t.Errorf("sessions after refused creates: %d %s", code, body)
 	}
 	if code, _ := do("GET", "/v1/kv/k", ``); code != 404 {
 		t.Errorf("key k after refused acquires: %d, want 404", code)

@@ -32,6 +32,7 @@ type core struct {
 	transport      *peer.Transport
 	authz          *authz // authz.go
 	holdMetrics    *holdMetrics
+	stable         stableSince // consulops.go: members' health changes
 
 	peerAddr, grpcAddr, httpAddr string // as bound
 	advertiseGRPC, advertiseHTTP string // as published for clients (advertise.go)

@@ -131,6 +131,9 @@ func (s *core) limitBodies(next http.Handler) http.Handler {
 			max, limit, own = int64(cmp.Or(live.MaxTxnRequestBytes, consulapi.DefaultMaxTxnBytes)), "max-txn-request-bytes", true
 		case strings.HasPrefix(r.URL.Path, "/v1/kv/"):
 			own = true
+		case r.URL.Path == "/v1/snapshot":
+			// NB: a restore's state, bounded by its handler.
+			max, limit = consulapi.MaxRestoreBytes+1, "max-restore-bytes"
 		}
 		if !own && r.ContentLength > max {
 			s.metrics.refused.WithLabelValues("http", limit).Inc()

@@ -65,6 +65,10 @@ type applier struct {
 	now     int64
 	changes []change    // KV mutations, for undo and events
 	cat     *catChanges // catalog/session changes, nil until the first
+	// derUndo, while a catalog transaction runs (txn_catalog.go), reverts
+	// its changes to the derived lookups that are plain maps; nil outside
+	// one, so other commands record nothing.
+	derUndo *[]func()
 }
 
 func (a *applier) get(key []byte) *lodestonepb.KeyValue {
@@ -294,6 +298,8 @@ func (s *Store) Apply(index uint64, cmd *lodestonepb.Command) (*lodestonepb.Comm
 		res = a.sessionRenew(op.SessionRenew)
 	case *lodestonepb.Command_SessionInvalidate:
 		res = a.sessionInvalidate(op.SessionInvalidate)
+	case *lodestonepb.Command_CatalogTxn:
+		res = a.catalogTxn(op.CatalogTxn)
 	case *lodestonepb.Command_Member:
 		// NB: membership bookkeeping, like SetMember: no events and no
 		// tombstone pruning, so a member command changes exactly what it
@@ -303,6 +309,8 @@ func (s *Store) Apply(index uint64, cmd *lodestonepb.Command) (*lodestonepb.Comm
 		res = a.setAdmission(op.Admission)
 	case *lodestonepb.Command_Acl:
 		res = a.applyACL(op.Acl)
+	case *lodestonepb.Command_Restore:
+		res = a.restoreState(op.Restore)
 	default:
 		res = &lodestonepb.CommandResult{}
 	}
@@ -406,67 +414,7 @@ func (a *applier) txn(t *lodestonepb.TxnRequest) *lodestonepb.CommandResult {
 		resp.Errors = append(resp.Errors, &lodestonepb.TxnError{OpIndex: uint32(i), What: why})
 	}
 	for i, o := range t.Ops {
-		r := &lodestonepb.TxnResult{}
-		results[i] = r
-		switch o.Verb {
-		case lodestonepb.TxnOp_SET:
-			r.Kv = withoutValue(a.set(o.Key, o.Value, o.Flags))
-		case lodestonepb.TxnOp_GET:
-			r.Kv = a.get(o.Key)
-		case lodestonepb.TxnOp_DELETE:
-			if a.del(o.Key) {
-				r.Deleted = 1
-			}
-		case lodestonepb.TxnOp_DELETE_PREFIX:
-			r.Deleted = a.delPrefix(o.Key)
-		case lodestonepb.TxnOp_CAS:
-			if why := casMismatch(o.Key, a.get(o.Key), o.Index); why != "" {
-				fail(i, why)
-				continue
-			}
-			r.Kv = withoutValue(a.set(o.Key, o.Value, o.Flags))
-		case lodestonepb.TxnOp_CHECK_INDEX:
-			cur := a.get(o.Key)
-			switch {
-			case cur == nil:
-				fail(i, fmt.Sprintf("key %q does not exist, want ModifyIndex %d", o.Key, o.Index))
-			case cur.ModifyIndex != o.Index:
-				fail(i, fmt.Sprintf("key %q ModifyIndex is %d, want %d", o.Key, cur.ModifyIndex, o.Index))
-			}
-		case lodestonepb.TxnOp_CHECK_NOT_EXISTS:
-			if cur := a.get(o.Key); cur != nil {
-				fail(i, fmt.Sprintf("key %q exists with ModifyIndex %d, want absent", o.Key, cur.ModifyIndex))
-			}
-		case lodestonepb.TxnOp_DELETE_CAS:
-			if why := casMismatch(o.Key, a.get(o.Key), o.Index); why != "" {
-				fail(i, why)
-				continue
-			}
-			if a.del(o.Key) {
-				r.Deleted = 1
-			}
-		case lodestonepb.TxnOp_LOCK:
-			kv, outcome, why := a.acquire(o.Key, o.Value, o.Flags, o.Session)
-			if outcome != lockOK {
-				fail(i, why)
-				continue
-			}
-			r.Kv = withoutValue(kv)
-		case lodestonepb.TxnOp_UNLOCK:
-			kv, outcome, why := a.release(o.Key, o.Value, o.Flags, o.Session)
-			if outcome != lockOK {
-				fail(i, why)
-				continue
-			}
-			r.Kv = withoutValue(kv)
-		case lodestonepb.TxnOp_CHECK_SESSION:
-			switch cur := a.get(o.Key); {
-			case cur == nil:
-				fail(i, fmt.Sprintf("key %q does not exist, want it held by session %q", o.Key, o.Session))
-			case cur.Session != o.Session:
-				fail(i, fmt.Sprintf("key %q is held by session %q, want %q", o.Key, cur.Session, o.Session))
-			}
-		}
+		results[i] = a.txnKVOp(i, o, fail)
 	}
 	if len(resp.Errors) > 0 {
 		a.undo()
@@ -475,4 +423,70 @@ func (a *applier) txn(t *lodestonepb.TxnRequest) *lodestonepb.CommandResult {
 	resp.Succeeded = true
 	resp.Results = results
 	return res
+}
+
+// txnKVOp runs one KV operation of a transaction (op i) and returns its
+// result; a failed check calls fail and changes nothing.
+func (a *applier) txnKVOp(i int, o *lodestonepb.TxnOp, fail func(int, string)) *lodestonepb.TxnResult {
+	r := &lodestonepb.TxnResult{}
+	switch o.Verb {
+	case lodestonepb.TxnOp_SET:
+		r.Kv = withoutValue(a.set(o.Key, o.Value, o.Flags))
+	case lodestonepb.TxnOp_GET:
+		r.Kv = a.get(o.Key)
+	case lodestonepb.TxnOp_DELETE:
+		if a.del(o.Key) {
+			r.Deleted = 1
+		}
+	case lodestonepb.TxnOp_DELETE_PREFIX:
+		r.Deleted = a.delPrefix(o.Key)
+	case lodestonepb.TxnOp_CAS:
+		if why := casMismatch(o.Key, a.get(o.Key), o.Index); why != "" {
+			fail(i, why)
+			return r
+		}
+		r.Kv = withoutValue(a.set(o.Key, o.Value, o.Flags))
+	case lodestonepb.TxnOp_CHECK_INDEX:
+		cur := a.get(o.Key)
+		switch {
+		case cur == nil:
+			fail(i, fmt.Sprintf("key %q does not exist, want ModifyIndex %d", o.Key, o.Index))
+		case cur.ModifyIndex != o.Index:
+			fail(i, fmt.Sprintf("key %q ModifyIndex is %d, want %d", o.Key, cur.ModifyIndex, o.Index))
+		}
+	case lodestonepb.TxnOp_CHECK_NOT_EXISTS:
+		if cur := a.get(o.Key); cur != nil {
+			fail(i, fmt.Sprintf("key %q exists with ModifyIndex %d, want absent", o.Key, cur.ModifyIndex))
+		}
+	case lodestonepb.TxnOp_DELETE_CAS:
+		if why := casMismatch(o.Key, a.get(o.Key), o.Index); why != "" {
+			fail(i, why)
+			return r
+		}
+		if a.del(o.Key) {
+			r.Deleted = 1
+		}
+	case lodestonepb.TxnOp_LOCK:
+		kv, outcome, why := a.acquire(o.Key, o.Value, o.Flags, o.Session)
+		if outcome != lockOK {
+			fail(i, why)
+			return r
+		}
+		r.Kv = withoutValue(kv)
+	case lodestonepb.TxnOp_UNLOCK:
+		kv, outcome, why := a.release(o.Key, o.Value, o.Flags, o.Session)
+		if outcome != lockOK {
+			fail(i, why)
+			return r
+		}
+		r.Kv = withoutValue(kv)
+	case lodestonepb.TxnOp_CHECK_SESSION:
+		switch cur := a.get(o.Key); {
+		case cur == nil:
+			fail(i, fmt.Sprintf("key %q does not exist, want it held by session %q", o.Key, o.Session))
+		case cur.Session != o.Session:
+			fail(i, fmt.Sprintf("key %q is held by session %q, want %q", o.Key, cur.Session, o.Session))
+		}
+	}
+	return r
 }

@@ -491,10 +491,10 @@ func (a *applier) upsertNode(in *lodestonepb.Node) {
 	a.markNodeInstances(n.Name)
 	t.nodes.set(n.Name, n)
 	if ok && cur.Id != "" && a.s.der.nodeIDs[cur.Id] == cur.Name {
-		delete(a.s.der.nodeIDs, cur.Id)
+		a.setNodeID(cur.Id, "")
 	}
 	if n.Id != "" {
-		a.s.der.nodeIDs[n.Id] = n.Name
+		a.setNodeID(n.Id, n.Name)
 	}
 }
 
@@ -670,7 +670,7 @@ func (a *applier) removeNode(name string, st *deregStats) {
 	a.markNode(name, true)
 	t.nodes.del(name)
 	if cur.Id != "" && a.s.der.nodeIDs[cur.Id] == name {
-		delete(a.s.der.nodeIDs, cur.Id)
+		a.setNodeID(cur.Id, "")
 	}
 }
 

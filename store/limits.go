@@ -230,6 +230,8 @@ func (l Limits) ValidateCommand(cmd *lodestonepb.Command) error {
 		}
 	case *lodestonepb.Command_CatalogRegister:
 		return l.validateRegister(op.CatalogRegister)
+	case *lodestonepb.Command_CatalogTxn:
+		return l.validateCatalogTxn(op.CatalogTxn)
 	case *lodestonepb.Command_CatalogDeregister:
 		d := op.CatalogDeregister
 		return l.names(name{"node", d.Node}, name{"service_id", d.ServiceId}, name{"check_id", d.CheckId})
@@ -269,7 +271,8 @@ func needsTime(cmd *lodestonepb.Command) bool {
 			}
 		}
 		return false
-	case *lodestonepb.Command_CatalogRegister, *lodestonepb.Command_CatalogDeregister, *lodestonepb.Command_CheckUpdate,
+	case *lodestonepb.Command_CatalogRegister, *lodestonepb.Command_CatalogDeregister, *lodestonepb.Command_CheckUpdate, *lodestonepb.Command_CatalogTxn,
+		*lodestonepb.Command_Restore,
 		*lodestonepb.Command_SessionCreate, *lodestonepb.Command_SessionDestroy, *lodestonepb.Command_SessionRenew,
 		*lodestonepb.Command_SessionInvalidate:
 		return true
@@ -389,6 +392,8 @@ func CheckCommand(cmd *lodestonepb.Command) error {
 		return checkRegister(op.CatalogRegister)
 	case *lodestonepb.Command_CatalogDeregister:
 		return checkDeregister(op.CatalogDeregister)
+	case *lodestonepb.Command_CatalogTxn:
+		return checkCatalogTxn(op.CatalogTxn)
 	case *lodestonepb.Command_CheckUpdate:
 		return checkCheckUpdate(op.CheckUpdate)
 	case *lodestonepb.Command_SessionCreate:
@@ -417,6 +422,11 @@ func CheckCommand(cmd *lodestonepb.Command) error {
 		return nil
 	case *lodestonepb.Command_Acl:
 		return checkACL(op.Acl)
+	case *lodestonepb.Command_Restore:
+		if op.Restore == nil || len(op.Restore.State) == 0 {
+			return invalid(-1, "command", RuleCommandOp, "restore command carries no state")
+		}
+		return nil
 	default:
 		return invalid(-1, "command", RuleCommandOp, noOpMessage)
 	}

@@ -218,6 +218,9 @@ func (a *applier) invalidateSession(id string) bool {
 	a.markSession(id)
 	t.sessions.del(id)
 	a.s.der.unbindSession(s)
+	if a.derUndo != nil {
+		*a.derUndo = append(*a.derUndo, func() { a.s.der.bindSession(s) })
+	}
 	return true
 }
 

@@ -1727,6 +1727,352 @@ func (x *UpdateCheckResponse) GetCheck() *Check {
 	return nil
 }
 
+// CatalogTxnOp is one of Consul's Node, Service or Check transaction
+// operations: verb SET, GET, DELETE, CAS or DELETE_CAS on exactly one of
+// node, service (service.node names its node) or check. A SET or CAS of a
+// service or check needs its node registered; DELETE of a node removes its
+// services, checks and sessions, as a deregistration does.
+type CatalogTxnOp struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Verb    TxnOp_Verb             `protobuf:"varint,1,opt,name=verb,proto3,enum=lodestone.v1.TxnOp_Verb" json:"verb,omitempty"`
+	Node    *Node                  `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Service *Service               `protobuf:"bytes,3,opt,name=service,proto3" json:"service,omitempty"`
+	Check   *Check                 `protobuf:"bytes,4,opt,name=check,proto3" json:"check,omitempty"`
+	// index is the ModifyIndex CAS and DELETE_CAS expect (CAS with 0: that
+	// the object does not exist).
+	Index         uint64 `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogTxnOp) Reset() {
+	*x = CatalogTxnOp{}
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogTxnOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogTxnOp) ProtoMessage() {}
+
+func (x *CatalogTxnOp) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogTxnOp.ProtoReflect.Descriptor instead.
+func (*CatalogTxnOp) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CatalogTxnOp) GetVerb() TxnOp_Verb {
+	if x != nil {
+		return x.Verb
+	}
+	return TxnOp_VERB_UNSPECIFIED
+}
+
+func (x *CatalogTxnOp) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *CatalogTxnOp) GetService() *Service {
+	if x != nil {
+		return x.Service
+	}
+	return nil
+}
+
+func (x *CatalogTxnOp) GetCheck() *Check {
+	if x != nil {
+		return x.Check
+	}
+	return nil
+}
+
+func (x *CatalogTxnOp) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+// MixedTxnOp is one operation of a transaction that touches the catalog
+// as well as keys.
+type MixedTxnOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*MixedTxnOp_Kv
+	//	*MixedTxnOp_Catalog
+	Op            isMixedTxnOp_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MixedTxnOp) Reset() {
+	*x = MixedTxnOp{}
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MixedTxnOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MixedTxnOp) ProtoMessage() {}
+
+func (x *MixedTxnOp) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MixedTxnOp.ProtoReflect.Descriptor instead.
+func (*MixedTxnOp) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *MixedTxnOp) GetOp() isMixedTxnOp_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *MixedTxnOp) GetKv() *TxnOp {
+	if x != nil {
+		if x, ok := x.Op.(*MixedTxnOp_Kv); ok {
+			return x.Kv
+		}
+	}
+	return nil
+}
+
+func (x *MixedTxnOp) GetCatalog() *CatalogTxnOp {
+	if x != nil {
+		if x, ok := x.Op.(*MixedTxnOp_Catalog); ok {
+			return x.Catalog
+		}
+	}
+	return nil
+}
+
+type isMixedTxnOp_Op interface {
+	isMixedTxnOp_Op()
+}
+
+type MixedTxnOp_Kv struct {
+	Kv *TxnOp `protobuf:"bytes,1,opt,name=kv,proto3,oneof"`
+}
+
+type MixedTxnOp_Catalog struct {
+	Catalog *CatalogTxnOp `protobuf:"bytes,2,opt,name=catalog,proto3,oneof"`
+}
+
+func (*MixedTxnOp_Kv) isMixedTxnOp_Op() {}
+
+func (*MixedTxnOp_Catalog) isMixedTxnOp_Op() {}
+
+// CatalogTxnRequest runs KV and catalog operations in order, each seeing
+// the effects of the earlier ones, as one command: all apply, or none.
+type CatalogTxnRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ops           []*MixedTxnOp          `protobuf:"bytes,1,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogTxnRequest) Reset() {
+	*x = CatalogTxnRequest{}
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogTxnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogTxnRequest) ProtoMessage() {}
+
+func (x *CatalogTxnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogTxnRequest.ProtoReflect.Descriptor instead.
+func (*CatalogTxnRequest) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CatalogTxnRequest) GetOps() []*MixedTxnOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+// CatalogTxnResult is what one operation returns: a KV operation's
+// TxnResult, or the node, service or check as stored after a GET, SET or
+// CAS (nothing after a delete).
+type CatalogTxnResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kv            *TxnResult             `protobuf:"bytes,1,opt,name=kv,proto3" json:"kv,omitempty"`
+	Node          *Node                  `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Service       *Service               `protobuf:"bytes,3,opt,name=service,proto3" json:"service,omitempty"`
+	Check         *Check                 `protobuf:"bytes,4,opt,name=check,proto3" json:"check,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogTxnResult) Reset() {
+	*x = CatalogTxnResult{}
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogTxnResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogTxnResult) ProtoMessage() {}
+
+func (x *CatalogTxnResult) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogTxnResult.ProtoReflect.Descriptor instead.
+func (*CatalogTxnResult) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CatalogTxnResult) GetKv() *TxnResult {
+	if x != nil {
+		return x.Kv
+	}
+	return nil
+}
+
+func (x *CatalogTxnResult) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *CatalogTxnResult) GetService() *Service {
+	if x != nil {
+		return x.Service
+	}
+	return nil
+}
+
+func (x *CatalogTxnResult) GetCheck() *Check {
+	if x != nil {
+		return x.Check
+	}
+	return nil
+}
+
+type CatalogTxnResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// succeeded is false when an operation failed; then nothing changed and
+	// errors say which and why.
+	Succeeded     bool                `protobuf:"varint,1,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	Results       []*CatalogTxnResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	Errors        []*TxnError         `protobuf:"bytes,3,rep,name=errors,proto3" json:"errors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatalogTxnResponse) Reset() {
+	*x = CatalogTxnResponse{}
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatalogTxnResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatalogTxnResponse) ProtoMessage() {}
+
+func (x *CatalogTxnResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatalogTxnResponse.ProtoReflect.Descriptor instead.
+func (*CatalogTxnResponse) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CatalogTxnResponse) GetSucceeded() bool {
+	if x != nil {
+		return x.Succeeded
+	}
+	return false
+}
+
+func (x *CatalogTxnResponse) GetResults() []*CatalogTxnResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *CatalogTxnResponse) GetErrors() []*TxnError {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
 type ServicesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Consistency   Consistency            `protobuf:"varint,1,opt,name=consistency,proto3,enum=lodestone.v1.Consistency" json:"consistency,omitempty"`
@@ -1738,7 +2084,7 @@ type ServicesRequest struct {
 
 func (x *ServicesRequest) Reset() {
 	*x = ServicesRequest{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[19]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1750,7 +2096,7 @@ func (x *ServicesRequest) String() string {
 func (*ServicesRequest) ProtoMessage() {}
 
 func (x *ServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[19]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1763,7 +2109,7 @@ func (x *ServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServicesRequest.ProtoReflect.Descriptor instead.
 func (*ServicesRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{19}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ServicesRequest) GetConsistency() Consistency {
@@ -1797,7 +2143,7 @@ type ServicesResponse struct {
 
 func (x *ServicesResponse) Reset() {
 	*x = ServicesResponse{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[20]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +2155,7 @@ func (x *ServicesResponse) String() string {
 func (*ServicesResponse) ProtoMessage() {}
 
 func (x *ServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[20]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +2168,7 @@ func (x *ServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServicesResponse.ProtoReflect.Descriptor instead.
 func (*ServicesResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{20}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ServicesResponse) GetHeader() *ResponseHeader {
@@ -1855,7 +2201,7 @@ type ServiceRequest struct {
 
 func (x *ServiceRequest) Reset() {
 	*x = ServiceRequest{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[21]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +2213,7 @@ func (x *ServiceRequest) String() string {
 func (*ServiceRequest) ProtoMessage() {}
 
 func (x *ServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[21]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +2226,7 @@ func (x *ServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRequest.ProtoReflect.Descriptor instead.
 func (*ServiceRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{21}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ServiceRequest) GetName() string {
@@ -1935,7 +2281,7 @@ type ServiceResponse struct {
 
 func (x *ServiceResponse) Reset() {
 	*x = ServiceResponse{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[22]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1947,7 +2293,7 @@ func (x *ServiceResponse) String() string {
 func (*ServiceResponse) ProtoMessage() {}
 
 func (x *ServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[22]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1960,7 +2306,7 @@ func (x *ServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceResponse.ProtoReflect.Descriptor instead.
 func (*ServiceResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{22}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ServiceResponse) GetHeader() *ResponseHeader {
@@ -1988,7 +2334,7 @@ type NodesRequest struct {
 
 func (x *NodesRequest) Reset() {
 	*x = NodesRequest{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[23]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2346,7 @@ func (x *NodesRequest) String() string {
 func (*NodesRequest) ProtoMessage() {}
 
 func (x *NodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[23]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2359,7 @@ func (x *NodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodesRequest.ProtoReflect.Descriptor instead.
 func (*NodesRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{23}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NodesRequest) GetConsistency() Consistency {
@@ -2047,7 +2393,7 @@ type NodesResponse struct {
 
 func (x *NodesResponse) Reset() {
 	*x = NodesResponse{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[24]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2405,7 @@ func (x *NodesResponse) String() string {
 func (*NodesResponse) ProtoMessage() {}
 
 func (x *NodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[24]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2418,7 @@ func (x *NodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodesResponse.ProtoReflect.Descriptor instead.
 func (*NodesResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{24}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NodesResponse) GetHeader() *ResponseHeader {
@@ -2101,7 +2447,7 @@ type NodeRequest struct {
 
 func (x *NodeRequest) Reset() {
 	*x = NodeRequest{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[25]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2459,7 @@ func (x *NodeRequest) String() string {
 func (*NodeRequest) ProtoMessage() {}
 
 func (x *NodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[25]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2472,7 @@ func (x *NodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRequest.ProtoReflect.Descriptor instead.
 func (*NodeRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{25}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NodeRequest) GetName() string {
@@ -2168,7 +2514,7 @@ type NodeResponse struct {
 
 func (x *NodeResponse) Reset() {
 	*x = NodeResponse{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[26]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2526,7 @@ func (x *NodeResponse) String() string {
 func (*NodeResponse) ProtoMessage() {}
 
 func (x *NodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[26]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2539,7 @@ func (x *NodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeResponse.ProtoReflect.Descriptor instead.
 func (*NodeResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{26}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *NodeResponse) GetHeader() *ResponseHeader {
@@ -2225,7 +2571,7 @@ type ChecksRequest struct {
 
 func (x *ChecksRequest) Reset() {
 	*x = ChecksRequest{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[27]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2583,7 @@ func (x *ChecksRequest) String() string {
 func (*ChecksRequest) ProtoMessage() {}
 
 func (x *ChecksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[27]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2596,7 @@ func (x *ChecksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksRequest.ProtoReflect.Descriptor instead.
 func (*ChecksRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{27}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ChecksRequest) GetNode() string {
@@ -2298,7 +2644,7 @@ type ChecksResponse struct {
 
 func (x *ChecksResponse) Reset() {
 	*x = ChecksResponse{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[28]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2656,7 @@ func (x *ChecksResponse) String() string {
 func (*ChecksResponse) ProtoMessage() {}
 
 func (x *ChecksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[28]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2669,7 @@ func (x *ChecksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksResponse.ProtoReflect.Descriptor instead.
 func (*ChecksResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{28}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ChecksResponse) GetHeader() *ResponseHeader {
@@ -2354,7 +2700,7 @@ type HealthServiceRequest struct {
 
 func (x *HealthServiceRequest) Reset() {
 	*x = HealthServiceRequest{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[29]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2366,7 +2712,7 @@ func (x *HealthServiceRequest) String() string {
 func (*HealthServiceRequest) ProtoMessage() {}
 
 func (x *HealthServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[29]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2379,7 +2725,7 @@ func (x *HealthServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthServiceRequest.ProtoReflect.Descriptor instead.
 func (*HealthServiceRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{29}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HealthServiceRequest) GetName() string {
@@ -2434,7 +2780,7 @@ type HealthServiceResponse struct {
 
 func (x *HealthServiceResponse) Reset() {
 	*x = HealthServiceResponse{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[30]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2446,7 +2792,7 @@ func (x *HealthServiceResponse) String() string {
 func (*HealthServiceResponse) ProtoMessage() {}
 
 func (x *HealthServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[30]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2459,7 +2805,7 @@ func (x *HealthServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthServiceResponse.ProtoReflect.Descriptor instead.
 func (*HealthServiceResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{30}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *HealthServiceResponse) GetHeader() *ResponseHeader {
@@ -2489,7 +2835,7 @@ type ChecksInStateRequest struct {
 
 func (x *ChecksInStateRequest) Reset() {
 	*x = ChecksInStateRequest{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[31]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2847,7 @@ func (x *ChecksInStateRequest) String() string {
 func (*ChecksInStateRequest) ProtoMessage() {}
 
 func (x *ChecksInStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[31]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2860,7 @@ func (x *ChecksInStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksInStateRequest.ProtoReflect.Descriptor instead.
 func (*ChecksInStateRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{31}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ChecksInStateRequest) GetState() HealthStatus {
@@ -2555,7 +2901,7 @@ type ChecksInStateResponse struct {
 
 func (x *ChecksInStateResponse) Reset() {
 	*x = ChecksInStateResponse{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[32]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +2913,7 @@ func (x *ChecksInStateResponse) String() string {
 func (*ChecksInStateResponse) ProtoMessage() {}
 
 func (x *ChecksInStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[32]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +2926,7 @@ func (x *ChecksInStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksInStateResponse.ProtoReflect.Descriptor instead.
 func (*ChecksInStateResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{32}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ChecksInStateResponse) GetHeader() *ResponseHeader {
@@ -2609,7 +2955,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[33]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2621,7 +2967,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[33]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2634,7 +2980,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{33}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateSessionRequest) GetSession() *SessionEntry {
@@ -2654,7 +3000,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[34]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +3012,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[34]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +3025,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{34}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CreateSessionResponse) GetHeader() *ResponseHeader {
@@ -2707,7 +3053,7 @@ type DestroySessionRequest struct {
 
 func (x *DestroySessionRequest) Reset() {
 	*x = DestroySessionRequest{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[35]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2719,7 +3065,7 @@ func (x *DestroySessionRequest) String() string {
 func (*DestroySessionRequest) ProtoMessage() {}
 
 func (x *DestroySessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[35]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2732,7 +3078,7 @@ func (x *DestroySessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroySessionRequest.ProtoReflect.Descriptor instead.
 func (*DestroySessionRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{35}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DestroySessionRequest) GetId() string {
@@ -2753,7 +3099,7 @@ type DestroySessionResponse struct {
 
 func (x *DestroySessionResponse) Reset() {
 	*x = DestroySessionResponse{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[36]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +3111,7 @@ func (x *DestroySessionResponse) String() string {
 func (*DestroySessionResponse) ProtoMessage() {}
 
 func (x *DestroySessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[36]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +3124,7 @@ func (x *DestroySessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroySessionResponse.ProtoReflect.Descriptor instead.
 func (*DestroySessionResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{36}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DestroySessionResponse) GetHeader() *ResponseHeader {
@@ -2804,7 +3150,7 @@ type RenewSessionRequest struct {
 
 func (x *RenewSessionRequest) Reset() {
 	*x = RenewSessionRequest{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[37]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +3162,7 @@ func (x *RenewSessionRequest) String() string {
 func (*RenewSessionRequest) ProtoMessage() {}
 
 func (x *RenewSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[37]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +3175,7 @@ func (x *RenewSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionRequest.ProtoReflect.Descriptor instead.
 func (*RenewSessionRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{37}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RenewSessionRequest) GetId() string {
@@ -2849,7 +3195,7 @@ type RenewSessionResponse struct {
 
 func (x *RenewSessionResponse) Reset() {
 	*x = RenewSessionResponse{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[38]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +3207,7 @@ func (x *RenewSessionResponse) String() string {
 func (*RenewSessionResponse) ProtoMessage() {}
 
 func (x *RenewSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[38]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +3220,7 @@ func (x *RenewSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionResponse.ProtoReflect.Descriptor instead.
 func (*RenewSessionResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{38}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RenewSessionResponse) GetHeader() *ResponseHeader {
@@ -2903,7 +3249,7 @@ type SessionInfoRequest struct {
 
 func (x *SessionInfoRequest) Reset() {
 	*x = SessionInfoRequest{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[39]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2915,7 +3261,7 @@ func (x *SessionInfoRequest) String() string {
 func (*SessionInfoRequest) ProtoMessage() {}
 
 func (x *SessionInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[39]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2928,7 +3274,7 @@ func (x *SessionInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfoRequest.ProtoReflect.Descriptor instead.
 func (*SessionInfoRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{39}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SessionInfoRequest) GetId() string {
@@ -2970,7 +3316,7 @@ type SessionInfoResponse struct {
 
 func (x *SessionInfoResponse) Reset() {
 	*x = SessionInfoResponse{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[40]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2982,7 +3328,7 @@ func (x *SessionInfoResponse) String() string {
 func (*SessionInfoResponse) ProtoMessage() {}
 
 func (x *SessionInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[40]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2995,7 +3341,7 @@ func (x *SessionInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfoResponse.ProtoReflect.Descriptor instead.
 func (*SessionInfoResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{40}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SessionInfoResponse) GetHeader() *ResponseHeader {
@@ -3023,7 +3369,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[41]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3035,7 +3381,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[41]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3048,7 +3394,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{41}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListSessionsRequest) GetConsistency() Consistency {
@@ -3084,7 +3430,7 @@ type ListNodeSessionsRequest struct {
 
 func (x *ListNodeSessionsRequest) Reset() {
 	*x = ListNodeSessionsRequest{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[42]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3096,7 +3442,7 @@ func (x *ListNodeSessionsRequest) String() string {
 func (*ListNodeSessionsRequest) ProtoMessage() {}
 
 func (x *ListNodeSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[42]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3109,7 +3455,7 @@ func (x *ListNodeSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodeSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListNodeSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{42}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListNodeSessionsRequest) GetNode() string {
@@ -3150,7 +3496,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[43]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3162,7 +3508,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_catalog_proto_msgTypes[43]
+	mi := &file_lodestone_v1_catalog_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3175,7 +3521,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{43}
+	return file_lodestone_v1_catalog_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListSessionsResponse) GetHeader() *ResponseHeader {
@@ -3349,7 +3695,29 @@ const file_lodestone_v1_catalog_proto_rawDesc = "" +
 	"\x06output\x18\x04 \x01(\tR\x06output\"v\n" +
 	"\x13UpdateCheckResponse\x124\n" +
 	"\x06header\x18\x01 \x01(\v2\x1c.lodestone.v1.ResponseHeaderR\x06header\x12)\n" +
-	"\x05check\x18\x02 \x01(\v2\x13.lodestone.v1.CheckR\x05check\"\x86\x01\n" +
+	"\x05check\x18\x02 \x01(\v2\x13.lodestone.v1.CheckR\x05check\"\xd6\x01\n" +
+	"\fCatalogTxnOp\x12,\n" +
+	"\x04verb\x18\x01 \x01(\x0e2\x18.lodestone.v1.TxnOp.VerbR\x04verb\x12&\n" +
+	"\x04node\x18\x02 \x01(\v2\x12.lodestone.v1.NodeR\x04node\x12/\n" +
+	"\aservice\x18\x03 \x01(\v2\x15.lodestone.v1.ServiceR\aservice\x12)\n" +
+	"\x05check\x18\x04 \x01(\v2\x13.lodestone.v1.CheckR\x05check\x12\x14\n" +
+	"\x05index\x18\x05 \x01(\x04R\x05index\"q\n" +
+	"\n" +
+	"MixedTxnOp\x12%\n" +
+	"\x02kv\x18\x01 \x01(\v2\x13.lodestone.v1.TxnOpH\x00R\x02kv\x126\n" +
+	"\acatalog\x18\x02 \x01(\v2\x1a.lodestone.v1.CatalogTxnOpH\x00R\acatalogB\x04\n" +
+	"\x02op\"?\n" +
+	"\x11CatalogTxnRequest\x12*\n" +
+	"\x03ops\x18\x01 \x03(\v2\x18.lodestone.v1.MixedTxnOpR\x03ops\"\xbf\x01\n" +
+	"\x10CatalogTxnResult\x12'\n" +
+	"\x02kv\x18\x01 \x01(\v2\x17.lodestone.v1.TxnResultR\x02kv\x12&\n" +
+	"\x04node\x18\x02 \x01(\v2\x12.lodestone.v1.NodeR\x04node\x12/\n" +
+	"\aservice\x18\x03 \x01(\v2\x15.lodestone.v1.ServiceR\aservice\x12)\n" +
+	"\x05check\x18\x04 \x01(\v2\x13.lodestone.v1.CheckR\x05check\"\x9c\x01\n" +
+	"\x12CatalogTxnResponse\x12\x1c\n" +
+	"\tsucceeded\x18\x01 \x01(\bR\tsucceeded\x128\n" +
+	"\aresults\x18\x02 \x03(\v2\x1e.lodestone.v1.CatalogTxnResultR\aresults\x12.\n" +
+	"\x06errors\x18\x03 \x03(\v2\x16.lodestone.v1.TxnErrorR\x06errors\"\x86\x01\n" +
 	"\x0fServicesRequest\x12;\n" +
 	"\vconsistency\x18\x01 \x01(\x0e2\x19.lodestone.v1.ConsistencyR\vconsistency\x12\x1d\n" +
 	"\n" +
@@ -3495,7 +3863,7 @@ func file_lodestone_v1_catalog_proto_rawDescGZIP() []byte {
 }
 
 var file_lodestone_v1_catalog_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lodestone_v1_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_lodestone_v1_catalog_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_lodestone_v1_catalog_proto_goTypes = []any{
 	(HealthStatus)(0),                 // 0: lodestone.v1.HealthStatus
 	(SessionBehavior)(0),              // 1: lodestone.v1.SessionBehavior
@@ -3518,57 +3886,66 @@ var file_lodestone_v1_catalog_proto_goTypes = []any{
 	(*CatalogDeregisterResponse)(nil), // 18: lodestone.v1.CatalogDeregisterResponse
 	(*UpdateCheckRequest)(nil),        // 19: lodestone.v1.UpdateCheckRequest
 	(*UpdateCheckResponse)(nil),       // 20: lodestone.v1.UpdateCheckResponse
-	(*ServicesRequest)(nil),           // 21: lodestone.v1.ServicesRequest
-	(*ServicesResponse)(nil),          // 22: lodestone.v1.ServicesResponse
-	(*ServiceRequest)(nil),            // 23: lodestone.v1.ServiceRequest
-	(*ServiceResponse)(nil),           // 24: lodestone.v1.ServiceResponse
-	(*NodesRequest)(nil),              // 25: lodestone.v1.NodesRequest
-	(*NodesResponse)(nil),             // 26: lodestone.v1.NodesResponse
-	(*NodeRequest)(nil),               // 27: lodestone.v1.NodeRequest
-	(*NodeResponse)(nil),              // 28: lodestone.v1.NodeResponse
-	(*ChecksRequest)(nil),             // 29: lodestone.v1.ChecksRequest
-	(*ChecksResponse)(nil),            // 30: lodestone.v1.ChecksResponse
-	(*HealthServiceRequest)(nil),      // 31: lodestone.v1.HealthServiceRequest
-	(*HealthServiceResponse)(nil),     // 32: lodestone.v1.HealthServiceResponse
-	(*ChecksInStateRequest)(nil),      // 33: lodestone.v1.ChecksInStateRequest
-	(*ChecksInStateResponse)(nil),     // 34: lodestone.v1.ChecksInStateResponse
-	(*CreateSessionRequest)(nil),      // 35: lodestone.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),     // 36: lodestone.v1.CreateSessionResponse
-	(*DestroySessionRequest)(nil),     // 37: lodestone.v1.DestroySessionRequest
-	(*DestroySessionResponse)(nil),    // 38: lodestone.v1.DestroySessionResponse
-	(*RenewSessionRequest)(nil),       // 39: lodestone.v1.RenewSessionRequest
-	(*RenewSessionResponse)(nil),      // 40: lodestone.v1.RenewSessionResponse
-	(*SessionInfoRequest)(nil),        // 41: lodestone.v1.SessionInfoRequest
-	(*SessionInfoResponse)(nil),       // 42: lodestone.v1.SessionInfoResponse
-	(*ListSessionsRequest)(nil),       // 43: lodestone.v1.ListSessionsRequest
-	(*ListNodeSessionsRequest)(nil),   // 44: lodestone.v1.ListNodeSessionsRequest
-	(*ListSessionsResponse)(nil),      // 45: lodestone.v1.ListSessionsResponse
-	nil,                               // 46: lodestone.v1.Node.TaggedAddressesEntry
-	nil,                               // 47: lodestone.v1.Node.MetaEntry
-	nil,                               // 48: lodestone.v1.Service.MetaEntry
-	nil,                               // 49: lodestone.v1.Service.TaggedAddressesEntry
-	nil,                               // 50: lodestone.v1.CheckDefinition.HeaderEntry
-	(*durationpb.Duration)(nil),       // 51: google.protobuf.Duration
-	(*ResponseHeader)(nil),            // 52: lodestone.v1.ResponseHeader
-	(Consistency)(0),                  // 53: lodestone.v1.Consistency
+	(*CatalogTxnOp)(nil),              // 21: lodestone.v1.CatalogTxnOp
+	(*MixedTxnOp)(nil),                // 22: lodestone.v1.MixedTxnOp
+	(*CatalogTxnRequest)(nil),         // 23: lodestone.v1.CatalogTxnRequest
+	(*CatalogTxnResult)(nil),          // 24: lodestone.v1.CatalogTxnResult
+	(*CatalogTxnResponse)(nil),        // 25: lodestone.v1.CatalogTxnResponse
+	(*ServicesRequest)(nil),           // 26: lodestone.v1.ServicesRequest
+	(*ServicesResponse)(nil),          // 27: lodestone.v1.ServicesResponse
+	(*ServiceRequest)(nil),            // 28: lodestone.v1.ServiceRequest
+	(*ServiceResponse)(nil),           // 29: lodestone.v1.ServiceResponse
+	(*NodesRequest)(nil),              // 30: lodestone.v1.NodesRequest
+	(*NodesResponse)(nil),             // 31: lodestone.v1.NodesResponse
+	(*NodeRequest)(nil),               // 32: lodestone.v1.NodeRequest
+	(*NodeResponse)(nil),              // 33: lodestone.v1.NodeResponse
+	(*ChecksRequest)(nil),             // 34: lodestone.v1.ChecksRequest
+	(*ChecksResponse)(nil),            // 35: lodestone.v1.ChecksResponse
+	(*HealthServiceRequest)(nil),      // 36: lodestone.v1.HealthServiceRequest
+	(*HealthServiceResponse)(nil),     // 37: lodestone.v1.HealthServiceResponse
+	(*ChecksInStateRequest)(nil),      // 38: lodestone.v1.ChecksInStateRequest
+	(*ChecksInStateResponse)(nil),     // 39: lodestone.v1.ChecksInStateResponse
+	(*CreateSessionRequest)(nil),      // 40: lodestone.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),     // 41: lodestone.v1.CreateSessionResponse
+	(*DestroySessionRequest)(nil),     // 42: lodestone.v1.DestroySessionRequest
+	(*DestroySessionResponse)(nil),    // 43: lodestone.v1.DestroySessionResponse
+	(*RenewSessionRequest)(nil),       // 44: lodestone.v1.RenewSessionRequest
+	(*RenewSessionResponse)(nil),      // 45: lodestone.v1.RenewSessionResponse
+	(*SessionInfoRequest)(nil),        // 46: lodestone.v1.SessionInfoRequest
+	(*SessionInfoResponse)(nil),       // 47: lodestone.v1.SessionInfoResponse
+	(*ListSessionsRequest)(nil),       // 48: lodestone.v1.ListSessionsRequest
+	(*ListNodeSessionsRequest)(nil),   // 49: lodestone.v1.ListNodeSessionsRequest
+	(*ListSessionsResponse)(nil),      // 50: lodestone.v1.ListSessionsResponse
+	nil,                               // 51: lodestone.v1.Node.TaggedAddressesEntry
+	nil,                               // 52: lodestone.v1.Node.MetaEntry
+	nil,                               // 53: lodestone.v1.Service.MetaEntry
+	nil,                               // 54: lodestone.v1.Service.TaggedAddressesEntry
+	nil,                               // 55: lodestone.v1.CheckDefinition.HeaderEntry
+	(*durationpb.Duration)(nil),       // 56: google.protobuf.Duration
+	(*ResponseHeader)(nil),            // 57: lodestone.v1.ResponseHeader
+	(TxnOp_Verb)(0),                   // 58: lodestone.v1.TxnOp.Verb
+	(*TxnOp)(nil),                     // 59: lodestone.v1.TxnOp
+	(*TxnResult)(nil),                 // 60: lodestone.v1.TxnResult
+	(*TxnError)(nil),                  // 61: lodestone.v1.TxnError
+	(Consistency)(0),                  // 62: lodestone.v1.Consistency
 }
 var file_lodestone_v1_catalog_proto_depIdxs = []int32{
-	46, // 0: lodestone.v1.Node.tagged_addresses:type_name -> lodestone.v1.Node.TaggedAddressesEntry
-	47, // 1: lodestone.v1.Node.meta:type_name -> lodestone.v1.Node.MetaEntry
-	48, // 2: lodestone.v1.Service.meta:type_name -> lodestone.v1.Service.MetaEntry
+	51, // 0: lodestone.v1.Node.tagged_addresses:type_name -> lodestone.v1.Node.TaggedAddressesEntry
+	52, // 1: lodestone.v1.Node.meta:type_name -> lodestone.v1.Node.MetaEntry
+	53, // 2: lodestone.v1.Service.meta:type_name -> lodestone.v1.Service.MetaEntry
 	3,  // 3: lodestone.v1.Service.weights:type_name -> lodestone.v1.Weights
-	49, // 4: lodestone.v1.Service.tagged_addresses:type_name -> lodestone.v1.Service.TaggedAddressesEntry
-	50, // 5: lodestone.v1.CheckDefinition.header:type_name -> lodestone.v1.CheckDefinition.HeaderEntry
-	51, // 6: lodestone.v1.CheckDefinition.interval:type_name -> google.protobuf.Duration
-	51, // 7: lodestone.v1.CheckDefinition.timeout:type_name -> google.protobuf.Duration
-	51, // 8: lodestone.v1.CheckDefinition.ttl:type_name -> google.protobuf.Duration
-	51, // 9: lodestone.v1.CheckDefinition.deregister_critical_service_after:type_name -> google.protobuf.Duration
+	54, // 4: lodestone.v1.Service.tagged_addresses:type_name -> lodestone.v1.Service.TaggedAddressesEntry
+	55, // 5: lodestone.v1.CheckDefinition.header:type_name -> lodestone.v1.CheckDefinition.HeaderEntry
+	56, // 6: lodestone.v1.CheckDefinition.interval:type_name -> google.protobuf.Duration
+	56, // 7: lodestone.v1.CheckDefinition.timeout:type_name -> google.protobuf.Duration
+	56, // 8: lodestone.v1.CheckDefinition.ttl:type_name -> google.protobuf.Duration
+	56, // 9: lodestone.v1.CheckDefinition.deregister_critical_service_after:type_name -> google.protobuf.Duration
 	0,  // 10: lodestone.v1.Check.status:type_name -> lodestone.v1.HealthStatus
 	7,  // 11: lodestone.v1.Check.definition:type_name -> lodestone.v1.CheckDefinition
 	9,  // 12: lodestone.v1.SessionEntry.service_checks:type_name -> lodestone.v1.ServiceCheckRef
 	1,  // 13: lodestone.v1.SessionEntry.behavior:type_name -> lodestone.v1.SessionBehavior
-	51, // 14: lodestone.v1.SessionEntry.ttl:type_name -> google.protobuf.Duration
-	51, // 15: lodestone.v1.SessionEntry.lock_delay:type_name -> google.protobuf.Duration
+	56, // 14: lodestone.v1.SessionEntry.ttl:type_name -> google.protobuf.Duration
+	56, // 15: lodestone.v1.SessionEntry.lock_delay:type_name -> google.protobuf.Duration
 	2,  // 16: lodestone.v1.ServiceInstance.node:type_name -> lodestone.v1.Node
 	5,  // 17: lodestone.v1.ServiceInstance.service:type_name -> lodestone.v1.Service
 	2,  // 18: lodestone.v1.ServiceHealth.node:type_name -> lodestone.v1.Node
@@ -3580,85 +3957,98 @@ var file_lodestone_v1_catalog_proto_depIdxs = []int32{
 	2,  // 24: lodestone.v1.CatalogRegisterRequest.node:type_name -> lodestone.v1.Node
 	5,  // 25: lodestone.v1.CatalogRegisterRequest.service:type_name -> lodestone.v1.Service
 	8,  // 26: lodestone.v1.CatalogRegisterRequest.checks:type_name -> lodestone.v1.Check
-	52, // 27: lodestone.v1.CatalogRegisterResponse.header:type_name -> lodestone.v1.ResponseHeader
-	52, // 28: lodestone.v1.CatalogDeregisterResponse.header:type_name -> lodestone.v1.ResponseHeader
+	57, // 27: lodestone.v1.CatalogRegisterResponse.header:type_name -> lodestone.v1.ResponseHeader
+	57, // 28: lodestone.v1.CatalogDeregisterResponse.header:type_name -> lodestone.v1.ResponseHeader
 	0,  // 29: lodestone.v1.UpdateCheckRequest.status:type_name -> lodestone.v1.HealthStatus
-	52, // 30: lodestone.v1.UpdateCheckResponse.header:type_name -> lodestone.v1.ResponseHeader
+	57, // 30: lodestone.v1.UpdateCheckResponse.header:type_name -> lodestone.v1.ResponseHeader
 	8,  // 31: lodestone.v1.UpdateCheckResponse.check:type_name -> lodestone.v1.Check
-	53, // 32: lodestone.v1.ServicesRequest.consistency:type_name -> lodestone.v1.Consistency
-	52, // 33: lodestone.v1.ServicesResponse.header:type_name -> lodestone.v1.ResponseHeader
-	13, // 34: lodestone.v1.ServicesResponse.services:type_name -> lodestone.v1.ServiceSummary
-	53, // 35: lodestone.v1.ServiceRequest.consistency:type_name -> lodestone.v1.Consistency
-	52, // 36: lodestone.v1.ServiceResponse.header:type_name -> lodestone.v1.ResponseHeader
-	11, // 37: lodestone.v1.ServiceResponse.instances:type_name -> lodestone.v1.ServiceInstance
-	53, // 38: lodestone.v1.NodesRequest.consistency:type_name -> lodestone.v1.Consistency
-	52, // 39: lodestone.v1.NodesResponse.header:type_name -> lodestone.v1.ResponseHeader
-	2,  // 40: lodestone.v1.NodesResponse.nodes:type_name -> lodestone.v1.Node
-	53, // 41: lodestone.v1.NodeRequest.consistency:type_name -> lodestone.v1.Consistency
-	52, // 42: lodestone.v1.NodeResponse.header:type_name -> lodestone.v1.ResponseHeader
-	14, // 43: lodestone.v1.NodeResponse.node:type_name -> lodestone.v1.NodeServices
-	53, // 44: lodestone.v1.ChecksRequest.consistency:type_name -> lodestone.v1.Consistency
-	52, // 45: lodestone.v1.ChecksResponse.header:type_name -> lodestone.v1.ResponseHeader
-	8,  // 46: lodestone.v1.ChecksResponse.checks:type_name -> lodestone.v1.Check
-	53, // 47: lodestone.v1.HealthServiceRequest.consistency:type_name -> lodestone.v1.Consistency
-	52, // 48: lodestone.v1.HealthServiceResponse.header:type_name -> lodestone.v1.ResponseHeader
-	12, // 49: lodestone.v1.HealthServiceResponse.instances:type_name -> lodestone.v1.ServiceHealth
-	0,  // 50: lodestone.v1.ChecksInStateRequest.state:type_name -> lodestone.v1.HealthStatus
-	53, // 51: lodestone.v1.ChecksInStateRequest.consistency:type_name -> lodestone.v1.Consistency
-	52, // 52: lodestone.v1.ChecksInStateResponse.header:type_name -> lodestone.v1.ResponseHeader
-	8,  // 53: lodestone.v1.ChecksInStateResponse.checks:type_name -> lodestone.v1.Check
-	10, // 54: lodestone.v1.CreateSessionRequest.session:type_name -> lodestone.v1.SessionEntry
-	52, // 55: lodestone.v1.CreateSessionResponse.header:type_name -> lodestone.v1.ResponseHeader
-	10, // 56: lodestone.v1.CreateSessionResponse.session:type_name -> lodestone.v1.SessionEntry
-	52, // 57: lodestone.v1.DestroySessionResponse.header:type_name -> lodestone.v1.ResponseHeader
-	52, // 58: lodestone.v1.RenewSessionResponse.header:type_name -> lodestone.v1.ResponseHeader
-	10, // 59: lodestone.v1.RenewSessionResponse.session:type_name -> lodestone.v1.SessionEntry
-	53, // 60: lodestone.v1.SessionInfoRequest.consistency:type_name -> lodestone.v1.Consistency
-	52, // 61: lodestone.v1.SessionInfoResponse.header:type_name -> lodestone.v1.ResponseHeader
-	10, // 62: lodestone.v1.SessionInfoResponse.session:type_name -> lodestone.v1.SessionEntry
-	53, // 63: lodestone.v1.ListSessionsRequest.consistency:type_name -> lodestone.v1.Consistency
-	53, // 64: lodestone.v1.ListNodeSessionsRequest.consistency:type_name -> lodestone.v1.Consistency
-	52, // 65: lodestone.v1.ListSessionsResponse.header:type_name -> lodestone.v1.ResponseHeader
-	10, // 66: lodestone.v1.ListSessionsResponse.sessions:type_name -> lodestone.v1.SessionEntry
-	4,  // 67: lodestone.v1.Service.TaggedAddressesEntry.value:type_name -> lodestone.v1.ServiceAddress
-	6,  // 68: lodestone.v1.CheckDefinition.HeaderEntry.value:type_name -> lodestone.v1.HeaderValues
-	15, // 69: lodestone.v1.Catalog.Register:input_type -> lodestone.v1.CatalogRegisterRequest
-	17, // 70: lodestone.v1.Catalog.Deregister:input_type -> lodestone.v1.CatalogDeregisterRequest
-	19, // 71: lodestone.v1.Catalog.UpdateCheck:input_type -> lodestone.v1.UpdateCheckRequest
-	21, // 72: lodestone.v1.Catalog.Services:input_type -> lodestone.v1.ServicesRequest
-	23, // 73: lodestone.v1.Catalog.Service:input_type -> lodestone.v1.ServiceRequest
-	25, // 74: lodestone.v1.Catalog.Nodes:input_type -> lodestone.v1.NodesRequest
-	27, // 75: lodestone.v1.Catalog.Node:input_type -> lodestone.v1.NodeRequest
-	29, // 76: lodestone.v1.Catalog.Checks:input_type -> lodestone.v1.ChecksRequest
-	31, // 77: lodestone.v1.Catalog.HealthService:input_type -> lodestone.v1.HealthServiceRequest
-	33, // 78: lodestone.v1.Catalog.ChecksInState:input_type -> lodestone.v1.ChecksInStateRequest
-	35, // 79: lodestone.v1.Session.Create:input_type -> lodestone.v1.CreateSessionRequest
-	37, // 80: lodestone.v1.Session.Destroy:input_type -> lodestone.v1.DestroySessionRequest
-	39, // 81: lodestone.v1.Session.Renew:input_type -> lodestone.v1.RenewSessionRequest
-	41, // 82: lodestone.v1.Session.Info:input_type -> lodestone.v1.SessionInfoRequest
-	43, // 83: lodestone.v1.Session.List:input_type -> lodestone.v1.ListSessionsRequest
-	44, // 84: lodestone.v1.Session.ListNode:input_type -> lodestone.v1.ListNodeSessionsRequest
-	16, // 85: lodestone.v1.Catalog.Register:output_type -> lodestone.v1.CatalogRegisterResponse
-	18, // 86: lodestone.v1.Catalog.Deregister:output_type -> lodestone.v1.CatalogDeregisterResponse
-	20, // 87: lodestone.v1.Catalog.UpdateCheck:output_type -> lodestone.v1.UpdateCheckResponse
-	22, // 88: lodestone.v1.Catalog.Services:output_type -> lodestone.v1.ServicesResponse
-	24, // 89: lodestone.v1.Catalog.Service:output_type -> lodestone.v1.ServiceResponse
-	26, // 90: lodestone.v1.Catalog.Nodes:output_type -> lodestone.v1.NodesResponse
-	28, // 91: lodestone.v1.Catalog.Node:output_type -> lodestone.v1.NodeResponse
-	30, // 92: lodestone.v1.Catalog.Checks:output_type -> lodestone.v1.ChecksResponse
-	32, // 93: lodestone.v1.Catalog.HealthService:output_type -> lodestone.v1.HealthServiceResponse
-	34, // 94: lodestone.v1.Catalog.ChecksInState:output_type -> lodestone.v1.ChecksInStateResponse
-	36, // 95: lodestone.v1.Session.Create:output_type -> lodestone.v1.CreateSessionResponse
-	38, // 96: lodestone.v1.Session.Destroy:output_type -> lodestone.v1.DestroySessionResponse
-	40, // 97: lodestone.v1.Session.Renew:output_type -> lodestone.v1.RenewSessionResponse
-	42, // 98: lodestone.v1.Session.Info:output_type -> lodestone.v1.SessionInfoResponse
-	45, // 99: lodestone.v1.Session.List:output_type -> lodestone.v1.ListSessionsResponse
-	45, // 100: lodestone.v1.Session.ListNode:output_type -> lodestone.v1.ListSessionsResponse
-	85, // [85:101] is the sub-list for method output_type
-	69, // [69:85] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	58, // 32: lodestone.v1.CatalogTxnOp.verb:type_name -> lodestone.v1.TxnOp.Verb
+	2,  // 33: lodestone.v1.CatalogTxnOp.node:type_name -> lodestone.v1.Node
+	5,  // 34: lodestone.v1.CatalogTxnOp.service:type_name -> lodestone.v1.Service
+	8,  // 35: lodestone.v1.CatalogTxnOp.check:type_name -> lodestone.v1.Check
+	59, // 36: lodestone.v1.MixedTxnOp.kv:type_name -> lodestone.v1.TxnOp
+	21, // 37: lodestone.v1.MixedTxnOp.catalog:type_name -> lodestone.v1.CatalogTxnOp
+	22, // 38: lodestone.v1.CatalogTxnRequest.ops:type_name -> lodestone.v1.MixedTxnOp
+	60, // 39: lodestone.v1.CatalogTxnResult.kv:type_name -> lodestone.v1.TxnResult
+	2,  // 40: lodestone.v1.CatalogTxnResult.node:type_name -> lodestone.v1.Node
+	5,  // 41: lodestone.v1.CatalogTxnResult.service:type_name -> lodestone.v1.Service
+	8,  // 42: lodestone.v1.CatalogTxnResult.check:type_name -> lodestone.v1.Check
+	24, // 43: lodestone.v1.CatalogTxnResponse.results:type_name -> lodestone.v1.CatalogTxnResult
+	61, // 44: lodestone.v1.CatalogTxnResponse.errors:type_name -> lodestone.v1.TxnError
+	62, // 45: lodestone.v1.ServicesRequest.consistency:type_name -> lodestone.v1.Consistency
+	57, // 46: lodestone.v1.ServicesResponse.header:type_name -> lodestone.v1.ResponseHeader
+	13, // 47: lodestone.v1.ServicesResponse.services:type_name -> lodestone.v1.ServiceSummary
+	62, // 48: lodestone.v1.ServiceRequest.consistency:type_name -> lodestone.v1.Consistency
+	57, // 49: lodestone.v1.ServiceResponse.header:type_name -> lodestone.v1.ResponseHeader
+	11, // 50: lodestone.v1.ServiceResponse.instances:type_name -> lodestone.v1.ServiceInstance
+	62, // 51: lodestone.v1.NodesRequest.consistency:type_name -> lodestone.v1.Consistency
+	57, // 52: lodestone.v1.NodesResponse.header:type_name -> lodestone.v1.ResponseHeader
+	2,  // 53: lodestone.v1.NodesResponse.nodes:type_name -> lodestone.v1.Node
+	62, // 54: lodestone.v1.NodeRequest.consistency:type_name -> lodestone.v1.Consistency
+	57, // 55: lodestone.v1.NodeResponse.header:type_name -> lodestone.v1.ResponseHeader
+	14, // 56: lodestone.v1.NodeResponse.node:type_name -> lodestone.v1.NodeServices
+	62, // 57: lodestone.v1.ChecksRequest.consistency:type_name -> lodestone.v1.Consistency
+	57, // 58: lodestone.v1.ChecksResponse.header:type_name -> lodestone.v1.ResponseHeader
+	8,  // 59: lodestone.v1.ChecksResponse.checks:type_name -> lodestone.v1.Check
+	62, // 60: lodestone.v1.HealthServiceRequest.consistency:type_name -> lodestone.v1.Consistency
+	57, // 61: lodestone.v1.HealthServiceResponse.header:type_name -> lodestone.v1.ResponseHeader
+	12, // 62: lodestone.v1.HealthServiceResponse.instances:type_name -> lodestone.v1.ServiceHealth
+	0,  // 63: lodestone.v1.ChecksInStateRequest.state:type_name -> lodestone.v1.HealthStatus
+	62, // 64: lodestone.v1.ChecksInStateRequest.consistency:type_name -> lodestone.v1.Consistency
+	57, // 65: lodestone.v1.ChecksInStateResponse.header:type_name -> lodestone.v1.ResponseHeader
+	8,  // 66: lodestone.v1.ChecksInStateResponse.checks:type_name -> lodestone.v1.Check
+	10, // 67: lodestone.v1.CreateSessionRequest.session:type_name -> lodestone.v1.SessionEntry
+	57, // 68: lodestone.v1.CreateSessionResponse.header:type_name -> lodestone.v1.ResponseHeader
+	10, // 69: lodestone.v1.CreateSessionResponse.session:type_name -> lodestone.v1.SessionEntry
+	57, // 70: lodestone.v1.DestroySessionResponse.header:type_name -> lodestone.v1.ResponseHeader
+	57, // 71: lodestone.v1.RenewSessionResponse.header:type_name -> lodestone.v1.ResponseHeader
+	10, // 72: lodestone.v1.RenewSessionResponse.session:type_name -> lodestone.v1.SessionEntry
+	62, // 73: lodestone.v1.SessionInfoRequest.consistency:type_name -> lodestone.v1.Consistency
+	57, // 74: lodestone.v1.SessionInfoResponse.header:type_name -> lodestone.v1.ResponseHeader
+	10, // 75: lodestone.v1.SessionInfoResponse.session:type_name -> lodestone.v1.SessionEntry
+	62, // 76: lodestone.v1.ListSessionsRequest.consistency:type_name -> lodestone.v1.Consistency
+	62, // 77: lodestone.v1.ListNodeSessionsRequest.consistency:type_name -> lodestone.v1.Consistency
+	57, // 78: lodestone.v1.ListSessionsResponse.header:type_name -> lodestone.v1.ResponseHeader
+	10, // 79: lodestone.v1.ListSessionsResponse.sessions:type_name -> lodestone.v1.SessionEntry
+	4,  // 80: lodestone.v1.Service.TaggedAddressesEntry.value:type_name -> lodestone.v1.ServiceAddress
+	6,  // 81: lodestone.v1.CheckDefinition.HeaderEntry.value:type_name -> lodestone.v1.HeaderValues
+	15, // 82: lodestone.v1.Catalog.Register:input_type -> lodestone.v1.CatalogRegisterRequest
+	17, // 83: lodestone.v1.Catalog.Deregister:input_type -> lodestone.v1.CatalogDeregisterRequest
+	19, // 84: lodestone.v1.Catalog.UpdateCheck:input_type -> lodestone.v1.UpdateCheckRequest
+	26, // 85: lodestone.v1.Catalog.Services:input_type -> lodestone.v1.ServicesRequest
+	28, // 86: lodestone.v1.Catalog.Service:input_type -> lodestone.v1.ServiceRequest
+	30, // 87: lodestone.v1.Catalog.Nodes:input_type -> lodestone.v1.NodesRequest
+	32, // 88: lodestone.v1.Catalog.Node:input_type -> lodestone.v1.NodeRequest
+	34, // 89: lodestone.v1.Catalog.Checks:input_type -> lodestone.v1.ChecksRequest
+	36, // 90: lodestone.v1.Catalog.HealthService:input_type -> lodestone.v1.HealthServiceRequest
+	38, // 91: lodestone.v1.Catalog.ChecksInState:input_type -> lodestone.v1.ChecksInStateRequest
+	40, // 92: lodestone.v1.Session.Create:input_type -> lodestone.v1.CreateSessionRequest
+	42, // 93: lodestone.v1.Session.Destroy:input_type -> lodestone.v1.DestroySessionRequest
+	44, // 94: lodestone.v1.Session.Renew:input_type -> lodestone.v1.RenewSessionRequest
+	46, // 95: lodestone.v1.Session.Info:input_type -> lodestone.v1.SessionInfoRequest
+	48, // 96: lodestone.v1.Session.List:input_type -> lodestone.v1.ListSessionsRequest
+	49, // 97: lodestone.v1.Session.ListNode:input_type -> lodestone.v1.ListNodeSessionsRequest
+	16, // 98: lodestone.v1.Catalog.Register:output_type -> lodestone.v1.CatalogRegisterResponse
+	18, // 99: lodestone.v1.Catalog.Deregister:output_type -> lodestone.v1.CatalogDeregisterResponse
+	20, // 100: lodestone.v1.Catalog.UpdateCheck:output_type -> lodestone.v1.UpdateCheckResponse
+	27, // 101: lodestone.v1.Catalog.Services:output_type -> lodestone.v1.ServicesResponse
+	29, // 102: lodestone.v1.Catalog.Service:output_type -> lodestone.v1.ServiceResponse
+	31, // 103: lodestone.v1.Catalog.Nodes:output_type -> lodestone.v1.NodesResponse
+	33, // 104: lodestone.v1.Catalog.Node:output_type -> lodestone.v1.NodeResponse
+	35, // 105: lodestone.v1.Catalog.Checks:output_type -> lodestone.v1.ChecksResponse
+	37, // 106: lodestone.v1.Catalog.HealthService:output_type -> lodestone.v1.HealthServiceResponse
+	39, // 107: lodestone.v1.Catalog.ChecksInState:output_type -> lodestone.v1.ChecksInStateResponse
+	41, // 108: lodestone.v1.Session.Create:output_type -> lodestone.v1.CreateSessionResponse
+	43, // 109: lodestone.v1.Session.Destroy:output_type -> lodestone.v1.DestroySessionResponse
+	45, // 110: lodestone.v1.Session.Renew:output_type -> lodestone.v1.RenewSessionResponse
+	47, // 111: lodestone.v1.Session.Info:output_type -> lodestone.v1.SessionInfoResponse
+	50, // 112: lodestone.v1.Session.List:output_type -> lodestone.v1.ListSessionsResponse
+	50, // 113: lodestone.v1.Session.ListNode:output_type -> lodestone.v1.ListSessionsResponse
+	98, // [98:114] is the sub-list for method output_type
+	82, // [82:98] is the sub-list for method input_type
+	82, // [82:82] is the sub-list for extension type_name
+	82, // [82:82] is the sub-list for extension extendee
+	0,  // [0:82] is the sub-list for field type_name
 }
 
 func init() { file_lodestone_v1_catalog_proto_init() }
@@ -3667,13 +4057,17 @@ func file_lodestone_v1_catalog_proto_init() {
 		return
 	}
 	file_lodestone_v1_kv_proto_init()
+	file_lodestone_v1_catalog_proto_msgTypes[20].OneofWrappers = []any{
+		(*MixedTxnOp_Kv)(nil),
+		(*MixedTxnOp_Catalog)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lodestone_v1_catalog_proto_rawDesc), len(file_lodestone_v1_catalog_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   49,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

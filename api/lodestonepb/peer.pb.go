@@ -40,8 +40,10 @@ type Command struct {
 	//	*Command_SessionDestroy
 	//	*Command_SessionRenew
 	//	*Command_SessionInvalidate
+	//	*Command_CatalogTxn
 	//	*Command_Admission
 	//	*Command_Acl
+	//	*Command_Restore
 	Op isCommand_Op `protobuf_oneof:"op"`
 	// time_unix_nano is the proposing server's clock when it proposed the
 	// command. Apply never reads a clock: lock delays, session creation and
@@ -188,6 +190,15 @@ func (x *Command) GetSessionInvalidate() *SessionInvalidate {
 	return nil
 }
 
+func (x *Command) GetCatalogTxn() *CatalogTxnRequest {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CatalogTxn); ok {
+			return x.CatalogTxn
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetAdmission() *AdmissionPolicy {
 	if x != nil {
 		if x, ok := x.Op.(*Command_Admission); ok {
@@ -201,6 +212,15 @@ func (x *Command) GetAcl() *ACLCommand {
 	if x != nil {
 		if x, ok := x.Op.(*Command_Acl); ok {
 			return x.Acl
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRestore() *StateRestore {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Restore); ok {
+			return x.Restore
 		}
 	}
 	return nil
@@ -273,6 +293,12 @@ type Command_SessionInvalidate struct {
 	SessionInvalidate *SessionInvalidate `protobuf:"bytes,16,opt,name=session_invalidate,json=sessionInvalidate,proto3,oneof"`
 }
 
+type Command_CatalogTxn struct {
+	// catalog_txn is a transaction of KV, node, service and check
+	// operations (Consul's /v1/txn with catalog operations).
+	CatalogTxn *CatalogTxnRequest `protobuf:"bytes,17,opt,name=catalog_txn,json=catalogTxn,proto3,oneof"`
+}
+
 type Command_Admission struct {
 	// admission replaces the admission policy every server enforces
 	// (server/admission.go); it is kept in the state machine under a
@@ -284,6 +310,12 @@ type Command_Acl struct {
 	// acl changes the ACL tables: tokens, policies, roles, bootstrap
 	// (store/acl.go). The proposer fills new ids, secrets and times.
 	Acl *ACLCommand `protobuf:"bytes,31,opt,name=acl,proto3,oneof"`
+}
+
+type Command_Restore struct {
+	// restore replaces the replicated state with an operator's snapshot
+	// of this cluster (PUT /v1/snapshot; store/restore.go).
+	Restore *StateRestore `protobuf:"bytes,32,opt,name=restore,proto3,oneof"`
 }
 
 func (*Command_Put) isCommand_Op() {}
@@ -308,9 +340,106 @@ func (*Command_SessionRenew) isCommand_Op() {}
 
 func (*Command_SessionInvalidate) isCommand_Op() {}
 
+func (*Command_CatalogTxn) isCommand_Op() {}
+
 func (*Command_Admission) isCommand_Op() {}
 
 func (*Command_Acl) isCommand_Op() {}
+
+func (*Command_Restore) isCommand_Op() {}
+
+// StateRestore carries a store snapshot stream (store/SNAPSHOT.md) of
+// this cluster, taken at a lower index. Applying it replaces the keys,
+// the catalog, the sessions and the ACL tables; the membership, the
+// admission policy and the cluster id stay.
+type StateRestore struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         []byte                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateRestore) Reset() {
+	*x = StateRestore{}
+	mi := &file_lodestone_v1_peer_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateRestore) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateRestore) ProtoMessage() {}
+
+func (x *StateRestore) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_peer_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateRestore.ProtoReflect.Descriptor instead.
+func (*StateRestore) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StateRestore) GetState() []byte {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+type StateRestoreResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// snapshot_index is the index the restored state was taken at.
+	SnapshotIndex uint64 `protobuf:"varint,1,opt,name=snapshot_index,json=snapshotIndex,proto3" json:"snapshot_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateRestoreResult) Reset() {
+	*x = StateRestoreResult{}
+	mi := &file_lodestone_v1_peer_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateRestoreResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateRestoreResult) ProtoMessage() {}
+
+func (x *StateRestoreResult) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_peer_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateRestoreResult.ProtoReflect.Descriptor instead.
+func (*StateRestoreResult) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StateRestoreResult) GetSnapshotIndex() uint64 {
+	if x != nil {
+		return x.SnapshotIndex
+	}
+	return 0
+}
 
 // SessionInvalidate invalidates sessions as if destroyed: their behavior
 // (release or delete) is applied to the keys they hold, and their lock
@@ -334,7 +463,7 @@ type SessionInvalidate struct {
 
 func (x *SessionInvalidate) Reset() {
 	*x = SessionInvalidate{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[1]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +475,7 @@ func (x *SessionInvalidate) String() string {
 func (*SessionInvalidate) ProtoMessage() {}
 
 func (x *SessionInvalidate) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[1]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +488,7 @@ func (x *SessionInvalidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInvalidate.ProtoReflect.Descriptor instead.
 func (*SessionInvalidate) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{1}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SessionInvalidate) GetIds() []string {
@@ -393,7 +522,7 @@ type SessionInvalidateResult struct {
 
 func (x *SessionInvalidateResult) Reset() {
 	*x = SessionInvalidateResult{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[2]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +534,7 @@ func (x *SessionInvalidateResult) String() string {
 func (*SessionInvalidateResult) ProtoMessage() {}
 
 func (x *SessionInvalidateResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[2]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +547,7 @@ func (x *SessionInvalidateResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInvalidateResult.ProtoReflect.Descriptor instead.
 func (*SessionInvalidateResult) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{2}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SessionInvalidateResult) GetInvalidated() []string {
@@ -441,7 +570,7 @@ type Rejection struct {
 
 func (x *Rejection) Reset() {
 	*x = Rejection{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[3]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +582,7 @@ func (x *Rejection) String() string {
 func (*Rejection) ProtoMessage() {}
 
 func (x *Rejection) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[3]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +595,7 @@ func (x *Rejection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejection.ProtoReflect.Descriptor instead.
 func (*Rejection) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{3}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Rejection) GetRule() string {
@@ -498,7 +627,9 @@ type CommandResult struct {
 	//	*CommandResult_SessionDestroy
 	//	*CommandResult_SessionRenew
 	//	*CommandResult_SessionInvalidate
+	//	*CommandResult_CatalogTxn
 	//	*CommandResult_Acl
+	//	*CommandResult_Restore
 	Result isCommandResult_Result `protobuf_oneof:"result"`
 	// cas_failed is set when a conditional put or delete did not match.
 	CasFailed bool `protobuf:"varint,4,opt,name=cas_failed,json=casFailed,proto3" json:"cas_failed,omitempty"`
@@ -516,7 +647,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[4]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +659,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[4]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +672,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{4}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CommandResult) GetResult() isCommandResult_Result {
@@ -641,10 +772,28 @@ func (x *CommandResult) GetSessionInvalidate() *SessionInvalidateResult {
 	return nil
 }
 
+func (x *CommandResult) GetCatalogTxn() *CatalogTxnResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CommandResult_CatalogTxn); ok {
+			return x.CatalogTxn
+		}
+	}
+	return nil
+}
+
 func (x *CommandResult) GetAcl() *ACLResult {
 	if x != nil {
 		if x, ok := x.Result.(*CommandResult_Acl); ok {
 			return x.Acl
+		}
+	}
+	return nil
+}
+
+func (x *CommandResult) GetRestore() *StateRestoreResult {
+	if x != nil {
+		if x, ok := x.Result.(*CommandResult_Restore); ok {
+			return x.Restore
 		}
 	}
 	return nil
@@ -715,8 +864,16 @@ type CommandResult_SessionInvalidate struct {
 	SessionInvalidate *SessionInvalidateResult `protobuf:"bytes,16,opt,name=session_invalidate,json=sessionInvalidate,proto3,oneof"`
 }
 
+type CommandResult_CatalogTxn struct {
+	CatalogTxn *CatalogTxnResponse `protobuf:"bytes,17,opt,name=catalog_txn,json=catalogTxn,proto3,oneof"`
+}
+
 type CommandResult_Acl struct {
 	Acl *ACLResult `protobuf:"bytes,31,opt,name=acl,proto3,oneof"`
+}
+
+type CommandResult_Restore struct {
+	Restore *StateRestoreResult `protobuf:"bytes,32,opt,name=restore,proto3,oneof"`
 }
 
 func (*CommandResult_Put) isCommandResult_Result() {}
@@ -739,7 +896,11 @@ func (*CommandResult_SessionRenew) isCommandResult_Result() {}
 
 func (*CommandResult_SessionInvalidate) isCommandResult_Result() {}
 
+func (*CommandResult_CatalogTxn) isCommandResult_Result() {}
+
 func (*CommandResult_Acl) isCommandResult_Result() {}
+
+func (*CommandResult_Restore) isCommandResult_Result() {}
 
 // ConfChangeContext travels in a ConfChange's context so every node learns
 // the addresses of a member when the change is applied.
@@ -758,7 +919,7 @@ type ConfChangeContext struct {
 
 func (x *ConfChangeContext) Reset() {
 	*x = ConfChangeContext{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[5]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +931,7 @@ func (x *ConfChangeContext) String() string {
 func (*ConfChangeContext) ProtoMessage() {}
 
 func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[5]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +944,7 @@ func (x *ConfChangeContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeContext.ProtoReflect.Descriptor instead.
 func (*ConfChangeContext) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{5}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ConfChangeContext) GetMember() *Member {
@@ -815,7 +976,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[6]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +988,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[6]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +1001,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{6}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 // SnapshotChunk streams one MsgSnap: the first chunk carries the message
@@ -866,7 +1027,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[7]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +1039,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[7]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +1052,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SnapshotChunk) GetMessage() []byte {
@@ -953,7 +1114,7 @@ type ConfChangeRequest struct {
 
 func (x *ConfChangeRequest) Reset() {
 	*x = ConfChangeRequest{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[8]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1126,7 @@ func (x *ConfChangeRequest) String() string {
 func (*ConfChangeRequest) ProtoMessage() {}
 
 func (x *ConfChangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[8]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1139,7 @@ func (x *ConfChangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeRequest.ProtoReflect.Descriptor instead.
 func (*ConfChangeRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ConfChangeRequest) GetChange() []byte {
@@ -998,7 +1159,7 @@ type ConfChangeResponse struct {
 
 func (x *ConfChangeResponse) Reset() {
 	*x = ConfChangeResponse{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[9]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1171,7 @@ func (x *ConfChangeResponse) String() string {
 func (*ConfChangeResponse) ProtoMessage() {}
 
 func (x *ConfChangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[9]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1184,7 @@ func (x *ConfChangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfChangeResponse.ProtoReflect.Descriptor instead.
 func (*ConfChangeResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ConfChangeResponse) GetMembers() []*Member {
@@ -1051,7 +1212,7 @@ type LeaderIndexRequest struct {
 
 func (x *LeaderIndexRequest) Reset() {
 	*x = LeaderIndexRequest{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[10]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1224,7 @@ func (x *LeaderIndexRequest) String() string {
 func (*LeaderIndexRequest) ProtoMessage() {}
 
 func (x *LeaderIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[10]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1237,7 @@ func (x *LeaderIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderIndexRequest.ProtoReflect.Descriptor instead.
 func (*LeaderIndexRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LeaderIndexRequest) GetTerm() uint64 {
@@ -1102,7 +1263,7 @@ type LeaderIndexResponse struct {
 
 func (x *LeaderIndexResponse) Reset() {
 	*x = LeaderIndexResponse{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[11]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1275,7 @@ func (x *LeaderIndexResponse) String() string {
 func (*LeaderIndexResponse) ProtoMessage() {}
 
 func (x *LeaderIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[11]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1288,7 @@ func (x *LeaderIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderIndexResponse.ProtoReflect.Descriptor instead.
 func (*LeaderIndexResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LeaderIndexResponse) GetIndex() uint64 {
@@ -1164,7 +1325,7 @@ type ACLLink struct {
 
 func (x *ACLLink) Reset() {
 	*x = ACLLink{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[12]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1337,7 @@ func (x *ACLLink) String() string {
 func (*ACLLink) ProtoMessage() {}
 
 func (x *ACLLink) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[12]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1350,7 @@ func (x *ACLLink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLLink.ProtoReflect.Descriptor instead.
 func (*ACLLink) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ACLLink) GetId() string {
@@ -1222,7 +1383,7 @@ type ACLPolicy struct {
 
 func (x *ACLPolicy) Reset() {
 	*x = ACLPolicy{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[13]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1395,7 @@ func (x *ACLPolicy) String() string {
 func (*ACLPolicy) ProtoMessage() {}
 
 func (x *ACLPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[13]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1408,7 @@ func (x *ACLPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLPolicy.ProtoReflect.Descriptor instead.
 func (*ACLPolicy) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ACLPolicy) GetId() string {
@@ -1314,7 +1475,7 @@ type ACLRole struct {
 
 func (x *ACLRole) Reset() {
 	*x = ACLRole{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[14]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1487,7 @@ func (x *ACLRole) String() string {
 func (*ACLRole) ProtoMessage() {}
 
 func (x *ACLRole) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[14]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1500,7 @@ func (x *ACLRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLRole.ProtoReflect.Descriptor instead.
 func (*ACLRole) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ACLRole) GetId() string {
@@ -1403,7 +1564,7 @@ type ACLToken struct {
 
 func (x *ACLToken) Reset() {
 	*x = ACLToken{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[15]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +1576,7 @@ func (x *ACLToken) String() string {
 func (*ACLToken) ProtoMessage() {}
 
 func (x *ACLToken) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[15]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +1589,7 @@ func (x *ACLToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLToken.ProtoReflect.Descriptor instead.
 func (*ACLToken) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ACLToken) GetAccessorId() string {
@@ -1515,7 +1676,7 @@ type ACLCommand struct {
 
 func (x *ACLCommand) Reset() {
 	*x = ACLCommand{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[16]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +1688,7 @@ func (x *ACLCommand) String() string {
 func (*ACLCommand) ProtoMessage() {}
 
 func (x *ACLCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[16]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +1701,7 @@ func (x *ACLCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLCommand.ProtoReflect.Descriptor instead.
 func (*ACLCommand) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ACLCommand) GetOp() isACLCommand_Op {
@@ -1685,7 +1846,7 @@ type ACLResult struct {
 
 func (x *ACLResult) Reset() {
 	*x = ACLResult{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[17]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1858,7 @@ func (x *ACLResult) String() string {
 func (*ACLResult) ProtoMessage() {}
 
 func (x *ACLResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[17]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1871,7 @@ func (x *ACLResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLResult.ProtoReflect.Descriptor instead.
 func (*ACLResult) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{17}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ACLResult) GetToken() *ACLToken {
@@ -1758,7 +1919,7 @@ type ACLSnapshot struct {
 
 func (x *ACLSnapshot) Reset() {
 	*x = ACLSnapshot{}
-	mi := &file_lodestone_v1_peer_proto_msgTypes[18]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +1931,7 @@ func (x *ACLSnapshot) String() string {
 func (*ACLSnapshot) ProtoMessage() {}
 
 func (x *ACLSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_peer_proto_msgTypes[18]
+	mi := &file_lodestone_v1_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +1944,7 @@ func (x *ACLSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLSnapshot.ProtoReflect.Descriptor instead.
 func (*ACLSnapshot) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{18}
+	return file_lodestone_v1_peer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ACLSnapshot) GetPolicies() []*ACLPolicy {
@@ -1825,7 +1986,7 @@ var File_lodestone_v1_peer_proto protoreflect.FileDescriptor
 
 const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x17lodestone/v1/peer.proto\x12\flodestone.v1\x1a\x15lodestone/v1/kv.proto\x1a\x1alodestone/v1/cluster.proto\x1a\x1alodestone/v1/catalog.proto\x1a\x18lodestone/v1/admin.proto\"\x91\a\n" +
+	"\x17lodestone/v1/peer.proto\x12\flodestone.v1\x1a\x15lodestone/v1/kv.proto\x1a\x1alodestone/v1/cluster.proto\x1a\x1alodestone/v1/catalog.proto\x1a\x18lodestone/v1/admin.proto\"\x8d\b\n" +
 	"\aCommand\x12,\n" +
 	"\x03put\x18\x01 \x01(\v2\x18.lodestone.v1.PutRequestH\x00R\x03put\x125\n" +
 	"\x06delete\x18\x02 \x01(\v2\x1b.lodestone.v1.DeleteRequestH\x00R\x06delete\x12,\n" +
@@ -1838,11 +1999,18 @@ const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\x0esession_create\x18\r \x01(\v2\".lodestone.v1.CreateSessionRequestH\x00R\rsessionCreate\x12N\n" +
 	"\x0fsession_destroy\x18\x0e \x01(\v2#.lodestone.v1.DestroySessionRequestH\x00R\x0esessionDestroy\x12H\n" +
 	"\rsession_renew\x18\x0f \x01(\v2!.lodestone.v1.RenewSessionRequestH\x00R\fsessionRenew\x12P\n" +
-	"\x12session_invalidate\x18\x10 \x01(\v2\x1f.lodestone.v1.SessionInvalidateH\x00R\x11sessionInvalidate\x12=\n" +
+	"\x12session_invalidate\x18\x10 \x01(\v2\x1f.lodestone.v1.SessionInvalidateH\x00R\x11sessionInvalidate\x12B\n" +
+	"\vcatalog_txn\x18\x11 \x01(\v2\x1f.lodestone.v1.CatalogTxnRequestH\x00R\n" +
+	"catalogTxn\x12=\n" +
 	"\tadmission\x18\x1e \x01(\v2\x1d.lodestone.v1.AdmissionPolicyH\x00R\tadmission\x12,\n" +
-	"\x03acl\x18\x1f \x01(\v2\x18.lodestone.v1.ACLCommandH\x00R\x03acl\x12$\n" +
+	"\x03acl\x18\x1f \x01(\v2\x18.lodestone.v1.ACLCommandH\x00R\x03acl\x126\n" +
+	"\arestore\x18  \x01(\v2\x1a.lodestone.v1.StateRestoreH\x00R\arestore\x12$\n" +
 	"\x0etime_unix_nano\x18\x14 \x01(\x03R\ftimeUnixNanoB\x04\n" +
-	"\x02op\"q\n" +
+	"\x02op\"$\n" +
+	"\fStateRestore\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\fR\x05state\";\n" +
+	"\x12StateRestoreResult\x12%\n" +
+	"\x0esnapshot_index\x18\x01 \x01(\x04R\rsnapshotIndex\"q\n" +
 	"\x11SessionInvalidate\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x126\n" +
@@ -1851,7 +2019,7 @@ const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\vinvalidated\x18\x01 \x03(\tR\vinvalidated\"7\n" +
 	"\tRejection\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
-	"\x06detail\x18\x02 \x01(\tR\x06detail\"\x89\a\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\"\x8c\b\n" +
 	"\rCommandResult\x12-\n" +
 	"\x03put\x18\x01 \x01(\v2\x19.lodestone.v1.PutResponseH\x00R\x03put\x126\n" +
 	"\x06delete\x18\x02 \x01(\v2\x1c.lodestone.v1.DeleteResponseH\x00R\x06delete\x12-\n" +
@@ -1863,8 +2031,11 @@ const file_lodestone_v1_peer_proto_rawDesc = "" +
 	"\x0esession_create\x18\r \x01(\v2#.lodestone.v1.CreateSessionResponseH\x00R\rsessionCreate\x12O\n" +
 	"\x0fsession_destroy\x18\x0e \x01(\v2$.lodestone.v1.DestroySessionResponseH\x00R\x0esessionDestroy\x12I\n" +
 	"\rsession_renew\x18\x0f \x01(\v2\".lodestone.v1.RenewSessionResponseH\x00R\fsessionRenew\x12V\n" +
-	"\x12session_invalidate\x18\x10 \x01(\v2%.lodestone.v1.SessionInvalidateResultH\x00R\x11sessionInvalidate\x12+\n" +
-	"\x03acl\x18\x1f \x01(\v2\x17.lodestone.v1.ACLResultH\x00R\x03acl\x12\x1d\n" +
+	"\x12session_invalidate\x18\x10 \x01(\v2%.lodestone.v1.SessionInvalidateResultH\x00R\x11sessionInvalidate\x12C\n" +
+	"\vcatalog_txn\x18\x11 \x01(\v2 .lodestone.v1.CatalogTxnResponseH\x00R\n" +
+	"catalogTxn\x12+\n" +
+	"\x03acl\x18\x1f \x01(\v2\x17.lodestone.v1.ACLResultH\x00R\x03acl\x12<\n" +
+	"\arestore\x18  \x01(\v2 .lodestone.v1.StateRestoreResultH\x00R\arestore\x12\x1d\n" +
 	"\n" +
 	"cas_failed\x18\x04 \x01(\bR\tcasFailed\x12\x1f\n" +
 	"\vlock_failed\x18\x14 \x01(\bR\n" +
@@ -1972,106 +2143,114 @@ func file_lodestone_v1_peer_proto_rawDescGZIP() []byte {
 	return file_lodestone_v1_peer_proto_rawDescData
 }
 
-var file_lodestone_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_lodestone_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_lodestone_v1_peer_proto_goTypes = []any{
 	(*Command)(nil),                   // 0: lodestone.v1.Command
-	(*SessionInvalidate)(nil),         // 1: lodestone.v1.SessionInvalidate
-	(*SessionInvalidateResult)(nil),   // 2: lodestone.v1.SessionInvalidateResult
-	(*Rejection)(nil),                 // 3: lodestone.v1.Rejection
-	(*CommandResult)(nil),             // 4: lodestone.v1.CommandResult
-	(*ConfChangeContext)(nil),         // 5: lodestone.v1.ConfChangeContext
-	(*RaftAck)(nil),                   // 6: lodestone.v1.RaftAck
-	(*SnapshotChunk)(nil),             // 7: lodestone.v1.SnapshotChunk
-	(*ConfChangeRequest)(nil),         // 8: lodestone.v1.ConfChangeRequest
-	(*ConfChangeResponse)(nil),        // 9: lodestone.v1.ConfChangeResponse
-	(*LeaderIndexRequest)(nil),        // 10: lodestone.v1.LeaderIndexRequest
-	(*LeaderIndexResponse)(nil),       // 11: lodestone.v1.LeaderIndexResponse
-	(*ACLLink)(nil),                   // 12: lodestone.v1.ACLLink
-	(*ACLPolicy)(nil),                 // 13: lodestone.v1.ACLPolicy
-	(*ACLRole)(nil),                   // 14: lodestone.v1.ACLRole
-	(*ACLToken)(nil),                  // 15: lodestone.v1.ACLToken
-	(*ACLCommand)(nil),                // 16: lodestone.v1.ACLCommand
-	(*ACLResult)(nil),                 // 17: lodestone.v1.ACLResult
-	(*ACLSnapshot)(nil),               // 18: lodestone.v1.ACLSnapshot
-	(*PutRequest)(nil),                // 19: lodestone.v1.PutRequest
-	(*DeleteRequest)(nil),             // 20: lodestone.v1.DeleteRequest
-	(*TxnRequest)(nil),                // 21: lodestone.v1.TxnRequest
-	(*Member)(nil),                    // 22: lodestone.v1.Member
-	(*CatalogRegisterRequest)(nil),    // 23: lodestone.v1.CatalogRegisterRequest
-	(*CatalogDeregisterRequest)(nil),  // 24: lodestone.v1.CatalogDeregisterRequest
-	(*UpdateCheckRequest)(nil),        // 25: lodestone.v1.UpdateCheckRequest
-	(*CreateSessionRequest)(nil),      // 26: lodestone.v1.CreateSessionRequest
-	(*DestroySessionRequest)(nil),     // 27: lodestone.v1.DestroySessionRequest
-	(*RenewSessionRequest)(nil),       // 28: lodestone.v1.RenewSessionRequest
-	(*AdmissionPolicy)(nil),           // 29: lodestone.v1.AdmissionPolicy
-	(*PutResponse)(nil),               // 30: lodestone.v1.PutResponse
-	(*DeleteResponse)(nil),            // 31: lodestone.v1.DeleteResponse
-	(*TxnResponse)(nil),               // 32: lodestone.v1.TxnResponse
-	(*CatalogRegisterResponse)(nil),   // 33: lodestone.v1.CatalogRegisterResponse
-	(*CatalogDeregisterResponse)(nil), // 34: lodestone.v1.CatalogDeregisterResponse
-	(*UpdateCheckResponse)(nil),       // 35: lodestone.v1.UpdateCheckResponse
-	(*CreateSessionResponse)(nil),     // 36: lodestone.v1.CreateSessionResponse
-	(*DestroySessionResponse)(nil),    // 37: lodestone.v1.DestroySessionResponse
-	(*RenewSessionResponse)(nil),      // 38: lodestone.v1.RenewSessionResponse
-	(*TransferLeaderRequest)(nil),     // 39: lodestone.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),    // 40: lodestone.v1.TransferLeaderResponse
+	(*StateRestore)(nil),              // 1: lodestone.v1.StateRestore
+	(*StateRestoreResult)(nil),        // 2: lodestone.v1.StateRestoreResult
+	(*SessionInvalidate)(nil),         // 3: lodestone.v1.SessionInvalidate
+	(*SessionInvalidateResult)(nil),   // 4: lodestone.v1.SessionInvalidateResult
+	(*Rejection)(nil),                 // 5: lodestone.v1.Rejection
+	(*CommandResult)(nil),             // 6: lodestone.v1.CommandResult
+	(*ConfChangeContext)(nil),         // 7: lodestone.v1.ConfChangeContext
+	(*RaftAck)(nil),                   // 8: lodestone.v1.RaftAck
+	(*SnapshotChunk)(nil),             // 9: lodestone.v1.SnapshotChunk
+	(*ConfChangeRequest)(nil),         // 10: lodestone.v1.ConfChangeRequest
+	(*ConfChangeResponse)(nil),        // 11: lodestone.v1.ConfChangeResponse
+	(*LeaderIndexRequest)(nil),        // 12: lodestone.v1.LeaderIndexRequest
+	(*LeaderIndexResponse)(nil),       // 13: lodestone.v1.LeaderIndexResponse
+	(*ACLLink)(nil),                   // 14: lodestone.v1.ACLLink
+	(*ACLPolicy)(nil),                 // 15: lodestone.v1.ACLPolicy
+	(*ACLRole)(nil),                   // 16: lodestone.v1.ACLRole
+	(*ACLToken)(nil),                  // 17: lodestone.v1.ACLToken
+	(*ACLCommand)(nil),                // 18: lodestone.v1.ACLCommand
+	(*ACLResult)(nil),                 // 19: lodestone.v1.ACLResult
+	(*ACLSnapshot)(nil),               // 20: lodestone.v1.ACLSnapshot
+	(*PutRequest)(nil),                // 21: lodestone.v1.PutRequest
+	(*DeleteRequest)(nil),             // 22: lodestone.v1.DeleteRequest
+	(*TxnRequest)(nil),                // 23: lodestone.v1.TxnRequest
+	(*Member)(nil),                    // 24: lodestone.v1.Member
+	(*CatalogRegisterRequest)(nil),    // 25: lodestone.v1.CatalogRegisterRequest
+	(*CatalogDeregisterRequest)(nil),  // 26: lodestone.v1.CatalogDeregisterRequest
+	(*UpdateCheckRequest)(nil),        // 27: lodestone.v1.UpdateCheckRequest
+	(*CreateSessionRequest)(nil),      // 28: lodestone.v1.CreateSessionRequest
+	(*DestroySessionRequest)(nil),     // 29: lodestone.v1.DestroySessionRequest
+	(*RenewSessionRequest)(nil),       // 30: lodestone.v1.RenewSessionRequest
+	(*CatalogTxnRequest)(nil),         // 31: lodestone.v1.CatalogTxnRequest
+	(*AdmissionPolicy)(nil),           // 32: lodestone.v1.AdmissionPolicy
+	(*PutResponse)(nil),               // 33: lodestone.v1.PutResponse
+	(*DeleteResponse)(nil),            // 34: lodestone.v1.DeleteResponse
+	(*TxnResponse)(nil),               // 35: lodestone.v1.TxnResponse
+	(*CatalogRegisterResponse)(nil),   // 36: lodestone.v1.CatalogRegisterResponse
+	(*CatalogDeregisterResponse)(nil), // 37: lodestone.v1.CatalogDeregisterResponse
+	(*UpdateCheckResponse)(nil),       // 38: lodestone.v1.UpdateCheckResponse
+	(*CreateSessionResponse)(nil),     // 39: lodestone.v1.CreateSessionResponse
+	(*DestroySessionResponse)(nil),    // 40: lodestone.v1.DestroySessionResponse
+	(*RenewSessionResponse)(nil),      // 41: lodestone.v1.RenewSessionResponse
+	(*CatalogTxnResponse)(nil),        // 42: lodestone.v1.CatalogTxnResponse
+	(*TransferLeaderRequest)(nil),     // 43: lodestone.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),    // 44: lodestone.v1.TransferLeaderResponse
 }
 var file_lodestone_v1_peer_proto_depIdxs = []int32{
-	19, // 0: lodestone.v1.Command.put:type_name -> lodestone.v1.PutRequest
-	20, // 1: lodestone.v1.Command.delete:type_name -> lodestone.v1.DeleteRequest
-	21, // 2: lodestone.v1.Command.txn:type_name -> lodestone.v1.TxnRequest
-	22, // 3: lodestone.v1.Command.member:type_name -> lodestone.v1.Member
-	23, // 4: lodestone.v1.Command.catalog_register:type_name -> lodestone.v1.CatalogRegisterRequest
-	24, // 5: lodestone.v1.Command.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterRequest
-	25, // 6: lodestone.v1.Command.check_update:type_name -> lodestone.v1.UpdateCheckRequest
-	26, // 7: lodestone.v1.Command.session_create:type_name -> lodestone.v1.CreateSessionRequest
-	27, // 8: lodestone.v1.Command.session_destroy:type_name -> lodestone.v1.DestroySessionRequest
-	28, // 9: lodestone.v1.Command.session_renew:type_name -> lodestone.v1.RenewSessionRequest
-	1,  // 10: lodestone.v1.Command.session_invalidate:type_name -> lodestone.v1.SessionInvalidate
-	29, // 11: lodestone.v1.Command.admission:type_name -> lodestone.v1.AdmissionPolicy
-	16, // 12: lodestone.v1.Command.acl:type_name -> lodestone.v1.ACLCommand
-	30, // 13: lodestone.v1.CommandResult.put:type_name -> lodestone.v1.PutResponse
-	31, // 14: lodestone.v1.CommandResult.delete:type_name -> lodestone.v1.DeleteResponse
-	32, // 15: lodestone.v1.CommandResult.txn:type_name -> lodestone.v1.TxnResponse
-	33, // 16: lodestone.v1.CommandResult.catalog_register:type_name -> lodestone.v1.CatalogRegisterResponse
-	34, // 17: lodestone.v1.CommandResult.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterResponse
-	35, // 18: lodestone.v1.CommandResult.check_update:type_name -> lodestone.v1.UpdateCheckResponse
-	36, // 19: lodestone.v1.CommandResult.session_create:type_name -> lodestone.v1.CreateSessionResponse
-	37, // 20: lodestone.v1.CommandResult.session_destroy:type_name -> lodestone.v1.DestroySessionResponse
-	38, // 21: lodestone.v1.CommandResult.session_renew:type_name -> lodestone.v1.RenewSessionResponse
-	2,  // 22: lodestone.v1.CommandResult.session_invalidate:type_name -> lodestone.v1.SessionInvalidateResult
-	17, // 23: lodestone.v1.CommandResult.acl:type_name -> lodestone.v1.ACLResult
-	3,  // 24: lodestone.v1.CommandResult.rejected:type_name -> lodestone.v1.Rejection
-	22, // 25: lodestone.v1.ConfChangeContext.member:type_name -> lodestone.v1.Member
-	22, // 26: lodestone.v1.ConfChangeResponse.members:type_name -> lodestone.v1.Member
-	12, // 27: lodestone.v1.ACLRole.policies:type_name -> lodestone.v1.ACLLink
-	12, // 28: lodestone.v1.ACLToken.policies:type_name -> lodestone.v1.ACLLink
-	12, // 29: lodestone.v1.ACLToken.roles:type_name -> lodestone.v1.ACLLink
-	15, // 30: lodestone.v1.ACLCommand.bootstrap:type_name -> lodestone.v1.ACLToken
-	15, // 31: lodestone.v1.ACLCommand.token_set:type_name -> lodestone.v1.ACLToken
-	13, // 32: lodestone.v1.ACLCommand.policy_set:type_name -> lodestone.v1.ACLPolicy
-	14, // 33: lodestone.v1.ACLCommand.role_set:type_name -> lodestone.v1.ACLRole
-	15, // 34: lodestone.v1.ACLResult.token:type_name -> lodestone.v1.ACLToken
-	13, // 35: lodestone.v1.ACLResult.policy:type_name -> lodestone.v1.ACLPolicy
-	14, // 36: lodestone.v1.ACLResult.role:type_name -> lodestone.v1.ACLRole
-	13, // 37: lodestone.v1.ACLSnapshot.policies:type_name -> lodestone.v1.ACLPolicy
-	14, // 38: lodestone.v1.ACLSnapshot.roles:type_name -> lodestone.v1.ACLRole
-	15, // 39: lodestone.v1.ACLSnapshot.tokens:type_name -> lodestone.v1.ACLToken
-	7,  // 40: lodestone.v1.Peer.Snapshot:input_type -> lodestone.v1.SnapshotChunk
-	8,  // 41: lodestone.v1.Peer.ChangeConf:input_type -> lodestone.v1.ConfChangeRequest
-	39, // 42: lodestone.v1.Peer.TransferLeader:input_type -> lodestone.v1.TransferLeaderRequest
-	10, // 43: lodestone.v1.Peer.LeaderIndex:input_type -> lodestone.v1.LeaderIndexRequest
-	10, // 44: lodestone.v1.Peer.LeaderIndexStream:input_type -> lodestone.v1.LeaderIndexRequest
-	6,  // 45: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
-	9,  // 46: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
-	40, // 47: lodestone.v1.Peer.TransferLeader:output_type -> lodestone.v1.TransferLeaderResponse
-	11, // 48: lodestone.v1.Peer.LeaderIndex:output_type -> lodestone.v1.LeaderIndexResponse
-	11, // 49: lodestone.v1.Peer.LeaderIndexStream:output_type -> lodestone.v1.LeaderIndexResponse
-	45, // [45:50] is the sub-list for method output_type
-	40, // [40:45] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	21, // 0: lodestone.v1.Command.put:type_name -> lodestone.v1.PutRequest
+	22, // 1: lodestone.v1.Command.delete:type_name -> lodestone.v1.DeleteRequest
+	23, // 2: lodestone.v1.Command.txn:type_name -> lodestone.v1.TxnRequest
+	24, // 3: lodestone.v1.Command.member:type_name -> lodestone.v1.Member
+	25, // 4: lodestone.v1.Command.catalog_register:type_name -> lodestone.v1.CatalogRegisterRequest
+	26, // 5: lodestone.v1.Command.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterRequest
+	27, // 6: lodestone.v1.Command.check_update:type_name -> lodestone.v1.UpdateCheckRequest
+	28, // 7: lodestone.v1.Command.session_create:type_name -> lodestone.v1.CreateSessionRequest
+	29, // 8: lodestone.v1.Command.session_destroy:type_name -> lodestone.v1.DestroySessionRequest
+	30, // 9: lodestone.v1.Command.session_renew:type_name -> lodestone.v1.RenewSessionRequest
+	3,  // 10: lodestone.v1.Command.session_invalidate:type_name -> lodestone.v1.SessionInvalidate
+	31, // 11: lodestone.v1.Command.catalog_txn:type_name -> lodestone.v1.CatalogTxnRequest
+	32, // 12: lodestone.v1.Command.admission:type_name -> lodestone.v1.AdmissionPolicy
+	18, // 13: lodestone.v1.Command.acl:type_name -> lodestone.v1.ACLCommand
+	1,  // 14: lodestone.v1.Command.restore:type_name -> lodestone.v1.StateRestore
+	33, // 15: lodestone.v1.CommandResult.put:type_name -> lodestone.v1.PutResponse
+	34, // 16: lodestone.v1.CommandResult.delete:type_name -> lodestone.v1.DeleteResponse
+	35, // 17: lodestone.v1.CommandResult.txn:type_name -> lodestone.v1.TxnResponse
+	36, // 18: lodestone.v1.CommandResult.catalog_register:type_name -> lodestone.v1.CatalogRegisterResponse
+	37, // 19: lodestone.v1.CommandResult.catalog_deregister:type_name -> lodestone.v1.CatalogDeregisterResponse
+	38, // 20: lodestone.v1.CommandResult.check_update:type_name -> lodestone.v1.UpdateCheckResponse
+	39, // 21: lodestone.v1.CommandResult.session_create:type_name -> lodestone.v1.CreateSessionResponse
+	40, // 22: lodestone.v1.CommandResult.session_destroy:type_name -> lodestone.v1.DestroySessionResponse
+	41, // 23: lodestone.v1.CommandResult.session_renew:type_name -> lodestone.v1.RenewSessionResponse
+	4,  // 24: lodestone.v1.CommandResult.session_invalidate:type_name -> lodestone.v1.SessionInvalidateResult
+	42, // 25: lodestone.v1.CommandResult.catalog_txn:type_name -> lodestone.v1.CatalogTxnResponse
+	19, // 26: lodestone.v1.CommandResult.acl:type_name -> lodestone.v1.ACLResult
+	2,  // 27: lodestone.v1.CommandResult.restore:type_name -> lodestone.v1.StateRestoreResult
+	5,  // 28: lodestone.v1.CommandResult.rejected:type_name -> lodestone.v1.Rejection
+	24, // 29: lodestone.v1.ConfChangeContext.member:type_name -> lodestone.v1.Member
+	24, // 30: lodestone.v1.ConfChangeResponse.members:type_name -> lodestone.v1.Member
+	14, // 31: lodestone.v1.ACLRole.policies:type_name -> lodestone.v1.ACLLink
+	14, // 32: lodestone.v1.ACLToken.policies:type_name -> lodestone.v1.ACLLink
+	14, // 33: lodestone.v1.ACLToken.roles:type_name -> lodestone.v1.ACLLink
+	17, // 34: lodestone.v1.ACLCommand.bootstrap:type_name -> lodestone.v1.ACLToken
+	17, // 35: lodestone.v1.ACLCommand.token_set:type_name -> lodestone.v1.ACLToken
+	15, // 36: lodestone.v1.ACLCommand.policy_set:type_name -> lodestone.v1.ACLPolicy
+	16, // 37: lodestone.v1.ACLCommand.role_set:type_name -> lodestone.v1.ACLRole
+	17, // 38: lodestone.v1.ACLResult.token:type_name -> lodestone.v1.ACLToken
+	15, // 39: lodestone.v1.ACLResult.policy:type_name -> lodestone.v1.ACLPolicy
+	16, // 40: lodestone.v1.ACLResult.role:type_name -> lodestone.v1.ACLRole
+	15, // 41: lodestone.v1.ACLSnapshot.policies:type_name -> lodestone.v1.ACLPolicy
+	16, // 42: lodestone.v1.ACLSnapshot.roles:type_name -> lodestone.v1.ACLRole
+	17, // 43: lodestone.v1.ACLSnapshot.tokens:type_name -> lodestone.v1.ACLToken
+	9,  // 44: lodestone.v1.Peer.Snapshot:input_type -> lodestone.v1.SnapshotChunk
+	10, // 45: lodestone.v1.Peer.ChangeConf:input_type -> lodestone.v1.ConfChangeRequest
+	43, // 46: lodestone.v1.Peer.TransferLeader:input_type -> lodestone.v1.TransferLeaderRequest
+	12, // 47: lodestone.v1.Peer.LeaderIndex:input_type -> lodestone.v1.LeaderIndexRequest
+	12, // 48: lodestone.v1.Peer.LeaderIndexStream:input_type -> lodestone.v1.LeaderIndexRequest
+	8,  // 49: lodestone.v1.Peer.Snapshot:output_type -> lodestone.v1.RaftAck
+	11, // 50: lodestone.v1.Peer.ChangeConf:output_type -> lodestone.v1.ConfChangeResponse
+	44, // 51: lodestone.v1.Peer.TransferLeader:output_type -> lodestone.v1.TransferLeaderResponse
+	13, // 52: lodestone.v1.Peer.LeaderIndex:output_type -> lodestone.v1.LeaderIndexResponse
+	13, // 53: lodestone.v1.Peer.LeaderIndexStream:output_type -> lodestone.v1.LeaderIndexResponse
+	49, // [49:54] is the sub-list for method output_type
+	44, // [44:49] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_lodestone_v1_peer_proto_init() }
@@ -2095,10 +2274,12 @@ func file_lodestone_v1_peer_proto_init() {
 		(*Command_SessionDestroy)(nil),
 		(*Command_SessionRenew)(nil),
 		(*Command_SessionInvalidate)(nil),
+		(*Command_CatalogTxn)(nil),
 		(*Command_Admission)(nil),
 		(*Command_Acl)(nil),
+		(*Command_Restore)(nil),
 	}
-	file_lodestone_v1_peer_proto_msgTypes[4].OneofWrappers = []any{
+	file_lodestone_v1_peer_proto_msgTypes[6].OneofWrappers = []any{
 		(*CommandResult_Put)(nil),
 		(*CommandResult_Delete)(nil),
 		(*CommandResult_Txn)(nil),
@@ -2109,9 +2290,11 @@ func file_lodestone_v1_peer_proto_init() {
 		(*CommandResult_SessionDestroy)(nil),
 		(*CommandResult_SessionRenew)(nil),
 		(*CommandResult_SessionInvalidate)(nil),
+		(*CommandResult_CatalogTxn)(nil),
 		(*CommandResult_Acl)(nil),
+		(*CommandResult_Restore)(nil),
 	}
-	file_lodestone_v1_peer_proto_msgTypes[16].OneofWrappers = []any{
+	file_lodestone_v1_peer_proto_msgTypes[18].OneofWrappers = []any{
 		(*ACLCommand_Bootstrap)(nil),
 		(*ACLCommand_TokenSet)(nil),
 		(*ACLCommand_TokenDelete)(nil),
@@ -2126,7 +2309,7 @@ func file_lodestone_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lodestone_v1_peer_proto_rawDesc), len(file_lodestone_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

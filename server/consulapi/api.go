@@ -221,6 +221,7 @@ func (a *API) Register(mux *http.ServeMux) {
 	handle("GET /v1/session/list", a.sessionList)
 	handle("GET /v1/session/node/{node}", a.sessionNode)
 	a.registerACL(mux, handle)
+	a.registerOps(handle) // ops.go
 }
 
 // inDC answers a request whose ?dc names a datacenter other than this
@@ -281,6 +282,12 @@ func (e *httpError) Error() string { return e.msg }
 
 func badRequest(format string, args ...any) error {
 	return &httpError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
+}
+
+// consulError is a refusal Consul makes in its RPC layer: its clients get
+// a 500 with the reason, and some match on the words.
+func consulError(format string, args ...any) error {
+	return &httpError{http.StatusInternalServerError, fmt.Sprintf(format, args...)}
 }
 
 // writeError answers with Consul's plain-text error bodies and codes.

@@ -83,6 +83,11 @@ func Block(ctx context.Context, hub *watch.Hub, st *store.Store, d Dep, after ui
 	}
 	req, changed := waitSpec(st, d, after)
 	_, err := hub.WaitFor(ctx, req, jittered(wait), changed)
+	if errors.As(err, new(*watch.CompactedError)) {
+		// NB: what it waited for is older than the hub holds, or the
+		// state was restored since: answer now, as a parked query does.
+		return nil
+	}
 	return badWait(err)
 }
 

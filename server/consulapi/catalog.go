@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/lodestone-kv/lodestone/acl"
@@ -127,10 +128,10 @@ func (a *API) catalogRegister(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if in.Node == "" {
-		return badRequest("Missing node name")
+		return consulError("Must provide node")
 	}
 	if in.Address == "" && !in.SkipNodeUpdate {
-		return badRequest("Missing node address")
+		return consulError("Must provide address if SkipNodeUpdate is not set")
 	}
 	req := &lodestonepb.CatalogRegisterRequest{SkipNodeUpdate: in.SkipNodeUpdate, Node: &lodestonepb.Node{
 		Id: in.ID, Name: in.Node, Address: in.Address, Datacenter: in.Datacenter, TaggedAddresses: in.TaggedAddresses, Meta: in.NodeMeta,
@@ -176,7 +177,7 @@ func (a *API) catalogDeregister(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if in.Node == "" {
-		return badRequest("Missing node name")
+		return consulError("Must provide node")
 	}
 	req := &lodestonepb.CatalogDeregisterRequest{Node: in.Node, ServiceId: in.ServiceID, CheckId: in.CheckID}
 	if _, _, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_CatalogDeregister{CatalogDeregister: req}}); err != nil {
@@ -207,6 +208,10 @@ func (a *API) readDep(w http.ResponseWriter, r *http.Request, d Dep) (*acl.Autho
 }
 
 func (a *API) catalogServices(w http.ResponseWriter, r *http.Request) error {
+	f, err := parseListFilter(Query(r.URL))
+	if err != nil {
+		return err
+	}
 	az, err := a.readDep(w, r, ServicesDep())
 	if err != nil {
 		return err
@@ -215,43 +220,88 @@ func (a *API) catalogServices(w http.ResponseWriter, r *http.Request) error {
 	svcs = acl.FilterServices(az, svcs)
 	out := make(map[string][]string, len(svcs))
 	for _, s := range svcs {
-		out[s.Name] = nonNil(s.Tags)
+		if !f.active() {
+			out[s.Name] = nonNil(s.Tags)
+			continue
+		}
+		// NB: as Consul: ?filter and ?node-meta select instances (the
+		// /v1/catalog/service shape); a name is listed with the tags of
+		// the instances that pass.
+		rows, err := a.catalogRows(az, f, s.Name, nil)
+		if err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		var tags []string
+		for _, row := range rows {
+			tags = append(tags, row.ServiceTags...)
+		}
+		slices.Sort(tags)
+		out[s.Name] = slices.Compact(nonNil(tags))
 	}
 	a.setMeta(w, m.Index)
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
-func (a *API) catalogService(w http.ResponseWriter, r *http.Request) error {
-	name := r.PathValue("service")
-	az, err := a.readDep(w, r, ServiceDep(name))
-	if err != nil {
-		return err
-	}
-	insts, m := a.b.Store().ServiceInstances(name, Query(r.URL).All("tag"), false)
+// catalogRows is /v1/catalog/service/:name's answer: the instances of name
+// with tags that az may read and f keeps.
+func (a *API) catalogRows(az *acl.Authorizer, f listFilter, name string, tags []string) ([]catalogServiceJSON, error) {
+	insts, _ := a.b.Store().ServiceInstances(name, tags, false)
 	if !az.Allowed(acl.ResourceService, name, acl.AccessRead) {
 		insts = nil
 	}
 	insts = acl.FilterInstances(az, insts)
-	out := make([]catalogServiceJSON, len(insts))
-	for i, in := range insts {
-		out[i] = catalogServiceOut(in.Node, in.Service)
+	out := make([]catalogServiceJSON, 0, len(insts))
+	for _, in := range insts {
+		if f.nodeMatches(in.Node.GetMeta()) {
+			out = append(out, catalogServiceOut(in.Node, in.Service))
+		}
 	}
-	a.setMeta(w, m.Index)
+	return filterItems(f, out)
+}
+
+func (a *API) catalogService(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("service")
+	f, err := parseListFilter(Query(r.URL))
+	if err != nil {
+		return err
+	}
+	az, err := a.readDep(w, r, ServiceDep(name))
+	if err != nil {
+		return err
+	}
+	m := a.b.Store().ServiceIndex(name)
+	out, err := a.catalogRows(az, f, name, Query(r.URL).All("tag"))
+	if err != nil {
+		return err
+	}
+	a.setMeta(w, m)
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
 func (a *API) catalogNodes(w http.ResponseWriter, r *http.Request) error {
+	f, err := parseListFilter(Query(r.URL))
+	if err != nil {
+		return err
+	}
 	az, err := a.readDep(w, r, NodesDep())
 	if err != nil {
 		return err
 	}
 	nodes, m := a.b.Store().Nodes()
 	nodes = acl.FilterNodes(az, nodes)
-	out := make([]*nodeJSON, len(nodes))
-	for i, n := range nodes {
-		out[i] = nodeOut(n)
+	out := make([]*nodeJSON, 0, len(nodes))
+	for _, n := range nodes {
+		if f.nodeMatches(n.Meta) {
+			out = append(out, nodeOut(n))
+		}
+	}
+	if out, err = filterItems(f, out); err != nil {
+		return err
 	}
 	a.setMeta(w, m.Index)
 	writeJSON(w, http.StatusOK, out)
@@ -296,6 +346,10 @@ func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	f, err := parseListFilter(v)
+	if err != nil {
+		return err
+	}
 	az, err := a.readDep(w, r, ServiceDep(name))
 	if err != nil {
 		return err
@@ -305,9 +359,14 @@ func (a *API) healthService(w http.ResponseWriter, r *http.Request) error {
 		hs = nil
 	}
 	hs = acl.FilterHealth(az, hs)
-	out := make([]serviceEntryJSON, len(hs))
-	for i, h := range hs {
-		out[i] = serviceEntryJSON{Node: nodeOut(h.Node), Service: serviceOut(h.Service), Checks: checksOut(h.Checks)}
+	out := make([]serviceEntryJSON, 0, len(hs))
+	for _, h := range hs {
+		if f.nodeMatches(h.Node.GetMeta()) {
+			out = append(out, serviceEntryJSON{Node: nodeOut(h.Node), Service: serviceOut(h.Service), Checks: checksOut(h.Checks)})
+		}
+	}
+	if out, err = filterItems(f, out); err != nil {
+		return err
 	}
 	a.setMeta(w, m.Index)
 	writeJSON(w, http.StatusOK, out)
@@ -335,28 +394,32 @@ func boolParam(v Params, name string) (bool, error) {
 
 func (a *API) healthChecks(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("service")
+	f, err := parseListFilter(Query(r.URL))
+	if err != nil {
+		return err
+	}
 	az, err := a.readDep(w, r, ServiceDep(name))
 	if err != nil {
 		return err
 	}
 	cs, m := a.b.Store().ServiceChecks(name)
-	cs = acl.FilterChecks(az, cs)
-	a.setMeta(w, m.Index)
-	writeJSON(w, http.StatusOK, checksOut(cs))
-	return nil
+	return a.writeChecks(w, f, m.Index, acl.FilterChecks(az, cs))
 }
 
 func (a *API) healthNode(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("node")
+	f, err := parseListFilter(Query(r.URL))
+	if err != nil {
+		return err
+	}
+	// NB: Consul takes no ?node-meta here: the node is named.
+	f.nodeMeta = nil
 	az, err := a.readDep(w, r, NodeDep(name))
 	if err != nil {
 		return err
 	}
 	cs, m := a.b.Store().NodeChecks(name)
-	cs = acl.FilterChecks(az, cs)
-	a.setMeta(w, m.Index)
-	writeJSON(w, http.StatusOK, checksOut(cs))
-	return nil
+	return a.writeChecks(w, f, m.Index, acl.FilterChecks(az, cs))
 }
 
 func (a *API) healthState(w http.ResponseWriter, r *http.Request) error {
@@ -368,14 +431,43 @@ func (a *API) healthState(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("Invalid check state %q: use any, passing, warning or critical", state)
 		}
 	}
+	f, err := parseListFilter(Query(r.URL))
+	if err != nil {
+		return err
+	}
 	az, err := a.readDep(w, r, ChecksDep())
 	if err != nil {
 		return err
 	}
 	cs, m := a.b.Store().ChecksInState(st)
-	cs = acl.FilterChecks(az, cs)
-	a.setMeta(w, m.Index)
-	writeJSON(w, http.StatusOK, checksOut(cs))
+	return a.writeChecks(w, f, m.Index, acl.FilterChecks(az, cs))
+}
+
+// writeChecks answers a check listing read at index with the checks f
+// keeps.
+func (a *API) writeChecks(w http.ResponseWriter, f listFilter, index uint64, cs []*lodestonepb.Check) error {
+	meta := map[string]map[string]string{} // node -> its meta, for ?node-meta
+	out := make([]healthCheckJSON, 0, len(cs))
+	for _, c := range cs {
+		if len(f.nodeMeta) > 0 {
+			nm, seen := meta[c.Node]
+			if !seen {
+				ns, _ := a.b.Store().Node(c.Node)
+				nm = ns.GetNode().GetMeta()
+				meta[c.Node] = nm
+			}
+			if !f.nodeMatches(nm) {
+				continue
+			}
+		}
+		out = append(out, checkOut(c))
+	}
+	out, err := filterItems(f, out)
+	if err != nil {
+		return err
+	}
+	a.setMeta(w, index)
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -664,6 +756,10 @@ func (a *API) agentServices(w http.ResponseWriter, r *http.Request) error {
 	for _, s := range acl.FilterNodeServices(az, ns.GetServices()) {
 		out[s.Id] = serviceOut(s)
 	}
+	// ?filter (filter.go)
+	if out, err = filterAgentListing(Query(r.URL), out); err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
@@ -679,6 +775,10 @@ func (a *API) agentChecks(w http.ResponseWriter, r *http.Request) error {
 	out := map[string]healthCheckJSON{}
 	for _, c := range acl.FilterChecks(az, checks) {
 		out[c.CheckId] = checkOut(c)
+	}
+	// ?filter (filter.go)
+	if out, err = filterAgentListing(Query(r.URL), out); err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -237,7 +238,7 @@ func (a *API) kvPut(w http.ResponseWriter, r *http.Request, key string) error {
 	res, _, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_Put{Put: put}})
 	if rejected(err, store.RejectSessionMissing) {
 		// Consul: acquiring with an unknown session is an error, not false.
-		return &httpError{http.StatusInternalServerError, fmt.Sprintf("invalid session %q", put.Session)}
+		return consulError("Invalid session %q", put.Session)
 	}
 	if err != nil {
 		return err
@@ -271,17 +272,22 @@ func (a *API) kvDelete(w http.ResponseWriter, r *http.Request, key string) error
 	return nil
 }
 
-// txnOp is Consul's JSON for one transaction operation (api.TxnOp); only
-// KV operations are supported.
+// txnOp is Consul's JSON for one transaction operation (api.TxnOp): KV,
+// or a node, service or check operation (txn_catalog.go).
 type txnOp struct {
-	KV *struct {
-		Verb    string
-		Key     string
-		Value   []byte
-		Flags   uint64
-		Index   uint64
-		Session string
-	}
+	KV      *txnKVOp
+	Node    *txnNodeOp
+	Service *txnServiceOp
+	Check   *txnCheckOp
+}
+
+type txnKVOp struct {
+	Verb    string
+	Key     string
+	Value   []byte
+	Flags   uint64
+	Index   uint64
+	Session string
 }
 
 var txnVerbs = map[string]lodestonepb.TxnOp_Verb{
@@ -296,6 +302,20 @@ var txnVerbs = map[string]lodestonepb.TxnOp_Verb{
 	"lock":             lodestonepb.TxnOp_LOCK,
 	"unlock":           lodestonepb.TxnOp_UNLOCK,
 	"check-session":    lodestonepb.TxnOp_CHECK_SESSION,
+}
+
+// pb is the store's form of a KV operation.
+func (k *txnKVOp) pb() (*lodestonepb.TxnOp, error) {
+	verb, ok := txnVerbs[k.Verb]
+	if !ok {
+		return nil, fmt.Errorf("unknown or unsupported KV verb %q", k.Verb)
+	}
+	o := &lodestonepb.TxnOp{Verb: verb, Key: []byte(k.Key), Value: k.Value, Flags: k.Flags, Index: k.Index}
+	switch verb {
+	case lodestonepb.TxnOp_LOCK, lodestonepb.TxnOp_UNLOCK, lodestonepb.TxnOp_CHECK_SESSION:
+		o.Session = k.Session
+	}
+	return o, nil
 }
 
 type txnResult struct {
@@ -346,23 +366,18 @@ func (a *API) doTxn(w http.ResponseWriter, r *http.Request) error {
 		// NB: Consul's code and words.
 		return a.tooLarge("max-txn-ops", "Transaction contains too many operations (%d > %d)", len(ops), max)
 	}
+	if slices.ContainsFunc(ops, func(op txnOp) bool { return op.KV == nil }) {
+		return a.catalogTxn(w, r, ops) // txn_catalog.go
+	}
 	req := &lodestonepb.TxnRequest{Ops: make([]*lodestonepb.TxnOp, len(ops))}
 	var errs []txnError
 	for i, op := range ops {
-		if op.KV == nil {
-			errs = append(errs, txnError{i, "only KV operations are supported"})
+		o, err := op.KV.pb()
+		if err != nil {
+			errs = append(errs, txnError{i, err.Error()})
 			continue
 		}
-		verb, ok := txnVerbs[op.KV.Verb]
-		if !ok {
-			errs = append(errs, txnError{i, fmt.Sprintf("unknown or unsupported KV verb %q", op.KV.Verb)})
-			continue
-		}
-		req.Ops[i] = &lodestonepb.TxnOp{Verb: verb, Key: []byte(op.KV.Key), Value: op.KV.Value, Flags: op.KV.Flags, Index: op.KV.Index}
-		switch verb {
-		case lodestonepb.TxnOp_LOCK, lodestonepb.TxnOp_UNLOCK, lodestonepb.TxnOp_CHECK_SESSION:
-			req.Ops[i].Session = op.KV.Session
-		}
+		req.Ops[i] = o
 	}
 	if len(errs) > 0 {
 		writeJSON(w, http.StatusConflict, map[string]any{"Results": nil, "Errors": errs})

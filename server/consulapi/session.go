@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -110,17 +109,23 @@ func (a *API) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	se := &lodestonepb.SessionEntry{Name: in.Name, Node: in.Node, NodeChecks: in.NodeChecks}
-	switch strings.ToLower(in.Behavior) {
+	// NB: Consul refuses a bad Behavior or TTL in its RPC layer, so its
+	// clients see a 500 with these words, not a 400.
+	switch in.Behavior {
 	case "", "release":
 	case "delete":
 		se.Behavior = lodestonepb.SessionBehavior_SESSION_DELETE
 	default:
-		return badRequest("Invalid Behavior %q: use release or delete", in.Behavior)
+		return consulError("Invalid Behavior setting '%s'", in.Behavior)
 	}
 	if in.TTL != "" {
 		d, err := time.ParseDuration(in.TTL)
 		if err != nil {
-			return badRequest("Request decode failed: invalid TTL %q: use a duration such as 15s", in.TTL)
+			return consulError("Session TTL '%s' invalid: %v", in.TTL, err)
+		}
+		if d != 0 && (d < store.SessionTTLMin || d > store.SessionTTLMax) {
+			// NB: '%d' of a duration, nanoseconds, as Consul writes it.
+			return consulError("Invalid Session TTL '%d', must be between [%v=%v]", int64(d), store.SessionTTLMin, store.SessionTTLMax)
 		}
 		if d != 0 {
 			se.Ttl = durationpb.New(d)
@@ -147,6 +152,9 @@ func (a *API) sessionCreate(w http.ResponseWriter, r *http.Request) error {
 	}
 	se.Checks = checks
 	res, _, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_SessionCreate{SessionCreate: &lodestonepb.CreateSessionRequest{Session: se}}})
+	if rejected(err, store.RejectNodeMissing, store.RejectCheckMissing, store.RejectCheckCritical) {
+		return a.sessionRefusal(se, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -217,4 +225,32 @@ func (a *API) sessionNode(w http.ResponseWriter, r *http.Request) error {
 	a.setMeta(w, m.Index)
 	writeJSON(w, http.StatusOK, sessionsOut(acl.FilterSessions(az, list)))
 	return nil
+}
+
+// sessionRefusal is Consul's 500 for a session its state refuses: a node
+// or a bound check missing, or a bound check critical.
+func (a *API) sessionRefusal(se *lodestonepb.SessionEntry, err error) error {
+	if rejected(err, store.RejectNodeMissing) {
+		return consulError("Missing node registration")
+	}
+	checks, _ := a.b.Store().NodeChecks(se.Node)
+	status := map[string]lodestonepb.HealthStatus{}
+	for _, c := range checks {
+		status[c.CheckId] = c.Status
+	}
+	ids := append(append([]string(nil), se.Checks...), se.NodeChecks...)
+	for _, sc := range se.ServiceChecks {
+		ids = append(ids, sc.Id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		st, ok := status[id]
+		switch {
+		case !ok:
+			return consulError("Missing check '%s' registration", id)
+		case st == lodestonepb.HealthStatus_HEALTH_CRITICAL:
+			return consulError("Check '%s' is in %s state", id, lodestonepb.HealthStatusWord(st))
+		}
+	}
+	return err
 }

@@ -12,8 +12,6 @@ package snapshot
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -21,28 +19,18 @@ import (
 	"os"
 	"path/filepath"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/snapfile"
 	"github.com/lodestone-kv/lodestone/store"
 )
 
-// Snapshot file layout, version 1. All integers big-endian.
-//
-//	0        magic    [8]byte  "LDSTBKUP"
-//	8        version  uint32   1
-//	12       hlen     uint32   header length, at most maxHeaderBytes
-//	16       header   lodestone.v1.SavedSnapshotHeader (deterministic protobuf)
-//	16+hlen  data     header.size bytes: one store snapshot stream
-//	end-32   sha256   [32]byte SHA-256 of every byte before it
-//
-// The file is complete only with its checksum: a file cut anywhere is
-// refused as truncated, a changed byte as a checksum mismatch.
+// The file layout is package snapfile's (internal/snapfile), shared with
+// the Consul API's /v1/snapshot; these names keep this package's tests and
+// code short.
 const (
-	fileMagic      = "LDSTBKUP"
-	fileVersion    = 1
-	fileHeaderLen  = 16
-	maxHeaderBytes = 1 << 20
+	fileMagic      = snapfile.Magic
+	fileHeaderLen  = snapfile.HeaderLen
+	maxHeaderBytes = snapfile.MaxHeaderBytes
 )
 
 // ErrDamaged is wrapped by every error for a snapshot file that is not a
@@ -104,15 +92,7 @@ type Member struct {
 
 // encodeHeader returns the bytes of the file before the data.
 func encodeHeader(h *lodestonepb.SavedSnapshotHeader) ([]byte, error) {
-	hb, err := proto.MarshalOptions{Deterministic: true}.Marshal(h)
-	if err != nil {
-		return nil, fmt.Errorf("encode snapshot header: %w", err)
-	}
-	out := make([]byte, fileHeaderLen, fileHeaderLen+len(hb))
-	copy(out, fileMagic)
-	binary.BigEndian.PutUint32(out[8:], fileVersion)
-	binary.BigEndian.PutUint32(out[12:], uint32(len(hb)))
-	return append(out, hb...), nil
+	return snapfile.EncodeHeader(h)
 }
 
 // parsed is a verified snapshot file.
@@ -130,44 +110,15 @@ func readFile(path string) (*parsed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read snapshot file: %w", err)
 	}
-	bad := func(format string, args ...any) error {
-		return &DamagedError{Path: path, Reason: fmt.Sprintf(format, args...)}
+	f, err := snapfile.Parse(b)
+	var d *snapfile.Damage
+	if errors.As(err, &d) {
+		return nil, &DamagedError{Path: path, Reason: d.Reason, Err: d.Err}
 	}
-	if len(b) < fileHeaderLen {
-		return nil, bad("truncated: %d bytes, shorter than the %d-byte file header", len(b), fileHeaderLen)
+	if err != nil {
+		return nil, err
 	}
-	if string(b[:8]) != fileMagic {
-		return nil, bad("bad magic %q, want %q (not a lodestone snapshot file)", b[:8], fileMagic)
-	}
-	if v := binary.BigEndian.Uint32(b[8:]); v != fileVersion {
-		return nil, bad("version %d unsupported (this build reads version %d)", v, fileVersion)
-	}
-	hlen := int(binary.BigEndian.Uint32(b[12:]))
-	if hlen > maxHeaderBytes {
-		return nil, bad("header length %d exceeds %d", hlen, maxHeaderBytes)
-	}
-	if len(b) < fileHeaderLen+hlen {
-		return nil, bad("truncated: %d bytes, the header alone needs %d", len(b), fileHeaderLen+hlen)
-	}
-	h := &lodestonepb.SavedSnapshotHeader{}
-	if err := proto.Unmarshal(b[fileHeaderLen:fileHeaderLen+hlen], h); err != nil {
-		return nil, &DamagedError{Path: path, Reason: "undecodable header", Err: err}
-	}
-	want := uint64(fileHeaderLen+hlen) + h.GetSize() + sha256.Size
-	switch {
-	case uint64(len(b)) < want:
-		return nil, bad("truncated: %d bytes, the header promises %d (%d bytes of state and a 32-byte checksum)", len(b), want, h.GetSize())
-	case uint64(len(b)) > want:
-		return nil, bad("%d unexpected bytes after the checksum", uint64(len(b))-want)
-	}
-	body := b[:len(b)-sha256.Size]
-	got := sha256.Sum256(body)
-	var stored [32]byte
-	copy(stored[:], b[len(b)-sha256.Size:])
-	if got != stored {
-		return nil, bad("checksum mismatch: stored %s, contents hash to %s", hex.EncodeToString(stored[:8]), hex.EncodeToString(got[:8]))
-	}
-	return &parsed{header: h, data: body[fileHeaderLen+hlen:], sum: stored, size: int64(len(b))}, nil
+	return &parsed{header: f.Header, data: f.Data, sum: f.Sum, size: f.Size}, nil
 }
 
 // loadStore decodes the state of a verified file into a new store and
