@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,7 @@ import (
 	"github.com/lodestone-kv/lodestone/raftnode"
 	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/server/httppark"
+	"github.com/lodestone-kv/lodestone/server/localagent"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
 )
@@ -47,6 +49,10 @@ type Server struct {
 	gossip *serverGossip
 	// park holds waiting Consul blocking queries (nil with NoParking).
 	park *httppark.Lot
+	// local runs what /v1/agent registers on this server (agent.go).
+	local *localagent.Agent
+	// left: this server left the cluster on request (agent.go).
+	left atomic.Bool
 	// httpConns limits the HTTP listener's connections.
 	httpConns *connLimit
 
@@ -131,6 +137,11 @@ func New(cfg Config) (*Server, error) {
 		func(ctx context.Context) error { return s.raft.LeaderRead(ctx, time.Now()) }, s.metrics.reg)
 	s.sessionMetrics = newSessionMetrics(s.metrics.reg, s.store)
 	s.holdMetrics = newHoldMetrics(s.metrics.reg)
+	if s.local, err = s.openLocalAgent(); err != nil {
+		s.closeListeners()
+		s.raft.Stop()
+		return nil, errors.Join(err, s.transport.Close(), s.log.Close(), s.hub.Close())
+	}
 	return s, nil
 }
 
@@ -258,7 +269,7 @@ func (s *Server) Start() {
 		s.metrics.reg.MustRegister(s.park)
 		httpLis = s.park.Wrap(httpLis)
 	}
-	consulapi.New(consulBackend{s.core}, consulapi.Config{
+	consulapi.New(consulBackend{s: s.core, local: s.local, membership: membership{s}}, consulapi.Config{
 		MaxWait: s.cfg.MaxBlockingWait, Logger: s.logger.With("component", "consulapi"),
 		InFlight: s.sessionMetrics.blocking.WithLabelValues("http"), Park: s.park, Denied: s.authz.denied,
 		Refused: s.metrics.refused, MaxTxnBytes: s.cfg.MaxTxnRequestBytes, MaxRangeBytes: s.rangeBytes(),
@@ -278,6 +289,7 @@ func (s *Server) Start() {
 		s.gossip = g
 		g.start(s.ctx)
 	}
+	s.local.Start()
 	grpcLis := newConnLimit(s.grpcLis, positiveOr(s.cfg.MaxConnections, def.MaxConnections)).
 		limitPerClient(s.perClient("grpc", s.cfg.MaxGRPCConnectionsPerClient, s.cfg.MaxConnections, def.MaxGRPCConnectionsPerClient, def.MaxConnections),
 			s.cfg.ConnectionLimitExempt, s.metrics.refusedConns.WithLabelValues("grpc", "per_client"))
@@ -366,6 +378,10 @@ func (s *Server) Done() <-chan error {
 		case err := <-s.errC:
 			out <- err
 		case <-s.raft.Removed():
+			if s.left.Load() {
+				out <- nil // it asked to (agent.go)
+				break
+			}
 			out <- errors.New("this member was removed from the cluster")
 		case <-s.raft.Done():
 			out <- s.raft.Err()
@@ -439,6 +455,7 @@ func (s *Server) Close() error {
 			// After the http.Server: it hands no connection back any more.
 			errs = append(errs, s.park.Close())
 		}
+		s.local.Close() // NB: after the API that feeds it, before Raft
 		if s.peerPort != nil {
 			// NB: peer streams never end by themselves; this stops hard
 			// and waits for the Raft streams.

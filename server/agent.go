@@ -1,0 +1,155 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/checks"
+	"github.com/lodestone-kv/lodestone/gossip"
+	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
+	"github.com/lodestone-kv/lodestone/raftnode"
+	"github.com/lodestone-kv/lodestone/server/consulapi"
+	"github.com/lodestone-kv/lodestone/server/localagent"
+)
+
+// The server as a Consul agent: its local agent (package localagent: the
+// services and checks registered through its /v1/agent API, run here)
+// and its membership for /v1/agent/self, members, join and leave.
+
+// agentDir is where the local agent keeps its registrations.
+const agentDir = "agent"
+
+// openLocalAgent loads the local agent's registrations from the data dir.
+func (s *Server) openLocalAgent() (*localagent.Agent, error) {
+	node, addr := s.agentNode()
+	c := s.cfg.Catalog
+	return localagent.New(localagent.Config{
+		Node: node, Address: addr, Dir: filepath.Join(s.cfg.DataDir, agentDir), Catalog: s.store,
+		Apply:   s.write,
+		Barrier: func(ctx context.Context) error { return s.leaderRead(ctx, time.Now()) },
+		Checks: checks.Options{EnableScriptChecks: c.EnableScriptChecks, MinInterval: c.CheckMinInterval,
+			MinDeregisterAfter: c.MinDeregisterCriticalServiceAfter},
+		ReapInterval: c.CheckReapInterval, AntiEntropyInterval: c.AgentAntiEntropyInterval,
+		Logger: s.logger.With("component", "localagent"), Registerer: s.metrics.reg,
+	})
+}
+
+// membership is the Server as consulapi.Membership.
+type membership struct{ s *Server }
+
+var _ consulapi.Membership = membership{}
+
+func (m membership) Members() ([]gossip.Member, string, bool) {
+	if m.s.gossip == nil {
+		return nil, "", false
+	}
+	return m.s.gossip.pool.Members(), m.s.gossip.pool.Name(), true
+}
+
+func (m membership) Join(addrs []string) (int, error) {
+	if m.s.gossip == nil {
+		return 0, errors.New("gossip is off on this server: start it with --gossip-listen to join a pool")
+	}
+	return m.s.gossip.pool.Join(addrs)
+}
+
+func (m membership) Leave(ctx context.Context) error { return m.s.leave(ctx) }
+
+// NodeID is the member id in a UUID's form: zeros, then its 16 hex
+// digits.
+func (m membership) NodeID() string {
+	h := fmt.Sprintf("%016x", m.s.raft.ID())
+	return "00000000-0000-0000-" + h[:4] + "-" + h[4:]
+}
+
+// Stats are the sections of Consul's /v1/agent/self Stats that describe
+// a server: its agent, Raft and runtime.
+func (m membership) Stats() map[string]map[string]string {
+	s := m.s
+	st := s.raft.Status()
+	voters := 0
+	for _, mem := range s.store.Members() {
+		if !mem.Learner {
+			voters++
+		}
+	}
+	itoa := func(n uint64) string { return strconv.FormatUint(n, 10) }
+	services, checkCount := 0, 0
+	if ns, _ := s.store.Node(func() string { n, _ := s.agentNode(); return n }()); ns != nil {
+		services = len(ns.Services)
+	}
+	node, _ := s.agentNode()
+	if cs, _ := s.store.NodeChecks(node); cs != nil {
+		checkCount = len(cs)
+	}
+	return map[string]map[string]string{
+		"agent": {"services": strconv.Itoa(services), "checks": strconv.Itoa(checkCount)},
+		"consul": {"server": "true", "leader": strconv.FormatBool(st.State == raftnode.StateLeader),
+			"known_datacenters": "1", "leader_addr": s.store.PeerAddr(st.Lead)},
+		"raft": {"state": st.State.String(), "term": itoa(st.Term), "commit_index": itoa(st.Commit),
+			"applied_index": itoa(s.raft.Applied()), "num_peers": strconv.Itoa(max(voters-1, 0))},
+		"runtime": {"goroutines": strconv.Itoa(runtime.NumGoroutine()), "version": runtime.Version(),
+			"os": runtime.GOOS, "arch": runtime.GOARCH, "cpu_count": strconv.Itoa(runtime.NumCPU())},
+	}
+}
+
+// leave is Consul's agent leave on a server: it leaves the Raft
+// configuration (after handing leadership over when it leads; refused, as
+// `lodestone members remove` without --force, when fewer than two voters
+// would remain) and then stops: Done yields nil. Closing announces the
+// departure in the gossip pool, so the leader marks its node's serfHealth
+// "left".
+func (s *Server) leave(ctx context.Context) error {
+	id := s.raft.ID()
+	var self *lodestonepb.Member
+	others := 0 // voters but this one
+	for _, m := range s.store.Members() {
+		switch {
+		case m.Id == id:
+			self = m
+		case !m.Learner:
+			others++
+		}
+	}
+	if self == nil {
+		return status.Error(codes.FailedPrecondition, "refused to leave: this server is not a member of the cluster")
+	}
+	if !self.Learner && others < 2 {
+		return status.Errorf(codes.FailedPrecondition,
+			"refused to leave: %d voter(s) would remain, and the cluster would stop at the first failure; add a member first, or remove this one with lodestone members remove --force", others)
+	}
+	if s.raft.Status().State == raftnode.StateLeader {
+		if _, err := s.transferLeader(ctx, 0); err != nil {
+			return rpcstatus.Of(fmt.Errorf("hand leadership over before leaving: %w", err))
+		}
+	}
+	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: id}}}
+	var err error
+	// NB: unlike changeConf, no wait for this member to apply its own
+	// removal: it may never see it committed (raftnode.MarkRemoved).
+	if s.raft.Status().State == raftnode.StateLeader {
+		_, err = s.raft.ChangeConf(ctx, cc, self)
+	} else {
+		_, err = s.forwardConfChange(ctx, cc, self)
+	}
+	if err != nil {
+		return rpcstatus.Of(fmt.Errorf("leave the cluster: %w", err))
+	}
+	s.logger.Info("left the cluster on request; stopping")
+	s.left.Store(true)
+	select {
+	case s.errC <- nil:
+	default:
+	}
+	return nil
+}
