@@ -102,7 +102,8 @@ type Agent struct {
 	checks   map[string]*local
 	changed  chan struct{} // closed when a service changes
 	started  bool
-	// synced: anti-entropy ran once, so every remote status is known.
+	// synced: anti-entropy ran once, so every check's remote status is
+	// known and the reaper may judge restored checks.
 	synced bool
 
 	kick   chan struct{} // a transition to write; capacity one
@@ -110,7 +111,7 @@ type Agent struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	runs, transitions, writes *prometheus.CounterVec
+	runs, transitions, writes, verifies *prometheus.CounterVec
 }
 
 type service struct {
@@ -122,8 +123,9 @@ type service struct {
 type local struct {
 	rec *lodestonepb.Check // as registered
 	run *checks.Check      // nil for a maintenance check: its status is fixed
-	// remote is the status the catalog holds as far as this agent knows;
-	// 0 until anti-entropy read it.
+	// remote is the status the catalog holds as far as this agent knows:
+	// the one it wrote, or read back; 0 for a check restored from the
+	// file until anti-entropy read it.
 	remote lodestonepb.HealthStatus
 }
 
@@ -181,8 +183,12 @@ func New(cfg Config) (*Agent, error) {
 		Namespace: "lodestone", Subsystem: "localagent", Name: "writes_total",
 		Help: "Catalog writes of this server's local agent by kind (register, deregister, check) and result (ok, error).",
 	}, []string{"kind", "result"})
+	a.verifies = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "lodestone", Subsystem: "localagent", Name: "anti_entropy_runs_total",
+		Help: "Reads of this server's own node back from the catalog, by result (ok, error).",
+	}, []string{"result"})
 	if r := cfg.Registerer; r != nil {
-		for _, c := range []prometheus.Collector{a.runs, a.transitions, a.writes} {
+		for _, c := range []prometheus.Collector{a.runs, a.transitions, a.writes, a.verifies} {
 			if err := r.Register(c); err != nil {
 				return nil, fmt.Errorf("register local agent metrics: %w", err)
 			}

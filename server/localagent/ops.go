@@ -133,7 +133,8 @@ func (a *Agent) AddService(ctx context.Context, svc *lodestonepb.Service, recs [
 	}
 	for i, l := range news {
 		id := recs[i].CheckId
-		if prev := a.checks[id]; prev != nil && prev != l {
+		prev := a.checks[id]
+		if prev != nil && prev != l {
 			stopped = append(stopped, prev)
 			a.detachLocked(id)
 		}
@@ -142,7 +143,9 @@ func (a *Agent) AddService(ctx context.Context, svc *lodestonepb.Service, recs [
 		l.remote = written[id]
 		a.checks[id] = l
 		s.checks = append(s.checks, id)
-		a.startLocked(l)
+		if prev != l {
+			a.startLocked(l)
+		}
 	}
 	for _, id := range stale {
 		stopped = append(stopped, a.checks[id])
@@ -293,7 +296,8 @@ func (a *Agent) addCheck(ctx context.Context, rec *lodestonepb.Check) error {
 	}
 	a.mu.Lock()
 	var stopped []*local
-	if prev := a.checks[rec.CheckId]; prev != nil && prev != l {
+	prev := a.checks[rec.CheckId]
+	if prev != nil && prev != l {
 		stopped = append(stopped, prev)
 		a.detachLocked(rec.CheckId)
 	}
@@ -302,7 +306,9 @@ func (a *Agent) addCheck(ctx context.Context, rec *lodestonepb.Check) error {
 	if s != nil && !slices.Contains(s.checks, rec.CheckId) {
 		s.checks = append(slices.Clone(s.checks), rec.CheckId)
 	}
-	a.startLocked(l)
+	if prev != l {
+		a.startLocked(l)
+	}
 	a.mu.Unlock()
 	stop(stopped)
 	a.wake() // NB: a result that came during the write

@@ -66,8 +66,10 @@ func (a *Agent) step(antiEntropy bool) error {
 	defer cancel()
 	if antiEntropy {
 		if err := a.antiEntropy(ctx); err != nil {
+			a.verifies.WithLabelValues("error").Inc()
 			return err
 		}
+		a.verifies.WithLabelValues("ok").Inc()
 	}
 	a.mu.Lock()
 	ids := slices.Sorted(maps.Keys(a.checks))
@@ -87,15 +89,15 @@ func (a *Agent) step(antiEntropy bool) error {
 func (a *Agent) writeCheckLocked(ctx context.Context, id string) error {
 	a.mu.Lock()
 	l := a.checks[id]
-	synced := a.synced
+	var remote lodestonepb.HealthStatus
+	if l != nil {
+		remote = l.remote
+	}
 	a.mu.Unlock()
-	if l == nil || !synced {
-		return nil // gone, or anti-entropy will say what the catalog holds
+	if remote == 0 {
+		return nil // gone, or restored: anti-entropy will say what the catalog holds
 	}
 	st, out := l.status()
-	a.mu.Lock()
-	remote := l.remote
-	a.mu.Unlock()
 	if st == remote {
 		return nil
 	}
