@@ -135,6 +135,9 @@ func (s *Server) leave(ctx context.Context) error {
 	}
 	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: id}}}
 	var err error
+	// NB: set first: this member may apply its removal before the call
+	// returns, and Done must see it asked for it.
+	s.left.Store(true)
 	// NB: unlike changeConf, no wait for this member to apply its own
 	// removal: it may never see it committed (raftnode.MarkRemoved).
 	if s.raft.Status().State == raftnode.StateLeader {
@@ -143,10 +146,10 @@ func (s *Server) leave(ctx context.Context) error {
 		_, err = s.forwardConfChange(ctx, cc, self)
 	}
 	if err != nil {
+		s.left.Store(false)
 		return rpcstatus.Of(fmt.Errorf("leave the cluster: %w", err))
 	}
 	s.logger.Info("left the cluster on request; stopping")
-	s.left.Store(true)
 	select {
 	case s.errC <- nil:
 	default:
