@@ -35,8 +35,10 @@ func (s *Server) openLocalAgent() (*localagent.Agent, error) {
 	c := s.cfg.Catalog
 	return localagent.New(localagent.Config{
 		Node: node, Address: addr, Dir: filepath.Join(s.cfg.DataDir, agentDir), Catalog: s.store,
-		Apply:   s.write,
-		Barrier: func(ctx context.Context) error { return s.leaderRead(ctx, time.Now()) },
+		Apply: s.write,
+		// NB: not the held read path: the local agent retries by itself,
+		// and its reads must not count as clients' held requests.
+		Barrier: func(ctx context.Context) error { return s.raft.LeaderRead(ctx, time.Now()) },
 		Checks: checks.Options{EnableScriptChecks: c.EnableScriptChecks, MinInterval: c.CheckMinInterval,
 			MinDeregisterAfter: c.MinDeregisterCriticalServiceAfter},
 		ReapInterval: c.CheckReapInterval, AntiEntropyInterval: c.AgentAntiEntropyInterval,

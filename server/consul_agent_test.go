@@ -466,3 +466,86 @@ func TestAgentLeave(t *testing.T) {
 		t.Fatalf("a refused leave changed the membership: %d members", got)
 	}
 }
+
+// Each agent endpoint checks its permission as Consul does; a token
+// without it is refused (or, for the member list, sees nothing) and
+// nothing changes, while a token with it succeeds.
+func TestAgentEndpointsACL(t *testing.T) {
+	c := newTestCluster(t, 2, withACLs, withGossip())
+	n := c.waitLeader()
+	other := c.followersOf(n)[0]
+	s := c.servers[n]
+	boot, _, err := consulAs(t, c, n, "").ACL().Bootstrap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgmt := consulAs(t, c, n, boot.SecretID)
+	if err := mgmt.Agent().ServiceRegister(&consul.AgentServiceRegistration{ID: "web1", Name: "web",
+		Check: &consul.AgentServiceCheck{TTL: "1m", Status: consul.HealthPassing}}); err != nil {
+		t.Fatal(err)
+	}
+	weak := consulAs(t, c, n, tokenWith(t, mgmt, "kv-read", `key_prefix "" { policy = "read" }`)).Agent()
+	agentRead := consulAs(t, c, n, tokenWith(t, mgmt, "agent-read", `agent_prefix "" { policy = "read" }`)).Agent()
+
+	// Reads: self needs agent:read, a service service:read, members are
+	// filtered by node:read.
+	_, err = weak.Self()
+	wantDenied(t, "self without agent:read", err)
+	if self, err := agentRead.Self(); err != nil || self["Config"]["NodeName"] != n {
+		t.Fatalf("self with agent:read: %v", err)
+	}
+	_, _, err = weak.Service("web1", nil)
+	wantDenied(t, "service without service:read", err)
+	webRead := consulAs(t, c, n, tokenWith(t, mgmt, "web-read", `service "web" { policy = "read" }`)).Agent()
+	if svc, _, err := webRead.Service("web1", nil); err != nil || svc.Service != "web" {
+		t.Fatalf("service with service:read: %v", err)
+	}
+	if m, err := weak.Members(false); err != nil || len(m) != 0 {
+		t.Fatalf("members without node:read: %+v %v, want none", m, err)
+	}
+	nodeRead := consulAs(t, c, n, tokenWith(t, mgmt, "node-read", `node_prefix "" { policy = "read" }`)).Agent()
+	if m, err := nodeRead.Members(false); err != nil || len(m) != 1 {
+		t.Fatalf("members with node:read: %+v %v", m, err)
+	}
+
+	// Maintenance needs node:write, service maintenance service:write.
+	wantDenied(t, "node maintenance without node:write", weak.EnableNodeMaintenance("x"))
+	wantDenied(t, "service maintenance without service:write", weak.EnableServiceMaintenance("web1", "x"))
+	wantDenied(t, "service maintenance with service:read", webRead.EnableServiceMaintenance("web1", "x"))
+	if checkOn(s, n, "_node_maintenance") != nil || checkOn(s, n, "_service_maintenance:web1") != nil {
+		t.Fatal("a denied maintenance request registered its check")
+	}
+	nodeWrite := consulAs(t, c, n, tokenWith(t, mgmt, "node-write", `node_prefix "" { policy = "write" }`)).Agent()
+	if err := nodeWrite.EnableNodeMaintenance("x"); err != nil || checkOn(s, n, "_node_maintenance") == nil {
+		t.Fatalf("node maintenance with node:write: %v", err)
+	}
+	webWrite := consulAs(t, c, n, tokenWith(t, mgmt, "web-write", `service "web" { policy = "write" }`)).Agent()
+	if err := webWrite.EnableServiceMaintenance("web1", "x"); err != nil || checkOn(s, n, "_service_maintenance:web1") == nil {
+		t.Fatalf("service maintenance with service:write: %v", err)
+	}
+
+	// Join and leave need agent:write.
+	wantDenied(t, "join without agent:write", weak.Join(c.servers[other].GossipAddr(), false))
+	wantDenied(t, "join with agent:read", agentRead.Join(c.servers[other].GossipAddr(), false))
+	if got := len(s.GossipMembers()); got != 1 {
+		t.Fatalf("a denied join changed the pool: %d members", got)
+	}
+	wantDenied(t, "leave without agent:write", weak.Leave())
+	wantDenied(t, "leave with agent:read", agentRead.Leave())
+	if got := len(s.Store().Members()); got != 2 {
+		t.Fatalf("a denied leave changed the membership: %d members", got)
+	}
+	agentWrite := consulAs(t, c, n, tokenWith(t, mgmt, "agent-write", `agent_prefix "" { policy = "write" }`)).Agent()
+	if err := agentWrite.Join(c.servers[other].GossipAddr(), false); err != nil {
+		t.Fatalf("join with agent:write: %v", err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return len(s.GossipMembers()) == 2 })
+
+	// The registration endpoints: TTL reports and deregistration need
+	// service:write on the service.
+	wantDenied(t, "TTL report without service:write", weak.PassTTL("service:web1", ""))
+	wantDenied(t, "deregister without service:write", weak.ServiceDeregister("web1"))
+	if _, _, err := mgmt.Agent().Service("web1", nil); err != nil {
+		t.Fatalf("web1 after denied requests: %v", err)
+	}
+}

@@ -124,6 +124,15 @@ func (a *Agent) writeCheckLocked(ctx context.Context, id string) error {
 // has not run yet takes the catalog's status: an unchanged result then
 // writes nothing.
 func (a *Agent) antiEntropy(ctx context.Context) error {
+	a.mu.Lock()
+	empty := len(a.checks) == 0 && len(a.services) == 0
+	if empty {
+		a.synced = true // NB: nothing to compare: no read, no round
+	}
+	a.mu.Unlock()
+	if empty {
+		return nil
+	}
 	if err := a.cfg.Barrier(ctx); err != nil {
 		return fmt.Errorf("catch up before reading the catalog: %w", err)
 	}
@@ -131,14 +140,7 @@ func (a *Agent) antiEntropy(ctx context.Context) error {
 	defer a.opMu.Unlock()
 	a.mu.Lock()
 	first := !a.synced
-	empty := len(a.checks) == 0 && len(a.services) == 0
 	a.mu.Unlock()
-	if empty {
-		a.mu.Lock()
-		a.synced = true
-		a.mu.Unlock()
-		return nil
-	}
 	if err := a.EnsureNode(ctx); err != nil {
 		return err
 	}
