@@ -86,16 +86,11 @@ func (m membership) Stats() map[string]map[string]string {
 		}
 	}
 	itoa := func(n uint64) string { return strconv.FormatUint(n, 10) }
-	services, checkCount := 0, 0
-	if ns, _ := s.store.Node(func() string { n, _ := s.agentNode(); return n }()); ns != nil {
-		services = len(ns.Services)
-	}
 	node, _ := s.agentNode()
-	if cs, _ := s.store.NodeChecks(node); cs != nil {
-		checkCount = len(cs)
-	}
+	ns, _ := s.store.Node(node)
+	cs, _ := s.store.NodeChecks(node)
 	return map[string]map[string]string{
-		"agent": {"services": strconv.Itoa(services), "checks": strconv.Itoa(checkCount)},
+		"agent": {"services": strconv.Itoa(len(ns.GetServices())), "checks": strconv.Itoa(len(cs))},
 		"consul": {"server": "true", "leader": strconv.FormatBool(st.State == raftnode.StateLeader),
 			"known_datacenters": "1", "leader_addr": s.store.PeerAddr(st.Lead)},
 		"raft": {"state": st.State.String(), "term": itoa(st.Term), "commit_index": itoa(st.Commit),
