@@ -69,48 +69,15 @@ func (a *Agent) AddService(ctx context.Context, svc *lodestonepb.Service, recs [
 	if err := a.EnsureNode(ctx); err != nil {
 		return err
 	}
-	now := a.now()
 	a.mu.Lock()
-	old := a.services[svc.Id]
-	var kept, stale []string // the service's old checks that stay, and those to remove
-	var keptRecs []*lodestonepb.Check
-	if old != nil {
-		for _, id := range old.checks {
-			switch {
-			case seen[id]:
-			case replace && a.checks[id].rec.Type != maintenanceType:
-				stale = append(stale, id)
-			default:
-				kept = append(kept, id)
-				keptRecs = append(keptRecs, a.checks[id].rec)
-			}
-		}
-	}
-	news := make([]*local, len(recs))
-	for i, rec := range recs {
-		news[i] = a.successor(a.checks[rec.CheckId], rec, now)
-	}
-	write := &lodestonepb.CatalogRegisterRequest{Node: &lodestonepb.Node{Name: a.cfg.Node}, SkipNodeUpdate: true, Service: svc}
-	for _, id := range kept {
-		write.Checks = append(write.Checks, a.checks[id].record(a.cfg.Node))
-	}
-	for _, l := range news {
-		write.Checks = append(write.Checks, l.record(a.cfg.Node))
-	}
-	regs := a.regs
-	for id := range seen {
-		regs = regs.withoutCheck(id) // NB: it may have been a node check, or another service's
-	}
-	reg := &lodestonepb.CatalogRegisterRequest{Service: svc, Checks: append(slices.Clone(keptRecs), recs...)}
-	regs = regs.with(serviceKey(svc.Id), reg)
+	p := a.planService(svc, recs, seen, replace, a.now())
 	a.mu.Unlock()
-
-	err := a.commit(ctx, regs, func(ctx context.Context) error {
-		_, err := a.apply(ctx, "register", &lodestonepb.Command{Op: &lodestonepb.Command_CatalogRegister{CatalogRegister: write}})
+	err := a.commit(ctx, p.regs, func(ctx context.Context) error {
+		_, err := a.apply(ctx, "register", &lodestonepb.Command{Op: &lodestonepb.Command_CatalogRegister{CatalogRegister: p.write}})
 		if err != nil {
 			return err
 		}
-		for _, id := range stale {
+		for _, id := range p.stale {
 			if _, err := a.apply(ctx, "deregister", deregisterCheck(a.cfg.Node, id)); err != nil {
 				return fmt.Errorf("remove check %q replaced by the registration: %w", id, err)
 			}
@@ -120,18 +87,70 @@ func (a *Agent) AddService(ctx context.Context, svc *lodestonepb.Service, recs [
 	if err != nil {
 		return err
 	}
-
 	a.mu.Lock()
+	stopped := a.installService(svc, recs, p)
+	a.mu.Unlock()
+	stop(stopped)
+	a.wake() // NB: a result that came during the write
+	a.logger.Info("service registered", "service", svc.Id, "checks", len(recs)+len(p.kept))
+	return nil
+}
+
+// servicePlan is what one AddService changes.
+type servicePlan struct {
+	kept  []string // the service's checks that stay as they are
+	stale []string // its checks replace-existing-checks removes
+	news  []*local // the checks of recs, in order (some may be kept running)
+	write *lodestonepb.CatalogRegisterRequest
+	regs  registrations
+}
+
+// planService works out AddService's change; a.mu is held.
+func (a *Agent) planService(svc *lodestonepb.Service, recs []*lodestonepb.Check, seen map[string]bool, replace bool, now time.Time) servicePlan {
+	var p servicePlan
+	var keptRecs []*lodestonepb.Check
+	if old := a.services[svc.Id]; old != nil {
+		for _, id := range old.checks {
+			switch {
+			case seen[id]:
+			case replace && a.checks[id].rec.Type != maintenanceType:
+				p.stale = append(p.stale, id)
+			default:
+				p.kept = append(p.kept, id)
+				keptRecs = append(keptRecs, a.checks[id].rec)
+			}
+		}
+	}
+	p.write = &lodestonepb.CatalogRegisterRequest{Node: &lodestonepb.Node{Name: a.cfg.Node}, SkipNodeUpdate: true, Service: svc}
+	for _, id := range p.kept {
+		p.write.Checks = append(p.write.Checks, a.checks[id].record(a.cfg.Node))
+	}
+	for _, rec := range recs {
+		l := a.successor(a.checks[rec.CheckId], rec, now)
+		p.news = append(p.news, l)
+		p.write.Checks = append(p.write.Checks, l.record(a.cfg.Node))
+	}
+	p.regs = a.regs
+	for id := range seen {
+		p.regs = p.regs.withoutCheck(id) // NB: it may have been a node check, or another service's
+	}
+	p.regs = p.regs.with(serviceKey(svc.Id), &lodestonepb.CatalogRegisterRequest{Service: svc, Checks: append(keptRecs, recs...)})
+	return p
+}
+
+// installService makes p what runs, once written, and returns the checks
+// to stop; a.mu is held.
+func (a *Agent) installService(svc *lodestonepb.Service, recs []*lodestonepb.Check, p servicePlan) []*local {
 	written := map[string]lodestonepb.HealthStatus{}
-	for _, c := range write.Checks {
+	for _, c := range p.write.Checks {
 		written[c.CheckId] = c.Status
 	}
 	var stopped []*local
-	s := &service{svc: svc, checks: kept}
-	for _, id := range kept {
+	s := &service{svc: svc, checks: slices.Clone(p.kept)}
+	for _, id := range p.kept {
 		a.checks[id].remote = written[id]
 	}
-	for i, l := range news {
+	for i, l := range p.news {
 		id := recs[i].CheckId
 		prev := a.checks[id]
 		if prev != nil && prev != l {
@@ -147,17 +166,13 @@ func (a *Agent) AddService(ctx context.Context, svc *lodestonepb.Service, recs [
 			a.startLocked(l)
 		}
 	}
-	for _, id := range stale {
+	for _, id := range p.stale {
 		stopped = append(stopped, a.checks[id])
 		delete(a.checks, id)
 	}
 	a.services[svc.Id] = s
 	a.notifyLocked()
-	a.mu.Unlock()
-	stop(stopped)
-	a.wake() // NB: a result that came during the write
-	a.logger.Info("service registered", "service", svc.Id, "checks", len(s.checks))
-	return nil
+	return stopped
 }
 
 // successor is the check that takes over from prev (nil: none) with
