@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -130,19 +131,10 @@ func (s *Server) leave(ctx context.Context) error {
 			return rpcstatus.Of(fmt.Errorf("hand leadership over before leaving: %w", err))
 		}
 	}
-	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: id}}}
-	var err error
 	// NB: set first: this member may apply its removal before the call
 	// returns, and Done must see it asked for it.
 	s.left.Store(true)
-	// NB: unlike changeConf, no wait for this member to apply its own
-	// removal: it may never see it committed (raftnode.MarkRemoved).
-	if s.raft.Status().State == raftnode.StateLeader {
-		_, err = s.raft.ChangeConf(ctx, cc, self)
-	} else {
-		_, err = s.forwardConfChange(ctx, cc, self)
-	}
-	if err != nil {
+	if err := s.removeSelf(ctx, self); err != nil {
 		s.left.Store(false)
 		return rpcstatus.Of(fmt.Errorf("leave the cluster: %w", err))
 	}
@@ -152,4 +144,32 @@ func (s *Server) leave(ctx context.Context) error {
 	default:
 	}
 	return nil
+}
+
+// removeSelf proposes this member's removal. Unlike changeConf it does not
+// wait for this member to apply it: it may never see it committed
+// (raftnode.MarkRemoved). A leader just elected (after the hand-over in
+// leave) has not heard from every voter yet, and the strict
+// reconfiguration check refuses until it has: that refusal is retried
+// for two election timeouts.
+func (s *Server) removeSelf(ctx context.Context, self *lodestonepb.Member) error {
+	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: self.Id}}}
+	deadline := time.Now().Add(2 * s.raft.ElectionTimeout())
+	for {
+		var err error
+		if s.raft.Status().State == raftnode.StateLeader {
+			_, err = s.raft.ChangeConf(ctx, cc, self)
+		} else {
+			_, err = s.forwardConfChange(ctx, cc, self)
+		}
+		quorum := errors.Is(err, raftnode.ErrQuorum) || strings.Contains(status.Convert(err).Message(), raftnode.ErrQuorum.Error())
+		if err == nil || !quorum || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-time.After(s.cfg.TickInterval):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
