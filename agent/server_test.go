@@ -169,6 +169,7 @@ func TestAgentGRPCDeregisterAfterAndScripts(t *testing.T) {
 	waitFor(t, 10*time.Second, "db/pg1 gone", func() bool { return !serviceOnNode(t, cat, "a2", "db/pg1") })
 
 	ttl, after := 100*time.Millisecond, 300*time.Millisecond
+	registered := time.Now()
 	if err := ag.ServiceRegister(&api.AgentServiceRegistration{ID: "cache1", Name: "cache",
 		Check: &api.AgentServiceCheck{TTL: ttl.String(), Status: api.HealthPassing, DeregisterCriticalServiceAfter: after.String()}}); err != nil {
 		t.Fatal(err)
@@ -176,7 +177,6 @@ func TestAgentGRPCDeregisterAfterAndScripts(t *testing.T) {
 	waitFor(t, 10*time.Second, "cache1 registered passing", func() bool {
 		return checkStatus(t, cat, "a2", "service:cache1") == lodestonepb.HealthStatus_HEALTH_PASSING
 	})
-	registered := time.Now()
 	waitFor(t, 10*time.Second, "cache1 deregistered", func() bool { return !serviceOnNode(t, cat, "a2", "cache1") })
 	if took := time.Since(registered); took < ttl+after {
 		t.Fatalf("deregistered %v after registration, before its TTL and deregister interval (%v)", took, ttl+after)
