@@ -39,8 +39,10 @@ func (a *Agent) run() {
 		}
 		err := a.step(needAE)
 		if err == nil {
+			if needAE {
+				ae.Reset(a.cfg.AntiEntropyInterval)
+			}
 			needAE = false
-			ae.Reset(a.cfg.AntiEntropyInterval)
 			backoff = a.cfg.RetryMin
 			continue
 		}
