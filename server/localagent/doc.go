@@ -40,7 +40,7 @@
 //     the status the catalog holds (read after catching up with the
 //     leader), so an unchanged result writes nothing, and what the
 //     catalog lost is registered again (anti-entropy, also every
-//     AntiEntropyInterval).
+//     AntiEntropyInterval). A TTL check gets a full TTL from the start.
 //   - The loss of this server: its node's checks stop changing; with
 //     gossip on, the leader marks the node's serfHealth critical.
 //
