@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/checks"
 	"github.com/lodestone-kv/lodestone/gossip"
 	"github.com/lodestone-kv/lodestone/internal/buildinfo"
 	"github.com/lodestone-kv/lodestone/internal/token"
@@ -54,7 +57,7 @@ type Agent struct {
 
 	mu      sync.Mutex
 	local   *local
-	runners map[*check]*runner
+	started bool          // checks added from now on start at once
 	kick    chan struct{} // wakes the sync loop; capacity one
 
 	ctx    context.Context
@@ -68,13 +71,6 @@ type Agent struct {
 	transitions *prometheus.CounterVec
 	writes      *prometheus.CounterVec
 	verifies    *prometheus.CounterVec
-}
-
-// runner is one check's goroutine.
-type runner struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	kick   chan struct{} // TTL re-armed; capacity one
 }
 
 // New validates cfg, dials the registry, binds the gossip and HTTP
@@ -96,7 +92,7 @@ func New(cfg Config) (*Agent, error) {
 	if prom == nil {
 		prom = prometheus.NewRegistry()
 	}
-	a := &Agent{cfg: cfg, logger: logger, now: now, prom: prom, runners: map[*check]*runner{}, kick: make(chan struct{}, 1)}
+	a := &Agent{cfg: cfg, logger: logger, now: now, prom: prom, kick: make(chan struct{}, 1)}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.checksRun = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "lodestone", Subsystem: "agent", Name: "checks_run_total", Help: "Check runs by type (http, tcp, ttl expiry) and result status.",
@@ -149,11 +145,11 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.local = newLocal(&lodestonepb.Node{Name: cfg.NodeName, Address: addr, Meta: cfg.NodeMeta})
 	for i := range cfg.Services {
-		c, err := cfg.Services[i].compile()
+		c, err := cfg.Services[i].compile(cfg.checkOptions(true))
 		if err != nil {
 			return nil, errors.Join(err, a.closeSockets())
 		}
-		a.local.addService(c, func(s *checkSpec) *check { return newCheck(s, a.now()) })
+		a.local.addService(c, a.newCheck)
 	}
 	return a, nil
 }
@@ -204,14 +200,19 @@ func (a *Agent) Registry() *prometheus.Registry { return a.prom }
 func (a *Agent) Start() {
 	a.pool.Start()
 	a.mu.Lock()
+	a.started = true
 	for _, c := range a.local.checks {
-		a.startRunner(c)
+		a.startCheck(c)
 	}
 	a.mu.Unlock()
-	a.wg.Add(1)
+	a.wg.Add(2)
 	go func() {
 		defer a.wg.Done()
 		a.runSync()
+	}()
+	go func() {
+		defer a.wg.Done()
+		a.runReaper()
 	}()
 	if a.httpLis != nil {
 		a.httpSrv = &http.Server{Handler: a.routes(), ReadHeaderTimeout: 10 * time.Second}
@@ -226,23 +227,27 @@ func (a *Agent) Start() {
 	a.logger.Info("agent started", "gossip", a.pool.Addr(), "http", a.HTTPAddr(), "services", len(a.local.services))
 }
 
+// newCheck is a check in its initial state, not running yet.
+func (a *Agent) newCheck(s *checks.Spec) *check { return &check{Check: checks.New(s, a.now())} }
+
 // AddService registers (or replaces) a service and its checks locally;
-// the sync loop writes it once its checks have run.
+// the sync loop writes it once its checks have run. A definition from the
+// local API compiles with local false (script checks need
+// EnableScriptChecks).
 func (a *Agent) AddService(def ServiceDefinition) error {
-	c, err := def.compile()
+	c, err := def.compile(a.cfg.checkOptions(false))
 	if err != nil {
 		return err
 	}
 	a.mu.Lock()
-	removed, added := a.local.addService(c, func(s *checkSpec) *check { return newCheck(s, a.now()) })
-	stop := a.detachRunners(removed)
-	if a.ctx.Err() == nil {
+	removed, added := a.local.addService(c, a.newCheck)
+	if a.ctx.Err() == nil && a.started {
 		for _, ch := range added {
-			a.startRunner(ch)
+			a.startCheck(ch)
 		}
 	}
 	a.mu.Unlock()
-	waitRunners(stop)
+	stopChecks(removed)
 	a.notify()
 	return nil
 }
@@ -252,9 +257,8 @@ func (a *Agent) AddService(def ServiceDefinition) error {
 func (a *Agent) RemoveService(id string) bool {
 	a.mu.Lock()
 	removed, ok := a.local.removeService(id)
-	stop := a.detachRunners(removed)
 	a.mu.Unlock()
-	waitRunners(stop)
+	stopChecks(removed)
 	if ok {
 		a.notify()
 	}
@@ -271,73 +275,42 @@ var (
 func (a *Agent) UpdateTTL(id string, st lodestonepb.HealthStatus, output string) error {
 	a.mu.Lock()
 	c, ok := a.local.checks[id]
+	a.mu.Unlock()
 	if !ok {
-		a.mu.Unlock()
 		return fmt.Errorf("%w %q", ErrUnknownCheck, id)
 	}
-	if c.spec.kind != kindTTL {
-		a.mu.Unlock()
+	changed, err := c.UpdateTTL(st, output, a.now())
+	if err != nil {
 		return fmt.Errorf("%w: %q", ErrNotTTL, id)
 	}
-	changed := c.ttlUpdate(st, output, a.now())
-	r := a.runners[c]
-	a.mu.Unlock()
-	if r != nil {
-		select {
-		case r.kick <- struct{}{}:
-		default:
-		}
-	}
-	a.observed(c, st, output, changed)
+	a.observed(c.Check, checks.Result{Status: st, Output: output, Changed: changed})
 	return nil
 }
 
-// observed counts a check result and, on a change, logs it and wakes the
-// sync loop.
-func (a *Agent) observed(c *check, st lodestonepb.HealthStatus, output string, changed bool) {
-	a.checksRun.WithLabelValues(c.spec.kind, lodestonepb.HealthStatusWord(st)).Inc()
-	if !changed {
-		return
+// observed counts a check result and, on a change (or a first probe, which
+// a service's registration may wait for), wakes the sync loop. It is the
+// checks' Hooks.Result.
+func (a *Agent) observed(c *checks.Check, r checks.Result) {
+	kind := c.Spec().Kind
+	a.checksRun.WithLabelValues(kind, lodestonepb.HealthStatusWord(r.Status)).Inc()
+	if r.Changed {
+		a.transitions.WithLabelValues(kind, lodestonepb.HealthStatusWord(r.Status)).Inc()
+		a.logger.Info("check changed", "check", c.Spec().ID(), "status", lodestonepb.HealthStatusWord(r.Status), "output", r.Output)
 	}
-	a.transitions.WithLabelValues(c.spec.kind, lodestonepb.HealthStatusWord(st)).Inc()
-	a.logger.Info("check changed", "check", c.spec.id, "status", lodestonepb.HealthStatusWord(st), "output", output)
-	a.notify()
-}
-
-// startRunner starts c's goroutine; a.mu is held.
-func (a *Agent) startRunner(c *check) {
-	ctx, cancel := context.WithCancel(a.ctx)
-	r := &runner{cancel: cancel, done: make(chan struct{}), kick: make(chan struct{}, 1)}
-	a.runners[c] = r
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		defer close(r.done)
-		if c.spec.kind == kindTTL {
-			a.runTTL(ctx, c, r.kick)
-		} else {
-			a.runProbe(ctx, c)
-		}
-	}()
-}
-
-// detachRunners cancels the runners of checks; a.mu is held. Wait for them
-// with waitRunners after unlocking (they take a.mu).
-func (a *Agent) detachRunners(checks []*check) []*runner {
-	var out []*runner
-	for _, c := range checks {
-		if r := a.runners[c]; r != nil {
-			r.cancel()
-			delete(a.runners, c)
-			out = append(out, r)
-		}
+	if r.Changed || r.First {
+		a.notify()
 	}
-	return out
 }
 
-func waitRunners(rs []*runner) {
-	for _, r := range rs {
-		<-r.done
+// startCheck starts c's goroutine; a.mu is held.
+func (a *Agent) startCheck(c *check) {
+	c.Start(a.ctx, checks.Hooks{Now: a.now, Result: a.observed, Logger: a.logger})
+}
+
+// stopChecks stops checks and waits for them; a.mu must not be held.
+func stopChecks(cs []*check) {
+	for _, c := range cs {
+		c.Stop()
 	}
 }
 
@@ -348,59 +321,25 @@ func (a *Agent) notify() {
 	}
 }
 
-// runProbe runs an HTTP or TCP check at once and then every interval.
-func (a *Agent) runProbe(ctx context.Context, c *check) {
-	client := checkHTTPClient(c.spec.tlsSkipVerify)
-	defer client.CloseIdleConnections()
-	t := time.NewTimer(0)
+// runReaper deregisters, every CheckReapInterval, the services whose check
+// has been critical longer than their DeregisterCriticalServiceAfter.
+func (a *Agent) runReaper() {
+	t := time.NewTicker(a.cfg.CheckReapInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-ctx.Done():
+		case <-a.ctx.Done():
 			return
 		case <-t.C:
 		}
-		st, out := probe(ctx, c.spec, client)
-		if ctx.Err() != nil {
-			return
-		}
 		a.mu.Lock()
-		first := !c.probed
-		changed := c.record(st, out)
+		due := a.local.reapable(a.now())
 		a.mu.Unlock()
-		a.observed(c, st, out, changed)
-		if first {
-			a.notify() // the service's registration may wait for it
+		for _, id := range due {
+			if a.RemoveService(id) {
+				a.logger.Info("check for service has been critical for too long; deregistered service", "service", id)
+			}
 		}
-		t.Reset(c.spec.interval)
-	}
-}
-
-// runTTL turns a TTL check critical when its deadline passes; kick says
-// a report moved the deadline.
-func (a *Agent) runTTL(ctx context.Context, c *check, kick <-chan struct{}) {
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-kick:
-		case <-t.C:
-		}
-		a.mu.Lock()
-		now := a.now()
-		changed := c.ttlExpire(now)
-		wait := c.ttlDeadline.Sub(now)
-		st, out := c.status, c.output
-		a.mu.Unlock()
-		if changed {
-			a.observed(c, st, out, true)
-		}
-		t.Stop()
-		if wait > 0 {
-			t.Reset(wait)
-		} // else expired: only a report (kick) re-arms it
 	}
 }
 
@@ -538,6 +477,10 @@ func (a *Agent) Close(ctx context.Context) error {
 		}
 		a.cancel()
 		a.wg.Wait()
+		a.mu.Lock()
+		running := slices.Collect(maps.Values(a.local.checks))
+		a.mu.Unlock()
+		stopChecks(running)
 		if err := a.pool.Leave(2 * time.Second); err != nil {
 			errs = append(errs, err)
 		}

@@ -132,6 +132,7 @@ func testConfig(reg Registry, ip string) Config {
 	cfg.registry = reg
 	cfg.Gossip = fastGossip(ip)
 	cfg.RetryMin, cfg.RetryMax = 10*time.Millisecond, 100*time.Millisecond
+	cfg.CheckMinInterval, cfg.MinDeregisterCriticalServiceAfter = testChecks.MinInterval, testChecks.MinDeregisterAfter
 	return cfg
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lodestone-kv/lodestone/checks"
 	"github.com/lodestone-kv/lodestone/gossip"
 )
 
@@ -56,6 +57,24 @@ type Config struct {
 	// Services are registered at start (the config file's "services").
 	Services []ServiceDefinition
 
+	// EnableScriptChecks runs script checks (Args) from any source, the
+	// local API included; EnableLocalScriptChecks only those of Services.
+	// Default off: anyone who reaches the local API could run commands as
+	// the agent (Consul's enable_script_checks and
+	// enable_local_script_checks).
+	EnableScriptChecks, EnableLocalScriptChecks bool
+	// CheckMinInterval is the shortest probe interval; shorter ones are
+	// raised to it. Default 1s, as Consul.
+	CheckMinInterval time.Duration
+	// MinDeregisterCriticalServiceAfter is the shortest
+	// DeregisterCriticalServiceAfter; shorter ones are raised to it.
+	// Default 1m, as Consul.
+	MinDeregisterCriticalServiceAfter time.Duration
+	// CheckReapInterval is how often the agent deregisters services whose
+	// check has been critical longer than their
+	// DeregisterCriticalServiceAfter. Default 30s, as Consul.
+	CheckReapInterval time.Duration
+
 	// OnStop is OnStopLeave (default) or OnStopDeregister.
 	OnStop string
 
@@ -94,7 +113,18 @@ func DefaultConfig() Config {
 		AntiEntropyInterval: time.Minute,
 		RetryMin:            200 * time.Millisecond, // first retry soon: most failures are an election
 		RetryMax:            5 * time.Second,        // a registry outage costs one write per 5s per agent
+		CheckMinInterval:    checks.DefaultOptions().MinInterval,
+		CheckReapInterval:   30 * time.Second,
+
+		MinDeregisterCriticalServiceAfter: checks.DefaultOptions().MinDeregisterAfter,
 	}
+}
+
+// checkOptions are the rules the agent's checks compile under; local is
+// true for Services (the config file), false for the local API.
+func (c *Config) checkOptions(local bool) checks.Options {
+	return checks.Options{EnableScriptChecks: c.EnableScriptChecks, EnableLocalScriptChecks: c.EnableLocalScriptChecks,
+		Local: local, MinInterval: c.CheckMinInterval, MinDeregisterAfter: c.MinDeregisterCriticalServiceAfter, Logger: c.Logger}
 }
 
 // ConfigError names the Config field that is wrong.
@@ -131,12 +161,15 @@ func (c *Config) Validate() error {
 	if c.WriteTimeout <= 0 || c.RetryMin <= 0 || c.RetryMax < c.RetryMin || c.AntiEntropyInterval <= 0 {
 		return bad("retry", "write timeout, anti-entropy interval and retry back-off must be positive, min at most max")
 	}
+	if c.CheckMinInterval < 0 || c.MinDeregisterCriticalServiceAfter < 0 || c.CheckReapInterval <= 0 {
+		return bad("check-reap-interval", "check minimums must not be negative and the reap interval must be positive")
+	}
 	c.Gossip.Name, c.Gossip.Role = c.NodeName, gossip.RoleAgent
 	if err := c.Gossip.Validate(); err != nil {
 		return &ConfigError{Field: "gossip", Err: err}
 	}
 	for i := range c.Services {
-		if _, err := c.Services[i].compile(); err != nil {
+		if _, err := c.Services[i].compile(c.checkOptions(true)); err != nil {
 			return &ConfigError{Field: "services", Err: err}
 		}
 	}
@@ -150,7 +183,9 @@ type File struct {
 	Services []ServiceDefinition `json:"services"`
 }
 
-// LoadFile reads a config file.
+// LoadFile reads a config file. Its services are checked with the rest
+// of the configuration (Config.Validate), which knows whether scripts
+// may run.
 func LoadFile(path string) (File, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -160,11 +195,6 @@ func LoadFile(path string) (File, error) {
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	if err := dec.Decode(&f); err != nil {
 		return File{}, fmt.Errorf("parse agent config %s: %w", path, err)
-	}
-	for i := range f.Services {
-		if _, err := f.Services[i].compile(); err != nil {
-			return File{}, fmt.Errorf("agent config %s: service %d: %w", path, i, err)
-		}
 	}
 	return f, nil
 }

@@ -6,9 +6,12 @@
 //
 // The node's local state (its services and checks, as loaded from a
 // config file or registered through the Consul-compatible HTTP API on
-// /v1/agent/..., beside /metrics and /healthz), one goroutine per check (HTTP, TCP, TTL), the sync loop
-// that writes to the registry through the gRPC Catalog service, and the
-// agent's membership in the gossip pool (package gossip).
+// /v1/agent/..., beside /metrics and /healthz), its checks (package checks, which servers share: HTTP,
+// TCP, gRPC, TTL, and scripts when enabled), the sync loop that writes to
+// the registry through the gRPC Catalog service, the reaper that
+// deregisters a service whose check stayed critical past its
+// DeregisterCriticalServiceAfter, and the agent's membership in the
+// gossip pool (package gossip).
 //
 // # What it refuses to know
 //

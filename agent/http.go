@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/checks"
 	"github.com/lodestone-kv/lodestone/gossip"
 )
 
@@ -19,17 +20,19 @@ import (
 func (a *Agent) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("PUT /v1/agent/service/register", a.handleRegister)
-	mux.HandleFunc("PUT /v1/agent/service/deregister/{id}", a.handleDeregister)
+	// NB: {id...}: an id is the rest of the path, slashes included
+	// ("db/pg1", "service:db/pg1"), percent-encoded or not, as Consul reads it.
+	mux.HandleFunc("PUT /v1/agent/service/deregister/{id...}", a.handleDeregister)
 	for verb, st := range map[string]lodestonepb.HealthStatus{
 		"pass": lodestonepb.HealthStatus_HEALTH_PASSING,
 		"warn": lodestonepb.HealthStatus_HEALTH_WARNING,
 		"fail": lodestonepb.HealthStatus_HEALTH_CRITICAL,
 	} {
-		mux.HandleFunc("PUT /v1/agent/check/"+verb+"/{id}", func(w http.ResponseWriter, r *http.Request) {
+		mux.HandleFunc("PUT /v1/agent/check/"+verb+"/{id...}", func(w http.ResponseWriter, r *http.Request) {
 			a.ttlReport(w, r.PathValue("id"), st, r.URL.Query().Get("note"))
 		})
 	}
-	mux.HandleFunc("PUT /v1/agent/check/update/{id}", a.handleCheckUpdate)
+	mux.HandleFunc("PUT /v1/agent/check/update/{id...}", a.handleCheckUpdate)
 	mux.HandleFunc("GET /v1/agent/services", a.handleServices)
 	mux.HandleFunc("GET /v1/agent/checks", a.handleChecks)
 	mux.HandleFunc("GET /v1/agent/members", a.handleMembers)
@@ -59,9 +62,14 @@ func (a *Agent) handleRegister(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, "Request decode failed: %v", err)
 		return
 	}
-	if err := a.AddService(def); err != nil {
+	err := a.AddService(def)
+	var scripts *checks.ScriptsDisabledError
+	switch {
+	case errors.As(err, &scripts):
+		// Consul answers this one with 500.
+		httpError(w, http.StatusInternalServerError, "%v", scripts)
+	case err != nil:
 		httpError(w, http.StatusBadRequest, "Invalid service: %v", err)
-		return
 	}
 }
 
@@ -135,12 +143,14 @@ func (a *Agent) handleChecks(w http.ResponseWriter, _ *http.Request) {
 	a.mu.Lock()
 	out := map[string]agentCheck{}
 	for id, c := range a.local.checks {
+		spec := c.Spec()
 		name := ""
-		if ls := a.local.services[c.spec.serviceID]; ls != nil {
+		if ls := a.local.services[spec.ServiceID()]; ls != nil {
 			name = ls.svc.Name
 		}
-		out[id] = agentCheck{Node: a.cfg.NodeName, CheckID: id, Name: c.spec.name, Status: lodestonepb.HealthStatusWord(c.status), Notes: c.spec.notes,
-			Output: c.output, ServiceID: c.spec.serviceID, ServiceName: name, Type: c.spec.kind}
+		st, output := c.Status()
+		out[id] = agentCheck{Node: a.cfg.NodeName, CheckID: id, Name: spec.Name(), Status: lodestonepb.HealthStatusWord(st), Notes: spec.Record.Notes,
+			Output: output, ServiceID: spec.ServiceID(), ServiceName: name, Type: spec.Kind}
 	}
 	a.mu.Unlock()
 	writeJSON(w, out)

@@ -3,8 +3,10 @@ package agent
 import (
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/checks"
 )
 
 // local is what the registry should say about this node next to what it
@@ -34,7 +36,7 @@ func newLocal(node *lodestonepb.Node) *local {
 // addService adds or replaces a service with its checks. It returns the
 // checks it replaced (their runners must stop) and the new ones (to
 // start).
-func (l *local) addService(c *compiled, newCheck func(*checkSpec) *check) (removed, added []*check) {
+func (l *local) addService(c *compiled, newCheck func(*checks.Spec) *check) (removed, added []*check) {
 	id := c.service.Id
 	var version uint64 = 1
 	if old, ok := l.services[id]; ok {
@@ -47,8 +49,8 @@ func (l *local) addService(c *compiled, newCheck func(*checkSpec) *check) (remov
 	ls := &localService{svc: c.service, version: version}
 	for _, spec := range c.checks {
 		ch := newCheck(spec)
-		l.checks[spec.id] = ch
-		ls.checks = append(ls.checks, spec.id)
+		l.checks[spec.ID()] = ch
+		ls.checks = append(ls.checks, spec.ID())
 		added = append(added, ch)
 	}
 	l.services[id] = ls
@@ -105,7 +107,7 @@ func (l *local) next() *op {
 		ready := true
 		for _, cid := range ls.checks {
 			c := l.checks[cid]
-			if c.spec.kind != kindTTL && !c.probed {
+			if c.Spec().Kind != checks.KindTTL && !c.Probed() {
 				ready = false
 				break
 			}
@@ -117,11 +119,12 @@ func (l *local) next() *op {
 	}
 	for _, id := range slices.Sorted(maps.Keys(l.checks)) {
 		c := l.checks[id]
-		if ls := l.services[c.spec.serviceID]; ls == nil || ls.synced == 0 {
+		if ls := l.services[c.Spec().ServiceID()]; ls == nil || ls.synced == 0 {
 			continue // goes in with its service's registration
 		}
 		if c.dirty() {
-			return &op{kind: "check", id: id, status: c.status, output: c.output}
+			st, out := c.Status()
+			return &op{kind: "check", id: id, status: st, output: out}
 		}
 	}
 	return nil
@@ -157,7 +160,7 @@ func (l *local) lost(o *op) {
 	switch o.kind {
 	case "check":
 		if c := l.checks[o.id]; c != nil {
-			if ls := l.services[c.spec.serviceID]; ls != nil {
+			if ls := l.services[c.Spec().ServiceID()]; ls != nil {
 				ls.synced = 0
 			}
 		}
@@ -218,4 +221,20 @@ func (l *local) resync() {
 	for _, c := range l.checks {
 		c.remote = 0
 	}
+}
+
+// reapable lists the services with a check that has been critical longer
+// than its DeregisterCriticalServiceAfter at now, as Consul's agent reaps
+// them.
+func (l *local) reapable(now time.Time) []string {
+	var out []string
+	for _, id := range slices.Sorted(maps.Keys(l.services)) {
+		for _, cid := range l.services[id].checks {
+			if l.checks[cid].Reapable(now) {
+				out = append(out, id)
+				break
+			}
+		}
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/checks"
 )
 
 const (
@@ -14,9 +15,18 @@ const (
 	critical = lodestonepb.HealthStatus_HEALTH_CRITICAL
 )
 
+// testChecks are the agent tests' check rules: Consul's, with minimums low
+// enough for fast tests.
+var testChecks = checks.Options{MinInterval: time.Millisecond, MinDeregisterAfter: time.Millisecond}
+
+// checkAt returns a new-check function for local.addService at t0.
+func checkAt(t0 time.Time) func(*checks.Spec) *check {
+	return func(s *checks.Spec) *check { return &check{Check: checks.New(s, t0)} }
+}
+
 func mustCompile(t *testing.T, d ServiceDefinition) *compiled {
 	t.Helper()
-	c, err := d.compile()
+	c, err := d.compile(testChecks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,8 +66,8 @@ func TestLocalWritesOnlyTransitions(t *testing.T) {
 		{TTL: Duration(10 * time.Second), Status: "passing"},
 	}}
 	l := newLocal(&lodestonepb.Node{Name: "a1", Address: "127.0.0.9"})
-	_, added := l.addService(mustCompile(t, web), func(s *checkSpec) *check { return newCheck(s, t0) })
-	if len(added) != 2 || added[0].spec.id != "service:web:1" || added[1].spec.id != "service:web:2" {
+	_, added := l.addService(mustCompile(t, web), checkAt(t0))
+	if len(added) != 2 || added[0].Spec().ID() != "service:web:1" || added[1].Spec().ID() != "service:web:2" {
 		t.Fatalf("check ids: %v", added)
 	}
 	httpCheck, ttl := added[0], added[1]
@@ -68,20 +78,20 @@ func TestLocalWritesOnlyTransitions(t *testing.T) {
 		want string
 	}{
 		{"node only until the HTTP check has run", func() {}, "node"},
-		{"first probe: registered with real statuses", func() { httpCheck.record(passing, "200 OK") }, "register:web:passing:passing"},
-		{"same result again: nothing", func() { httpCheck.record(passing, "200 OK again") }, ""},
-		{"HTTP fails: one update", func() { httpCheck.record(critical, "500") }, "check:service:web:1:critical"},
-		{"still failing with other output: nothing", func() { httpCheck.record(critical, "503") }, ""},
+		{"first probe: registered with real statuses", func() { httpCheck.Record(passing, "200 OK", t0) }, "register:web:passing:passing"},
+		{"same result again: nothing", func() { httpCheck.Record(passing, "200 OK again", t0) }, ""},
+		{"HTTP fails: one update", func() { httpCheck.Record(critical, "500", t0) }, "check:service:web:1:critical"},
+		{"still failing with other output: nothing", func() { httpCheck.Record(critical, "503", t0) }, ""},
 		{"flap inside one sync: the registry already agrees", func() {
-			httpCheck.record(passing, "")
-			httpCheck.record(critical, "")
+			httpCheck.Record(passing, "", t0)
+			httpCheck.Record(critical, "", t0)
 		}, ""},
-		{"TTL report with the same status: nothing", func() { ttl.ttlUpdate(passing, "ok", t0.Add(5*time.Second)) }, ""},
-		{"TTL not expired yet", func() { ttl.ttlExpire(t0.Add(14 * time.Second)) }, ""},
-		{"TTL expired: one update", func() { ttl.ttlExpire(t0.Add(15 * time.Second)) }, "check:service:web:2:critical"},
-		{"expiry again: nothing", func() { ttl.ttlExpire(t0.Add(16 * time.Second)) }, ""},
-		{"report passing: one update", func() { ttl.ttlUpdate(passing, "back", t0.Add(17*time.Second)) }, "check:service:web:2:passing"},
-		{"warning: one update", func() { ttl.ttlUpdate(warning, "slow", t0.Add(18*time.Second)) }, "check:service:web:2:warning"},
+		{"TTL report with the same status: nothing", func() { ttl.UpdateTTL(passing, "ok", t0.Add(5*time.Second)) }, ""},
+		{"TTL not expired yet", func() { ttl.ExpireTTL(t0.Add(14 * time.Second)) }, ""},
+		{"TTL expired: one update", func() { ttl.ExpireTTL(t0.Add(15 * time.Second)) }, "check:service:web:2:critical"},
+		{"expiry again: nothing", func() { ttl.ExpireTTL(t0.Add(16 * time.Second)) }, ""},
+		{"report passing: one update", func() { ttl.UpdateTTL(passing, "back", t0.Add(17*time.Second)) }, "check:service:web:2:passing"},
+		{"warning: one update", func() { ttl.UpdateTTL(warning, "slow", t0.Add(18*time.Second)) }, "check:service:web:2:warning"},
 		{"deregister", func() { l.removeService("web") }, "deregister:web"},
 	}
 	for _, s := range steps {
@@ -95,11 +105,11 @@ func TestLocalWritesOnlyTransitions(t *testing.T) {
 func TestLocalRecoversLostRegistration(t *testing.T) {
 	l := newLocal(&lodestonepb.Node{Name: "a1", Address: "127.0.0.9"})
 	_, added := l.addService(mustCompile(t, ServiceDefinition{Name: "db", Check: &CheckDefinition{TTL: Duration(time.Minute)}}),
-		func(s *checkSpec) *check { return newCheck(s, time.Unix(0, 0)) })
+		checkAt(time.Unix(0, 0)))
 	if got := strings.Join(drain(l), ","); got != "node,register:db:critical" {
 		t.Fatalf("start: %q", got)
 	}
-	added[0].record(passing, "")
+	added[0].Record(passing, "", time.Unix(0, 0))
 	o := l.next()
 	if o == nil || o.kind != "check" {
 		t.Fatalf("want a check update, got %+v", o)
@@ -114,7 +124,7 @@ func TestLocalRecoversLostRegistration(t *testing.T) {
 
 func TestLocalReplaceService(t *testing.T) {
 	l := newLocal(&lodestonepb.Node{Name: "a1"})
-	mk := func(s *checkSpec) *check { return newCheck(s, time.Unix(0, 0)) }
+	mk := checkAt(time.Unix(0, 0))
 	l.addService(mustCompile(t, ServiceDefinition{ID: "w1", Name: "web", Check: &CheckDefinition{TTL: Duration(time.Minute)}}), mk)
 	drain(l)
 	removed, added := l.addService(mustCompile(t, ServiceDefinition{ID: "w1", Name: "web", Port: 81, Check: &CheckDefinition{TTL: Duration(time.Minute), Status: "passing"}}), mk)
@@ -136,14 +146,15 @@ func TestCompileDefinitions(t *testing.T) {
 		{"single check gets service:<id>", ServiceDefinition{Name: "web", Check: &CheckDefinition{TCP: "127.0.0.1:80", Interval: Duration(time.Second)}}, false, "service:web"},
 		{"explicit id", ServiceDefinition{Name: "web", Check: &CheckDefinition{CheckID: "x", TTL: Duration(time.Second)}}, false, "x"},
 		{"no name", ServiceDefinition{}, true, ""},
-		{"script checks are refused", ServiceDefinition{Name: "web", Check: &CheckDefinition{Interval: Duration(time.Second)}}, true, ""},
+		{"script checks are refused", ServiceDefinition{Name: "web", Check: &CheckDefinition{Args: []string{"true"}, Interval: Duration(time.Second)}}, true, ""},
+		{"a check with nothing to run", ServiceDefinition{Name: "web", Check: &CheckDefinition{Interval: Duration(time.Second)}}, true, ""},
 		{"http without interval", ServiceDefinition{Name: "web", Check: &CheckDefinition{HTTP: "http://x"}}, true, ""},
 		{"bad status", ServiceDefinition{Name: "web", Check: &CheckDefinition{TTL: Duration(time.Second), Status: "fine"}}, true, ""},
 		{"duplicate ids", ServiceDefinition{Name: "web", Checks: []*CheckDefinition{{CheckID: "x", TTL: Duration(time.Second)}, {CheckID: "x", TTL: Duration(time.Second)}}}, true, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := tc.def.compile()
+			c, err := tc.def.compile(testChecks)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
 			}
@@ -152,9 +163,9 @@ func TestCompileDefinitions(t *testing.T) {
 			}
 			var ids []string
 			for _, s := range c.checks {
-				ids = append(ids, s.id)
-				if s.initial != critical && tc.def.Check.Status == "" {
-					t.Fatalf("default initial status %v, want critical", s.initial)
+				ids = append(ids, s.ID())
+				if s.Initial != critical && tc.def.Check.Status == "" {
+					t.Fatalf("default initial status %v, want critical", s.Initial)
 				}
 			}
 			if got := strings.Join(ids, ","); got != tc.wantIDs {
@@ -165,7 +176,7 @@ func TestCompileDefinitions(t *testing.T) {
 }
 
 func TestLocalReconcileRepairsDifferences(t *testing.T) {
-	mk := func(s *checkSpec) *check { return newCheck(s, time.Unix(0, 0)) }
+	mk := checkAt(time.Unix(0, 0))
 	setup := func() (*local, *check) {
 		l := newLocal(&lodestonepb.Node{Name: "a1"})
 		_, added := l.addService(mustCompile(t, ServiceDefinition{Name: "web", Check: &CheckDefinition{TTL: Duration(time.Minute), Status: "passing"}}), mk)

@@ -3,11 +3,17 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/server"
@@ -101,4 +107,89 @@ func TestAgentAgainstServer(t *testing.T) {
 	waitFor(t, 5*time.Second, "web registered again by anti-entropy", func() bool {
 		return checkStatus(t, cat, "a1", "service:web") == lodestonepb.HealthStatus_HEALTH_CRITICAL
 	})
+}
+
+func serviceOnNode(t *testing.T, cat lodestonepb.CatalogClient, node, id string) bool {
+	t.Helper()
+	resp, err := cat.Node(context.Background(), &lodestonepb.NodeRequest{Name: node})
+	if err != nil {
+		return false
+	}
+	for _, s := range resp.GetNode().GetServices() {
+		if s.Id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// The agent's part of the checks shared with servers (package checks),
+// through its local API and the official client: a gRPC health check, a
+// TTL check whose service is deregistered once it stayed critical past
+// DeregisterCriticalServiceAfter, ids with a slash, and script checks
+// refused with Consul's words.
+func TestAgentGRPCDeregisterAfterAndScripts(t *testing.T) {
+	srv, cat := startServer(t, "127.0.0.15")
+	cfg := testConfig(nil, "127.0.0.16")
+	cfg.registry = nil
+	cfg.NodeName, cfg.Endpoints = "a2", []string{srv.GRPCAddr()}
+	cfg.Gossip.Join = []string{srv.GossipAddr()}
+	cfg.ListenHTTP = "127.0.0.16:0"
+	cfg.CheckReapInterval = 20 * time.Millisecond
+	a := startAgent(t, cfg)
+	cl, err := api.NewClient(&api.Config{Address: a.HTTPAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag := cl.Agent()
+
+	// gRPC: a real server with the standard health service.
+	l, err := net.Listen("tcp", "127.0.0.16:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	var wg sync.WaitGroup
+	wg.Go(func() { gs.Serve(l) })
+	t.Cleanup(func() {
+		gs.Stop()
+		wg.Wait()
+	})
+	if err := ag.ServiceRegister(&api.AgentServiceRegistration{ID: "db/pg1", Name: "db", Port: 5432,
+		Check: &api.AgentServiceCheck{GRPC: l.Addr().String(), Interval: "50ms"}}); err != nil {
+		t.Fatalf("register grpc: %v", err)
+	}
+	waitFor(t, 10*time.Second, "gRPC check passing", func() bool {
+		return checkStatus(t, cat, "a2", "service:db/pg1") == lodestonepb.HealthStatus_HEALTH_PASSING
+	})
+	if err := ag.ServiceDeregister("db/pg1"); err != nil {
+		t.Fatalf("deregister db/pg1: %v", err)
+	}
+	waitFor(t, 10*time.Second, "db/pg1 gone", func() bool { return !serviceOnNode(t, cat, "a2", "db/pg1") })
+
+	ttl, after := 100*time.Millisecond, 300*time.Millisecond
+	registered := time.Now()
+	if err := ag.ServiceRegister(&api.AgentServiceRegistration{ID: "cache1", Name: "cache",
+		Check: &api.AgentServiceCheck{TTL: ttl.String(), Status: api.HealthPassing, DeregisterCriticalServiceAfter: after.String()}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "cache1 registered passing", func() bool {
+		return checkStatus(t, cat, "a2", "service:cache1") == lodestonepb.HealthStatus_HEALTH_PASSING
+	})
+	waitFor(t, 10*time.Second, "cache1 deregistered", func() bool { return !serviceOnNode(t, cat, "a2", "cache1") })
+	if took := time.Since(registered); took < ttl+after {
+		t.Fatalf("deregistered %v after registration, before its TTL and deregister interval (%v)", took, ttl+after)
+	}
+	if svcs, err := ag.Services(); err != nil || svcs["cache1"] != nil {
+		t.Fatalf("agent still lists cache1: %v %v", svcs, err)
+	}
+
+	err = ag.ServiceRegister(&api.AgentServiceRegistration{Name: "sh", Check: &api.AgentServiceCheck{Args: []string{"true"}, Interval: "1s"}})
+	if err == nil || !strings.Contains(err.Error(), "500") || !strings.Contains(err.Error(), "Scripts are disabled on this agent from remote calls") {
+		t.Fatalf("script check: %v, want Consul's 500", err)
+	}
+	if svcs, err := ag.Services(); err != nil || svcs["sh"] != nil {
+		t.Fatalf("a refused service is listed: %v %v", svcs, err)
+	}
 }

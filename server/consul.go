@@ -11,12 +11,17 @@ import (
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
 	"github.com/lodestone-kv/lodestone/server/consulapi"
+	"github.com/lodestone-kv/lodestone/server/localagent"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
 )
 
 // consulBackend lets the Consul-compatible HTTP API reach this node.
-type consulBackend struct{ s *core }
+type consulBackend struct {
+	s          *core
+	local      *localagent.Agent
+	membership consulapi.Membership
+}
 
 var _ consulapi.Backend = consulBackend{}
 
@@ -80,6 +85,10 @@ func (b consulBackend) Peers() []string {
 }
 
 func (b consulBackend) Agent() (string, string) { return b.s.agentNode() }
+
+func (b consulBackend) LocalAgent() *localagent.Agent { return b.local }
+
+func (b consulBackend) Membership() consulapi.Membership { return b.membership }
 
 // agentNode returns the node name and address this server registers as
 // the agent of.

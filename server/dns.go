@@ -61,7 +61,7 @@ func (s *Server) startDNS() {
 	if s.dnsLis == nil {
 		return
 	}
-	d, err := dnsapi.New(consulBackend{s.core}, s.dnsLis, s.cfg.DNS.Config, s.logger.With("component", "dns"), s.metrics.reg)
+	d, err := dnsapi.New(consulBackend{s: s.core, local: s.local, membership: membership{s}}, s.dnsLis, s.cfg.DNS.Config, s.logger.With("component", "dns"), s.metrics.reg)
 	s.dnsLis = nil // NB: dnsapi.New owns them now, also when it failed
 	if err != nil {
 		s.errC <- fmt.Errorf("start DNS: %w", err)

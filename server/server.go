@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +32,7 @@ import (
 	"github.com/lodestone-kv/lodestone/server/consulapi"
 	"github.com/lodestone-kv/lodestone/server/dnsapi"
 	"github.com/lodestone-kv/lodestone/server/httppark"
+	"github.com/lodestone-kv/lodestone/server/localagent"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
 )
@@ -49,6 +51,10 @@ type Server struct {
 	gossip *serverGossip
 	// park holds waiting Consul blocking queries (nil with NoParking).
 	park *httppark.Lot
+	// local runs what /v1/agent registers on this server (agent.go).
+	local *localagent.Agent
+	// left: this server left the cluster on request (agent.go).
+	left atomic.Bool
 	// httpConns and grpcConns limit the client listeners' connections.
 	httpConns, grpcConns *connLimit
 
@@ -145,6 +151,11 @@ func New(cfg Config) (*Server, error) {
 		func(ctx context.Context) error { return s.raft.LeaderRead(ctx, time.Now()) }, s.metrics.reg)
 	s.sessionMetrics = newSessionMetrics(s.metrics.reg, s.store)
 	s.holdMetrics = newHoldMetrics(s.metrics.reg)
+	if s.local, err = s.openLocalAgent(); err != nil {
+		s.closeListeners()
+		s.raft.Stop()
+		return nil, errors.Join(err, s.transport.Close(), s.log.Close(), s.hub.Close())
+	}
 	return s, nil
 }
 
@@ -281,7 +292,7 @@ func (s *Server) Start() {
 		s.metrics.reg.MustRegister(s.park)
 		httpLis = s.park.Wrap(httpLis)
 	}
-	consulapi.New(consulBackend{s.core}, consulapi.Config{
+	consulapi.New(consulBackend{s: s.core, local: s.local, membership: membership{s}}, consulapi.Config{
 		MaxWait: s.cfg.MaxBlockingWait, Logger: s.logger.With("component", "consulapi"),
 		InFlight: s.sessionMetrics.blocking.WithLabelValues("http"), Park: s.park, Denied: s.authz.denied,
 		Refused: s.metrics.refused,
@@ -301,6 +312,7 @@ func (s *Server) Start() {
 		s.gossip = g
 		g.start(s.ctx)
 	}
+	s.local.Start()
 	s.peerPort = peer.NewPort(s.peerLis, s.transport, s.raft, s.store.Members, s.logger.With("component", "transport"))
 	s.serve("peer grpc", s.peerPort.Serve)
 	s.serve("client grpc", func() error { return s.grpcSrv.Serve(s.grpcConns) })
@@ -389,6 +401,10 @@ func (s *Server) Done() <-chan error {
 		case err := <-s.errC:
 			out <- err
 		case <-s.raft.Removed():
+			if s.left.Load() {
+				out <- nil // it asked to (agent.go)
+				break
+			}
 			out <- errors.New("this member was removed from the cluster")
 		case <-s.raft.Done():
 			out <- s.raft.Err()
@@ -463,6 +479,7 @@ func (s *Server) Close() error {
 			errs = append(errs, s.park.Close())
 		}
 		errs = append(errs, s.closeDNS())
+		s.local.Close() // NB: after the API that feeds it, before Raft
 		if s.peerPort != nil {
 			// NB: peer streams never end by themselves; this stops hard
 			// and waits for the Raft streams.

@@ -30,7 +30,8 @@ func newAgentCmd() *cobra.Command {
 		Long: `Run an agent beside services. It joins the gossip pool (--gossip-join, any
 server or agent), registers the services of --config-file and those
 registered on its local Consul-compatible API (/v1/agent/service/register,
-/v1/agent/check/pass|warn|fail/:id), runs their HTTP, TCP and TTL checks and
+/v1/agent/check/pass|warn|fail/:id), runs their HTTP, TCP, gRPC, TTL (and,
+with --enable-script-checks, script) checks and
 writes only status changes to the registry (--endpoints). If the agent dies,
 the leader marks its node critical within the gossip detection time.
 
@@ -53,6 +54,8 @@ the leader marks its node critical within the gossip detection time.
 	f.StringVar(&o.cfg.ListenHTTP, "listen-http", "127.0.0.1:8510", "address of the local agent API and /metrics (empty: off)")
 	f.StringVar(&o.cfg.OnStop, "on-stop", o.cfg.OnStop, "on SIGINT/SIGTERM: leave (the node stays, marked critical) or deregister (the node is removed)")
 	f.DurationVar(&o.cfg.AntiEntropyInterval, "anti-entropy-interval", o.cfg.AntiEntropyInterval, "how often the node is read back from the registry to repair differences")
+	f.BoolVar(&o.cfg.EnableScriptChecks, "enable-script-checks", false, "run script checks (Args) registered through the local API too (anyone who reaches it can then run commands as the agent)")
+	f.BoolVar(&o.cfg.EnableLocalScriptChecks, "enable-local-script-checks", false, "run script checks (Args) of --config-file services")
 	addGossipFlags(f, &o.cfg.Gossip, "127.0.0.1:7946")
 	addLogFlags(cmd, &o.logLevel, &o.logFormat)
 	return cmd

@@ -315,4 +315,6 @@ func addCatalogFlags(f *pflag.FlagSet, c *server.CatalogConfig) {
 	f.DurationVar(&c.SessionTTLRecheck, "session-ttl-recheck", c.SessionTTLRecheck, "longest the leader sleeps between session TTL checks")
 	f.DurationVar(&c.SessionTTLRetry, "session-ttl-retry", c.SessionTTLRetry, "pause before retrying a failed session invalidation")
 	f.IntVar(&c.SessionInvalidateBatch, "session-invalidate-batch", c.SessionInvalidateBatch, "most expired sessions invalidated by one Raft entry")
+	f.BoolVar(&c.EnableScriptChecks, "enable-script-checks", c.EnableScriptChecks, "run script checks (Args) registered through this server's /v1/agent API (anyone who may register a check can then run commands as the server)")
+	f.DurationVar(&c.CheckReapInterval, "check-reap-interval", c.CheckReapInterval, "how often services whose check stayed critical past their DeregisterCriticalServiceAfter are deregistered")
 }

@@ -1,9 +1,10 @@
 // Package consulapi serves the subset of Consul's HTTP API that Lodestone
-// replaces (KV with locks, transactions, catalog, health, the agent's
-// service and TTL-check endpoints, sessions, status), so that Consul's own
-// clients work unchanged against a Lodestone server. The server acts as
-// the agent of one catalog node (Backend.Agent): /v1/agent/* registers
-// there, and sessions created without a node belong to it.
+// replaces (KV with locks, transactions, catalog, health, the agent
+// endpoints, sessions, status), so that Consul's own clients work
+// unchanged against a Lodestone server. The server acts as the agent of
+// one catalog node (Backend.Agent): /v1/agent/* registers there, through
+// the server's local agent, which runs the checks (agent.go, package
+// localagent), and sessions created without a node belong to it.
 //
 // It knows nothing of Raft: it reads the store, waits on the watch hub and
 // writes through a Backend, which the server implements. Status codes,
@@ -39,6 +40,7 @@ import (
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/internal/token"
 	"github.com/lodestone-kv/lodestone/server/httppark"
+	"github.com/lodestone-kv/lodestone/server/localagent"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
 )
@@ -78,6 +80,10 @@ type Backend interface {
 	// Agent names the catalog node this server is the agent of (for
 	// /v1/agent/* and sessions created without a node) and its address.
 	Agent() (node, address string)
+	// LocalAgent keeps and runs what /v1/agent/* registers (agent.go).
+	LocalAgent() *localagent.Agent
+	// Membership is this server in the gossip pool and the cluster.
+	Membership() Membership
 	// Authorize resolves a token's secret ("" is the anonymous token):
 	// an error is acl.ErrNotFound, after catching up with the leader
 	// (acl.Recheck); with ACLs off every secret resolves to an Authorizer
@@ -205,15 +211,21 @@ func (a *API) Register(mux *http.ServeMux) {
 	handle("GET /v1/health/state/{state}", a.healthState)
 	handle("GET /v1/agent/self", a.agentSelf)
 	handle("PUT /v1/agent/service/register", a.agentServiceRegister)
-	handle("PUT /v1/agent/service/deregister/{id}", a.agentServiceDeregister)
-	handle("PUT /v1/agent/check/pass/{id}", a.agentCheckUpdate(lodestonepb.HealthStatus_HEALTH_PASSING))
-	handle("PUT /v1/agent/check/warn/{id}", a.agentCheckUpdate(lodestonepb.HealthStatus_HEALTH_WARNING))
-	handle("PUT /v1/agent/check/fail/{id}", a.agentCheckUpdate(lodestonepb.HealthStatus_HEALTH_CRITICAL))
-	handle("PUT /v1/agent/check/update/{id}", a.agentCheckUpdateBody)
+	handle("PUT /v1/agent/service/deregister/{id...}", a.agentServiceDeregister)
+	handle("PUT /v1/agent/check/pass/{id...}", a.agentCheckUpdate(lodestonepb.HealthStatus_HEALTH_PASSING))
+	handle("PUT /v1/agent/check/warn/{id...}", a.agentCheckUpdate(lodestonepb.HealthStatus_HEALTH_WARNING))
+	handle("PUT /v1/agent/check/fail/{id...}", a.agentCheckUpdate(lodestonepb.HealthStatus_HEALTH_CRITICAL))
+	handle("PUT /v1/agent/check/update/{id...}", a.agentCheckUpdateBody)
 	handle("PUT /v1/agent/check/register", a.agentCheckRegister)
-	handle("PUT /v1/agent/check/deregister/{id}", a.agentCheckDeregister)
+	handle("PUT /v1/agent/check/deregister/{id...}", a.agentCheckDeregister)
 	handle("GET /v1/agent/services", a.agentServices)
 	handle("GET /v1/agent/checks", a.agentChecks)
+	handle("GET /v1/agent/service/{id...}", a.agentService)
+	handle("GET /v1/agent/members", a.agentMembers)
+	handle("PUT /v1/agent/join/{address...}", a.agentJoin)
+	handle("PUT /v1/agent/leave", a.agentLeave)
+	handle("PUT /v1/agent/maintenance", a.agentMaintenance)
+	handle("PUT /v1/agent/service/maintenance/{id...}", a.agentServiceMaintenance)
 	handle("PUT /v1/session/create", a.sessionCreate)
 	handle("PUT /v1/session/destroy/{id}", a.sessionDestroy)
 	handle("PUT /v1/session/renew/{id}", a.sessionRenew)

@@ -17,8 +17,11 @@ import (
 
 	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/checks"
+	"github.com/lodestone-kv/lodestone/gossip"
 	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
 	"github.com/lodestone-kv/lodestone/server/consulapi"
+	"github.com/lodestone-kv/lodestone/server/localagent"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
 )
@@ -41,9 +44,10 @@ var bodyRoutes = []string{
 // through a backend that applies as the server's write path does
 // (stamp, limits, apply, the same error mapping). Whatever the body:
 //   - nothing panics;
-//   - the answer is never a 5xx, except the one Consul documents for a
+//   - the answer is never a 5xx, except the ones Consul gives for a
 //     write the state refuses (a *store.RejectedError: missing node,
-//     unknown session, ...);
+//     unknown session, ...) and for a script check on an agent that runs
+//     none;
 //   - a 4xx changed nothing: every key, node, service, check, session,
 //     policy, role and token reads as before.
 func FuzzWriteBodies(f *testing.F) {
@@ -91,8 +95,9 @@ func FuzzWriteBodies(f *testing.F) {
 		b.refused = false
 		w := httptest.NewRecorder()
 		mux.ServeHTTP(w, httptest.NewRequest(http.MethodPut, path, bytes.NewReader(body)))
-		// NB: Consul refuses some input in its RPC layer, and its clients
-		// expect those refusals as 500s with its words.
+		// NB: Consul refuses some input in its RPC layer (and a script
+		// check), and its clients expect those refusals as 500s with its
+		// words.
 		consulRefusal := w.Code == http.StatusInternalServerError && slices.ContainsFunc(consulRefusals,
 			func(p string) bool { return strings.HasPrefix(w.Body.String(), p) })
 		switch code := w.Code; {
@@ -107,18 +112,27 @@ func FuzzWriteBodies(f *testing.F) {
 // consulRefusals begin the 500s Consul answers for input its RPC layer
 // refuses.
 var consulRefusals = []string{"Must provide node", "Must provide address", "Invalid Session TTL", "Session TTL '",
-	"Invalid Behavior setting"}
+	"Invalid Behavior setting", "Scripts are disabled on this agent"}
 
 // storeBackend is a consulapi.Backend over a real store, applying each
-// command at the next index as the server's write path does.
+// command at the next index as the server's write path does, with a real
+// local agent that is never started (its checks compile and register but
+// do not run).
 type storeBackend struct {
 	st      *store.Store
 	hub     *watch.Hub
+	local   *localagent.Agent
 	refused bool // the last Apply ended in a *store.RejectedError
 }
 
 func newStoreBackend(t *testing.T) *storeBackend {
 	b := &storeBackend{st: store.New()}
+	local, err := localagent.New(localagent.Config{Node: "n1", Address: "127.0.0.1", Catalog: b.st, Apply: b.Apply,
+		Barrier: func(context.Context) error { return nil }, Checks: checks.DefaultOptions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.local = local
 	// The agent's node with a check, so sessions and services have one.
 	for _, c := range []*lodestonepb.Command{
 		{Op: &lodestonepb.Command_CatalogRegister{CatalogRegister: &lodestonepb.CatalogRegisterRequest{
@@ -172,9 +186,20 @@ func (b *storeBackend) Peers() []string                                { return 
 func (b *storeBackend) Limits() store.Limits                           { return store.DefaultLimits() }
 func (b *storeBackend) BodyLimits() consulapi.BodyLimits               { return consulapi.BodyLimits{} }
 func (b *storeBackend) Agent() (string, string)                        { return "n1", "127.0.0.1" }
+func (b *storeBackend) LocalAgent() *localagent.Agent                  { return b.local }
+func (b *storeBackend) Membership() consulapi.Membership               { return soloMembership{} }
 func (b *storeBackend) Authorize(context.Context, string) (*acl.Authorizer, error) {
 	return acl.AllowAll("fuzz"), nil
 }
+
+// soloMembership is a server without gossip that may not leave.
+type soloMembership struct{}
+
+func (soloMembership) Members() ([]gossip.Member, string, bool) { return nil, "", false }
+func (soloMembership) Join([]string) (int, error)               { return 0, errors.New("gossip is off") }
+func (soloMembership) Leave(context.Context) error              { return errors.New("refused to leave") }
+func (soloMembership) NodeID() string                           { return "00000000-0000-0000-0000-000000000001" }
+func (soloMembership) Stats() map[string]map[string]string      { return nil }
 
 // stateOf renders what the Consul API can write: every key, node (with
 // its services and checks), session and ACL policy, role and token, with

@@ -70,6 +70,7 @@ type agentServiceJSON struct {
 	EnableTagOverride bool
 	CreateIndex       uint64 `json:",omitempty"`
 	ModifyIndex       uint64 `json:",omitempty"`
+	ContentHash       string `json:",omitempty"`
 	Datacenter        string `json:",omitempty"`
 }
 
