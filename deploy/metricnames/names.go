@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
@@ -232,10 +233,10 @@ func Exported(r io.Reader) (map[string]bool, error) {
 		if len(mf.GetMetric()) == 0 {
 			continue
 		}
-		switch mf.GetType().String() {
-		case "HISTOGRAM", "GAUGE_HISTOGRAM":
+		switch mf.GetType() {
+		case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
 			out[name+"_bucket"], out[name+"_sum"], out[name+"_count"] = true, true, true
-		case "SUMMARY":
+		case dto.MetricType_SUMMARY:
 			out[name], out[name+"_sum"], out[name+"_count"] = true, true, true
 		default:
 			out[name] = true
