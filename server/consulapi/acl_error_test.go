@@ -1,6 +1,7 @@
 package consulapi
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/acl"
 )
@@ -33,6 +36,21 @@ func TestWriteErrorACL(t *testing.T) {
 	for _, reason := range []string{"permission", "token"} {
 		if got := testutil.ToFloat64(denied.WithLabelValues("http", reason)); got != 1 {
 			t.Errorf("denials counted for %s: %v, want 1", reason, got)
+		}
+	}
+}
+
+// TestWriteErrorCutShort: a request cut short (a server shutting down, a
+// deadline), however the error reaches the API, is a 503 a client retries
+// elsewhere, not a 500.
+func TestWriteErrorCutShort(t *testing.T) {
+	a := New(nil, Config{})
+	for _, err := range []error{context.Canceled, context.DeadlineExceeded,
+		status.Error(codes.Canceled, "context canceled"), status.Error(codes.DeadlineExceeded, "context deadline exceeded")} {
+		w := httptest.NewRecorder()
+		a.writeError(w, httptest.NewRequest(http.MethodPut, "/v1/kv/k", nil), err)
+		if w.Code != http.StatusServiceUnavailable {
+			t.Errorf("%v: %d %q, want 503", err, w.Code, w.Body.String())
 		}
 	}
 }

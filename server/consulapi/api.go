@@ -346,6 +346,10 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 				code, msg = http.StatusInternalServerError, "No cluster leader: "+msg
 			case codes.ResourceExhausted:
 				code = http.StatusTooManyRequests
+			case codes.Canceled, codes.DeadlineExceeded:
+				// NB: a request cut short by a server shutting down: not
+				// the request's fault, and another server may answer it.
+				code = http.StatusServiceUnavailable
 			}
 		}
 	}
