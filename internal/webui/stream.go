@@ -17,6 +17,10 @@ type Live struct {
 	Wait   func(ctx context.Context) error
 }
 
+// minGap is the least time between two renders of a stream: a burst of
+// writes is drawn once, and a Wait that returns at once cannot spin.
+const minGap = 200 * time.Millisecond
+
 // keepalive is how often a quiet stream sends a comment, so a connection
 // whose browser went away is noticed and closed.
 const keepalive = 25 * time.Second
@@ -42,12 +46,23 @@ func Stream(w http.ResponseWriter, r *http.Request, l Live) {
 
 	ctx := r.Context()
 	last := ""
+	var drawn time.Time
 	for first := true; ; first = false {
 		if !first {
 			if err := waitOrPing(ctx, w, f, l.Wait); err != nil {
 				return
 			}
+			if gap := minGap - time.Since(drawn); gap > 0 {
+				t := time.NewTimer(gap)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return
+				}
+			}
 		}
+		drawn = time.Now()
 		html, err := l.Render(ctx)
 		if ctx.Err() != nil {
 			return
