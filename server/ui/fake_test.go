@@ -101,9 +101,9 @@ func (f *fake) Authorize(_ context.Context, secret string) (*acl.Authorizer, err
 func (f *fake) Raft() RaftState {
 	return RaftState{State: "leader", Lead: 1, Term: 3, Commit: f.st.Index(), Applied: f.st.Index()}
 }
-func (f *fake) Members() []*lodestonepb.Member        { return f.st.Members() }
-func (f *fake) LastHeard(uint64) (time.Time, bool)    { return time.Time{}, false }
-func (f *fake) LeaderChanged() <-chan struct{}        { return make(chan struct{}) }
+func (f *fake) Members() []*lodestonepb.Member                       { return f.st.Members() }
+func (f *fake) LastHeard(uint64) (time.Time, bool)                   { return time.Time{}, false }
+func (f *fake) LeaderChanged() <-chan struct{}                       { return make(chan struct{}) }
 func (f *fake) Metrics(context.Context) ([]*dto.MetricFamily, error) { return f.reg.Gather() }
 func (f *fake) MemberMetrics(_ context.Context, addr string) ([]*dto.MetricFamily, error) {
 	if fams, ok := f.remote[addr]; ok {

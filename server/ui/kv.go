@@ -43,13 +43,13 @@ type kvRow struct {
 type crumb struct{ Name, Prefix string }
 
 type kvListData struct {
-	Prefix  string
-	Crumbs  []crumb
-	Rows    []kvRow
-	Total   int
-	Cut     bool // more than maxRows entries, or more than maxScan keys
-	Index   uint64
-	NewKey  string
+	Prefix string
+	Crumbs []crumb
+	Rows   []kvRow
+	Total  int
+	Cut    bool // more than maxRows entries, or more than maxScan keys
+	Index  uint64
+	NewKey string
 }
 
 func crumbs(prefix string) []crumb {

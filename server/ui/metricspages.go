@@ -48,15 +48,15 @@ const (
 	mLogLast        = "lodestone_raftlog_last_index"
 	mLogSave        = "lodestone_raftlog_save_duration_seconds"
 
-	mWatchStreams  = "lodestone_watch_streams"
-	mWatchers      = "lodestone_watch_watchers"
-	mShardLag      = "lodestone_watch_shard_lag_entries"
-	mDeliveryLag   = "lodestone_watch_delivery_lag_seconds"
-	mWatchersCut   = "lodestone_watch_watchers_cut_total"
-	mRetained      = "lodestone_watch_retained_events"
-	mPublished     = "lodestone_watch_events_published_total"
-	mParked        = "lodestone_http_parked_requests"
-	mBlocking      = "lodestone_blocking_queries_in_flight"
+	mWatchStreams = "lodestone_watch_streams"
+	mWatchers     = "lodestone_watch_watchers"
+	mShardLag     = "lodestone_watch_shard_lag_entries"
+	mDeliveryLag  = "lodestone_watch_delivery_lag_seconds"
+	mWatchersCut  = "lodestone_watch_watchers_cut_total"
+	mRetained     = "lodestone_watch_retained_events"
+	mPublished    = "lodestone_watch_events_published_total"
+	mParked       = "lodestone_http_parked_requests"
+	mBlocking     = "lodestone_blocking_queries_in_flight"
 )
 
 // MetricNames lists every metric the pages read.

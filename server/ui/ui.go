@@ -122,15 +122,15 @@ func (u *UI) Register(mux *http.ServeMux) {
 	h("POST /ui/login", u.login)
 	h("POST /ui/logout", u.logout)
 	for path, v := range map[string]view{
-		"cluster":           {file: "templates/cluster.html", nav: "Cluster", build: u.cluster},
-		"raftlog":           {file: "templates/raftlog.html", nav: "Raft log", build: u.raftlog},
-		"watches":           {file: "templates/watches.html", nav: "Watches", build: u.watches},
-		"services":          {file: "templates/services.html", nav: "Services", build: u.services},
-		"services/{name}":   {file: "templates/service.html", nav: "Services", build: u.service},
-		"nodes/{node}":      {file: "templates/node.html", nav: "Services", build: u.node},
-		"kv":                {file: "templates/kv.html", nav: "KV", build: u.kvList},
-		"kv/edit":           {file: "templates/kvedit.html", nav: "KV", build: u.kvEdit},
-		"sessions":          {file: "templates/sessions.html", nav: "Sessions", build: u.sessionsPage},
+		"cluster":         {file: "templates/cluster.html", nav: "Cluster", build: u.cluster},
+		"raftlog":         {file: "templates/raftlog.html", nav: "Raft log", build: u.raftlog},
+		"watches":         {file: "templates/watches.html", nav: "Watches", build: u.watches},
+		"services":        {file: "templates/services.html", nav: "Services", build: u.services},
+		"services/{name}": {file: "templates/service.html", nav: "Services", build: u.service},
+		"nodes/{node}":    {file: "templates/node.html", nav: "Services", build: u.node},
+		"kv":              {file: "templates/kv.html", nav: "KV", build: u.kvList},
+		"kv/edit":         {file: "templates/kvedit.html", nav: "KV", build: u.kvEdit},
+		"sessions":        {file: "templates/sessions.html", nav: "Sessions", build: u.sessionsPage},
 	} {
 		h("GET "+Base+path, u.page(v, path))
 		h("GET "+Base+"events/"+path, u.stream(v))
