@@ -15,7 +15,7 @@ import (
 
 // ready waits until srv leads and has published its addresses: the last
 // writes a server makes by itself at start.
-func ready(t *testing.T, srv *server.Server) {
+func ready(t testing.TB, srv *server.Server) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
