@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -88,6 +90,9 @@ func (b uiBackend) MemberMetrics(ctx context.Context, httpAddr string) ([]*dto.M
 		return nil, err
 	}
 	resp, err := b.scrape.Do(req)
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		return nil, ue.Err // NB: "dial tcp ...: connection refused" says it; the URL is the member's
+	}
 	if err != nil {
 		return nil, err
 	}

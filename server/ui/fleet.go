@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -60,11 +61,12 @@ func (ms memberStat) reachable() bool { return ms.err == nil && ms.sample != nil
 // make a slow member look dead.
 func (f *fleet) refresh(ctx context.Context) []memberStat {
 	_, selfID := f.b.Self()
-	members := f.b.Members()
+	members := slices.Clone(f.b.Members())
 	if len(members) == 0 {
 		name, id := f.b.Self()
 		members = []*lodestonepb.Member{{Id: id, Name: name}}
 	}
+	slices.SortFunc(members, func(a, b *lodestonepb.Member) int { return strings.Compare(a.Name, b.Name) })
 	stats := make([]memberStat, len(members))
 	done := make(chan struct{}, len(members))
 	for i, m := range members {
