@@ -61,12 +61,14 @@ func finite(values []float64) []point {
 	return out
 }
 
-// Bar is one bar: a label, its value, and the CSS class that colours it
-// (empty: the default bar colour).
+// Bar is one bar: a label, its value, the CSS class that colours it
+// (empty: the default bar colour), and the text written beside it (empty:
+// the value).
 type Bar struct {
 	Label string
 	Value float64
 	Class string
+	Text  string
 }
 
 // Bars draws one horizontal bar per item, w pixels wide, each scaled
@@ -95,7 +97,11 @@ func Bars(items []Bar, max float64, w int) template.HTML {
 		}
 		fmt.Fprintf(&b, `<text class="bar-label" x="0" y="%d">%s</text>`, y+12, template.HTMLEscapeString(it.Label))
 		fmt.Fprintf(&b, `<rect class="%s" x="%d" y="%d" width="%.1f" height="%d"/>`, template.HTMLEscapeString(class), labelW, y+2, bw, rowH-4)
-		fmt.Fprintf(&b, `<text class="bar-value" x="%d" y="%d">%s</text>`, w-valueW+4, y+12, template.HTMLEscapeString(formatValue(it.Value)))
+		text := it.Text
+		if text == "" {
+			text = formatValue(it.Value)
+		}
+		fmt.Fprintf(&b, `<text class="bar-value" x="%d" y="%d">%s</text>`, w-valueW+4, y+12, template.HTMLEscapeString(text))
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())

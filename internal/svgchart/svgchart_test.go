@@ -39,6 +39,9 @@ func TestBarsEscapeLabelsAndScale(t *testing.T) {
 	if !strings.Contains(got, `class="bar warn" x="90" y="18" width="100.0"`) || !strings.Contains(got, `width="50.0"`) {
 		t.Fatalf("bars not scaled to the largest: %s", got)
 	}
+	if got := string(Bars([]Bar{{Label: "z", Value: 2048, Text: "2.0 KiB"}}, 0, 260)); !strings.Contains(got, ">2.0 KiB<") {
+		t.Fatalf("a bar's text not written: %s", got)
+	}
 	if got := string(Bars([]Bar{{Label: "z", Value: 0}}, 10, 260)); !strings.Contains(got, `width="0.0"`) {
 		t.Fatalf("zero drew a bar: %s", got)
 	}

@@ -301,7 +301,8 @@ func (u *UI) raftlog(ctx context.Context, r *http.Request, rc *request) (*built,
 		if row.Bloated {
 			freeClass = "bad"
 		}
-		row.Fill = []svgchart.Bar{{Label: "live", Value: row.Live}, {Label: "free", Value: row.Free, Class: freeClass}}
+		row.Fill = []svgchart.Bar{{Label: "live", Value: row.Live, Text: webui.Bytes(row.Live)},
+			{Label: "free", Value: row.Free, Class: freeClass, Text: webui.Bytes(row.Free)}}
 		dataDir := "$DATA_DIR"
 		if ms.self {
 			dataDir = d.DataDir
