@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 	consul "github.com/hashicorp/consul/api"
 
+	"github.com/lodestone-kv/lodestone/gateway/adminui"
 	"github.com/lodestone-kv/lodestone/internal/testnet"
 	"github.com/lodestone-kv/lodestone/server/ui"
 )
@@ -398,6 +399,16 @@ func TestBrowserDrivesEveryPage(t *testing.T) {
 		for _, name := range ui.MetricNames {
 			if !strings.Contains(body, "\n"+name) {
 				t.Errorf("no member exports %s, which the UI reads", name)
+			}
+		}
+		r, err := http.Get("http://" + f.gwAdmin + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gw := readAll(r)
+		for _, name := range adminui.MetricNames {
+			if !strings.Contains(gw, "\n"+name) {
+				t.Errorf("the gateway does not export %s, which its UI reads", name)
 			}
 		}
 	})
