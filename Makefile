@@ -139,6 +139,18 @@ bench: bench-kv bench-blocking
 bench-kv:
 	cd bench && $(GO) run ./cmd/kvbench
 
+# Every web UI page against a real server with 10,000 keys and 1,000 service
+# instances: five runs of 200 requests a page, each run's p99, and the median
+# of the five printed as BENCH ui-page-p99 <page>=<ms> (target: under 50 ms).
+.PHONY: bench-ui
+bench-ui:
+	$(GO) test -run '^$$' -bench BenchmarkUIPages -benchtime 200x -count 5 ./server/ui/ | tee /dev/stderr | \
+	awk '/^BenchmarkUIPages\// { split($$1, a, "/"); page = substr($$1, length(a[1]) + 2); sub(/-[0-9]+$$/, "", page); \
+		for (i = 2; i < NF; i++) if ($$(i+1) == "p99-ms") v[page] = v[page] " " $$i } \
+	END { for (p in v) { m = split(substr(v[p], 2), xs, " "); \
+		for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (xs[j] + 0 < xs[i] + 0) { t = xs[i]; xs[i] = xs[j]; xs[j] = t } \
+		printf "BENCH ui-page-p99 %s=%s\n", p, xs[int((m + 1) / 2)] } }' | sort
+
 # Gateway vs nginx, HAProxy and httputil.ReverseProxy under wrk (needs wrk,
 # nginx-light and haproxy from apt); see bench/cmd/gatewaybench.
 bench-gateway:

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/lodestone-kv/lodestone/gateway/adminui"
 	"github.com/lodestone-kv/lodestone/internal/token"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -22,6 +23,7 @@ import (
 //	          serves the last known good routes)
 //	/metrics  the gateway's own Prometheus registry
 //	/routes   the current table as JSON (routes, services, subsets, origins)
+//	/ui/      the web UI (gateway/adminui), behind the admin token if one is set
 //
 // NB: the admin listener has its own http.Server and so its own accept
 // loop and connection goroutines; its handlers read the table through the
@@ -51,6 +53,11 @@ func (g *Gateway) adminHandler() http.Handler {
 		enc.SetIndent("", "  ")
 		enc.Encode(g.describe())
 	})
+	if u, err := adminui.New(uiSource{g}, g.log.With("component", "adminui")); err != nil {
+		g.log.Error("gateway: admin UI not served", "err", err)
+	} else {
+		u.Register(mux)
+	}
 	return mux
 }
 

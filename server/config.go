@@ -236,6 +236,11 @@ type Config struct {
 	// endpoints reveal internals, so turn it on while investigating.
 	EnablePprof bool
 
+	// UI serves the web UI under /ui/ on the HTTP listener (server/ui).
+	// Default on; with ACLs on it asks for a token and shows only what
+	// the token may read.
+	UI bool
+
 	// ACL turns on token authorization for every API (gRPC, HTTP, pprof,
 	// fault hooks) and says what a token gets where no rule of its
 	// policies matches. Default off, as Consul's; docs/security.md says
@@ -288,6 +293,7 @@ func DefaultConfig() Config {
 		Gossip:                      DefaultGossipConfig(),
 		DNS:                         DefaultDNSConfig(),
 		PollProbeInterval:           100 * time.Millisecond,
+		UI:                          true,
 		MaxPeerSnapshotBytes:        peer.DefaultMaxSnapshotBytes,
 		MaxPeerSnapshotChunks:       peer.DefaultMaxSnapshotChunks,
 	}

@@ -25,6 +25,8 @@ type metrics struct {
 	refused   *prometheus.CounterVec
 	pollDelay prometheus.Histogram // pollprobe.go
 	promoted  prometheus.Counter   // promote.go
+	// watchStreams counts the gRPC Watch streams open now (watch.go).
+	watchStreams prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -62,7 +64,10 @@ func newMetrics() *metrics {
 		Namespace: "lodestone", Name: "members_promoted_total",
 		Help: "Learners this node promoted to voter as leader once they had caught up.",
 	})
-	reg.MustRegister(m.requests, m.pollDelay, m.refusedConns, m.refused, m.promoted)
+	m.watchStreams = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "lodestone", Name: "watch_streams", Help: "gRPC Watch streams open now (each carries many watches).",
+	})
+	reg.MustRegister(m.requests, m.pollDelay, m.refusedConns, m.refused, m.promoted, m.watchStreams)
 	return m
 }
 

@@ -268,6 +268,9 @@ func (s *Server) Start() {
 	lodestonepb.RegisterSessionServer(s.grpcSrv, &sessionService{s: s.core})
 
 	s.routeHTTP(s.Mux)
+	if err := s.routeUI(s.Mux); err != nil {
+		s.errC <- fmt.Errorf("web ui: %w", err)
+	}
 	def := DefaultConfig()
 	s.httpConns = newConnLimit(s.httpLis, positiveOr(s.cfg.MaxHTTPConnections, def.MaxHTTPConnections), s.metrics.refusedConns.WithLabelValues("http", "per_client"))
 	s.grpcConns = newConnLimit(s.grpcLis, positiveOr(s.cfg.MaxConnections, def.MaxConnections), s.metrics.refusedConns.WithLabelValues("grpc", "per_client"))

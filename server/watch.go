@@ -76,6 +76,8 @@ const maxGroupBytes = 256 << 10
 const maxKeptBuffer = 2 * maxGroupBytes
 
 func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
+	ws.s.metrics.watchStreams.Inc()
+	defer ws.s.metrics.watchStreams.Dec()
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	conn := "unknown"

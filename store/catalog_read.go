@@ -228,6 +228,14 @@ func (s *Store) NodeSessions(node string) ([]*lodestonepb.SessionEntry, QueryMet
 	return out, s.meta(s.tab.sessionsIndex)
 }
 
+// SessionLocks lists, sorted, the keys session id holds the lock of.
+// Index: KVIndex (a lock moves with its key).
+func (s *Store) SessionLocks(id string) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return sortedSet(s.der.sessionKeys, id)
+}
+
 // ExpiredSessions returns, sorted, the ids of the TTL sessions that have
 // expired at now: not renewed for TTL × SessionTTLMultiplier since
 // max(their recorded renewal, notBefore). The store reads no clock; the

@@ -142,6 +142,23 @@ func TestSessionBehaviorsAndLockDelay(t *testing.T) {
 		}
 	})
 
+	t.Run("SessionLocks lists the keys a session holds", func(t *testing.T) {
+		c := newClock(t)
+		a, b := sid(1), sid(2)
+		c.ok(regNode("n1"), sessCreate(a, "n1"), sessCreate(b, "n1"),
+			acquireCmd("k/2", "v", a), acquireCmd("k/1", "v", a), acquireCmd("k/3", "v", b), putCmd("k/4", "free"))
+		if got := c.s.SessionLocks(a); !slices.Equal(got, []string{"k/1", "k/2"}) {
+			t.Errorf("SessionLocks(a) = %q, want k/1 and k/2 sorted", got)
+		}
+		c.ok(sessDestroy(a))
+		if got := c.s.SessionLocks(a); len(got) != 0 {
+			t.Errorf("SessionLocks after destroy = %q, want none", got)
+		}
+		if got := c.s.SessionLocks(b); !slices.Equal(got, []string{"k/3"}) {
+			t.Errorf("SessionLocks(b) = %q", got)
+		}
+	})
+
 	t.Run("delete: held keys are deleted", func(t *testing.T) {
 		c := newClock(t)
 		a := sid(1)

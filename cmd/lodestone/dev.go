@@ -80,8 +80,8 @@ func runDev(ctx context.Context, o *devOptions, stdout, stderr io.Writer) error 
 	cfg.RPCHoldTimeout = o.holdTimeout
 	cfg.DNS.Listen, cfg.DNS.ListenOptional = o.dnsAddr, o.dnsOptional
 	return serveUntilDone(ctx, cfg, func(ctx context.Context, s *server.Server) error {
-		fmt.Fprintf(stdout, "lodestone dev is running\n  grpc:    %s\n  http:    http://%s (Consul API, /metrics, /healthz, /readyz)\n",
-			s.GRPCAddr(), s.HTTPAddr())
+		fmt.Fprintf(stdout, "lodestone dev is running\n  grpc:    %s\n  http:    http://%s (Consul API, /metrics, /healthz, /readyz)\n  ui:      http://%s/ui/\n",
+			s.GRPCAddr(), s.HTTPAddr(), s.HTTPAddr())
 		if a := s.DNSAddr(); a != "" {
 			host, port, _ := net.SplitHostPort(a)
 			fmt.Fprintf(stdout, "  dns:     %s (dig @%s -p %s demo.service.consul SRV)\n", a, host, port)
@@ -112,7 +112,7 @@ func runDevGateway(ctx context.Context, o *devOptions, grpcAddr string, logger *
 		Gateway: gcfg,
 		Logger:  logger,
 		Ready: func(proxy, admin string, instances []string) {
-			fmt.Fprintf(stdout, "  gateway: http://%s (demo service %q on %v)\n  admin:   http://%s (/healthz, /readyz, /metrics, /routes)\ntry: curl http://%s/ && lodestone kv put greeting hello && lodestone kv get greeting\n",
+			fmt.Fprintf(stdout, "  gateway: http://%s (demo service %q on %v)\n  admin:   http://%s (/ui/, /healthz, /readyz, /metrics, /routes)\ntry: curl http://%s/ && lodestone kv put greeting hello && lodestone kv get greeting\n",
 				proxy, demo.Service, instances, admin, proxy)
 		},
 	})

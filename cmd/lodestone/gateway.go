@@ -48,7 +48,7 @@ plus static routes from --routes (JSON: {"routes": [{"name": ..., "service": ...
 A route or instance change needs no restart. While the registry is down the
 gateway serves its last table (persisted under --state-dir for cold starts)
 and resumes its watch from the table's index when it returns.
-Admin endpoints on --admin: /healthz /readyz /metrics /routes.
+Admin endpoints on --admin: /healthz /readyz /metrics /routes, and the web UI at /ui/.
 
 Try it against lodestone dev:
   lodestone kv put gateway/routes/web '{"path_prefix": "/", "service": "web"}'
@@ -76,7 +76,7 @@ Try it against lodestone dev:
 	f := cmd.Flags()
 	f.StringSliceVar(&o.registry, "registry", nil, "registry gRPC endpoints, comma-separated (default: --endpoints, env "+envEndpoints+")")
 	f.StringVar(&c.Listen, "listen", c.Listen, "proxy address")
-	f.StringVar(&c.AdminListen, "admin", c.AdminListen, "admin address (/healthz, /readyz, /metrics, /routes)")
+	f.StringVar(&c.AdminListen, "admin", c.AdminListen, "admin address (/healthz, /readyz, /metrics, /routes, the web UI at /ui/)")
 	f.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the token /routes requires (default: /routes is open)")
 	f.StringVar(&c.RoutesFile, "routes", "", "JSON file of static routes")
 	f.StringVar(&c.StateDir, "state-dir", "", "where to persist the last known good table for cold starts (default: none)")

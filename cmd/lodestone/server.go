@@ -154,6 +154,7 @@ func addTuningFlags(cmd *cobra.Command, cfg *server.Config) {
 	f.BoolVar(&cfg.NoParking, "no-parking", cfg.NoParking, "serve waiting Consul blocking queries on a goroutine pair each, as net/http does, instead of parking them (more memory and GC work per query)")
 	f.DurationVar(&cfg.PollProbeInterval, "poll-probe-interval", cfg.PollProbeInterval, "how often to measure how late this server notices network input (lodestone_runtime_poll_delay_seconds; 0: off)")
 	f.BoolVar(&cfg.EnablePprof, "enable-pprof", cfg.EnablePprof, "serve Go's profiler under /debug/pprof/ on the HTTP listener")
+	f.BoolVar(&cfg.UI, "ui", cfg.UI, "serve the web UI under /ui/ on the HTTP listener (--ui=false: off)")
 }
 
 // addHoldFlag is --rpc-hold-timeout, on lodestone server and dev.
