@@ -312,3 +312,44 @@ func TestDNSListenOptional(t *testing.T) {
 		t.Fatalf("DNSAddr %q, want none", s.DNSAddr())
 	}
 }
+
+// The DNS acceptance with a check the server runs itself: an HTTP
+// check registered through the server's agent API against an origin; when
+// the origin stops, the instance leaves the DNS answer within one check
+// interval (the probe that sees it down, one Raft write, the answer), and
+// comes back when the origin returns.
+func TestDNSDropsAnInstanceWithinOneCheckInterval(t *testing.T) {
+	c := newTestCluster(t, 1, withFastChecks, withDNS(nil))
+	n := c.waitLeader()
+	s := c.servers[n]
+	cl := consulClient(t, c, n)
+	o := newOrigin(t)
+	const interval = time.Second // Consul's shortest
+	waitFor(t, 10*time.Second, s.selfPublished)
+	for id, port := range map[string]int{"web1": 8081, "web2": 8082} {
+		chk := &consul.AgentServiceCheck{TTL: "1h", Status: consul.HealthPassing}
+		if id == "web1" {
+			chk = &consul.AgentServiceCheck{HTTP: o.url(), Interval: interval.String()}
+		}
+		if err := cl.Agent().ServiceRegister(&consul.AgentServiceRegistration{ID: id, Name: "web", Port: port, Check: chk}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	both := []string{n + ".node.dc1.consul.:8081", n + ".node.dc1.consul.:8082"}
+	waitSRV(t, s, "web.service.consul.", both...)
+
+	for _, step := range []struct {
+		do   func()
+		want []string
+	}{{o.stop, both[1:]}, {o.start, both}} {
+		began := time.Now()
+		step.do()
+		for !slices.Equal(srvPorts(t, s, "web.service.consul."), step.want) {
+			if time.Since(began) > interval+interval/2 { // NB: half an interval for the write on a loaded machine
+				t.Fatalf("web SRV %v after %v, want %v within one check interval (%v) and the write", srvPorts(t, s, "web.service.consul."), time.Since(began), step.want, interval)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Logf("answer changed %v after the origin changed (check interval %v)", time.Since(began).Round(time.Millisecond), interval)
+	}
+}
