@@ -54,8 +54,8 @@ func awaitResult(t *testing.T, what string, results <-chan any, ok func(any) boo
 
 // Every watch type of the official watch package whose endpoints
 // Lodestone serves fires on its first answer and again on a change.
-// ("event" needs /v1/event, "agent_service" /v1/agent/service/:id, and the
-// connect types Connect: none of them is served here.)
+// ("event" needs /v1/event and the connect types Connect: neither is
+// served here.)
 func TestConsulWatchPackage(t *testing.T) {
 	c := newTestCluster(t, 1)
 	lead := c.waitLeader()
@@ -80,6 +80,10 @@ func TestConsulWatchPackage(t *testing.T) {
 	service := runWatch(t, cl, map[string]any{"type": "service", "service": "web", "passingonly": true})
 	critical := runWatch(t, cl, map[string]any{"type": "checks", "state": "critical"})
 	webChecks := runWatch(t, cl, map[string]any{"type": "checks", "service": "web"})
+	if err := cl.Agent().ServiceRegister(&consul.AgentServiceRegistration{ID: "api-1", Name: "api", Port: 81}); err != nil {
+		t.Fatal(err)
+	}
+	agentService := runWatch(t, cl, map[string]any{"type": "agent_service", "service_id": "api-1"})
 
 	awaitResult(t, "key: first answer", key, func(r any) bool { p, _ := r.(*consul.KVPair); return p != nil && string(p.Value) == "1" })
 	awaitResult(t, "keyprefix: first answer", prefix, func(r any) bool { ps, _ := r.(consul.KVPairs); return len(ps) == 1 })
@@ -88,6 +92,7 @@ func TestConsulWatchPackage(t *testing.T) {
 	awaitResult(t, "service: first answer", service, func(r any) bool { es, ok := r.([]*consul.ServiceEntry); return ok && len(es) == 0 })
 	awaitResult(t, "checks: first answer", critical, func(r any) bool { cs, _ := r.([]*consul.HealthCheck); return len(cs) == 1 })
 	awaitResult(t, "checks of web: first answer", webChecks, func(r any) bool { cs, _ := r.([]*consul.HealthCheck); return len(cs) == 1 })
+	awaitResult(t, "agent_service: first answer", agentService, func(r any) bool { s, _ := r.(*consul.AgentService); return s != nil && s.Port == 81 })
 
 	if _, err := cl.KV().Put(&consul.KVPair{Key: "cfg/a", Value: []byte("2")}, nil); err != nil {
 		t.Fatal(err)
@@ -100,6 +105,9 @@ func TestConsulWatchPackage(t *testing.T) {
 		t.Fatal(err)
 	}
 	register("edge-1", "web-1", consul.HealthPassing)
+	if err := cl.Agent().ServiceRegister(&consul.AgentServiceRegistration{ID: "api-1", Name: "api", Port: 82}); err != nil {
+		t.Fatal(err)
+	}
 
 	awaitResult(t, "key: change", key, func(r any) bool { p, _ := r.(*consul.KVPair); return p != nil && string(p.Value) == "2" })
 	awaitResult(t, "keyprefix: change", prefix, func(r any) bool { ps, _ := r.(consul.KVPairs); return len(ps) == 2 })
@@ -122,6 +130,8 @@ func TestConsulWatchPackage(t *testing.T) {
 		cs, _ := r.([]*consul.HealthCheck)
 		return len(cs) == 1 && cs[0].Status == consul.HealthPassing
 	})
+
+	awaitResult(t, "agent_service: change", agentService, func(r any) bool { s, _ := r.(*consul.AgentService); return s != nil && s.Port == 82 })
 
 	// The event type needs /v1/event/list, which Lodestone does not serve:
 	// its plan parses, and its first call fails with a 404.
