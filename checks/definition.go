@@ -128,8 +128,8 @@ func (d *Definition) Catalog(node string, svc *lodestonepb.Service, i, n int) (*
 	def := &lodestonepb.CheckDefinition{Http: d.HTTP, Method: d.Method, Body: d.Body, TlsServerName: d.TLSServerName,
 		TlsSkipVerify: d.TLSSkipVerify, Tcp: d.TCP, Udp: d.UDP, Grpc: d.GRPC, GrpcUseTls: d.GRPCUseTLS, H2Ping: d.H2PING,
 		H2PingUseTls: d.H2PingUseTLS, Args: d.script(), Shell: d.Shell, DockerContainerId: d.DockerContainerID,
-		AliasNode: d.AliasNode, AliasService: d.AliasService, Interval: d.Interval.pb(), Timeout: d.Timeout.pb(),
-		Ttl: d.TTL.pb(), DeregisterCriticalServiceAfter: d.DeregisterCriticalServiceAfter.pb(),
+		AliasNode: d.AliasNode, AliasService: d.AliasService, Interval: d.Interval.PB(), Timeout: d.Timeout.PB(),
+		Ttl: d.TTL.PB(), DeregisterCriticalServiceAfter: d.DeregisterCriticalServiceAfter.PB(),
 		SuccessBeforePassing: int32(d.SuccessBeforePassing), FailuresBeforeWarning: int32(d.FailuresBeforeWarning),
 		FailuresBeforeCritical: int32(d.FailuresBeforeCritical), Header: headerPB(d.Header)}
 	return &lodestonepb.Check{Node: node, CheckId: id, Name: name, Status: st, Notes: d.Notes, ServiceId: sid,
@@ -175,7 +175,8 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func (d Duration) pb() *durationpb.Duration {
+// PB is d as a protobuf duration; nil for zero (unset).
+func (d Duration) PB() *durationpb.Duration {
 	if d == 0 {
 		return nil
 	}

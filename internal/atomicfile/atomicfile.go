@@ -7,17 +7,28 @@ package atomicfile
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
 
 // WriteFile replaces path with data, creating its directory if needed.
 // On an error path is untouched and no temporary file is left behind.
-func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
+func WriteFile(path string, data []byte, perm os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
 	}
+	return Write(path, perm, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// Write replaces path, in an existing directory, with the bytes fill
+// writes. On an error (fill's included, returned as it is) path is
+// untouched and no temporary file is left behind.
+func Write(path string, perm os.FileMode, fill func(w io.Writer) error) (err error) {
+	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
@@ -31,8 +42,8 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	if err := tmp.Chmod(perm); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	if err := fill(tmp); err != nil {
+		return err
 	}
 	if err := tmp.Sync(); err != nil {
 		return fmt.Errorf("fsync %s: %w", tmp.Name(), err)
@@ -43,10 +54,12 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("rename %s into place: %w", path, err)
 	}
-	return syncDir(dir)
+	return SyncDir(dir)
 }
 
-func syncDir(dir string) error {
+// SyncDir fsyncs a directory, so the names it holds (a rename, a new
+// file) survive a crash.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("open directory %s: %w", dir, err)

@@ -101,7 +101,7 @@ func (c *healthCheckJSON) pb() (*lodestonepb.Check, error) {
 	d := c.Definition
 	def := &lodestonepb.CheckDefinition{Http: d.HTTP, Method: d.Method, Body: d.Body, TlsServerName: d.TLSServerName,
 		TlsSkipVerify: d.TLSSkipVerify, Tcp: d.TCP, Udp: d.UDP, Grpc: d.GRPC, GrpcUseTls: d.GRPCUseTLS,
-		Interval: d.Interval.pb(), Timeout: d.Timeout.pb(), DeregisterCriticalServiceAfter: d.DeregisterCriticalServiceAfter.pb(),
+		Interval: d.Interval.PB(), Timeout: d.Timeout.PB(), DeregisterCriticalServiceAfter: d.DeregisterCriticalServiceAfter.PB(),
 		Header: headerPB(d.Header)}
 	return &lodestonepb.Check{Node: c.Node, CheckId: c.CheckID, Name: c.Name, Status: st, Notes: c.Notes,
 		Output: c.Output, ServiceId: c.ServiceID, Type: c.Type, Definition: def}, nil

@@ -1,14 +1,8 @@
 package consulapi
 
 import (
-	"encoding/json"
-	"fmt"
-	"strconv"
-	"time"
-
-	"google.golang.org/protobuf/types/known/durationpb"
-
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/checks"
 )
 
 // Consul's JSON shapes for the catalog, health, agent and session APIs
@@ -158,9 +152,9 @@ type checkDefJSON struct {
 	UDP                            string
 	GRPC                           string
 	GRPCUseTLS                     bool
-	Interval                       duration
-	Timeout                        duration
-	DeregisterCriticalServiceAfter duration
+	Interval                       checks.Duration
+	Timeout                        checks.Duration
+	DeregisterCriticalServiceAfter checks.Duration
 }
 
 // healthCheckJSON is api.HealthCheck.
@@ -187,8 +181,8 @@ func checkOut(c *lodestonepb.Check) healthCheckJSON {
 	if d := c.Definition; d != nil {
 		out.Definition = checkDefJSON{HTTP: d.Http, Method: d.Method, Body: d.Body, TLSServerName: d.TlsServerName,
 			TLSSkipVerify: d.TlsSkipVerify, TCP: d.Tcp, UDP: d.Udp, GRPC: d.Grpc, GRPCUseTLS: d.GrpcUseTls,
-			Interval: duration(d.Interval.AsDuration()), Timeout: duration(d.Timeout.AsDuration()),
-			DeregisterCriticalServiceAfter: duration(d.DeregisterCriticalServiceAfter.AsDuration())}
+			Interval: checks.Duration(d.Interval.AsDuration()), Timeout: checks.Duration(d.Timeout.AsDuration()),
+			DeregisterCriticalServiceAfter: checks.Duration(d.DeregisterCriticalServiceAfter.AsDuration())}
 		out.Definition.Header = headerOut(d.Header)
 	}
 	return out
@@ -233,39 +227,4 @@ func headerOut(h map[string]*lodestonepb.HeaderValues) map[string][]string {
 		out[k] = v.Values
 	}
 	return out
-}
-
-// duration reads a Go duration string ("10s") or a number of nanoseconds
-// and writes a duration string, like Consul's api.ReadableDuration.
-type duration time.Duration
-
-func (d duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-func (d *duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err == nil {
-		if s == "" {
-			*d = 0
-			return nil
-		}
-		v, err := time.ParseDuration(s)
-		if err != nil {
-			return fmt.Errorf("invalid duration %q: use a Go duration such as 10s", s)
-		}
-		*d = duration(v)
-		return nil
-	}
-	n, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil {
-		return fmt.Errorf("invalid duration %s: use a string such as \"10s\" or integer nanoseconds", b)
-	}
-	*d = duration(n)
-	return nil
-}
-
-func (d duration) pb() *durationpb.Duration {
-	if d == 0 {
-		return nil
-	}
-	return durationpb.New(time.Duration(d))
 }

@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/atomicfile"
 	"github.com/lodestone-kv/lodestone/internal/clusterid"
 	"github.com/lodestone-kv/lodestone/internal/member"
 	"github.com/lodestone-kv/lodestone/raftlog"
@@ -122,7 +123,7 @@ func Restore(o RestoreOptions, out io.Writer) (Info, error) {
 	}()
 	if err == nil {
 		if err = os.Rename(staging, final); err == nil {
-			err = syncDir(o.DataDir)
+			err = atomicfile.SyncDir(o.DataDir)
 		}
 	}
 	if err == nil {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/atomicfile"
 	"github.com/lodestone-kv/lodestone/internal/token"
 	"github.com/lodestone-kv/lodestone/tools/compact"
 )
@@ -104,7 +105,7 @@ func saveFrom(ctx context.Context, ep string, o SaveOptions, progress io.Writer)
 	total := int64(hdr.GetSize())
 	ok := false
 	defer func() { bar.Finish(ok) }()
-	err = writeFileAtomic(o.Path, func(w io.Writer) error {
+	err = atomicfile.Write(o.Path, 0o600, func(w io.Writer) error {
 		fileSum := sha256.New()
 		dataSum := sha256.New()
 		out := io.MultiWriter(w, fileSum)

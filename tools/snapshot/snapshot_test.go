@@ -5,12 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lodestone-kv/lodestone/internal/clusterid"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/internal/clusterid"
 
 	"github.com/lodestone-kv/lodestone/internal/testnet"
 
