@@ -4,7 +4,8 @@ package main
 // values (docs/configuration.md). Every flag has a key, its name with '_'
 // for '-', so a new flag gets one without a line here; hidden flags (tests
 // and fault injection only), --help and --config-file have none. A value
-// comes from the command line, else LODESTONE_<KEY>, else the last file
+// comes from the command line, else the environment (LODESTONE_<KEY> for
+// the server, LODESTONE_GATEWAY_<KEY> for the gateway), else the last file
 // that sets the key, else the flag's default.
 
 import (
@@ -26,8 +27,11 @@ import (
 )
 
 const (
-	// envPrefix starts the environment variable of every key.
+	// envPrefix starts the environment variable of every server key.
 	envPrefix = "LODESTONE_"
+	// gatewayEnvPrefix starts the gateway's: its keys (listen, admin,
+	// prefix) would mean something else to every other command.
+	gatewayEnvPrefix = "LODESTONE_GATEWAY_"
 	// configFileFlag names the files themselves.
 	configFileFlag = "config-file"
 )
@@ -35,8 +39,8 @@ const (
 // configKey is a flag's key in a file.
 func configKey(flagName string) string { return strings.ReplaceAll(flagName, "-", "_") }
 
-// envVar is a key's environment variable.
-func envVar(key string) string { return envPrefix + strings.ToUpper(key) }
+// envVar is a key's environment variable under prefix.
+func envVar(prefix, key string) string { return prefix + strings.ToUpper(key) }
 
 // configFlags are the flags of fs that have a key, by key.
 func configFlags(fs *pflag.FlagSet) map[string]*pflag.Flag {
@@ -72,11 +76,11 @@ func (s setting) apply() error {
 }
 
 // applyConfig gives every flag of fs that has a key and was not given on
-// the command line its value from the environment or, failing that, from
-// files (a later file's key over an earlier one's). ignore lists keys
+// the command line its value from the environment (<prefix><KEY>) or,
+// failing that, from files (a later file's key over an earlier one's). ignore lists keys
 // that belong to the command itself, not to a flag. It reports every
 // problem it finds; callers then drop fs, so a bad value changes nothing.
-func applyConfig(fs *pflag.FlagSet, files []string, getenv func(string) string, ignore ...string) error {
+func applyConfig(fs *pflag.FlagSet, files []string, getenv func(string) string, prefix string, ignore ...string) error {
 	flags := configFlags(fs)
 	fromFiles, err := readConfigFiles(files, flags, ignore)
 	if err != nil {
@@ -85,7 +89,7 @@ func applyConfig(fs *pflag.FlagSet, files []string, getenv func(string) string, 
 	var errs []error
 	for _, key := range slices.Sorted(maps.Keys(flags)) {
 		f := flags[key]
-		s, ok := envSetting(f, key, getenv)
+		s, ok := envSetting(f, key, prefix, getenv)
 		if !ok {
 			s, ok = fromFiles[key]
 		}
@@ -99,10 +103,10 @@ func applyConfig(fs *pflag.FlagSet, files []string, getenv func(string) string, 
 	return errors.Join(errs...)
 }
 
-// envSetting is key's LODESTONE_<KEY>, if set: a list's elements are
+// envSetting is key's <prefix><KEY>, if set: a list's elements are
 // comma-separated.
-func envSetting(f *pflag.Flag, key string, getenv func(string) string) (setting, bool) {
-	name := envVar(key)
+func envSetting(f *pflag.Flag, key, prefix string, getenv func(string) string) (setting, bool) {
+	name := envVar(prefix, key)
 	v := getenv(name)
 	if v == "" {
 		return setting{}, false

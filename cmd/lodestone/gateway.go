@@ -20,11 +20,38 @@ type gatewayOptions struct {
 	logFormat      string
 	adminTokenFile string
 	tls            gatewayTLSOptions
+	configFiles    []string
 }
 
 // newGatewayCmd builds `lodestone gateway`: the edge proxy, fed by one
-// watch stream to the registry.
-func newGatewayCmd() *cobra.Command {
+// watch stream to the registry. getenv supplies LODESTONE_GATEWAY_<KEY>.
+func newGatewayCmd(getenv func(string) string) *cobra.Command {
+	cmd, o := newGatewayFlags()
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := applyConfig(cmd.LocalFlags(), o.configFiles, getenv, gatewayEnvPrefix); err != nil {
+			return err
+		}
+		co, err := clientFlags(cmd)
+		if err != nil {
+			return err
+		}
+		if !cmd.Flags().Changed("registry") {
+			o.registry = co.Endpoints
+		}
+		o.cfg.RegistryToken = co.Token
+		if o.adminTokenFile != "" {
+			if o.cfg.AdminToken, err = readToken(cmd, "--admin-token-file", o.adminTokenFile); err != nil {
+				return err
+			}
+		}
+		return runGateway(cmd, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	}
+	return cmd
+}
+
+// newGatewayFlags is `lodestone gateway` without its action: its flags,
+// bound to the options it returns.
+func newGatewayFlags() (*cobra.Command, *gatewayOptions) {
 	o := &gatewayOptions{cfg: gateway.DefaultConfig()}
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -45,6 +72,10 @@ Routes: KV values <prefix>routes/<name> =
   {"host": "api.example.com", "path_prefix": "/v1/", "service": "api"}
 plus static routes from --routes (JSON: {"routes": [{"name": ..., "service": ...}]}).
 
+Every flag is also a key of --config-file (HCL or JSON, repeatable) and an
+environment variable LODESTONE_GATEWAY_<KEY>, the flag's name with '_' for
+'-': the command line wins over the environment, which wins over the files.
+
 A route or instance change needs no restart. While the registry is down the
 gateway serves its last table (persisted under --state-dir for cold starts)
 and resumes its watch from the table's index when it returns.
@@ -55,25 +86,10 @@ Try it against lodestone dev:
   lodestone catalog register web-node --address 127.0.0.1 --service web --port 9000 --check web --status passing
   lodestone gateway --listen 127.0.0.1:9080 --admin 127.0.0.1:9081`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			co, err := clientFlags(cmd)
-			if err != nil {
-				return err
-			}
-			if !cmd.Flags().Changed("registry") {
-				o.registry = co.Endpoints
-			}
-			o.cfg.RegistryToken = co.Token
-			if o.adminTokenFile != "" {
-				if o.cfg.AdminToken, err = readToken(cmd, "--admin-token-file", o.adminTokenFile); err != nil {
-					return err
-				}
-			}
-			return runGateway(cmd, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
 	}
 	c := &o.cfg
 	f := cmd.Flags()
+	f.StringArrayVar(&o.configFiles, configFileFlag, nil, "HCL (.hcl) or JSON (.json) file of flag values; repeat for more (a later file's key wins)")
 	f.StringSliceVar(&o.registry, "registry", nil, "registry gRPC endpoints, comma-separated (default: --endpoints, env "+envEndpoints+")")
 	f.StringVar(&c.Listen, "listen", c.Listen, "proxy address")
 	f.StringVar(&c.AdminListen, "admin", c.AdminListen, "admin address (/healthz, /readyz, /metrics, /routes, the web UI at /ui/)")
@@ -94,7 +110,7 @@ Try it against lodestone dev:
 	f.IntVar(&c.MaxRetries, "max-retries", c.MaxRetries, "retries of idempotent requests without a body (under a 20% budget)")
 	addGatewayTLSFlags(f, &o.tls)
 	addLogFlags(cmd, &o.logLevel, &o.logFormat)
-	return cmd
+	return cmd, o
 }
 
 // runGateway serves until ctx ends.

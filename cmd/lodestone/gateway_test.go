@@ -28,7 +28,7 @@ import (
 func gatewayRoot(env map[string]string) *cobra.Command {
 	root := newRootCmd(func(k string) string { return env[k] })
 	if c, _, err := root.Find([]string{"gateway"}); err != nil || c == root {
-		root.AddCommand(newGatewayCmd())
+		root.AddCommand(newGatewayCmd(func(k string) string { return env[k] }))
 	}
 	return root
 }

@@ -110,7 +110,7 @@ Start a local node with "lodestone dev", then try:
 		annTokenFile: firstEnv(getenv, envToken+"_FILE", "CONSUL_HTTP_TOKEN_FILE")}
 	addClientTLSFlags(pf, getenv)
 
-	root.AddCommand(newServerCmd(getenv), newDevCmd(), newKVCmd(), newMembersCmd(), newStatusCmd(), newCompactCmd(), newGatewayCmd(),
+	root.AddCommand(newServerCmd(getenv), newDevCmd(), newKVCmd(), newMembersCmd(), newStatusCmd(), newCompactCmd(), newGatewayCmd(getenv),
 		newSnapshotCmd(), newRecoverCmd(), newAdmissionCmd())
 	root.AddCommand(newCatalogCmd(), newHealthCmd(), newSessionCmd(), newLockCmd())
 	root.AddCommand(newAgentCmd())

@@ -63,7 +63,7 @@ func (src serverSource) resolve() (*resolvedServer, error) {
 	if err := src.line.replay(fs); err != nil {
 		return nil, err
 	}
-	if err := applyConfig(fs, o.configFiles, src.getenv); err != nil {
+	if err := applyConfig(fs, o.configFiles, src.getenv, envPrefix); err != nil {
 		return nil, err
 	}
 	if err := finishDNS(cmd, &o.cfg.DNS, &o.dns, "listen-dns"); err != nil {
@@ -178,14 +178,16 @@ func (rl *reloader) apply() error {
 }
 
 func newValidateConfigCmd() *cobra.Command {
-	return &cobra.Command{
+	var forGateway bool
+	cmd := &cobra.Command{
 		Use:   "validate-config FILE...",
-		Short: "Check server configuration files without starting anything",
+		Short: "Check server (or gateway) configuration files without starting anything",
 		Long: `Check configuration files as 'lodestone server --config-file FILE...' reads
 them, without flags or environment: their syntax, keys and value types, then
 what the server checks before it starts (its name and addresses,
 initial_cluster, acl_default_policy, log_level, TLS files readable and
-matching their CA). It binds no port and writes nothing.`,
+matching their CA). With --gateway, as 'lodestone gateway --config-file'
+reads them, with the gateway's checks. It binds no port and writes nothing.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usagef(cmd, "want FILE...")
@@ -193,7 +195,11 @@ matching their CA). It binds no port and writes nothing.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, files []string) error {
-			problems := validateServerConfig(files)
+			validate := validateServerConfig
+			if forGateway {
+				validate = validateGatewayConfig
+			}
+			problems := validate(files)
 			names := strings.Join(files, ", ")
 			if len(problems) == 0 {
 				_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s: valid\n", names)
@@ -209,10 +215,27 @@ matching their CA). It binds no port and writes nothing.`,
 			return fmt.Errorf("%s: not valid (%d problem%s above)", names, len(problems), plural)
 		},
 	}
+	cmd.Flags().BoolVar(&forGateway, "gateway", false, "the files are for lodestone gateway")
+	return cmd
 }
 
 // validateServerConfig lists what is wrong with files, as a server given
 // them alone would find it.
+// validateGatewayConfig checks gateway files: keys and types, the log
+// settings, then the gateway's own configuration checks.
+func validateGatewayConfig(files []string) []error {
+	cmd, o := newGatewayFlags()
+	if err := applyConfig(cmd.Flags(), files, func(string) string { return "" }, gatewayEnvPrefix); err != nil {
+		return unjoin(err)
+	}
+	if _, err := newLogger(io.Discard, o.logLevel, o.logFormat); err != nil {
+		return []error{err}
+	}
+	cfg := o.cfg
+	cfg.Registry = o.registry
+	return unjoin(cfg.Validate())
+}
+
 func validateServerConfig(files []string) []error {
 	src := serverSource{line: commandLine{{name: configFileFlag, values: files}}, getenv: func(string) string { return "" }}
 	r, err := src.resolve()
