@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -29,8 +32,9 @@ type system struct {
 	// leader asks each client address who leads and returns the leader's
 	// client address; it fails while there is none.
 	leader func(ctx context.Context, sys system, clients []string) (string, error)
-	// put returns a put function bound to one gRPC connection to the leader.
-	put func(conn *grpc.ClientConn) func(ctx context.Context, key, value []byte) error
+	// ops returns the operations bound to one gRPC connection, each a
+	// single call of the system's raw generated stub.
+	ops func(conn *grpc.ClientConn) connOps
 	// dialOptions are the connection options of the system's own Go
 	// client, so each side runs as its users run it.
 	dialOptions []grpc.DialOption
@@ -189,7 +193,7 @@ func (c *cluster) probe(ctx context.Context, timeout time.Duration) error {
 		return err
 	}
 	defer conn.Close()
-	put := c.sys.put(conn)
+	put := c.sys.ops(conn).put
 	for {
 		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 		err := put(pctx, []byte("kvbench/probe"), []byte("ok"))
@@ -248,3 +252,40 @@ func (c *cluster) logTails() string { return harness.LogTails(c.sys.name, c.proc
 
 // memberName is the name of member i (0-based): n1, n2, n3.
 func memberName(i int) string { return fmt.Sprintf("n%d", i+1) }
+
+// preload writes the preloadKeys read keys with values of size bytes on
+// the leader, in transactions of preloadBatch puts from 8 writers on
+// connections of their own, and fails unless every one commits. Both
+// systems are loaded the same way; batches make it take a fraction of a
+// second instead of seconds of single puts.
+func (c *cluster) preload(ctx context.Context, size int) error {
+	const writers = 8
+	var next atomic.Int64 // the next batch to write
+	errs := make([]error, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		conn, err := c.connect(ctx, c.leader)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		putBatch := c.sys.ops(conn).putBatch
+		value := make([]byte, size)
+		rand.Read(value)
+		wg.Go(func() {
+			for b := int(next.Add(1) - 1); b*preloadBatch < preloadKeys && errs[w] == nil; b = int(next.Add(1) - 1) {
+				var keys [][]byte
+				for i := b * preloadBatch; i < min((b+1)*preloadBatch, preloadKeys); i++ {
+					keys = append(keys, preloadKey(i))
+				}
+				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				if err := putBatch(pctx, keys, value); err != nil {
+					errs[w] = fmt.Errorf("preload %s to %s: %w", keys[0], keys[len(keys)-1], err)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
