@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,6 +97,36 @@ func (c *cluster) connect(ctx context.Context, addr string) (*grpc.ClientConn, e
 
 const members = 3
 
+// errPortTaken marks a start that failed because another process on the
+// machine bound one of the free ports picked between the pick and the
+// member's listen; a start with fresh ports may succeed.
+var errPortTaken = errors.New("a port was taken before a member could listen on it")
+
+// portTaken wraps err in errPortTaken when a member exited and the logs
+// (tails) say a listen found its address in use.
+func portTaken(err error, tails string) error {
+	if errors.Is(err, harness.ErrExited) && strings.Contains(tails, "address already in use") {
+		return fmt.Errorf("%w: %w", errPortTaken, err)
+	}
+	return err
+}
+
+// startAttempts is how many times a cluster start that lost a port is
+// made with fresh ports before the run fails.
+const startAttempts = 3
+
+// startClusterRetrying is startCluster, retried with fresh ports when a
+// port was taken.
+func startClusterRetrying(ctx context.Context, sys system, workDir, cpus string) (*cluster, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := startCluster(ctx, sys, workDir, cpus)
+		if err == nil || !errors.Is(err, errPortTaken) || attempt == startAttempts {
+			return c, err
+		}
+		logf("%s: a port was taken during start (attempt %d of %d); starting again on fresh ports", sys.name, attempt, startAttempts)
+	}
+}
+
 // startCluster starts three members of sys on fresh loopback ports with
 // data under a fresh directory in workDir, each under `taskset -c cpus`
 // when cpus is set, and waits until a leader accepts a put. On error
@@ -108,7 +139,8 @@ func startCluster(ctx context.Context, sys system, workDir, cpus string) (_ *clu
 	c := &cluster{sys: sys, dir: dir}
 	defer func() {
 		if err != nil {
-			err = fmt.Errorf("%s: %w%s", sys.name, err, c.logTails())
+			tails := c.logTails()
+			err = fmt.Errorf("%s: %w%s", sys.name, portTaken(err, tails), tails)
 			c.stop()
 		}
 	}()

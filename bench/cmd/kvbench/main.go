@@ -328,7 +328,7 @@ func secureLines(lodeSec, peerSec, lodePlain float64) []harness.Line {
 // (keyed by workload name) and prints its run line, and stops the cluster.
 func runPhase(ctx context.Context, sys system, ph phase, workDir string, rep int, samples map[string][]sample) (err error) {
 	logf("starting %s cluster for %s", sys.name, ph.workloads[0].name)
-	c, err := startCluster(ctx, sys, workDir, *flagServerCPUs)
+	c, err := startClusterRetrying(ctx, sys, workDir, *flagServerCPUs)
 	if err != nil {
 		return err
 	}
