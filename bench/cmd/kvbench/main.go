@@ -396,13 +396,18 @@ func runWorkload(ctx context.Context, c *cluster, w workload, name string) (_ ha
 	cpu0 := c.cpuTime()
 	self0, selfErr := harness.CPUTime(os.Getpid())
 	prof := c.profile(ctx, warmup, dur, *flagPprof, name)
-	res, err := harness.Drive(ctx, harness.DriveConfig{Clients: w.clients, Warmup: warmup, Duration: dur},
+	classes, class := w.classes()
+	res, err := harness.Drive(ctx, harness.DriveConfig{Clients: w.clients, Warmup: warmup, Duration: dur, Classes: classes, Class: class},
 		w.op(conns, values, *flagValueSize))
 	if perr := prof(); perr != nil && err == nil {
 		err = fmt.Errorf("profile %s: %w", c.sys.name, perr)
 	}
 	if err != nil {
 		return harness.Result{}, "", err
+	}
+	if classes == 2 {
+		note += fmt.Sprintf(" get-p99=%sms put-p99=%sms", harness.FormatValue(harness.Millis(harness.Percentile(res.ByClass[0], 99))),
+			harness.FormatValue(harness.Millis(harness.Percentile(res.ByClass[1], 99))))
 	}
 	// NB: wall-clock throughput on a shared machine swings with the
 	// neighbours; the servers' CPU time per op barely does. The window

@@ -161,6 +161,21 @@ func draw(client, seq int) uint64 {
 // uses bits that the key choice (h mod preloadKeys) barely depends on.
 func mixPuts(h uint64) bool { return (h>>40)%10 == 0 }
 
+// classes splits a mix's latencies into its gets (class 0) and its puts
+// (class 1), so a run line can say which of them makes the tail; other
+// workloads have one kind of op and no classes.
+func (w workload) classes() (n int, class func(client, seq int) int) {
+	if w.kind != opMix {
+		return 0, nil
+	}
+	return 2, func(client, seq int) int {
+		if mixPuts(draw(client, seq)) {
+			return 1
+		}
+		return 0
+	}
+}
+
 // errWrongAnswer marks a read that answered, but not what was preloaded:
 // it counts as a failed op, never as a fast one.
 var errWrongAnswer = errors.New("wrong answer")

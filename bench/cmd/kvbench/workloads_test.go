@@ -217,6 +217,14 @@ func checkOps(t *testing.T, c *cluster) {
 	if len(last) == 0 {
 		t.Fatal("200 mix ops drew no put")
 	}
+	n, class := (workload{kind: opMix}).classes()
+	for client := range 2 {
+		for seq := range 100 {
+			if put := mixPuts(draw(client, seq)); n != 2 || (class(client, seq) == 1) != put {
+				t.Fatalf("mix op (%d, %d): class %d of %d, put %v", client, seq, class(client, seq), n, put)
+			}
+		}
+	}
 	for i, client := range last {
 		v, _, err := conns[0].get(ctx, preloadKey(i), false)
 		if err != nil || !bytes.Equal(v, values[client]) {
