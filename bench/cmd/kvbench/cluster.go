@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -29,8 +33,9 @@ type system struct {
 	// leader asks each client address who leads and returns the leader's
 	// client address; it fails while there is none.
 	leader func(ctx context.Context, sys system, clients []string) (string, error)
-	// put returns a put function bound to one gRPC connection to the leader.
-	put func(conn *grpc.ClientConn) func(ctx context.Context, key, value []byte) error
+	// ops returns the operations bound to one gRPC connection, each a
+	// single call of the system's raw generated stub.
+	ops func(conn *grpc.ClientConn) connOps
 	// dialOptions are the connection options of the system's own Go
 	// client, so each side runs as its users run it.
 	dialOptions []grpc.DialOption
@@ -92,6 +97,36 @@ func (c *cluster) connect(ctx context.Context, addr string) (*grpc.ClientConn, e
 
 const members = 3
 
+// errPortTaken marks a start that failed because another process on the
+// machine bound one of the free ports picked between the pick and the
+// member's listen; a start with fresh ports may succeed.
+var errPortTaken = errors.New("a port was taken before a member could listen on it")
+
+// portTaken wraps err in errPortTaken when a member exited and the logs
+// (tails) say a listen found its address in use.
+func portTaken(err error, tails string) error {
+	if errors.Is(err, harness.ErrExited) && strings.Contains(tails, "address already in use") {
+		return fmt.Errorf("%w: %w", errPortTaken, err)
+	}
+	return err
+}
+
+// startAttempts is how many times a cluster start that lost a port is
+// made with fresh ports before the run fails.
+const startAttempts = 3
+
+// startClusterRetrying is startCluster, retried with fresh ports when a
+// port was taken.
+func startClusterRetrying(ctx context.Context, sys system, workDir, cpus string) (*cluster, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := startCluster(ctx, sys, workDir, cpus)
+		if err == nil || !errors.Is(err, errPortTaken) || attempt == startAttempts {
+			return c, err
+		}
+		logf("%s: a port was taken during start (attempt %d of %d); starting again on fresh ports", sys.name, attempt, startAttempts)
+	}
+}
+
 // startCluster starts three members of sys on fresh loopback ports with
 // data under a fresh directory in workDir, each under `taskset -c cpus`
 // when cpus is set, and waits until a leader accepts a put. On error
@@ -104,7 +139,8 @@ func startCluster(ctx context.Context, sys system, workDir, cpus string) (_ *clu
 	c := &cluster{sys: sys, dir: dir}
 	defer func() {
 		if err != nil {
-			err = fmt.Errorf("%s: %w%s", sys.name, err, c.logTails())
+			tails := c.logTails()
+			err = fmt.Errorf("%s: %w%s", sys.name, portTaken(err, tails), tails)
 			c.stop()
 		}
 	}()
@@ -189,7 +225,7 @@ func (c *cluster) probe(ctx context.Context, timeout time.Duration) error {
 		return err
 	}
 	defer conn.Close()
-	put := c.sys.put(conn)
+	put := c.sys.ops(conn).put
 	for {
 		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 		err := put(pctx, []byte("kvbench/probe"), []byte("ok"))
@@ -248,3 +284,40 @@ func (c *cluster) logTails() string { return harness.LogTails(c.sys.name, c.proc
 
 // memberName is the name of member i (0-based): n1, n2, n3.
 func memberName(i int) string { return fmt.Sprintf("n%d", i+1) }
+
+// preload writes the preloadKeys read keys with values of size bytes on
+// the leader, in transactions of preloadBatch puts from 8 writers on
+// connections of their own, and fails unless every one commits. Both
+// systems are loaded the same way; batches make it take a fraction of a
+// second instead of seconds of single puts.
+func (c *cluster) preload(ctx context.Context, size int) error {
+	const writers = 8
+	var next atomic.Int64 // the next batch to write
+	errs := make([]error, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		conn, err := c.connect(ctx, c.leader)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		putBatch := c.sys.ops(conn).putBatch
+		value := make([]byte, size)
+		rand.Read(value)
+		wg.Go(func() {
+			for b := int(next.Add(1) - 1); b*preloadBatch < preloadKeys && errs[w] == nil; b = int(next.Add(1) - 1) {
+				var keys [][]byte
+				for i := b * preloadBatch; i < min((b+1)*preloadBatch, preloadKeys); i++ {
+					keys = append(keys, preloadKey(i))
+				}
+				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				if err := putBatch(pctx, keys, value); err != nil {
+					errs[w] = fmt.Errorf("preload %s to %s: %w", keys[0], keys[len(keys)-1], err)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
 
+	"github.com/lodestone-kv/lodestone/bench/internal/harness"
 	"github.com/lodestone-kv/lodestone/tlsutil"
 )
 
@@ -96,5 +99,24 @@ func TestSecureFiles(t *testing.T) {
 	}
 	if sec.client == nil || sec.client.GetClientCertificate == nil {
 		t.Errorf("client config presents no certificate")
+	}
+}
+
+func TestPortTaken(t *testing.T) {
+	exited := fmt.Errorf("%w: n2 (exit status 1)", harness.ErrExited)
+	inUse := "lodestone: listen on 127.0.0.1:41863: listen tcp 127.0.0.1:41863: bind: address already in use"
+	if err := portTaken(exited, inUse); !errors.Is(err, errPortTaken) || !errors.Is(err, harness.ErrExited) {
+		t.Errorf("a member that exited on a taken port: %v, want errPortTaken wrapping the exit", err)
+	}
+	for _, tc := range []struct {
+		err   error
+		tails string
+	}{
+		{exited, "etcd failed: data dir locked"},
+		{errors.New("no leader within 30s"), inUse},
+	} {
+		if err := portTaken(tc.err, tc.tails); errors.Is(err, errPortTaken) {
+			t.Errorf("portTaken(%v, %q) = %v, want no errPortTaken", tc.err, tc.tails, err)
+		}
 	}
 }

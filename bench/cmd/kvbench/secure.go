@@ -226,7 +226,7 @@ func (c *cluster) checkSecure(ctx context.Context) error {
 			return fmt.Errorf("secure setup check: %s: %w", ch.what, err)
 		}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err = c.sys.put(conn)(pctx, []byte(ch.key), []byte("x"))
+		err = c.sys.ops(conn).put(pctx, []byte(ch.key), []byte("x"))
 		cancel()
 		conn.Close()
 		if err == nil {

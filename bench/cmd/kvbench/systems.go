@@ -109,11 +109,36 @@ func lodestoneSystem(bin string, sec *secureFiles) system {
 			}
 			return "", errors.Join(append(errs, errNoLeader)...)
 		},
-		put: func(conn *grpc.ClientConn) func(ctx context.Context, key, value []byte) error {
+		ops: func(conn *grpc.ClientConn) connOps {
 			kv := lodestonepb.NewKVClient(conn)
-			return func(ctx context.Context, key, value []byte) error {
-				_, err := kv.Put(ctx, &lodestonepb.PutRequest{Key: key, Value: value})
-				return err
+			return connOps{
+				put: func(ctx context.Context, key, value []byte) error {
+					_, err := kv.Put(ctx, &lodestonepb.PutRequest{Key: key, Value: value})
+					return err
+				},
+				putBatch: func(ctx context.Context, keys [][]byte, value []byte) error {
+					req := &lodestonepb.TxnRequest{}
+					for _, k := range keys {
+						req.Ops = append(req.Ops, &lodestonepb.TxnOp{Verb: lodestonepb.TxnOp_SET, Key: k, Value: value})
+					}
+					resp, err := kv.Txn(ctx, req)
+					if err == nil && !resp.GetSucceeded() {
+						err = fmt.Errorf("transaction failed: %v", resp.GetErrors())
+					}
+					return err
+				},
+				get: func(ctx context.Context, key []byte, stale bool) ([]byte, bool, error) {
+					req := &lodestonepb.GetRequest{Key: key}
+					if stale {
+						req.Consistency = lodestonepb.Consistency_STALE
+					}
+					resp, err := kv.Get(ctx, req)
+					return resp.GetKv().GetValue(), resp.GetKv() != nil, err
+				},
+				rangeKeys: func(ctx context.Context, prefix []byte, limit int) (int, error) {
+					resp, err := kv.Range(ctx, &lodestonepb.RangeRequest{Prefix: prefix, Limit: uint32(limit)})
+					return len(resp.GetKvs()), err
+				},
 			}
 		},
 	}
@@ -198,11 +223,37 @@ func etcdSystem(bin string, sec *secureFiles) system {
 			}
 			return "", errors.Join(append(errs, errNoLeader)...)
 		},
-		put: func(conn *grpc.ClientConn) func(ctx context.Context, key, value []byte) error {
+		ops: func(conn *grpc.ClientConn) connOps {
 			kv := etcdserverpb.NewKVClient(conn)
-			return func(ctx context.Context, key, value []byte) error {
-				_, err := kv.Put(ctx, &etcdserverpb.PutRequest{Key: key, Value: value})
-				return err
+			return connOps{
+				put: func(ctx context.Context, key, value []byte) error {
+					_, err := kv.Put(ctx, &etcdserverpb.PutRequest{Key: key, Value: value})
+					return err
+				},
+				putBatch: func(ctx context.Context, keys [][]byte, value []byte) error {
+					req := &etcdserverpb.TxnRequest{}
+					for _, k := range keys {
+						req.Success = append(req.Success, &etcdserverpb.RequestOp{
+							Request: &etcdserverpb.RequestOp_RequestPut{RequestPut: &etcdserverpb.PutRequest{Key: k, Value: value}}})
+					}
+					resp, err := kv.Txn(ctx, req)
+					if err == nil && !resp.GetSucceeded() {
+						err = errors.New("transaction failed")
+					}
+					return err
+				},
+				get: func(ctx context.Context, key []byte, stale bool) ([]byte, bool, error) {
+					resp, err := kv.Range(ctx, &etcdserverpb.RangeRequest{Key: key, Serializable: stale})
+					if err != nil || len(resp.GetKvs()) == 0 {
+						return nil, false, err
+					}
+					return resp.GetKvs()[0].Value, true, nil
+				},
+				rangeKeys: func(ctx context.Context, prefix []byte, limit int) (int, error) {
+					resp, err := kv.Range(ctx, &etcdserverpb.RangeRequest{
+						Key: prefix, RangeEnd: []byte(clientv3.GetPrefixRangeEnd(string(prefix))), Limit: int64(limit)})
+					return len(resp.GetKvs()), err
+				},
 			}
 		},
 	}

@@ -18,6 +18,11 @@ type DriveConfig struct {
 	Warmup    time.Duration // ops finishing before this are run but not counted
 	Duration  time.Duration // length of the measured window after Warmup
 	OpTimeout time.Duration // per-op deadline; 0 means 10s
+	// Classes, when > 0, splits the acknowledged ops' latencies by
+	// Class(client, seq), which must lie in [0, Classes): a mixed
+	// workload's reads and writes, say, each get their own percentiles.
+	Classes int
+	Class   func(client, seq int) int
 }
 
 // Result is what one Drive measured inside its window.
@@ -26,6 +31,9 @@ type Result struct {
 	Latencies []time.Duration // one per acknowledged op completed in the window, ascending
 	Errors    int             // failed ops completed in the window
 	FirstErr  error           // the first failure seen anywhere (warm-up included), or nil
+	// ByClass holds, with DriveConfig.Classes set, the latencies of
+	// Latencies split by class, each ascending.
+	ByClass [][]time.Duration
 }
 
 // Ops is the number of acknowledged ops completed in the window.
@@ -55,6 +63,7 @@ func Drive(ctx context.Context, cfg DriveConfig, op Op) (Result, error) {
 
 	type clientResult struct {
 		lat      []time.Duration
+		byClass  [][]time.Duration
 		errors   int
 		firstErr error
 	}
@@ -63,6 +72,7 @@ func Drive(ctx context.Context, cfg DriveConfig, op Op) (Result, error) {
 	for c := range cfg.Clients {
 		wg.Go(func() {
 			r := &results[c]
+			r.byClass = make([][]time.Duration, cfg.Classes)
 			for seq := 0; ctx.Err() == nil; seq++ {
 				t0 := time.Now()
 				if !t0.Before(end) {
@@ -82,6 +92,10 @@ func Drive(ctx context.Context, cfg DriveConfig, op Op) (Result, error) {
 					r.errors++
 				} else {
 					r.lat = append(r.lat, t1.Sub(t0))
+					if cfg.Classes > 0 {
+						k := cfg.Class(c, seq)
+						r.byClass[k] = append(r.byClass[k], t1.Sub(t0))
+					}
 				}
 			}
 		})
@@ -91,14 +105,20 @@ func Drive(ctx context.Context, cfg DriveConfig, op Op) (Result, error) {
 		return Result{}, err
 	}
 
-	res := Result{Window: end.Sub(from)}
+	res := Result{Window: end.Sub(from), ByClass: make([][]time.Duration, cfg.Classes)}
 	for _, r := range results {
 		res.Latencies = append(res.Latencies, r.lat...)
+		for k, lat := range r.byClass {
+			res.ByClass[k] = append(res.ByClass[k], lat...)
+		}
 		res.Errors += r.errors
 		if res.FirstErr == nil {
 			res.FirstErr = r.firstErr
 		}
 	}
 	slices.Sort(res.Latencies)
+	for _, lat := range res.ByClass {
+		slices.Sort(lat)
+	}
 	return res, nil
 }

@@ -204,6 +204,35 @@ func TestDriveCountsOnlyTheWindow(t *testing.T) {
 	}
 }
 
+// With classes, every acknowledged op's latency lands in its class too,
+// and only there.
+func TestDriveSplitsClasses(t *testing.T) {
+	const slow = 20 * time.Millisecond
+	res, err := Drive(context.Background(), DriveConfig{Clients: 3, Duration: 150 * time.Millisecond,
+		Classes: 2, Class: func(client, seq int) int { return seq % 2 }},
+		func(ctx context.Context, client, seq int) error {
+			if seq%2 == 1 {
+				time.Sleep(slow) // every op of class 1 takes at least this
+			}
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.ByClass) != 2 || len(res.ByClass[0]) == 0 || len(res.ByClass[1]) == 0 {
+		t.Fatalf("ByClass sizes: %d classes; want 2, both with ops", len(res.ByClass))
+	}
+	if n := len(res.ByClass[0]) + len(res.ByClass[1]); n != res.Ops() {
+		t.Errorf("classes hold %d latencies, Latencies %d", n, res.Ops())
+	}
+	if p50, least := Percentile(res.ByClass[0], 50), res.ByClass[1][0]; p50 >= slow || least < slow {
+		t.Errorf("class 0 p50 %v, class 1 fastest %v: the classes are mixed up", p50, least)
+	}
+	if !slices.IsSorted(res.ByClass[0]) || !slices.IsSorted(res.ByClass[1]) {
+		t.Error("ByClass not sorted")
+	}
+}
+
 func TestDriveStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan struct{}, 1)
