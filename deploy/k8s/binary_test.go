@@ -5,50 +5,20 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/lodestone-kv/lodestone/deploy/internal/binary"
 	corev1 "k8s.io/api/core/v1"
 )
 
-// The lodestone binary, built once from the main module for every test.
-var (
-	buildDir  string
-	buildOnce sync.Once
-	buildErr  error
-)
+func TestMain(m *testing.M) { os.Exit(binary.Main(m)) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
-
-// lodestoneBinary builds cmd/lodestone of the repository this module sits
-// in, once.
-func lodestoneBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		if buildDir, buildErr = os.MkdirTemp("", "lodestone-k8s-"); buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, "lodestone"), "./cmd/lodestone")
-		cmd.Dir = filepath.Join("..", "..")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/lodestone: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return filepath.Join(buildDir, "lodestone")
-}
+// lodestoneBinary is the binary built from the main module, once.
+func lodestoneBinary(t *testing.T) string { return binary.Lodestone(t) }
 
 // helpCache holds `lodestone <path> --help`, by path.
 var helpCache sync.Map

@@ -20,6 +20,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/lodestone-kv/lodestone/deploy/internal/binary"
 	"github.com/lodestone-kv/lodestone/internal/testnet"
 )
 
@@ -440,35 +441,7 @@ func (d *deployment) stop() {
 	}
 }
 
-// The lodestone binary, built once from the main module.
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
-)
+func TestMain(m *testing.M) { os.Exit(binary.Main(m)) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
-
-func lodestoneBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		if buildDir, buildErr = os.MkdirTemp("", "lodestone-metricnames-"); buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, "lodestone"), "./cmd/lodestone")
-		cmd.Dir = filepath.Join("..", "..")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/lodestone: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return filepath.Join(buildDir, "lodestone")
-}
+// lodestoneBinary is the binary built from the main module, once.
+func lodestoneBinary(t *testing.T) string { return binary.Lodestone(t) }
