@@ -369,20 +369,12 @@ func (a *API) doTxn(w http.ResponseWriter, r *http.Request) error {
 	if slices.ContainsFunc(ops, func(op txnOp) bool { return op.KV == nil }) {
 		return a.catalogTxn(w, r, ops) // txn_catalog.go
 	}
-	req := &lodestonepb.TxnRequest{Ops: make([]*lodestonepb.TxnOp, len(ops))}
-	var errs []txnError
-	for i, op := range ops {
-		o, err := op.KV.pb()
-		if err != nil {
-			errs = append(errs, txnError{i, err.Error()})
-			continue
-		}
-		req.Ops[i] = o
-	}
+	pbOps, errs := convertTxnOps(ops, func(op txnOp) (*lodestonepb.TxnOp, error) { return op.KV.pb() })
 	if len(errs) > 0 {
-		writeJSON(w, http.StatusConflict, map[string]any{"Results": nil, "Errors": errs})
+		writeTxnErrors(w, errs)
 		return nil
 	}
+	req := &lodestonepb.TxnRequest{Ops: pbOps}
 	res, index, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_Txn{Txn: req}})
 	if err != nil {
 		return err
@@ -390,10 +382,7 @@ func (a *API) doTxn(w http.ResponseWriter, r *http.Request) error {
 	a.setMeta(w, index)
 	out := res.GetTxn()
 	if !out.GetSucceeded() {
-		for _, e := range out.GetErrors() {
-			errs = append(errs, txnError{int(e.OpIndex), e.What})
-		}
-		writeJSON(w, http.StatusConflict, map[string]any{"Results": nil, "Errors": errs})
+		writeTxnErrors(w, txnErrorsOf(out.GetErrors()))
 		return nil
 	}
 	results := make([]txnResult, len(out.Results))
@@ -405,4 +394,35 @@ func (a *API) doTxn(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"Results": results, "Errors": nil})
 	return nil
+}
+
+// convertTxnOps converts every op with conv; the ops it refuses come back
+// as the errors of a 409 answer, by index.
+func convertTxnOps[T any](ops []txnOp, conv func(txnOp) (T, error)) ([]T, []txnError) {
+	out := make([]T, len(ops))
+	var errs []txnError
+	for i, op := range ops {
+		o, err := conv(op)
+		if err != nil {
+			errs = append(errs, txnError{i, err.Error()})
+			continue
+		}
+		out[i] = o
+	}
+	return out, errs
+}
+
+// txnErrorsOf are the errors of a transaction the store refused.
+func txnErrorsOf(es []*lodestonepb.TxnError) []txnError {
+	out := make([]txnError, len(es))
+	for i, e := range es {
+		out[i] = txnError{int(e.OpIndex), e.What}
+	}
+	return out
+}
+
+// writeTxnErrors answers a refused transaction as Consul does: 409 with
+// the errors and no results.
+func writeTxnErrors(w http.ResponseWriter, errs []txnError) {
+	writeJSON(w, http.StatusConflict, map[string]any{"Results": nil, "Errors": errs})
 }

@@ -129,20 +129,12 @@ type txnCatalogResult struct {
 // does: 200 with the results of the operations that return something, or
 // 409 with the errors of those that failed.
 func (a *API) catalogTxn(w http.ResponseWriter, r *http.Request, ops []txnOp) error {
-	req := &lodestonepb.CatalogTxnRequest{Ops: make([]*lodestonepb.MixedTxnOp, len(ops))}
-	var errs []txnError
-	for i, op := range ops {
-		o, err := op.pb()
-		if err != nil {
-			errs = append(errs, txnError{i, err.Error()})
-			continue
-		}
-		req.Ops[i] = o
-	}
+	pbOps, errs := convertTxnOps(ops, txnOp.pb)
 	if len(errs) > 0 {
-		writeJSON(w, http.StatusConflict, map[string]any{"Results": nil, "Errors": errs})
+		writeTxnErrors(w, errs)
 		return nil
 	}
+	req := &lodestonepb.CatalogTxnRequest{Ops: pbOps}
 	res, index, err := a.apply(r, &lodestonepb.Command{Op: &lodestonepb.Command_CatalogTxn{CatalogTxn: req}})
 	if err != nil {
 		return err
@@ -150,10 +142,7 @@ func (a *API) catalogTxn(w http.ResponseWriter, r *http.Request, ops []txnOp) er
 	a.setMeta(w, index)
 	out := res.GetCatalogTxn()
 	if !out.GetSucceeded() {
-		for _, e := range out.GetErrors() {
-			errs = append(errs, txnError{int(e.OpIndex), e.What})
-		}
-		writeJSON(w, http.StatusConflict, map[string]any{"Results": nil, "Errors": errs})
+		writeTxnErrors(w, txnErrorsOf(out.GetErrors()))
 		return nil
 	}
 	results := []txnCatalogResult{}
