@@ -207,46 +207,57 @@ func (c *cluster) logTails() string {
 // follower returns the index of a member that is not the leader.
 func (c *cluster) follower() int { return (c.leader + 1) % members }
 
+// restarted is what one restart of some members took, per member.
+type restarted struct {
+	took []time.Duration // from process start to its first answer
+	cpu  []time.Duration // CPU time the process used until then
+}
+
 // restart stops the members in which (SIGTERM, waiting for each to exit),
 // starts them again together and returns, per member, the time from its
 // process start to its first answer to a linearizable read of key with
-// the value want. Every other member keeps running.
-func (c *cluster) restart(ctx context.Context, which []int, key, want []byte, timeout time.Duration) ([]time.Duration, error) {
+// the value want, and the CPU time it used until then: unlike the wall
+// time, the CPU time hardly moves with the load of a shared machine. Every
+// other member keeps running.
+func (c *cluster) restart(ctx context.Context, which []int, key, want []byte, timeout time.Duration) (restarted, error) {
 	var procs []*harness.Proc
 	for _, i := range which {
 		procs = append(procs, c.procs[i])
 	}
 	if err := harness.StopAll(procs, stopGrace); err != nil {
-		return nil, err
+		return restarted{}, err
 	}
 	started := make([]time.Time, len(which))
 	for k, i := range which {
 		started[k] = time.Now()
 		if err := c.startMember(i); err != nil {
-			return nil, err
+			return restarted{}, err
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	took := make([]time.Duration, len(which))
+	r := restarted{took: make([]time.Duration, len(which)), cpu: make([]time.Duration, len(which))}
 	errs := make([]error, len(which))
 	var wg sync.WaitGroup
 	for k, i := range which {
 		wg.Go(func() {
-			errs[k] = c.awaitRead(ctx, i, key, want)
-			took[k] = time.Since(started[k])
+			if errs[k] = c.awaitRead(ctx, i, key, want); errs[k] != nil {
+				return
+			}
+			r.took[k] = time.Since(started[k])
+			r.cpu[k], errs[k] = harness.CPUTime(c.procs[i].Pid())
 		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("%w%s", err, c.logTails())
+		return restarted{}, fmt.Errorf("%w%s", err, c.logTails())
 	}
 	if slices.Contains(which, c.leader) {
 		if err := c.findLeader(ctx, timeout); err != nil {
-			return nil, err
+			return restarted{}, err
 		}
 	}
-	return took, nil
+	return r, nil
 }
 
 // awaitRead polls member i with linearizable reads of key until one

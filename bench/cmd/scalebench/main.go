@@ -161,6 +161,9 @@ func run(ctx context.Context) error {
 		}
 		fmt.Println(figure(fmt.Sprintf("scale-%s-snapshot-size", keys.label()), "MiB",
 			[]string{"lodestone", peerName}, []float64{mib(lode.snapshot), mib(peer.snapshot)}))
+		for _, f := range cpuFigures(keys.label(), lode, peer) {
+			fmt.Println(f)
+		}
 		fmt.Println(figure(fmt.Sprintf("scale-%s-data-dir-per-member", keys.label()), "MiB",
 			[]string{"lodestone", peerName}, []float64{mib(mean(lode.data)), mib(mean(peer.data))}))
 	} else {
@@ -204,6 +207,20 @@ func lines(label string, lode, peer measured) []harness.Line {
 	}
 }
 
+// cpuFigures are the CPU time the restarted members used until they
+// served: restart-one the member's, restart-all the three's together
+// (medians over the reps). They back the wall-clock lines on a busy
+// machine, where waiting for a core inflates the wall time.
+func cpuFigures(label string, lode, peer measured) []string {
+	names := []string{"lodestone", peerName}
+	return []string{
+		figure("scale-"+label+"-restart-one-cpu", "s", names,
+			[]float64{harness.Median(secondsOf(lode.restartOneCPU)), harness.Median(secondsOf(peer.restartOneCPU))}),
+		figure("scale-"+label+"-restart-all-cpu", "s", names,
+			[]float64{harness.Median(secondsOf(lode.restartAllCPU)), harness.Median(secondsOf(peer.restartAllCPU))}),
+	}
+}
+
 // catalogFigures are the Lodestone-only figures of the catalog load.
 func catalogFigures(label string, m measured) []string {
 	one := []string{"lodestone"}
@@ -212,6 +229,8 @@ func catalogFigures(label string, m measured) []string {
 		figure("scale-"+label+"-snapshot-size", "MiB", one, []float64{mib(m.snapshot)}),
 		figure("scale-"+label+"-restart-one", "s", one, []float64{harness.Median(secondsOf(m.restartOne))}),
 		figure("scale-"+label+"-restart-all", "s", one, []float64{harness.Median(secondsOf(m.restartAll))}),
+		figure("scale-"+label+"-restart-one-cpu", "s", one, []float64{harness.Median(secondsOf(m.restartOneCPU))}),
+		figure("scale-"+label+"-restart-all-cpu", "s", one, []float64{harness.Median(secondsOf(m.restartAllCPU))}),
 		figure("scale-"+label+"-load", "s", one, []float64{m.load.Seconds()}),
 	}
 }

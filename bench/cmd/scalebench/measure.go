@@ -18,8 +18,10 @@ type measured struct {
 	rss        []int64 // per member, after the settle
 	snapshot   int64   // bytes of the operator snapshot
 	data       []int64 // per member, bytes of its data directory
-	restartOne []time.Duration
-	restartAll []time.Duration // per rep, the slowest member's
+	restartOne    []time.Duration
+	restartAll    []time.Duration // per rep, the slowest member's
+	restartOneCPU []time.Duration // per rep, the restarted member's CPU time until it served
+	restartAllCPU []time.Duration // per rep, the three members' CPU time until each served
 }
 
 func (m measured) rssPerMember() float64 {
@@ -139,20 +141,27 @@ func measure(ctx context.Context, c *cluster, spec loadSpec, label string) (meas
 	key, want := spec.check()
 	for rep := range *flagReps {
 		f := c.follower()
-		took, err := c.restart(ctx, []int{f}, key, want, *flagRestartTimeout)
+		r, err := c.restart(ctx, []int{f}, key, want, *flagRestartTimeout)
 		if err != nil {
 			return m, fmt.Errorf("restart %s: %w", memberName(f), err)
 		}
-		m.restartOne = append(m.restartOne, took[0])
-		logf("%s: rep %d: restart of %s (follower) to a linearizable read: %s", c.sys.name, rep+1, memberName(f), took[0].Round(time.Millisecond))
+		m.restartOne = append(m.restartOne, r.took[0])
+		m.restartOneCPU = append(m.restartOneCPU, r.cpu[0])
+		logf("%s: rep %d: restart of %s (follower) to a linearizable read: %s (CPU %s)", c.sys.name, rep+1, memberName(f),
+			r.took[0].Round(time.Millisecond), r.cpu[0])
 	}
 	for rep := range *flagReps {
-		took, err := c.restart(ctx, []int{0, 1, 2}, key, want, *flagRestartTimeout)
+		r, err := c.restart(ctx, []int{0, 1, 2}, key, want, *flagRestartTimeout)
 		if err != nil {
 			return m, fmt.Errorf("restart all: %w", err)
 		}
-		m.restartAll = append(m.restartAll, slices.Max(took))
-		logf("%s: rep %d: restart of all three to a linearizable read on each: %s", c.sys.name, rep+1, durations(took))
+		m.restartAll = append(m.restartAll, slices.Max(r.took))
+		var cpu time.Duration
+		for _, d := range r.cpu {
+			cpu += d
+		}
+		m.restartAllCPU = append(m.restartAllCPU, cpu)
+		logf("%s: rep %d: restart of all three to a linearizable read on each: %s (CPU %s)", c.sys.name, rep+1, durations(r.took), durations(r.cpu))
 	}
 	return m, nil
 }
