@@ -14,10 +14,10 @@ import (
 
 // measured is what one loaded cluster yields.
 type measured struct {
-	load       time.Duration
-	rss        []int64 // per member, after the settle
-	snapshot   int64   // bytes of the operator snapshot
-	data       []int64 // per member, bytes of its data directory
+	load          time.Duration
+	rss           []int64 // per member, after the settle
+	snapshot      int64   // bytes of the operator snapshot
+	data          []int64 // per member, bytes of its data directory
 	restartOne    []time.Duration
 	restartAll    []time.Duration // per rep, the slowest member's
 	restartOneCPU []time.Duration // per rep, the restarted member's CPU time until it served
