@@ -43,6 +43,7 @@ var (
 	flagKeep           = flag.Bool("keep", false, "keep binaries, data dirs and server logs after the run")
 	flagPprof          = flag.String("pprof", "", "directory for each member's heap profile at the settle (SYSTEM-LOAD-ROLE.heap.pprof), both systems")
 	flagSettleTimeout  = flag.Duration("settle-timeout", 60*time.Second, "longest wait for the members' RSS to stop moving after the forced GC")
+	flagLodestoneArgs  = flag.String("lodestone-args", "", "extra flags for every Lodestone member, space-separated (e.g. \"--snapshot-entries 5000\"), to weigh a setting; a run with them is not the benchmark's")
 	flagRestartTimeout = flag.Duration("restart-timeout", 5*time.Minute, "longest wait for a restarted member to serve a read")
 )
 
@@ -109,7 +110,7 @@ func run(ctx context.Context) error {
 			if err := harness.GoBuild(ctx, logf, root, bin, "./cmd/lodestone"); err != nil {
 				return err
 			}
-			systems = append(systems, lodestoneSystem(bin))
+			systems = append(systems, lodestoneSystem(bin, strings.Fields(*flagLodestoneArgs)))
 		case peerName:
 			bin := filepath.Join(tmp, "etcdnode")
 			if err := harness.GoBuild(ctx, logf, ".", bin, "./cmd/etcdnode"); err != nil {

@@ -44,12 +44,14 @@ type ops struct {
 	snapshotBytes func(ctx context.Context) (int64, error)
 }
 
-func lodestoneSystem(bin string) system {
+// lodestoneSystem runs `lodestone server` members with the defaults and
+// pprof on, plus extra flags.
+func lodestoneSystem(bin string, extra []string) system {
 	return system{
 		name: "lodestone",
 		bin:  bin,
 		args: func(i int, names, peers, clients, http []string, dataDir string) []string {
-			return []string{"server",
+			return append([]string{"server",
 				"--name", names[i],
 				"--data-dir", dataDir,
 				"--listen-peer", peers[i],
@@ -58,7 +60,7 @@ func lodestoneSystem(bin string) system {
 				"--initial-cluster", initialCluster(names, peers),
 				"--log-level", logLevel,
 				"--enable-pprof",
-			}
+			}, extra...)
 		},
 		leader: func(ctx context.Context, clients []string) (int, error) {
 			var errs []error
