@@ -173,6 +173,14 @@ bench-watch:
 bench-blocking:
 	cd bench && $(GO) run ./cmd/blockingbench
 
+# Memory and restart at scale: 1,000,000 keys of 256 B in a 3-member
+# Lodestone and a 3-member etcd (RSS per member, snapshot size, restart of
+# one member and of all three to a linearizable read), then a Lodestone
+# catalog of 10,000 nodes and 100,000 instances; see bench/cmd/scalebench.
+.PHONY: bench-scale
+bench-scale:
+	cd bench && $(GO) run ./cmd/scalebench
+
 # Service lookups over DNS: Lodestone's DNS interface vs unbound serving the
 # same records from a static zone, each on one core (needs unbound from apt);
 # see bench/cmd/dnsbench.

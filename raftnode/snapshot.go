@@ -65,7 +65,7 @@ func (n *Node) writeSnapshot(sn *store.Snapshot, cs raftpb.ConfState) snapResult
 	if _, err := sn.WriteTo(yieldingWriter{&buf}); err != nil {
 		return snapResult{index: sn.Index(), err: fmt.Errorf("encode snapshot: %w", err)}
 	}
-	if _, err := n.log.CreateSnapshot(sn.Index(), &cs, buf.Bytes()); err != nil {
+	if _, err := n.log.CreateSnapshot(sn.Index(), &cs, snapshotData(&buf)); err != nil {
 		if errors.Is(err, raft.ErrSnapOutOfDate) {
 			// A snapshot from the leader overtook this one.
 			return snapResult{index: sn.Index(), err: nil, stale: true}
@@ -81,6 +81,19 @@ func (n *Node) writeSnapshot(sn *store.Snapshot, cs raftpb.ConfState) snapResult
 	n.lastSnapBytes.Store(int64(buf.Len()))
 	n.logger.Info("snapshot saved", "index", sn.Index(), "bytes", buf.Len(), "took", n.clock.Now().Sub(start))
 	return snapResult{index: sn.Index()}
+}
+
+// snapshotData returns the encoded snapshot in buf, copied to a slice of
+// its own size when buf grew past the size it was given. The log keeps
+// the data in memory until the next snapshot; a buffer that grew by
+// doubling has up to as much spare capacity again, and all of it stayed
+// in the heap with the data.
+func snapshotData(buf *bytes.Buffer) []byte {
+	data := buf.Bytes()
+	if cap(data)-len(data) > len(data)/8 {
+		return bytes.Clone(data)
+	}
+	return data
 }
 
 // A snapshot's log compaction deletes compactStep entries at a time,

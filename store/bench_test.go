@@ -1,9 +1,12 @@
 package store
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
@@ -135,4 +138,69 @@ func BenchmarkHealthService(b *testing.B) {
 			b.Fatalf("%d instances", len(hs))
 		}
 	}
+}
+
+// scaleCommands are the encoded transactions that load n keys of 256 bytes
+// in batches of 64 puts, as bench-scale loads them.
+func scaleCommands(b *testing.B, n int) [][]byte {
+	b.Helper()
+	var out [][]byte
+	for i := 0; i < n; i += 64 {
+		txn := &lodestonepb.TxnRequest{}
+		for k := i; k < min(i+64, n); k++ {
+			txn.Ops = append(txn.Ops, &lodestonepb.TxnOp{Verb: lodestonepb.TxnOp_SET, Key: fmt.Appendf(nil, "scale/%07d", k), Value: make([]byte, 256)})
+		}
+		data, err := proto.Marshal(&lodestonepb.Command{Op: &lodestonepb.Command_Txn{Txn: txn}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, data)
+	}
+	return out
+}
+
+// BenchmarkReplayKeys measures what a restart without a snapshot does per
+// key: decode the logged transactions and apply them to an empty store.
+func BenchmarkReplayKeys(b *testing.B) {
+	const n = 200_000
+	cmds := scaleCommands(b, n)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		s := New()
+		for i, data := range cmds {
+			var cmd lodestonepb.Command
+			if err := proto.Unmarshal(data, &cmd); err != nil {
+				b.Fatal(err)
+			}
+			s.Apply(uint64(i+1), &cmd)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
+}
+
+// BenchmarkRestoreKeys measures what a restart from a snapshot does per
+// key: restore the store from it.
+func BenchmarkRestoreKeys(b *testing.B) {
+	const n = 200_000
+	s := New()
+	for i, data := range scaleCommands(b, n) {
+		var cmd lodestonepb.Command
+		if err := proto.Unmarshal(data, &cmd); err != nil {
+			b.Fatal(err)
+		}
+		s.Apply(uint64(i+1), &cmd)
+	}
+	var buf bytes.Buffer
+	if _, err := s.Snapshot().WriteTo(&buf); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if err := New().Restore(bytes.NewReader(buf.Bytes())); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
 }
