@@ -61,8 +61,13 @@ type packedAnswer struct {
 	view     *serviceView
 	authz    *acl.Authorizer
 	variants [][]byte // with the id of the question they were built for
-	uses     atomic.Int64
-	bytes    int
+	// shufflers are the variants' (shuffle.go), nil for one that is
+	// copied as it is; with every variant shuffled, the uses never run
+	// out (shuffled).
+	shufflers []*shuffler
+	shuffled  bool
+	uses      atomic.Int64
+	bytes     int
 }
 
 // answerCache holds packed answers up to max bytes (Config.AnswerCacheBytes).
@@ -135,23 +140,25 @@ func (s *Server) fromCache(req *dns.Msg, tcp bool) *[]byte {
 	if len(req.Question) != 1 || !cacheable(req.Question[0].Qtype) {
 		return nil
 	}
-	b := s.variant(s.cache.get(keyOf(req, tcp)))
+	b, sh := s.variant(s.cache.get(keyOf(req, tcp)))
 	if b == nil {
 		return nil
 	}
-	return withID(req, b)
+	return withID(req, b, sh)
 }
 
-// variant is one of e's answers, picked at random, while e is current;
-// nil when e is nil, used up, or built from another view or Authorizer.
-func (s *Server) variant(e *packedAnswer) []byte {
-	if e == nil || e.uses.Add(-1) < 0 {
-		return nil
+// variant is one of e's answers, picked at random, and its shuffler,
+// while e is current; nil when e is nil, used up, or built from another
+// view or Authorizer.
+func (s *Server) variant(e *packedAnswer) ([]byte, *shuffler) {
+	if e == nil || (!e.shuffled && e.uses.Add(-1) < 0) {
+		return nil, nil
 	}
 	if authz, err := s.authorizer(); err != nil || authz != e.authz || s.views.get(e.service) != e.view {
-		return nil
+		return nil, nil
 	}
-	return e.variants[rand.IntN(len(e.variants))]
+	i := rand.IntN(len(e.variants))
+	return e.variants[i], e.shufflers[i]
 }
 
 // packService answers a service question with a packed answer, and keeps
@@ -194,21 +201,28 @@ func (s *Server) packService(req *dns.Msg, p question, tcp bool) (*[]byte, error
 		if err != nil {
 			return nil, err
 		}
-		e.variants = append(e.variants, b)
+		sh := newShuffler(b)
+		e.variants, e.shufflers = append(e.variants, b), append(e.shufflers, sh)
 		e.bytes += len(b)
+		e.shuffled = sh != nil && (i == 0 || e.shuffled)
 	}
 	e.uses.Store(int64(len(e.variants) * variantUses))
 	if v.index != 0 {
 		s.cache.put(key, e)
 	}
-	return withID(req, e.variants[rand.IntN(len(e.variants))]), nil
+	i := rand.IntN(len(e.variants))
+	return withID(req, e.variants[i], e.shufflers[i]), nil
 }
 
-// withID is a copy of packed answer b for req: its id, and the RD and CD
-// bits it asked with.
-func withID(req *dns.Msg, b []byte) *[]byte {
+// withID is a copy of packed answer b for req, shuffled with sh when
+// not nil: its id, and the RD and CD bits it asked with.
+func withID(req *dns.Msg, b []byte, sh *shuffler) *[]byte {
 	out := getBuffer(len(b))
-	copy(*out, b)
+	if sh != nil {
+		sh.copyShuffled(*out, b, new(shuffleScratch))
+	} else {
+		copy(*out, b)
+	}
 	var flags uint16
 	if req.RecursionDesired {
 		flags |= flagRD

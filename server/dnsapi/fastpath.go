@@ -124,6 +124,7 @@ func (f *fastPath) read(c batchConn) {
 	}
 	out := make([]datagram, batchSize)
 	key := make([]byte, 0, 512)
+	var scratch shuffleScratch
 	for {
 		for i := range in {
 			in[i].b = in[i].b[:maxDatagram]
@@ -141,7 +142,7 @@ func (f *fastPath) read(c batchConn) {
 		start := time.Now()
 		k := 0
 		for i := range in[:n] {
-			if f.answer(&in[i], &out[k], &key) {
+			if f.answer(&in[i], &out[k], &key, &scratch) {
 				k++
 			}
 		}
@@ -160,7 +161,7 @@ func (f *fastPath) read(c batchConn) {
 
 // answer answers d into out from a kept answer, or hands d to the full
 // handler and says false.
-func (f *fastPath) answer(d, out *datagram, key *[]byte) bool {
+func (f *fastPath) answer(d, out *datagram, key *[]byte, scratch *shuffleScratch) bool {
 	q, k, ok := readQuery(d.b, (*key)[:0])
 	*key = k
 	if !ok {
@@ -168,7 +169,7 @@ func (f *fastPath) answer(d, out *datagram, key *[]byte) bool {
 		f.pass(d)
 		return false
 	}
-	v := f.s.variant(f.s.cache.getBytes(k))
+	v, sh := f.s.variant(f.s.cache.getBytes(k))
 	if v == nil {
 		f.notKept.Inc()
 		f.pass(d)
@@ -178,7 +179,11 @@ func (f *fastPath) answer(d, out *datagram, key *[]byte) bool {
 		out.b = make([]byte, len(v), max(len(v), 4096))
 	}
 	out.b = out.b[:len(v)]
-	copy(out.b, v)
+	if sh != nil {
+		sh.copyShuffled(out.b, v, scratch)
+	} else {
+		copy(out.b, v)
+	}
 	setID(out.b, q.id, q.flags)
 	out.addr, out.qtype = d.addr, q.qtype
 	f.answered.Inc()

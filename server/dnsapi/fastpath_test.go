@@ -197,6 +197,7 @@ func TestFastPathAnswersWithoutAllocating(t *testing.T) {
 		in[i].b = make([]byte, maxDatagram)
 	}
 	key := make([]byte, 0, 512)
+	var scratch shuffleScratch
 	reply := make([]byte, 4096)
 	srvAddr := srv.LocalAddr().(*net.UDPAddr).AddrPort()
 	round := func() {
@@ -208,7 +209,7 @@ func TestFastPathAnswersWithoutAllocating(t *testing.T) {
 		if err != nil || n != 1 {
 			t.Fatalf("read %d datagrams: %v", n, err)
 		}
-		if !f.answer(&in[0], &out[0], &key) {
+		if !f.answer(&in[0], &out[0], &key, &scratch) {
 			t.Fatal("the fast path did not answer a kept question")
 		}
 		if err := bc.write(out[:1]); err != nil {
@@ -427,4 +428,76 @@ func kinds(rrs []dns.RR) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Kept answers are shuffled in their bytes: every copy unpacks to the
+// same records (the SRV targets' addresses and meta still named right),
+// every instance comes first about as often, and a truncated answer is
+// copied as it is.
+func TestShuffledCopiesKeepTheirRecords(t *testing.T) {
+	c := newCatalog(t)
+	for i := range 8 {
+		own := ""
+		if i%2 == 1 {
+			own = fmt.Sprintf("10.1.0.%d", i+1) // NB: an address of its own: an .addr. target
+		}
+		c.apply(registerNode(fmt.Sprintf("n%d", i), fmt.Sprintf("10.0.0.%d", i+1), map[string]string{"rack": fmt.Sprint(i % 3)}))
+		c.register(fmt.Sprintf("n%d", i), fmt.Sprintf("10.0.0.%d", i+1), fmt.Sprintf("s%d", i), "spread", own, uint32(8000+i), passing)
+	}
+	c.register("n0", "10.0.0.1", "s0b", "spread", "", 9000, passing) // NB: a second instance on n0: its extras are shared
+	for i := range 40 {
+		c.register(fmt.Sprintf("big-%02d", i), fmt.Sprintf("10.2.0.%d", i+1), fmt.Sprintf("b%d", i), "big", "", 80, passing)
+	}
+	s := serve(t, c, nil)
+	for _, tc := range []struct {
+		name     string
+		qtype    uint16
+		size     uint16
+		shuffled bool
+	}{
+		{"spread.service.consul.", dns.TypeA, 1232, true},
+		{"spread.service.consul.", dns.TypeSRV, 4096, true},
+		{"spread.service.consul.", dns.TypeSRV, 0, false}, // NB: 3 of 9 answers: truncated
+		{"big.service.consul.", dns.TypeSRV, 1232, false},
+	} {
+		what := fmt.Sprintf("%s %s EDNS0 %d", tc.name, dns.TypeToString[tc.qtype], tc.size)
+		q := new(dns.Msg).SetQuestion(tc.name, tc.qtype)
+		if tc.size > 0 {
+			q.SetEdns0(tc.size, false)
+		}
+		ask(t, s.Addr(), "udp", tc.name, tc.qtype, tc.size)
+		e := s.cache.get(keyOf(q, false))
+		if e == nil || e.shuffled != tc.shuffled {
+			t.Fatalf("%s: kept %v, shuffled in its bytes %v; want kept, shuffled %v", what, e != nil, e != nil && e.shuffled, tc.shuffled)
+		}
+		if !tc.shuffled {
+			continue
+		}
+		orig := new(dns.Msg)
+		if err := orig.Unpack(e.variants[0]); err != nil {
+			t.Fatal(err)
+		}
+		firsts := map[string]int{}
+		dst := make([]byte, len(e.variants[0]))
+		var scratch shuffleScratch
+		const copies = 900
+		for range copies {
+			e.shufflers[0].copyShuffled(dst, e.variants[0], &scratch)
+			m := new(dns.Msg)
+			if err := m.Unpack(dst); err != nil {
+				t.Fatalf("%s: a shuffled copy does not unpack: %v", what, err)
+			}
+			sameAnswer(t, what+" shuffled", m, orig)
+			firsts[m.Answer[0].String()]++
+		}
+		// NB: each count is Binomial(900, 1/9), mean 100, deviation 9.4.
+		if len(firsts) != len(orig.Answer) {
+			t.Fatalf("%s: %d of %d answers ever came first", what, len(firsts), len(orig.Answer))
+		}
+		for rr, n := range firsts {
+			if n < 50 || n > 150 {
+				t.Fatalf("%s: %s came first %d times in %d, want about %d", what, rr, n, copies, copies/len(orig.Answer))
+			}
+		}
+	}
 }
