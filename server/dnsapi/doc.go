@@ -111,8 +111,8 @@
 // is their size), and the datagrams the fast path passes to the handler
 // wait in a queue of Config.UDPHandoffQueue (one more is dropped).
 // lodestone_dns_queries_total{type,rcode} counts answers,
-// lodestone_dns_query_duration_seconds times them (on the fast path, from
-// a batch's read to its write), lodestone_dns_udp_fast_path_total{outcome}
+// lodestone_dns_query_duration_seconds times them (from the read to the
+// answer ready to write; on the fast path, a batch's), lodestone_dns_udp_fast_path_total{outcome}
 // counts the fast path's datagrams (answered, not_kept, other),
 // lodestone_dns_refused_total{reason} counts what a limit refused
 // (tcp_connections, recursions, udp_handoff) and

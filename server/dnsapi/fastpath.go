@@ -149,12 +149,13 @@ func (f *fastPath) read(c batchConn) {
 		if k == 0 {
 			continue
 		}
-		if err := c.write(out[:k]); err != nil {
-			f.s.logger.Debug("could not write a DNS answer", "err", err)
-		}
+		// NB: counted before they are written, as the handler does.
 		took := time.Since(start)
 		for i := range out[:k] {
 			f.s.metrics.observe(out[i].qtype, dns.RcodeSuccess, took)
+		}
+		if err := c.write(out[:k]); err != nil {
+			f.s.logger.Debug("could not write a DNS answer", "err", err)
 		}
 	}
 }

@@ -40,7 +40,7 @@ func newMetrics(tcpOpen, cachedBytes func() float64) *metrics {
 		}, []string{"type", "rcode"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "lodestone", Name: "dns_query_duration_seconds",
-			Help:    "Time from a DNS question read to its answer written (forwarded questions included).",
+			Help:    "Time from a DNS question read to its answer ready to write (forwarded questions included).",
 			Buckets: []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, .001, .0025, .005, .01, .025, .1, .5, 2},
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
