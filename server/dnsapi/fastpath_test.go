@@ -501,3 +501,24 @@ func TestShuffledCopiesKeepTheirRecords(t *testing.T) {
 		}
 	}
 }
+
+// The fast path answers on an IPv6 address as on an IPv4 one.
+func TestFastPathIPv6(t *testing.T) {
+	probe, err := net.ListenPacket("udp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	probe.Close()
+	c := newCatalog(t)
+	c.register("n1", "10.0.0.1", "web", "web", "", 80, passing)
+	s := serveAt(t, c, "[::1]:0", nil)
+	if s.fast == nil {
+		t.Fatal("no fast path on [::1]")
+	}
+	for range 5 {
+		wantRecords(t, "over IPv6", askUDP(t, s.Addr(), "web.service.consul.", dns.TypeA).Answer, dns.TypeA, "web.service.consul. A 10.0.0.1")
+	}
+	if value(t, s.fast.answered) == 0 {
+		t.Fatal("the fast path answered nothing over IPv6")
+	}
+}
