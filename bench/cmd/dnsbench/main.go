@@ -14,7 +14,9 @@
 // A and SRV for each service round-robin with EDNS0 (1232 bytes, as dig)
 // for -warmup then -duration. Only answers that are right (NOERROR, not
 // truncated, every instance) count. The systems alternate which goes
-// first. Values are medians over the repetitions.
+// first. Values are medians over the repetitions. Lodestone runs with
+// Go's defaults, as a user runs it (its GOMAXPROCS is its CPU mask's
+// size, and so is its count of UDP readers); the run prints them.
 package main
 
 import (
