@@ -30,6 +30,9 @@ func addDNSFlags(f *pflag.FlagSet, d *server.DNSConfig, o *dnsOptions, listenFla
 	f.IntVar(&d.UDPAnswerLimit, "dns-udp-answer-limit", d.UDPAnswerLimit, "most answers in a UDP reply to a client without EDNS0 (1-8, Consul's udp_answer_limit)")
 	f.BoolVar(&d.EnableTruncate, "dns-enable-truncate", d.EnableTruncate, "set the TC bit when a UDP reply leaves answers out, so the client retries over TCP (false: a silent subset, Consul's default)")
 	f.IntVar(&d.MaxTCPConnections, "dns-max-tcp-connections", d.MaxTCPConnections, "most open TCP connections on the DNS port; more are closed at once (lodestone_dns_refused_total)")
+	f.IntVar(&d.UDPReaders, "dns-udp-readers", d.UDPReaders, "goroutines reading the DNS UDP socket on its fast path (0: one per GOMAXPROCS; only an address that is not a wildcard has the fast path)")
+	f.IntVar(&d.UDPHandoffQueue, "dns-udp-handoff-queue", d.UDPHandoffQueue, "UDP questions the fast path passes to the full handler that may wait; more are dropped (lodestone_dns_refused_total)")
+	f.IntVar(&d.AnswerCacheBytes, "dns-answer-cache-bytes", d.AnswerCacheBytes, "bytes of packed service answers kept; past it all are dropped and built again (lodestone_dns_answer_cache_flushes_total)")
 }
 
 // finishDNS applies what the flags imply beyond their values: the default

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lodestone-kv/lodestone/acl"
 )
@@ -22,24 +23,37 @@ import (
 // those it was built from, and at most variantUses times per variant, after
 // which it is built again with new orders. The first answer to a question
 // is one variant; the next build, if it is asked again, makes them all.
+// The UDP fast path (fastpath.go) answers from the same kept answers.
 
 const (
 	maxVariants = 16
 	variantUses = 32
-	// maxCacheBytes bounds the packed answers kept; past it they are all
-	// dropped and built again as asked.
-	maxCacheBytes = 8 << 20
 )
 
-// answerKey is a question as asked: its name in the case it came in (the
-// answer echoes it), type, class, EDNS0 buffer size (0: none) and
-// transport.
-type answerKey struct {
-	name   string
-	qtype  uint16
-	qclass uint16
-	size   uint16
-	tcp    bool
+// The key of a kept answer is the question as asked, in one string so
+// that the UDP fast path looks it up from a datagram's bytes without
+// allocating: the name in the case it came in (the answer echoes it, and
+// miekg/dns compresses names case-sensitively, so an answer packed for
+// one case differs from another's beyond the question), then type,
+// class, whether EDNS0 came and its buffer size, and the transport.
+// Nothing else of a question changes its answer but the id and the RD
+// and CD bits, which withID sets; the DO bit does not (answers carry no
+// DNSSEC records, and their OPT never sets it).
+
+// appendKeyTail appends what follows the name in a key.
+func appendKeyTail(b []byte, qtype, qclass uint16, edns bool, size uint16, tcp bool) []byte {
+	b = append(b, 0)
+	b = binary.BigEndian.AppendUint16(b, qtype)
+	b = binary.BigEndian.AppendUint16(b, qclass)
+	b = binary.BigEndian.AppendUint16(b, size)
+	var flags byte
+	if edns {
+		flags |= 1
+	}
+	if tcp {
+		flags |= 2
+	}
+	return append(b, flags)
 }
 
 type packedAnswer struct {
@@ -47,33 +61,62 @@ type packedAnswer struct {
 	view     *serviceView
 	authz    *acl.Authorizer
 	variants [][]byte // with the id of the question they were built for
-	uses     atomic.Int64
-	bytes    int
+	// shufflers are the variants' (shuffle.go), nil for one that is
+	// copied as it is; with every variant shuffled, the uses never run
+	// out (shuffled).
+	shufflers []*shuffler
+	shuffled  bool
+	uses      atomic.Int64
+	bytes     int
 }
 
+// answerCache holds packed answers up to max bytes (Config.AnswerCacheBytes).
 type answerCache struct {
+	max     int
+	flushed prometheus.Counter
+
 	mu    sync.RWMutex
-	m     map[answerKey]*packedAnswer
+	m     map[string]*packedAnswer
 	bytes int
 }
 
-func (c *answerCache) get(k answerKey) *packedAnswer {
+func (c *answerCache) get(k string) *packedAnswer {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.m[k]
 }
 
-func (c *answerCache) put(k answerKey, e *packedAnswer) {
+// getBytes is get for a key in a buffer; it does not allocate.
+func (c *answerCache) getBytes(k []byte) *packedAnswer {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.m[string(k)]
+}
+
+func (c *answerCache) put(k string, e *packedAnswer) {
+	if e.bytes > c.max {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old := c.m[k]; old != nil {
 		c.bytes -= old.bytes
 	}
-	if c.m == nil || c.bytes+e.bytes > maxCacheBytes {
-		c.m, c.bytes = map[answerKey]*packedAnswer{}, 0
+	if c.m == nil || c.bytes+e.bytes > c.max {
+		if c.m != nil {
+			c.flushed.Inc()
+		}
+		c.m, c.bytes = map[string]*packedAnswer{}, 0
 	}
 	c.m[k] = e
 	c.bytes += e.bytes
+}
+
+// size is the bytes of the answers kept.
+func (c *answerCache) size() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.bytes
 }
 
 // cacheable says whether answers of qtype are kept: the address and SRV
@@ -82,13 +125,14 @@ func cacheable(qtype uint16) bool {
 	return qtype == dns.TypeA || qtype == dns.TypeAAAA || qtype == dns.TypeSRV
 }
 
-func keyOf(req *dns.Msg, tcp bool) answerKey {
+func keyOf(req *dns.Msg, tcp bool) string {
 	q := req.Question[0]
-	k := answerKey{name: q.Name, qtype: q.Qtype, qclass: q.Qclass, tcp: tcp}
-	if edns := req.IsEdns0(); edns != nil {
-		k.size = edns.UDPSize()
+	var size uint16
+	edns := req.IsEdns0()
+	if edns != nil {
+		size = edns.UDPSize()
 	}
-	return k
+	return string(appendKeyTail([]byte(q.Name), q.Qtype, q.Qclass, edns != nil, size, tcp))
 }
 
 // fromCache is the answer to req from a kept one, or nil.
@@ -96,14 +140,25 @@ func (s *Server) fromCache(req *dns.Msg, tcp bool) *[]byte {
 	if len(req.Question) != 1 || !cacheable(req.Question[0].Qtype) {
 		return nil
 	}
-	e := s.cache.get(keyOf(req, tcp))
-	if e == nil || e.uses.Add(-1) < 0 {
+	b, sh := s.variant(s.cache.get(keyOf(req, tcp)))
+	if b == nil {
 		return nil
+	}
+	return withID(req, b, sh)
+}
+
+// variant is one of e's answers, picked at random, and its shuffler,
+// while e is current; nil when e is nil, used up, or built from another
+// view or Authorizer.
+func (s *Server) variant(e *packedAnswer) ([]byte, *shuffler) {
+	if e == nil || (!e.shuffled && e.uses.Add(-1) < 0) {
+		return nil, nil
 	}
 	if authz, err := s.authorizer(); err != nil || authz != e.authz || s.views.get(e.service) != e.view {
-		return nil
+		return nil, nil
 	}
-	return withID(req, e.variants[rand.IntN(len(e.variants))])
+	i := rand.IntN(len(e.variants))
+	return e.variants[i], e.shufflers[i]
 }
 
 // packService answers a service question with a packed answer, and keeps
@@ -146,32 +201,49 @@ func (s *Server) packService(req *dns.Msg, p question, tcp bool) (*[]byte, error
 		if err != nil {
 			return nil, err
 		}
-		e.variants = append(e.variants, b)
+		sh := newShuffler(b)
+		e.variants, e.shufflers = append(e.variants, b), append(e.shufflers, sh)
 		e.bytes += len(b)
+		e.shuffled = sh != nil && (i == 0 || e.shuffled)
 	}
 	e.uses.Store(int64(len(e.variants) * variantUses))
 	if v.index != 0 {
 		s.cache.put(key, e)
 	}
-	return withID(req, e.variants[rand.IntN(len(e.variants))]), nil
+	i := rand.IntN(len(e.variants))
+	return withID(req, e.variants[i], e.shufflers[i]), nil
 }
 
-// withID is a copy of packed answer b for req: its id, and the RD and CD
-// bits it asked with.
-func withID(req *dns.Msg, b []byte) *[]byte {
+// withID is a copy of packed answer b for req, shuffled with sh when
+// not nil: its id, and the RD and CD bits it asked with.
+func withID(req *dns.Msg, b []byte, sh *shuffler) *[]byte {
 	out := getBuffer(len(b))
-	copy(*out, b)
-	binary.BigEndian.PutUint16(*out, req.Id)
-	const rd, cd = 1 << 8, 1 << 4
-	flags := binary.BigEndian.Uint16((*out)[2:]) &^ (rd | cd)
+	if sh != nil {
+		sh.copyShuffled(*out, b, new(shuffleScratch))
+	} else {
+		copy(*out, b)
+	}
+	var flags uint16
 	if req.RecursionDesired {
-		flags |= rd
+		flags |= flagRD
 	}
 	if req.CheckingDisabled {
-		flags |= cd
+		flags |= flagCD
 	}
-	binary.BigEndian.PutUint16((*out)[2:], flags)
+	setID(*out, req.Id, flags)
 	return out
+}
+
+// The header bits a reply copies from its question (miekg/dns's SetReply,
+// for opcode QUERY).
+const flagRD, flagCD = 1 << 8, 1 << 4
+
+// setID sets a packed reply's id, and its RD and CD bits to those in
+// qflags (a question's flags).
+func setID(b []byte, id, qflags uint16) {
+	binary.BigEndian.PutUint16(b, id)
+	flags := binary.BigEndian.Uint16(b[2:])&^(flagRD|flagCD) | qflags&(flagRD|flagCD)
+	binary.BigEndian.PutUint16(b[2:], flags)
 }
 
 // buffers hold packed answers while they are written; one that grew past

@@ -54,6 +54,19 @@ type Config struct {
 	// IdleTimeout bounds the wait for a TCP connection's next query.
 	// Default 8s (RFC 7766's advice of seconds).
 	IdleTimeout time.Duration
+	// UDPReaders is how many goroutines read the UDP socket on the fast
+	// path (fastpath.go); 0 (the default) is one per GOMAXPROCS. Only a
+	// socket bound to one address has the fast path.
+	UDPReaders int
+	// UDPHandoffQueue bounds the UDP questions the fast path passes to
+	// the full handler that wait to be read; one more is dropped and
+	// counted (lodestone_dns_refused_total{reason="udp_handoff"}).
+	// Default 1024.
+	UDPHandoffQueue int
+	// AnswerCacheBytes bounds the packed service answers kept (cache.go);
+	// past it they are all dropped and built again as asked, counted in
+	// lodestone_dns_answer_cache_flushes_total. Default 8 MiB.
+	AnswerCacheBytes int
 }
 
 // DefaultConfig returns the defaults named on each field.
@@ -68,12 +81,18 @@ func DefaultConfig() Config {
 		MaxTCPConnections: 1024,
 		ReadTimeout:       2 * time.Second,
 		IdleTimeout:       8 * time.Second,
+		UDPHandoffQueue:   1024,
+		AnswerCacheBytes:  8 << 20,
 	}
 }
 
 // maxUDPAnswerLimit is Consul's ceiling on UDPAnswerLimit: 512 bytes hold
 // about 25 A records, and a client without EDNS0 gains little from more.
 const maxUDPAnswerLimit = 8
+
+// maxUDPReaders bounds UDPReaders: each holds its buffers, and past the
+// cores there are nothing but more goroutines waiting on one socket.
+const maxUDPReaders = 256
 
 // Validate says which setting is wrong and what it may be.
 func (c *Config) Validate() error {
@@ -103,6 +122,15 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxTCPConnections <= 0 {
 		return fmt.Errorf("dns max TCP connections %d must be positive", c.MaxTCPConnections)
+	}
+	if c.UDPReaders < 0 || c.UDPReaders > maxUDPReaders {
+		return fmt.Errorf("dns UDP readers %d must be between 0 (one per GOMAXPROCS) and %d", c.UDPReaders, maxUDPReaders)
+	}
+	if c.UDPHandoffQueue <= 0 {
+		return fmt.Errorf("dns UDP handoff queue %d must be positive", c.UDPHandoffQueue)
+	}
+	if c.AnswerCacheBytes < 0 {
+		return fmt.Errorf("dns answer cache bytes %d must be 0 (keep no answers) or more", c.AnswerCacheBytes)
 	}
 	if c.ReadTimeout <= 0 || c.IdleTimeout <= 0 {
 		return fmt.Errorf("dns read timeout %v and idle timeout %v must be positive", c.ReadTimeout, c.IdleTimeout)

@@ -55,10 +55,37 @@
 // the member that took the update and, on the others, the next one after
 // they apply it. Per service the answerable instances are kept as a view
 // built once per change of the service's index (store.ServiceIndex), and
-// the packed answers built from it are kept too, in up to 16 orders each
-// naming a different instance first (cache.go), while the view and the
-// ACLs stay: a question asked before costs a lookup in the store's index
-// and a copy.
+// the packed answers built from it are kept too while the view and the
+// ACLs stay, shuffled on every copy by moving their records in the packed
+// bytes (shuffle.go; a truncated answer is kept in up to 16 orders each
+// naming a different instance first instead, cache.go): a question asked
+// before costs a lookup in the store's index and a copy.
+//
+// # The UDP fast path
+//
+// On a socket bound to one address (the default 127.0.0.1:8600 is), a
+// fixed set of readers (Config.UDPReaders, one per GOMAXPROCS by default)
+// own the UDP socket, read datagrams in batches (recvmmsg on Linux),
+// answer each question whose packed answer is kept with a copy of it
+// under the question's id and RD and CD bits, and write the answers in
+// one call (sendmmsg). It exists because miekg/dns's UDP server starts a
+// goroutine and unpacks a message per datagram, and on a *net.UDPConn
+// reads each with its control message (IP_PKTINFO) to learn the address
+// to answer from: measured, that was most of Lodestone's user-space CPU
+// per answer against a C server's. It reads only the plainest questions
+// (one question of type A, AAAA or SRV in class IN, a name of letters,
+// digits, hyphens and underscores, at most an OPT record whose options
+// are cookies or padding, nothing after): every other datagram, and
+// every question with no current kept answer, goes as it came to
+// miekg/dns's server and the handler, which answer it as they always
+// did and keep the answer for the next. The fast path's answers are the
+// handler's (TestFastPathAnswersAsTheHandler) and cost no allocation
+// (TestFastPathAnswersWithoutAllocating). Answers are kept by the name
+// in the case it came in (cache.go says why), so questions from a
+// resolver that randomises case (0x20) reach the handler each time. A
+// socket bound to a wildcard
+// address keeps miekg/dns's server alone, which answers from the address
+// each datagram came to.
 //
 // # ACLs
 //
@@ -82,9 +109,16 @@
 //
 // TCP connections are capped (Config.MaxTCPConnections; one more is closed
 // at once), and each has Config.ReadTimeout for its first query and
-// Config.IdleTimeout between queries. lodestone_dns_queries_total{type,rcode}
-// counts answers, lodestone_dns_query_duration_seconds times them,
-// lodestone_dns_refused_total{reason} counts what a limit refused
-// (tcp_connections, recursions) and lodestone_dns_tcp_connections is the
-// open TCP connections.
+// Config.IdleTimeout between queries. The packed answers kept are bounded
+// by Config.AnswerCacheBytes (past it all are dropped, counted in
+// lodestone_dns_answer_cache_flushes_total; lodestone_dns_answer_cache_bytes
+// is their size), and the datagrams the fast path passes to the handler
+// wait in a queue of Config.UDPHandoffQueue (one more is dropped).
+// lodestone_dns_queries_total{type,rcode} counts answers and
+// lodestone_dns_query_duration_seconds times them, from the read to the
+// answer ready to write (on the fast path, its batch's);
+// lodestone_dns_udp_fast_path_total{outcome} counts the fast path's
+// datagrams (answered, not_kept, other); lodestone_dns_refused_total{reason}
+// counts what a limit refused (tcp_connections, recursions, udp_handoff);
+// lodestone_dns_tcp_connections is the open TCP connections.
 package dnsapi

@@ -25,28 +25,30 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	start := time.Now()
 	_, tcp := w.RemoteAddr().(*net.TCPAddr)
 	rcode := dns.RcodeSuccess
-	var err error
-	if b := s.fromCache(req, tcp); b != nil {
-		_, err = w.Write(*b)
-		putBuffer(b)
-	} else {
-		resp, packed := s.respond(req, tcp)
-		if packed != nil {
-			_, err = w.Write(*packed)
-			putBuffer(packed)
-		} else {
+	var resp *dns.Msg
+	packed := s.fromCache(req, tcp)
+	if packed == nil {
+		if resp, packed = s.respond(req, tcp); packed == nil {
 			rcode = resp.Rcode
-			err = w.WriteMsg(resp)
 		}
-	}
-	if err != nil {
-		s.logger.Debug("could not write a DNS answer", "client", w.RemoteAddr().String(), "err", err)
 	}
 	var qtype uint16
 	if len(req.Question) > 0 {
 		qtype = req.Question[0].Qtype
 	}
+	// NB: counted before it is written, so that a client holding its
+	// answer finds it counted.
 	s.metrics.observe(qtype, rcode, time.Since(start))
+	var err error
+	if packed != nil {
+		_, err = w.Write(*packed)
+		putBuffer(packed)
+	} else {
+		err = w.WriteMsg(resp)
+	}
+	if err != nil {
+		s.logger.Debug("could not write a DNS answer", "client", w.RemoteAddr().String(), "err", err)
+	}
 }
 
 // respond answers req: a message, or a packed service answer.

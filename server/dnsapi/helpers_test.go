@@ -85,11 +85,17 @@ type running struct {
 
 func serve(t testing.TB, b Backend, mutate func(*Config)) *running {
 	t.Helper()
+	return serveAt(t, b, "127.0.0.1:0", mutate)
+}
+
+// serveAt is serve on addr: a wildcard address has no UDP fast path.
+func serveAt(t testing.TB, b Backend, addr string, mutate func(*Config)) *running {
+	t.Helper()
 	cfg := DefaultConfig()
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	l, err := Listen("127.0.0.1:0")
+	l, err := Listen(addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,6 +100,9 @@ type Server struct {
 	addr     string
 	udp, tcp *runner
 	tcpLis   *tcpLimit
+	// fast is the UDP fast path (fastpath.go), nil on a socket bound to
+	// a wildcard address.
+	fast *fastPath
 }
 
 // resolved is the DNS token's Authorizer (or the error resolving it gave)
@@ -129,8 +133,9 @@ func New(b Backend, l *Listeners, cfg Config, logger *slog.Logger, reg prometheu
 		s.recursors = append(s.recursors, a)
 	}
 	s.tcpLis = &tcpLimit{Listener: l.TCP, max: int64(cfg.MaxTCPConnections)}
-	s.metrics = newMetrics(func() float64 { return float64(s.tcpLis.open.Load()) })
+	s.metrics = newMetrics(func() float64 { return float64(s.tcpLis.open.Load()) }, func() float64 { return float64(s.cache.size()) })
 	s.tcpLis.refused = s.metrics.refused.WithLabelValues(reasonTCP)
+	s.cache.max, s.cache.flushed = cfg.AnswerCacheBytes, s.metrics.flushes
 	if reg != nil {
 		if err := s.metrics.register(reg); err != nil {
 			l.Close()
@@ -138,7 +143,16 @@ func New(b Backend, l *Listeners, cfg Config, logger *slog.Logger, reg prometheu
 		}
 	}
 	idle := cfg.IdleTimeout
-	s.udp = newRunner(&dns.Server{PacketConn: plainWhenBound(l.UDP), Handler: s, UDPSize: dns.DefaultMsgSize,
+	udp := l.UDP
+	if conn, ok := boundAddress(l.UDP); ok {
+		readers := cfg.UDPReaders
+		if readers == 0 {
+			readers = runtime.GOMAXPROCS(0)
+		}
+		s.fast = newFastPath(s, conn, readers, cfg.UDPHandoffQueue)
+		udp = s.fast.handoff
+	}
+	s.udp = newRunner(&dns.Server{PacketConn: udp, Handler: s, UDPSize: maxDatagram,
 		ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.ReadTimeout})
 	s.tcp = newRunner(&dns.Server{Listener: s.tcpLis, Handler: s, ReadTimeout: cfg.ReadTimeout,
 		WriteTimeout: cfg.ReadTimeout, IdleTimeout: func() time.Duration { return idle }})
@@ -149,14 +163,28 @@ func New(b Backend, l *Listeners, cfg Config, logger *slog.Logger, reg prometheu
 func (s *Server) Addr() string { return s.addr }
 
 // ServeUDP and ServeTCP answer until Close; each returns nil then.
-func (s *Server) ServeUDP() error { return s.udp.serve() }
+func (s *Server) ServeUDP() error {
+	if s.fast != nil {
+		if ok, err := s.fast.start(); !ok {
+			return err
+		}
+	}
+	return s.udp.serve()
+}
+
 func (s *Server) ServeTCP() error { return s.tcp.serve() }
 
 // Close stops answering, waiting (at most 5 s) for answers in progress.
+// The full handler stops first, so that answers it is writing still go
+// out on the socket the fast path then closes.
 func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return errors.Join(s.udp.close(ctx), s.tcp.close(ctx))
+	errs := []error{s.udp.close(ctx), s.tcp.close(ctx)}
+	if s.fast != nil {
+		errs = append(errs, s.fast.close())
+	}
+	return errors.Join(errs...)
 }
 
 // runner runs one dns.Server, so that Close works whether or not Serve
@@ -230,20 +258,6 @@ func closeListener(srv *dns.Server) error {
 		return srv.PacketConn.Close()
 	}
 	return srv.Listener.Close()
-}
-
-// plainWhenBound hides the *net.UDPConn of a socket bound to one address
-// from dns.Server, which then reads with ReadFrom and answers with WriteTo.
-// On a *net.UDPConn it asks the kernel for each datagram's destination and
-// sets it as the answer's source (IP_PKTINFO), which a socket bound to
-// 0.0.0.0 needs on a host with several addresses, and which cost about a
-// fifth of a loopback answer's CPU here; a socket bound to one address
-// answers from it anyway.
-func plainWhenBound(pc net.PacketConn) net.PacketConn {
-	if a, ok := pc.LocalAddr().(*net.UDPAddr); ok && !a.IP.IsUnspecified() {
-		return struct{ net.PacketConn }{pc}
-	}
-	return pc
 }
 
 // tcpLimit closes connections past max at accept, counting them.

@@ -14,7 +14,9 @@
 // A and SRV for each service round-robin with EDNS0 (1232 bytes, as dig)
 // for -warmup then -duration. Only answers that are right (NOERROR, not
 // truncated, every instance) count. The systems alternate which goes
-// first. Values are medians over the repetitions.
+// first. Values are medians over the repetitions. Lodestone runs with
+// Go's defaults, as a user runs it (its GOMAXPROCS is its CPU mask's
+// size, and so is its count of UDP readers); the run prints them.
 package main
 
 import (
@@ -157,6 +159,8 @@ func run(ctx context.Context) error {
 		"lodestone's SRV answers also carry the targets' A records (additional section), unbound's do not; %d reps, medians shown, systems alternating first\n",
 		*flagServices, *flagInstances, unboundVersion(unbound), *flagClients, ednsSize, *flagWarmup, *flagDuration, *flagInstances, *flagReps)
 	fmt.Printf("pinning: %s\n", pinning)
+	fmt.Printf("runtime: lodestone runs with its defaults, as a user runs it: GOMAXPROCS %s, and as many UDP readers; GOGC %s\n",
+		serverProcs(serverSet), envOr("GOGC", "unset (100)"))
 	fmt.Printf("machine: load average %s before, %s after (shared with other work)\n", loadBefore, loadAvg())
 	l, u := results["lodestone"], results["unbound"]
 	if len(l) == 0 || len(u) == 0 {
@@ -242,6 +246,23 @@ func measure(ctx context.Context, s *system, qs [][]byte, serverSet, clientSet u
 		line += fmt.Sprintf(" first-error=%q", r.firstErr.Error())
 	}
 	return smp, line, nil
+}
+
+// serverProcs is the GOMAXPROCS a Go server pinned to set starts with:
+// the CPUs of its mask, unless GOMAXPROCS is set in the environment it
+// inherits.
+func serverProcs(set unix.CPUSet) string {
+	if v := os.Getenv("GOMAXPROCS"); v != "" {
+		return v + " (from the environment)"
+	}
+	return fmt.Sprintf("%d (its CPU mask)", set.Count())
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 func reversed(s []string) []string {

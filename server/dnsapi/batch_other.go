@@ -1,0 +1,5 @@
+//go:build !linux
+
+package dnsapi
+
+var newBatchConn = newSingleConn
