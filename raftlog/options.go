@@ -144,6 +144,7 @@ type testHooks struct {
 	rotateStep   func(step string)
 	chunkEntries int
 	compactChunk func() // between two chunks of a Compact, write lock released
+	foldStep     func(step string)
 }
 
 // Validate reports the first invalid field as an *OptionsError.
