@@ -104,12 +104,34 @@ func (j *journal) grow(size int64) error {
 				return fmt.Errorf("raftlog: extend journal %s to %d bytes: %w", j.path, size, err)
 			}
 		}
+		if err := j.zeroFill(j.size, size); err != nil {
+			return err
+		}
 		if err := j.f.Sync(); err != nil {
 			return fmt.Errorf("raftlog: sync journal %s: %w", j.path, err)
 		}
 		j.size = size
 	}
 	j.slot = slotBytes(j.size)
+	return nil
+}
+
+// zeroFillChunk is how many bytes of zeros zeroFill writes per call.
+const zeroFillChunk = 1 << 20
+
+// zeroFill writes zeros over [from, to). fallocate leaves its blocks
+// "unwritten" (read as zeros without being written), and the first write to
+// such a block changes the file's block map, so its fdatasync must commit
+// the filesystem's journal too; writing them once here keeps that off every
+// Save that first reaches a block.
+func (j *journal) zeroFill(from, to int64) error {
+	zeros := make([]byte, min(zeroFillChunk, to-from))
+	for off := from; off < to; off += int64(len(zeros)) {
+		n := min(int64(len(zeros)), to-off)
+		if _, err := j.f.WriteAt(zeros[:n], off); err != nil {
+			return fmt.Errorf("raftlog: zero journal %s at %d: %w", j.path, off, err)
+		}
+	}
 	return nil
 }
 
