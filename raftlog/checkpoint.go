@@ -53,8 +53,8 @@ func (l *Log) openJournal() (err error) {
 				err = l.corrupt("bbolt", 0, fmt.Sprintf("bbolt panicked while replaying the journal: %v", r), nil)
 			}
 		}()
-		var consumed uint64
-		n, consumed, err = l.replayJournal(tx, j)
+		var was, consumed uint64
+		n, was, consumed, err = l.replayJournal(tx, j)
 		if err != nil {
 			return err
 		}
@@ -64,7 +64,7 @@ func (l *Log) openJournal() (err error) {
 			// NB: consume the epoch after too, replayed or not, so no byte
 			// of the one-slot layout can ever match an epoch written in
 			// the two-slot layout.
-			next = max(next, decodeU64OrZero(meta.Get(keyJournal))+2)
+			next = max(next, was+2)
 			if err := meta.Put(keyVersion, encodeVersion(formatVersion)); err != nil {
 				return fmt.Errorf("put version: %w", err)
 			}
@@ -106,33 +106,24 @@ func (l *Log) openJournal() (err error) {
 	return nil
 }
 
-// decodeU64OrZero decodes the epoch of a journal record already checked by
-// replayJournal, or 0 if there is none.
-func decodeU64OrZero(v []byte) uint64 {
-	if len(v) < 12 {
-		return 0
-	}
-	e, _ := decodeJournalEpoch(v)
-	return e
-}
-
 // replayJournal applies to tx the records of j that raft.db lacks: the
 // epoch after the consumed one and, if it had records, the next (one
-// epoch for the one-slot layout). It returns the number of records and the
-// last epoch they came from (the consumed one if none).
-func (l *Log) replayJournal(tx *bolt.Tx, j *journal) (n, last uint64, err error) {
+// epoch for the one-slot layout). It returns the number of records, the
+// consumed epoch raft.db recorded, and the last epoch the records came
+// from (the consumed one if none).
+func (l *Log) replayJournal(tx *bolt.Tx, j *journal) (n, consumed, last uint64, err error) {
 	meta := tx.Bucket(bucketMeta)
-	var consumed, prev uint64
+	var prev uint64
 	if v := meta.Get(keyJournal); v != nil {
 		var detail string
 		if consumed, detail = decodeJournalEpoch(v); detail != "" {
-			return 0, 0, l.corrupt("journal epoch", 0, detail, nil)
+			return 0, 0, 0, l.corrupt("journal epoch", 0, detail, nil)
 		}
 	}
 	if v := meta.Get(keyCompacted); v != nil {
 		c, detail := decodeCompacted(v)
 		if detail != "" {
-			return 0, 0, l.corrupt("compacted", 0, detail, nil)
+			return 0, 0, 0, l.corrupt("compacted", 0, detail, nil)
 		}
 		prev = c.index
 	}
@@ -146,7 +137,7 @@ func (l *Log) replayJournal(tx *bolt.Tx, j *journal) (n, last uint64, err error)
 			return replayRecord(tx, j.path, seq, prev, r)
 		})
 		if err != nil {
-			return n, last, err
+			return n, consumed, last, err
 		}
 		n += k
 		if k > 0 {
@@ -162,12 +153,12 @@ func (l *Log) replayJournal(tx *bolt.Tx, j *journal) (n, last uint64, err error)
 		// The epoch ended early (no records, or a torn tail): a Save of
 		// it never returned, so no later epoch can have been written.
 		if e < consumed+epochs && j.hasRecord(e+1) {
-			return n, last, &CorruptError{Path: j.path, Record: "journal record", Index: 0,
+			return n, consumed, last, &CorruptError{Path: j.path, Record: "journal record", Index: 0,
 				Detail: fmt.Sprintf("epoch %d holds records although epoch %d ends after %d records", e+1, e, k)}
 		}
 		break
 	}
-	return n, last, nil
+	return n, consumed, last, nil
 }
 
 // replayRecord applies one journal record to raft.db as Save did to memory:
