@@ -7,13 +7,17 @@ import (
 	"path/filepath"
 
 	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // errNothingReplayed rolls back the replay transaction of an empty journal.
 var errNothingReplayed = errors.New("journal holds no records to replay")
 
 // openJournal opens raft.wal and replays into raft.db, in one transaction,
-// every record raft.db does not hold yet, so that load sees the whole log.
+// every record raft.db does not hold yet, so that load sees the whole log:
+// those of the two epochs after the consumed one, in epoch order (an epoch
+// being folded and the one written meanwhile). A version 2 file's single
+// slot is replayed as such, and the same transaction upgrades the file.
 // Only open calls it, before the Log is shared.
 func (l *Log) openJournal() (err error) {
 	path := filepath.Join(l.dir, journalFileName)
@@ -24,10 +28,11 @@ func (l *Log) openJournal() (err error) {
 		// skip replaying records that Saves acknowledged.
 		return fmt.Errorf("raftlog: stat journal %s: %w", path, statErr)
 	}
-	if l.opts.JournalBytes < 0 && !exists {
+	upgrade := l.journalVersion == formatVersionOneSlot
+	if l.opts.JournalBytes < 0 && !exists && !upgrade {
 		return nil
 	}
-	j, err := openJournal(l.fs, path, max(l.opts.JournalBytes, 0))
+	j, err := openJournal(l.fs, path, upgrade)
 	if err != nil {
 		return err
 	}
@@ -42,47 +47,40 @@ func (l *Log) openJournal() (err error) {
 		}
 	}
 	var n, next uint64
-	var torn int64
 	err = l.db.Update(func(tx *bolt.Tx) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
 				err = l.corrupt("bbolt", 0, fmt.Sprintf("bbolt panicked while replaying the journal: %v", r), nil)
 			}
 		}()
-		meta := tx.Bucket(bucketMeta)
-		var consumed, prev uint64
-		if v := meta.Get(keyJournal); v != nil {
-			var detail string
-			if consumed, detail = decodeJournalEpoch(v); detail != "" {
-				return l.corrupt("journal epoch", 0, detail, nil)
-			}
-		}
-		if v := meta.Get(keyCompacted); v != nil {
-			c, detail := decodeCompacted(v)
-			if detail != "" {
-				return l.corrupt("compacted", 0, detail, nil)
-			}
-			prev = c.index
-		}
-		next = consumed + 1
-		n, torn, err = j.replay(consumed+1, func(seq uint64, r journalRecord) error {
-			return replayRecord(tx, path, seq, prev, r)
-		})
+		var was, consumed uint64
+		n, was, consumed, err = l.replayJournal(tx, j)
 		if err != nil {
 			return err
+		}
+		next = consumed + 1
+		meta := tx.Bucket(bucketMeta)
+		if upgrade {
+			// NB: consume the epoch after too, replayed or not, so no byte
+			// of the one-slot layout can ever match an epoch written in
+			// the two-slot layout.
+			next = max(next, was+2)
+			if err := meta.Put(keyVersion, encodeVersion(formatVersion)); err != nil {
+				return fmt.Errorf("put version: %w", err)
+			}
+			return meta.Put(keyJournal, encodeJournalEpoch(next-1))
 		}
 		if n == 0 {
 			return errNothingReplayed
 		}
-		next = consumed + 2
-		return meta.Put(keyJournal, encodeJournalEpoch(consumed+1))
+		return meta.Put(keyJournal, encodeJournalEpoch(consumed))
 	})
 	if err != nil && !errors.Is(err, errNothingReplayed) {
 		return fmt.Errorf("raftlog: replay journal %s: %w", path, err)
 	}
-	if torn >= 0 {
-		l.logger.Warn("raftlog journal ends in a torn record: a Save cut short by a crash or a failed write, never acknowledged",
-			"path", path, "offset", torn, "records_replayed", n)
+	if upgrade {
+		l.journalVersion = formatVersion
+		l.logger.Info("raftlog upgraded the format", "path", l.dbPath, "version", formatVersion)
 	}
 	if n > 0 {
 		l.logger.Info("raftlog journal replayed", "path", path, "records", n)
@@ -94,14 +92,73 @@ func (l *Log) openJournal() (err error) {
 		if cerr != nil {
 			return cerr
 		}
-		if err := l.fs.Remove(path); err != nil {
+		if err := l.fs.Remove(path); err != nil && (exists || !errors.Is(err, os.ErrNotExist)) {
 			return fmt.Errorf("raftlog: remove disabled journal: %w", err)
 		}
 		return l.fs.SyncDir(l.dir)
 	}
+	// Everything the file held is in raft.db now: the slots may move.
+	if err := j.grow(l.opts.JournalBytes); err != nil {
+		return err
+	}
 	j.restart(next)
 	l.jr = j
 	return nil
+}
+
+// replayJournal applies to tx the records of j that raft.db lacks: the
+// epoch after the consumed one and, if it had records, the next (one
+// epoch for the one-slot layout). It returns the number of records, the
+// consumed epoch raft.db recorded, and the last epoch the records came
+// from (the consumed one if none).
+func (l *Log) replayJournal(tx *bolt.Tx, j *journal) (n, consumed, last uint64, err error) {
+	meta := tx.Bucket(bucketMeta)
+	var prev uint64
+	if v := meta.Get(keyJournal); v != nil {
+		var detail string
+		if consumed, detail = decodeJournalEpoch(v); detail != "" {
+			return 0, 0, 0, l.corrupt("journal epoch", 0, detail, nil)
+		}
+	}
+	if v := meta.Get(keyCompacted); v != nil {
+		c, detail := decodeCompacted(v)
+		if detail != "" {
+			return 0, 0, 0, l.corrupt("compacted", 0, detail, nil)
+		}
+		prev = c.index
+	}
+	last = consumed
+	epochs := uint64(2)
+	if j.legacy {
+		epochs = 1
+	}
+	for e := consumed + 1; e <= consumed+epochs; e++ {
+		k, torn, err := j.replay(e, func(seq uint64, r journalRecord) error {
+			return replayRecord(tx, j.path, seq, prev, r)
+		})
+		if err != nil {
+			return n, consumed, last, err
+		}
+		n += k
+		if k > 0 {
+			last = e
+		}
+		if torn >= 0 {
+			l.logger.Warn("raftlog journal ends in a torn record: a Save cut short by a crash or a failed write, never acknowledged",
+				"path", j.path, "offset", torn, "epoch", e, "records_replayed", k)
+		}
+		if k > 0 && torn < 0 {
+			continue
+		}
+		// The epoch ended early (no records, or a torn tail): a Save of
+		// it never returned, so no later epoch can have been written.
+		if e < consumed+epochs && j.hasRecord(e+1) {
+			return n, consumed, last, &CorruptError{Path: j.path, Record: "journal record", Index: 0,
+				Detail: fmt.Sprintf("epoch %d holds records although epoch %d ends after %d records", e+1, e, k)}
+		}
+		break
+	}
+	return n, consumed, last, nil
 }
 
 // replayRecord applies one journal record to raft.db as Save did to memory:
@@ -155,20 +212,41 @@ func (l *Log) journalPending() bool {
 	return l.jr != nil && l.jr.seq > 0
 }
 
-// journalFits reports whether a Save can go to the journal instead of a
-// checkpoint: the journal is on, the record fits, and the entries pending
-// afterwards (from pendFrom to last) stay within the checkpoint bounds and
-// half the cache, so every entry raft.db lacks is still served from memory.
-// The caller holds wmu.
+// journalFits reports whether a Save can go to the journal's current epoch:
+// the journal is on, the record fits in the epoch's slot, and the entries
+// pending in the epoch afterwards (from pendFrom to last) stay within the
+// checkpoint bounds and a quarter of the cache. With the epoch being folded
+// bounded the same way, every entry raft.db lacks is still served from
+// memory. The caller holds wmu.
 func (l *Log) journalFits(pendFrom, last uint64, dataBytes int64, r *journalRecord) bool {
 	if l.jr == nil || l.cache.maxEntries <= 0 || !l.jr.fits(r.payloadLen()) {
 		return false
 	}
-	maxEntries := min(l.opts.CheckpointEntries, l.cache.maxEntries/2)
+	return l.epochBounds(pendFrom, last, l.pendBytes+dataBytes)
+}
+
+// epochFits reports whether a Save fits an empty epoch: the same bounds as
+// journalFits for its record and entries alone. One that does not is a
+// checkpoint of its own (a raft.db transaction on the Save path).
+func (l *Log) epochFits(ents []raftpb.Entry, dataBytes int64, r *journalRecord) bool {
+	if l.jr == nil || l.cache.maxEntries <= 0 || !l.jr.fitsEmpty(r.payloadLen()) {
+		return false
+	}
+	if len(ents) == 0 {
+		return l.epochBounds(0, 0, 0)
+	}
+	return l.epochBounds(ents[0].Index, ents[len(ents)-1].Index, dataBytes)
+}
+
+// epochBounds reports whether an epoch holding entries [pendFrom, last]
+// (pendFrom 0: none) of dataBytes Data bytes is within the checkpoint
+// bounds.
+func (l *Log) epochBounds(pendFrom, last uint64, dataBytes int64) bool {
+	maxEntries := min(l.opts.CheckpointEntries, l.cache.maxEntries/4)
 	if pendFrom != 0 && last-pendFrom+1 > uint64(maxEntries) {
 		return false
 	}
-	return l.pendBytes+dataBytes <= min(l.opts.CheckpointBytes, l.cache.maxBytes/2)
+	return dataBytes <= min(l.opts.CheckpointBytes, l.cache.maxBytes/4)
 }
 
 // flushTx writes what the journal holds and raft.db lacks into tx: the
@@ -213,7 +291,7 @@ func (l *Log) flushedLocked(flushed bool) {
 		l.jr.restart(l.jr.epoch + 1)
 		l.hsDirty = false
 		l.checkpoints.Add(1)
-		l.journalBytes.Store(0)
+		l.storeJournalBytes()
 	}
 	l.pendFrom, l.pendBytes, l.diskLast = 0, 0, l.last
 }
@@ -223,6 +301,11 @@ func (l *Log) flushedLocked(flushed bool) {
 // transaction leaves the journal behind it. flushed tells the caller to call
 // flushedLocked once its in-memory view is updated. The caller holds wmu.
 func (l *Log) commitTx(step string, upTo uint64, fn func(*bolt.Tx) error) (flushed bool, err error) {
+	// The epoch being folded reaches raft.db first: this transaction
+	// builds on it.
+	if err := l.reapFoldLocked(true, false); err != nil {
+		return false, err
+	}
 	flushed = l.journalPending()
 	err = l.update(step, func(tx *bolt.Tx) error {
 		if err := l.flushTx(tx, upTo); err != nil {
@@ -233,9 +316,13 @@ func (l *Log) commitTx(step string, upTo uint64, fn func(*bolt.Tx) error) (flush
 	return flushed, err
 }
 
-// checkpointLocked folds the journal into raft.db if it holds anything. The
-// caller holds wmu.
+// checkpointLocked folds the journal into raft.db if it holds anything,
+// after waiting for a background fold: raft.db alone then holds the whole
+// log. The caller holds wmu.
 func (l *Log) checkpointLocked() error {
+	if err := l.reapFoldLocked(true, false); err != nil {
+		return err
+	}
 	if !l.journalPending() {
 		return nil
 	}

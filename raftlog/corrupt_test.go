@@ -185,7 +185,7 @@ func TestOpenRefusesDamage(t *testing.T) {
 		{
 			name: "version from the future",
 			damage: func(t *testing.T, dir string) {
-				inBolt(t, dir, put("meta", []byte("version"), binary.BigEndian.AppendUint64(nil, 3)))
+				inBolt(t, dir, put("meta", []byte("version"), binary.BigEndian.AppendUint64(nil, 4)))
 			},
 			wantErr: raftlog.ErrUnsupportedVersion,
 		},

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,7 +43,9 @@ const (
 	crashSeedEnv = "RAFTLOG_CRASH_CHILD_SEED"
 	// crashKillAtEnv names a rotation step (raftlog.RotateSteps): the child
 	// rotates raft.db over and over while the workload runs, and SIGKILLs
-	// itself when a rotation reaches that step.
+	// itself when a rotation reaches that step. Or it names a checkpoint
+	// step (raftlog.FoldSteps), where the child SIGKILLs itself the n-th
+	// time a fold reaches it.
 	crashKillAtEnv = "RAFTLOG_CRASH_CHILD_KILL_AT"
 )
 
@@ -191,7 +194,20 @@ func TestCrashChild(t *testing.T) {
 func crashWorkload(dir string, seed uint64, killAt string) error {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	opts := raftlog.Options{CacheEntries: 64, RotateFreeRatio: -1}
-	if killAt != "" {
+	foldStep := slices.Contains(raftlog.FoldSteps, killAt)
+	if foldStep {
+		// Die at the n-th time a fold or a switch reaches the step, so
+		// the kill lands after a varying amount of work.
+		n := 1 + int(seed%6)
+		opts = raftlog.WithFoldHook(opts, func(step string) {
+			if step == killAt {
+				if n--; n == 0 {
+					_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+					select {} // the signal is on its way
+				}
+			}
+		})
+	} else if killAt != "" {
 		opts = raftlog.WithRotateHook(opts, 8, func(step string) {
 			if step == killAt {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -206,7 +222,7 @@ func crashWorkload(dir string, seed uint64, killAt string) error {
 	defer l.Close()
 	startRotating := make(chan struct{})
 	rotateAfter := 10 + rng.IntN(150) // operations before the first rotation
-	if killAt != "" {
+	if killAt != "" && !foldStep {
 		// Rotate over and over, concurrently with the workload, until a
 		// rotation reaches killAt. One may find an empty log and skip the
 		// "copy" step; later ones copy what the workload wrote.
@@ -385,6 +401,39 @@ func TestCrashRotation(t *testing.T) {
 		})
 	}
 	t.Logf("%d steps x %d kills in %s", len(raftlog.RotateSteps), perStep, time.Since(start).Round(time.Millisecond))
+}
+
+// TestCrashFold kills the workload with SIGKILL at each step of a
+// background checkpoint — the slot switch, before the fold's transaction,
+// with its writes done, after its commit and before the Log has seen it —
+// while Saves go on in the other slot, and checks that the log reopens
+// with every operation reported durable and the in-flight one all or
+// nothing (FORMAT.md "Crash during a checkpoint").
+func TestCrashFold(t *testing.T) {
+	if os.Getenv(crashDirEnv) != "" {
+		t.Skip("in the child")
+	}
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	rng := crashRNG(t)
+	const perStep = 4
+	start := time.Now()
+	for _, step := range raftlog.FoldSteps {
+		t.Run(step, func(t *testing.T) {
+			dir := t.TempDir()
+			var c crashChecker
+			for iter := range perStep {
+				lines := runCrashChild(t, dir, rng.Uint64(), step, 0, 0)
+				c.check(t, iter, dir, lines)
+			}
+			if c.kills != perStep {
+				t.Errorf("%d kills at %s, want %d", c.kills, step, perStep)
+			}
+			t.Logf("%s", c)
+		})
+	}
+	t.Logf("%d steps x %d kills in %s", len(raftlog.FoldSteps), perStep, time.Since(start).Round(time.Millisecond))
 }
 
 // crashRNG seeds the parent's randomness from RAFTLOG_CRASH_SEED or the

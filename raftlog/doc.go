@@ -8,8 +8,9 @@
 // (layout, checksums and crash recovery in FORMAT.md) — and the numbers that
 // describe them (Stats, NewCollector, Inspect). It knows nothing of the state
 // machine (snapshot data is opaque bytes), of the transport, or of the Raft
-// algorithm beyond the raft.Storage contract. It starts one goroutine, which
-// Close stops: the one that rotates raft.db (below).
+// algorithm beyond the raft.Storage contract. It starts two goroutines,
+// which Close stops: the one that rotates raft.db (below) and the one that
+// folds the journal into raft.db (Costs).
 //
 // # Freelist accounting and rotation
 //
@@ -61,7 +62,8 @@
 //
 // Any error from Save, ApplySnapshot, CreateSnapshot or Compact means the
 // state on disk is not what the caller asked for: stop the node. A failed
-// write (a journal record or a raft.db transaction) also makes the Log refuse further writes (ErrWriteFailed)
+// write (a journal record or a raft.db transaction, also a background
+// checkpoint's, reported by the next write call) also makes the Log refuse further writes (ErrWriteFailed)
 // until it is closed and reopened, because after a failed fsync the kernel's
 // view of the file cannot be trusted.
 //
@@ -87,7 +89,9 @@
 //
 // All methods are safe for concurrent use. The raft.Storage methods and Stats
 // run concurrently with each other and with one write in progress, and see
-// the state before or after that write, never a mixture. Writes (Save,
+// the state before or after that write, never a mixture. A background
+// checkpoint changes nothing they see: it writes to raft.db only entries the
+// cache serves and a stale suffix beyond the last index. Writes (Save,
 // ApplySnapshot, CreateSnapshot, Compact) are serialized; Compact deletes
 // 4,096 entries per write, so a Save waits for one such chunk, not for the
 // whole compaction. A rotation runs
@@ -128,9 +132,18 @@
 //
 // Save is one write and one fdatasync of raft.wal, the journal: a bbolt
 // commit costs two fdatasyncs (dirty pages, then meta page) and about twice
-// the CPU. Every 256 entries (Options.CheckpointEntries), and with every other
-// write, a checkpoint folds the journal into raft.db in one bbolt commit
-// (FORMAT.md "Journal"). Because raft.db's freelist is never written
+// the CPU. Every 256 entries (Options.CheckpointEntries) a checkpoint folds
+// the journal's current epoch into raft.db in one bbolt commit, in the
+// background: the Save that finds the epoch full hands it to the fold
+// goroutine (whose thread runs at nice 10) and writes to the journal's other
+// slot, under the next epoch. At most one fold runs; a Save due for the next
+// one while it still runs waits for it (Stats.CheckpointWaits,
+// checkpoint_waits_total), so the journal never holds more than two epochs
+// and the cache (which serves every entry not yet in raft.db) stays bounded.
+// Every other write (CreateSnapshot, ApplySnapshot, Compact, Close, a
+// rotation's catch-up) first waits for the fold, then folds the current
+// epoch with its own commit (FORMAT.md "Journal"). WaitCheckpoint waits for
+// the background fold, for callers that measure. Because raft.db's freelist is never written
 // (NoFreelistSync) and allocation uses the hashmap freelist, a commit's cost
 // does not grow with the file's history. Memory: the entry cache (Options.CacheEntries,
 // Options.CacheBytes) plus one snapshot's data once Snapshot has been called

@@ -25,3 +25,26 @@ func WithCompactHook(o Options, f func()) Options {
 
 // CompactChunkEntries is the most entries one Compact transaction deletes.
 const CompactChunkEntries = compactChunkEntries
+
+// FoldSteps lists the named steps of a background checkpoint and of the
+// slot switch that starts it.
+var FoldSteps = []string{stepSlotSwitched, stepFoldBegin, stepFoldWritten, stepFoldCommitted}
+
+// WithFoldHook returns o with f called at each step of a background
+// checkpoint (on the fold goroutine) and of a slot switch (in Save).
+func WithFoldHook(o Options, f func(step string)) Options {
+	if o.hooks == nil {
+		o.hooks = &testHooks{}
+	}
+	h := *o.hooks
+	h.foldStep = f
+	o.hooks = &h
+	return o
+}
+
+// FoldOutstanding reports whether a handed-over epoch is not reaped yet.
+func (l *Log) FoldOutstanding() bool {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	return l.folding != nil
+}

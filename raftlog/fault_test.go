@@ -353,6 +353,7 @@ func TestJournalOpenFaults(t *testing.T) {
 		{name: "new log/open", op: raftlogtest.OpOpenFile},
 		{name: "new log/stat", op: raftlogtest.OpStat},
 		{name: "new log/preallocate", op: raftlogtest.OpAllocate},
+		{name: "new log/zero-fill", op: raftlogtest.OpWrite},
 		{name: "new log/fsync", op: raftlogtest.OpSync},
 		{name: "crashed log/open", crashed: true, op: raftlogtest.OpOpenFile},
 		{name: "crashed log/stat", crashed: true, op: raftlogtest.OpStat},

@@ -10,7 +10,14 @@ import (
 
 // formatVersion is the on-disk format version stored under meta/"version".
 // Bump it, and edit FORMAT.md, with any change to the layouts below.
-const formatVersion uint64 = 2
+// Version 3 lays raft.wal out in two slots (FORMAT.md "Journal").
+const formatVersion uint64 = 3
+
+// formatVersionOneSlot is the format whose raft.wal is a single slot. Open
+// replays such a journal with that layout and upgrades the file to
+// formatVersion in the same transaction, so a build that knows only one
+// slot refuses it from then on.
+const formatVersionOneSlot uint64 = 2
 
 // formatVersionNoJournal is the format before raft.wal: the same buckets
 // without meta/"journal". Open upgrades such a file in place; a build that

@@ -232,7 +232,11 @@ func Inspect(dir string, lockTimeout time.Duration) (in Inspection, err error) {
 			if detail != "" {
 				return &CorruptError{Path: path, Record: "journal epoch", Detail: detail}
 			}
-			in.JournalRecords, err = countJournal(OSFS{}, filepath.Join(dir, journalFileName), consumed+1)
+			version := formatVersion
+			if v := tx.Bucket(bucketMeta).Get(keyVersion); len(v) == 8 {
+				version = decodeU64(v)
+			}
+			in.JournalRecords, err = countJournal(OSFS{}, filepath.Join(dir, journalFileName), version, consumed)
 		}
 		return err
 	})

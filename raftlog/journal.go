@@ -27,53 +27,112 @@ const (
 	journalMagic  = 0x4c4a524e // "LJRN"
 )
 
-// journal appends records to raft.wal. It is used under the Log's wmu only.
+// journal appends records to raft.wal. It is used under the Log's wmu only
+// (and by Open before the Log is shared).
+//
+// The file holds two slots, its halves: epoch e writes to slot e%2, so the
+// records of the epoch being folded into raft.db stay intact while the next
+// epoch is written to the other slot (FORMAT.md "Journal"). A file written
+// by format version 2 has a single slot, the whole file (legacy), and is
+// only ever replayed.
 type journal struct {
-	f    RandomFile
-	path string
-	size int64 // bytes preallocated; a record must end within them
+	f      RandomFile
+	path   string
+	size   int64 // bytes preallocated
+	slot   int64 // bytes per slot; a record must end within its slot
+	legacy bool  // version 2 layout: one slot, the whole file
 
-	epoch uint64 // epoch of the records written now: raft.db's consumed epoch + 1
+	epoch uint64 // epoch of the records written now
 	seq   uint64 // number of the next record within epoch
-	off   int64  // offset of the next record, a multiple of journalAlign
+	off   int64  // offset of the next record within the slot, a multiple of journalAlign
 	buf   []byte // reused encode buffer
 }
 
-// openJournal opens or creates path through fsys and makes it at least size
-// bytes, allocated, so that an fdatasync after a write within it has no file
-// size to update.
-func openJournal(fsys FS, path string, size int64) (*journal, error) {
+// slotBytes is the slot size of a file of size bytes: half of it, whole
+// pages.
+func slotBytes(size int64) int64 { return size / 2 / journalAlign * journalAlign }
+
+// base is the file offset of the current epoch's slot.
+func (j *journal) base() int64 {
+	if j.legacy {
+		return 0
+	}
+	return int64(j.epoch%2) * j.slot
+}
+
+// limit is the size of the current epoch's slot.
+func (j *journal) limit() int64 {
+	if j.legacy {
+		return j.size
+	}
+	return j.slot
+}
+
+// openJournal opens or creates path through fsys as it is, laid out in two
+// slots, or in one if legacy. Nothing is written: the records it holds must
+// be replayed with the layout they were written in before grow changes it.
+func openJournal(fsys FS, path string, legacy bool) (*journal, error) {
 	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: open journal: %w", err)
 	}
-	j := &journal{f: f, path: path}
+	j := &journal{f: f, path: path, legacy: legacy}
 	fi, err := f.Stat()
 	if err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("raftlog: stat journal %s: %w", path, err)
 	}
 	j.size = fi.Size()
+	j.slot = slotBytes(j.size)
+	return j, nil
+}
+
+// grow makes the file at least size bytes, allocated, so that an fdatasync
+// after a write within it has no file size to update, and switches to the
+// two-slot layout. Only call it when no record is pending replay: the slot
+// boundaries move.
+func (j *journal) grow(size int64) error {
+	j.legacy = false
 	if j.size < size {
-		if err := f.Allocate(size); err != nil {
+		if err := j.f.Allocate(size); err != nil {
 			// NB: a filesystem without fallocate gets a sparse file; writes
 			// then also allocate blocks, which fdatasync must record.
 			if !errors.Is(err, errors.ErrUnsupported) {
-				_ = f.Close()
-				return nil, fmt.Errorf("raftlog: preallocate journal %s to %d bytes: %w", path, size, err)
+				return fmt.Errorf("raftlog: preallocate journal %s to %d bytes: %w", j.path, size, err)
 			}
-			if err := f.Truncate(size); err != nil {
-				_ = f.Close()
-				return nil, fmt.Errorf("raftlog: extend journal %s to %d bytes: %w", path, size, err)
+			if err := j.f.Truncate(size); err != nil {
+				return fmt.Errorf("raftlog: extend journal %s to %d bytes: %w", j.path, size, err)
 			}
 		}
-		if err := f.Sync(); err != nil {
-			_ = f.Close()
-			return nil, fmt.Errorf("raftlog: sync journal %s: %w", path, err)
+		if err := j.zeroFill(j.size, size); err != nil {
+			return err
+		}
+		if err := j.f.Sync(); err != nil {
+			return fmt.Errorf("raftlog: sync journal %s: %w", j.path, err)
 		}
 		j.size = size
 	}
-	return j, nil
+	j.slot = slotBytes(j.size)
+	return nil
+}
+
+// zeroFillChunk is how many bytes of zeros zeroFill writes per call.
+const zeroFillChunk = 1 << 20
+
+// zeroFill writes zeros over [from, to). fallocate leaves its blocks
+// "unwritten" (read as zeros without being written), and the first write to
+// such a block changes the file's block map, so its fdatasync must commit
+// the filesystem's journal too; writing them once here keeps that off every
+// Save that first reaches a block.
+func (j *journal) zeroFill(from, to int64) error {
+	zeros := make([]byte, min(zeroFillChunk, to-from))
+	for off := from; off < to; off += int64(len(zeros)) {
+		n := min(int64(len(zeros)), to-off)
+		if _, err := j.f.WriteAt(zeros[:n], off); err != nil {
+			return fmt.Errorf("raftlog: zero journal %s at %d: %w", j.path, off, err)
+		}
+	}
+	return nil
 }
 
 // journalRecord is one Save: a hard state (hs nil if none) and the encoded
@@ -100,9 +159,15 @@ func (r *journalRecord) payloadLen() int {
 }
 
 // fits reports whether a record with an n-byte payload fits after the
-// records already written.
+// records already written in the current slot.
 func (j *journal) fits(n int) bool {
-	return j.off+int64(journalHeader+n) <= j.size
+	return j.off+int64(journalHeader+n) <= j.limit()
+}
+
+// fitsEmpty reports whether a record with an n-byte payload fits in an
+// empty slot.
+func (j *journal) fitsEmpty(n int) bool {
+	return int64(journalHeader+n) <= j.limit()
 }
 
 // append writes r as the next record and fdatasyncs it. It returns the bytes
@@ -133,12 +198,12 @@ func (j *journal) append(r *journalRecord) (int64, error) {
 		p = p[4+copy(p[4:], v):]
 	}
 	binary.BigEndian.PutUint32(b[24:], recordCRC(b))
-	wrote, err := j.f.WriteAt(b, j.off)
+	wrote, err := j.f.WriteAt(b, j.base()+j.off)
 	if err == nil && wrote < len(b) {
 		err = io.ErrShortWrite
 	}
 	if err != nil {
-		return 0, fmt.Errorf("write journal %s at %d: %w", j.path, j.off, err)
+		return 0, fmt.Errorf("write journal %s at %d: %w", j.path, j.base()+j.off, err)
 	}
 	if err := j.f.Datasync(); err != nil {
 		return 0, fmt.Errorf("fdatasync journal %s: %w", j.path, err)
@@ -155,14 +220,14 @@ func recordCRC(b []byte) uint32 {
 	return crc32.Update(c, castagnoli, b[journalHeader:])
 }
 
-// restart starts epoch at the beginning of the file: everything written
-// before is consumed.
+// restart starts epoch at the beginning of its slot: everything written
+// there before belongs to an older, consumed epoch.
 func (j *journal) restart(epoch uint64) {
 	j.epoch, j.seq, j.off = epoch, 0, 0
 }
 
-// replay calls fn with each record of epoch in order, from the start of the
-// file, and leaves the journal positioned after the last one. A record that
+// replay calls fn with each record of epoch in order, from the start of its
+// slot, and leaves the journal positioned after the last one. A record that
 // fails its checksum ends the journal if it is its torn tail (no valid record
 // of the same epoch follows); otherwise it is corruption. It returns the
 // number of records and, for a torn tail, the offset where it was found
@@ -171,7 +236,7 @@ func (j *journal) replay(epoch uint64, fn func(seq uint64, r journalRecord) erro
 	j.restart(epoch)
 	torn = -1
 	hdr := make([]byte, journalHeader)
-	for j.off+journalHeader <= j.size {
+	for j.off+journalHeader <= j.limit() {
 		rec, ok, err := j.readAt(j.off, j.seq, hdr)
 		if err != nil {
 			return n, torn, err
@@ -181,9 +246,9 @@ func (j *journal) replay(epoch uint64, fn func(seq uint64, r journalRecord) erro
 				if later := j.validAfter(j.off, j.seq); later >= 0 {
 					return n, torn, &CorruptError{Path: j.path, Record: "journal record", Index: j.seq,
 						Detail: fmt.Sprintf("record %d of epoch %d at offset %d is damaged but record at offset %d follows it",
-							j.seq, epoch, j.off, later)}
+							j.seq, epoch, j.base()+j.off, j.base()+later)}
 				}
-				torn = j.off
+				torn = j.base() + j.off
 			}
 			break
 		}
@@ -197,6 +262,14 @@ func (j *journal) replay(epoch uint64, fn func(seq uint64, r journalRecord) erro
 	return n, torn, nil
 }
 
+// hasRecord reports whether the slot of epoch holds its first record,
+// intact. It leaves the journal positioned at the start of epoch.
+func (j *journal) hasRecord(epoch uint64) bool {
+	j.restart(epoch)
+	_, ok, err := j.readAt(0, 0, make([]byte, journalHeader))
+	return err == nil && ok
+}
+
 // claims reports whether hdr claims to be record seq of the current epoch
 // (so a failed check of it means damage, not the end of the journal).
 func (j *journal) claims(hdr []byte, seq uint64) bool {
@@ -205,12 +278,12 @@ func (j *journal) claims(hdr []byte, seq uint64) bool {
 		binary.BigEndian.Uint64(hdr[16:]) == seq
 }
 
-// validAfter returns the offset of an intact record of the current epoch
-// numbered above seq at or after off+journalAlign, or -1.
+// validAfter returns the slot offset of an intact record of the current
+// epoch numbered above seq at or after off+journalAlign, or -1.
 func (j *journal) validAfter(off int64, seq uint64) int64 {
 	hdr := make([]byte, journalHeader)
-	for o := off + journalAlign; o+journalHeader <= j.size; o += journalAlign {
-		if _, err := j.f.ReadAt(hdr, o); err != nil {
+	for o := off + journalAlign; o+journalHeader <= j.limit(); o += journalAlign {
+		if _, err := j.f.ReadAt(hdr, j.base()+o); err != nil {
 			return -1
 		}
 		n := binary.BigEndian.Uint64(hdr[16:])
@@ -224,24 +297,25 @@ func (j *journal) validAfter(off int64, seq uint64) int64 {
 	return -1
 }
 
-// readAt reads and checks the record at off as record seq of j.epoch,
-// leaving its payload in j.buf. ok is false if there is no such intact record
-// there; hdr then holds the header bytes read.
+// readAt reads and checks the record at slot offset off as record seq of
+// j.epoch, leaving its payload in j.buf. ok is false if there is no such
+// intact record there; hdr then holds the header bytes read.
 func (j *journal) readAt(off int64, seq uint64, hdr []byte) (journalRecord, bool, error) {
-	if _, err := j.f.ReadAt(hdr, off); err != nil {
-		return journalRecord{}, false, fmt.Errorf("raftlog: read journal %s at %d: %w", j.path, off, err)
+	at := j.base() + off
+	if _, err := j.f.ReadAt(hdr, at); err != nil {
+		return journalRecord{}, false, fmt.Errorf("raftlog: read journal %s at %d: %w", j.path, at, err)
 	}
 	if !j.claims(hdr, seq) {
 		return journalRecord{}, false, nil
 	}
 	n := int64(binary.BigEndian.Uint32(hdr[4:]))
-	if off+journalHeader+n > j.size {
+	if off+journalHeader+n > j.limit() {
 		return journalRecord{}, false, nil
 	}
 	full := make([]byte, journalHeader+n)
 	copy(full, hdr)
-	if _, err := j.f.ReadAt(full[journalHeader:], off+journalHeader); err != nil && !errors.Is(err, io.EOF) {
-		return journalRecord{}, false, fmt.Errorf("raftlog: read journal %s at %d: %w", j.path, off, err)
+	if _, err := j.f.ReadAt(full[journalHeader:], at+journalHeader); err != nil && !errors.Is(err, io.EOF) {
+		return journalRecord{}, false, fmt.Errorf("raftlog: read journal %s at %d: %w", j.path, at, err)
 	}
 	if recordCRC(full) != binary.BigEndian.Uint32(hdr[24:]) {
 		return journalRecord{}, false, nil
@@ -287,9 +361,11 @@ func decodeJournalPayload(p []byte) (r journalRecord, ok bool) {
 	return r, len(p) == 0
 }
 
-// countJournal counts the intact records of epoch in the journal at path,
-// read-only through fsys. A missing file holds none.
-func countJournal(fsys FS, path string, epoch uint64) (uint64, error) {
+// countJournal counts the intact records that raft.db (format version, its
+// consumed epoch) lacks in the journal at path, read-only through fsys: those
+// of the next two epochs (one, for a version 2 file). A missing file holds
+// none.
+func countJournal(fsys FS, path string, version, consumed uint64) (uint64, error) {
 	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
@@ -302,9 +378,16 @@ func countJournal(fsys FS, path string, epoch uint64) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("raftlog: stat journal %s: %w", path, err)
 	}
-	j := &journal{f: f, path: path, size: fi.Size()}
-	n, _, err := j.replay(epoch, func(uint64, journalRecord) error { return nil })
-	return n, err
+	j := &journal{f: f, path: path, size: fi.Size(), slot: slotBytes(fi.Size()), legacy: version < formatVersion}
+	var total uint64
+	for e := consumed + 1; e <= consumed+2; e++ {
+		n, _, err := j.replay(e, func(uint64, journalRecord) error { return nil })
+		total += n
+		if err != nil || n == 0 || j.legacy {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 // close closes raft.wal.

@@ -66,7 +66,7 @@ func flipJournalByte(t *testing.T, dir string, k int) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	off := int64(k)*4096 + 40
+	off := journalSlotBase(t, f) + int64(k)*4096 + 40
 	b := make([]byte, 1)
 	if _, err := f.ReadAt(b, off); err != nil {
 		t.Fatal(err)
@@ -75,6 +75,33 @@ func flipJournalByte(t *testing.T, dir string, k int) {
 	if _, err := f.WriteAt(b, off); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// journalSlotBase is the offset of the slot that holds the newest epoch's
+// records: raft.wal is two slots, its halves (FORMAT.md "Journal").
+func journalSlotBase(t *testing.T, f *os.File) int64 {
+	t.Helper()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, newest := int64(-1), uint64(0)
+	for _, off := range []int64{0, fi.Size() / 2 / 4096 * 4096} {
+		hdr := make([]byte, 16)
+		if _, err := f.ReadAt(hdr, off); err != nil {
+			t.Fatal(err)
+		}
+		if binary.BigEndian.Uint32(hdr) != 0x4c4a524e {
+			continue
+		}
+		if e := binary.BigEndian.Uint64(hdr[8:]); base < 0 || e > newest {
+			base, newest = off, e
+		}
+	}
+	if base < 0 {
+		t.Fatal("raft.wal holds no record")
+	}
+	return base
 }
 
 func mustSave(t *testing.T, l *raftlog.Log, hs raftpb.HardState, ents []raftpb.Entry) {
@@ -270,8 +297,8 @@ func TestOpenUpgradesFormatVersion1(t *testing.T) {
 	}
 	defer db.Close()
 	if err := db.View(func(tx *bolt.Tx) error {
-		if v := tx.Bucket([]byte("meta")).Get([]byte("version")); binary.BigEndian.Uint64(v) != 2 {
-			return errors.New("version not upgraded to 2")
+		if v := tx.Bucket([]byte("meta")).Get([]byte("version")); binary.BigEndian.Uint64(v) != 3 {
+			return errors.New("version not upgraded to 3")
 		}
 		return nil
 	}); err != nil {

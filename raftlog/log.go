@@ -59,6 +59,15 @@ type Log struct {
 	pendFrom  uint64
 	diskLast  uint64
 	pendBytes int64
+	// journalVersion is the format version raft.db had at Open, until
+	// openJournal has replayed raft.wal with that version's layout.
+	journalVersion uint64
+	// folding is the journal epoch handed to the fold goroutine and not yet
+	// reaped (wmu+mu; nil: none). foldCh feeds the goroutine (nil if the
+	// journal is off, or after Close); Close waits on foldWG.
+	folding *fold
+	foldCh  chan *fold
+	foldWG  sync.WaitGroup
 
 	closed bool             // wmu+mu
 	failed error            // wmu+mu: first failed write (journal record or raft.db transaction)
@@ -76,15 +85,18 @@ type Log struct {
 	snapData   []byte // snapMu+mu: data of snap, once loaded
 	snapLoaded bool   // snapMu+mu
 
-	commits          atomic.Uint64 // successful Saves
-	checkpoints      atomic.Uint64 // journal folds into raft.db
-	journalBytes     atomic.Int64  // journal bytes holding records raft.db lacks
-	appended         atomic.Uint64 // entries written by Save
-	lastCommitNanos  atomic.Int64
-	lastCommitBytes  atomic.Int64
-	lastCommitWrite  atomic.Int64 // bytes bbolt wrote for the last Save
-	saveSeconds      prometheus.Histogram
-	commitWriteBytes prometheus.Histogram
+	commits           atomic.Uint64 // successful Saves
+	checkpoints       atomic.Uint64 // journal folds into raft.db
+	checkpointWaits   atomic.Uint64 // Saves that waited for the previous fold
+	foldActive        atomic.Bool   // a fold is running in the background
+	checkpointSeconds prometheus.Histogram
+	journalBytes      atomic.Int64  // journal bytes holding records raft.db lacks
+	appended          atomic.Uint64 // entries written by Save
+	lastCommitNanos   atomic.Int64
+	lastCommitBytes   atomic.Int64
+	lastCommitWrite   atomic.Int64 // bytes bbolt wrote for the last Save
+	saveSeconds       prometheus.Histogram
+	commitWriteBytes  prometheus.Histogram
 
 	rotating         atomic.Bool
 	rotations        atomic.Uint64
@@ -142,6 +154,13 @@ func Open(dir string, opts Options) (*Log, error) {
 			Help:      "Time a rotation of raft.db held the write lock (final catch-up, fsync, rename, directory fsync).",
 			Buckets:   prometheus.ExponentialBuckets(100e-6, 2, 18), // 100µs .. ~13s
 		}),
+		checkpointSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "lodestone",
+			Subsystem: "raftlog",
+			Name:      "checkpoint_duration_seconds",
+			Help:      "Time one background fold of a journal epoch into raft.db took (one bbolt commit, off the Save path).",
+			Buckets:   prometheus.ExponentialBuckets(100e-6, 2, 18), // 100µs .. ~13s
+		}),
 		rotKick: make(chan struct{}, 1),
 		rotStop: make(chan struct{}),
 	}
@@ -160,6 +179,11 @@ func Open(dir string, opts Options) (*Log, error) {
 		l.rotCancel()
 		return nil, err
 	}
+	if l.jr != nil {
+		l.foldCh = make(chan *fold, 1)
+		l.foldWG.Add(1)
+		go l.foldLoop()
+	}
 	l.pruneSnapshots()
 	l.removeRotateLeftover()
 	l.logger.Info("raftlog opened", "dir", dir,
@@ -174,8 +198,8 @@ func Open(dir string, opts Options) (*Log, error) {
 }
 
 // Close stops a rotation in progress (its temporary file is removed; the old
-// file stays in use), waits for any write or snapshot in progress, folds the
-// journal and a commit index held only in memory into raft.db (unless an
+// file stays in use), waits for any write, snapshot or background checkpoint
+// in progress, folds the journal and a commit index held only in memory into raft.db (unless an
 // earlier write failed), then closes raft.wal and raft.db. Every later call
 // returns ErrClosed, except Close (nil) and Stats.
 func (l *Log) Close() error {
@@ -186,7 +210,9 @@ func (l *Log) Close() error {
 	defer l.snapMu.Unlock()
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
-	var flushErr error
+	// A fold in progress finishes first; if it failed, writableLocked
+	// below refuses the flush.
+	flushErr := l.stopFolds()
 	if (l.hsDirty || l.journalPending()) && l.writableLocked() == nil {
 		// A clean shutdown keeps the latest commit index and leaves the
 		// journal empty.

@@ -16,6 +16,9 @@ import "github.com/prometheus/client_golang/prometheus"
 //	entries_appended_total         counter    entries written by Save (to raft.wal or raft.db)
 //	saves_total                    counter    successful Saves
 //	checkpoints_total              counter    folds of the journal (raft.wal) into raft.db
+//	checkpoint_waits_total         counter    Saves that waited for the previous background checkpoint
+//	checkpoint_in_progress         gauge      1 while a checkpoint runs in the background
+//	checkpoint_duration_seconds    histogram  time of each background checkpoint
 //	journal_bytes                  gauge      bytes of raft.wal holding records raft.db lacks
 //	first_index, last_index        gauge      FirstIndex(), LastIndex()
 //	snapshot_index                 gauge      index of the current snapshot
@@ -44,6 +47,8 @@ var (
 	descEntriesAppended  = desc("entries_appended_total", "Entries written by Save, to the journal (raft.wal) or raft.db.")
 	descSaves            = desc("saves_total", "Successful Saves (one per Ready with entries or a new hard state).")
 	descCheckpoints      = desc("checkpoints_total", "Folds of the journal (raft.wal) into raft.db, each one bbolt commit.")
+	descCheckpointWaits  = desc("checkpoint_waits_total", "Saves that found the journal due for a checkpoint while the previous one still ran in the background, and waited for it.")
+	descCheckpointActive = desc("checkpoint_in_progress", "1 while a checkpoint (a journal epoch folded into raft.db) runs in the background, else 0.")
 	descJournalBytes     = desc("journal_bytes", "Bytes of the journal (raft.wal) holding records raft.db lacks; replayed at the next Open.")
 	descFirstIndex       = desc("first_index", "First index available from the log (FirstIndex).")
 	descLastIndex        = desc("last_index", "Last index in the log (LastIndex).")
@@ -65,7 +70,7 @@ var (
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		descEntriesAppended, descSaves, descCheckpoints, descJournalBytes, descFirstIndex, descLastIndex, descSnapshotIndex,
+		descEntriesAppended, descSaves, descCheckpoints, descCheckpointWaits, descCheckpointActive, descJournalBytes, descFirstIndex, descLastIndex, descSnapshotIndex,
 		descCachedEntries, descFileBytes, descLiveBytes, descFreePages, descPendingPages, descFreeBytes,
 		descFreelistBytes, descLastCommitWrite, descRotations, descRotationFailures, descRotating,
 		descLastRotationTook,
@@ -75,6 +80,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	c.l.saveSeconds.Describe(ch)
 	c.l.commitWriteBytes.Describe(ch)
 	c.l.rotatePause.Describe(ch)
+	c.l.checkpointSeconds.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -89,6 +95,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descEntriesAppended, float64(s.EntriesAppended))
 	counter(descSaves, float64(s.Commits))
 	counter(descCheckpoints, float64(s.Checkpoints))
+	counter(descCheckpointWaits, float64(s.CheckpointWaits))
+	checkpointing := 0.0
+	if s.CheckpointInProgress {
+		checkpointing = 1
+	}
+	gauge(descCheckpointActive, checkpointing)
 	gauge(descJournalBytes, float64(s.JournalBytes))
 	gauge(descFirstIndex, float64(s.FirstIndex))
 	gauge(descLastIndex, float64(s.LastIndex))
@@ -112,4 +124,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.l.saveSeconds.Collect(ch)
 	c.l.commitWriteBytes.Collect(ch)
 	c.l.rotatePause.Collect(ch)
+	c.l.checkpointSeconds.Collect(ch)
 }

@@ -46,6 +46,7 @@ func (l *Log) open() error {
 		return fmt.Errorf("raftlog: sync dir %s: %w", l.dir, err)
 	}
 	fresh, upgrade := false, false
+	l.journalVersion = formatVersion
 	if err := l.view(func(tx *bolt.Tx) error {
 		meta, ents := tx.Bucket(bucketMeta), tx.Bucket(bucketEntries)
 		switch {
@@ -62,11 +63,17 @@ func (l *Log) open() error {
 		if len(v) != 8 {
 			return l.corrupt("version", 0, fmt.Sprintf("version key holds %d bytes, want 8", len(v)), nil)
 		}
-		if got := decodeU64(v); got != formatVersion && got != formatVersionNoJournal {
-			return fmt.Errorf("%w: %s has format version %d, this build reads %d",
-				ErrUnsupportedVersion, l.dbPath, got, formatVersion)
+		switch got := decodeU64(v); got {
+		case formatVersion:
+		case formatVersionOneSlot:
+			// Upgraded by openJournal, in its replay transaction.
+			l.journalVersion = got
+		case formatVersionNoJournal:
+			upgrade = true
+		default:
+			return fmt.Errorf("%w: %s has format version %d, this build reads %d (and upgrades %d and %d)",
+				ErrUnsupportedVersion, l.dbPath, got, formatVersion, formatVersionNoJournal, formatVersionOneSlot)
 		}
-		upgrade = decodeU64(v) == formatVersionNoJournal
 		return nil
 	}); err != nil {
 		return err

@@ -11,7 +11,7 @@ const (
 	DefaultCacheBytes        = 64 << 20 // 64 MiB
 	DefaultSnapshotsRetained = 2
 	DefaultLockTimeout       = time.Second
-	DefaultJournalBytes      = 8 << 20 // 8 MiB: room for CheckpointEntries one-page records and CheckpointBytes
+	DefaultJournalBytes      = 8 << 20 // 8 MiB: two slots, each with room for CheckpointEntries one-page records and CheckpointBytes
 	DefaultCheckpointEntries = 256
 	DefaultCheckpointBytes   = 1 << 20 // 1 MiB
 
@@ -99,23 +99,28 @@ type Options struct {
 	RotateRetryInterval time.Duration
 
 	// JournalBytes is the size of raft.wal, the journal that makes a Save
-	// durable with one fdatasync (FORMAT.md "Journal"), in bytes. 0 means
-	// DefaultJournalBytes (8 MiB). Negative disables the journal: every
-	// Save is then a bbolt commit (two fdatasyncs). The journal is folded
-	// into raft.db (a checkpoint) when it is full, when its entries reach
-	// CheckpointEntries or CheckpointBytes (at most half of CacheEntries and
-	// CacheBytes: entries not yet in raft.db are served from memory), and by
-	// every other write transaction; a disabled cache disables it too. Cost:
-	// disk, and at Open the time to read and replay what the journal holds.
+	// durable with one fdatasync (FORMAT.md "Journal"), in bytes: two slots
+	// of half that each, one written while the other's epoch is folded into
+	// raft.db in the background (a checkpoint). 0 means DefaultJournalBytes
+	// (8 MiB). Negative disables the journal: every Save is then a bbolt
+	// commit (two fdatasyncs). An epoch is due for a checkpoint when the next
+	// record does not fit in its slot, when its entries reach
+	// CheckpointEntries or CheckpointBytes (at most a quarter of
+	// CacheEntries and CacheBytes: entries not yet in raft.db are served from
+	// memory), and it is folded by every other write transaction; a disabled
+	// cache disables the journal too. Cost: disk, and at Open the time to
+	// read and replay what the journal holds.
 	JournalBytes int64
 
-	// CheckpointEntries and CheckpointBytes bound what the journal holds
-	// that raft.db lacks: entries, and their Data bytes. 0 means
+	// CheckpointEntries and CheckpointBytes bound what one journal epoch
+	// holds that raft.db lacks: entries, and their Data bytes. 0 means
 	// DefaultCheckpointEntries (256) and DefaultCheckpointBytes (1 MiB).
-	// A checkpoint is one bbolt commit that the Save reaching the bound
-	// waits for: raising them makes checkpoints rarer but each one longer
-	// (measured here, 300-byte entries: ~1.4 ms at 256, ~4.5 ms at 1024,
-	// ~26 ms at 4096), which shows in the write latency tail.
+	// A checkpoint is one bbolt commit in the background; a Save waits for
+	// it only when the next epoch is due before it is over
+	// (Stats.CheckpointWaits). Raising them makes checkpoints rarer but
+	// each one longer (measured here, 300-byte entries: ~1.4 ms at 256,
+	// ~4.5 ms at 1024, ~26 ms at 4096), and holds more in memory and in
+	// raft.wal (raise JournalBytes to match).
 	CheckpointEntries int
 	CheckpointBytes   int64
 
@@ -144,6 +149,7 @@ type testHooks struct {
 	rotateStep   func(step string)
 	chunkEntries int
 	compactChunk func() // between two chunks of a Compact, write lock released
+	foldStep     func(step string)
 }
 
 // Validate reports the first invalid field as an *OptionsError.

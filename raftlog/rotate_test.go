@@ -321,7 +321,7 @@ func TestAutomaticRotation(t *testing.T) {
 	opts := raftlog.Options{FS: ffs, Clock: clock, RotateMinBytes: minBytes, RotateRetryInterval: time.Hour, CacheEntries: -1}
 	opts = raftlog.WithRotateHook(opts, 0, func(s string) { steps <- s })
 	l := mustOpen(t, dir, opts)
-	defer mustClose(t, l)
+	defer func() { mustClose(t, l) }() // NB: l is reopened below
 	// waitStep returns once the rotation goroutine reports want, skipping
 	// earlier steps. Each Compact makes the goroutine check the policy once
 	// and report "not-due", or rotate and report "done" or "failed".

@@ -111,14 +111,35 @@ func (l *Log) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 	if hasHS {
 		rec.hs = encodeHardState(hs)
 	}
-	if l.journalFits(pendFrom, newLast, dataBytes, &rec) {
+	// NB: a fold that failed stops the Log here rather than at the next
+	// switch; one that is over frees its slot and its entries' bound.
+	if err := l.reapFoldLocked(false, false); err != nil {
+		return err
+	}
+	fits := l.journalFits(pendFrom, newLast, dataBytes, &rec)
+	if !fits && l.epochFits(ents, dataBytes, &rec) {
+		// The epoch is due for a checkpoint: fold it in the background and
+		// write this record to the other slot, once the previous fold has
+		// freed it.
+		if err := l.reapFoldLocked(true, true); err != nil {
+			return err
+		}
+		if l.journalPending() {
+			l.handOverLocked()
+		}
+		pendFrom, fits = 0, true
+		if len(ents) > 0 {
+			pendFrom = ents[0].Index
+		}
+	}
+	if fits {
 		start := time.Now()
 		written, err := l.jr.append(&rec)
 		if err != nil {
 			return l.fail("save to journal", err)
 		}
 		l.observeSave(time.Since(start), len(ents), bytes, written)
-		l.journalBytes.Store(l.jr.off)
+		l.storeJournalBytes()
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.savedLocked(hs, hasHS, ents, newLast)

@@ -44,11 +44,17 @@ type Stats struct {
 	// Checkpoints is how many times since Open the journal (raft.wal) was
 	// folded into raft.db; JournalBytes is how much of it holds records
 	// raft.db lacks.
-	Checkpoints        uint64
-	JournalBytes       int64
-	EntriesAppended    uint64        // entries written by Save since Open
-	LastCommitDuration time.Duration // time the last Save took to become durable (journal record or checkpoint)
-	LastCommitBytes    int64         // encoded entry bytes written by the last Save
+	Checkpoints  uint64
+	JournalBytes int64
+	// CheckpointWaits is how many Saves since Open found the journal's
+	// epoch due for a checkpoint while the previous one still ran in the
+	// background, and waited for it. CheckpointInProgress is true while one
+	// runs.
+	CheckpointWaits      uint64
+	CheckpointInProgress bool
+	EntriesAppended      uint64        // entries written by Save since Open
+	LastCommitDuration   time.Duration // time the last Save took to become durable (journal record or checkpoint)
+	LastCommitBytes      int64         // encoded entry bytes written by the last Save
 	// LastCommitWriteBytes is what the last Save wrote: the raft.wal space
 	// its record takes (whole 4 KiB pages) or, if it was a checkpoint, its
 	// raft.db commit's dirty pages plus one meta page. It stays near the
@@ -100,6 +106,8 @@ func (l *Log) Stats() Stats {
 	s.Commits = l.commits.Load()
 	s.Checkpoints = l.checkpoints.Load()
 	s.JournalBytes = l.journalBytes.Load()
+	s.CheckpointWaits = l.checkpointWaits.Load()
+	s.CheckpointInProgress = l.foldActive.Load()
 	s.EntriesAppended = l.appended.Load()
 	s.LastCommitDuration = time.Duration(l.lastCommitNanos.Load())
 	s.LastCommitBytes = l.lastCommitBytes.Load()

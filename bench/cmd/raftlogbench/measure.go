@@ -127,7 +127,8 @@ func openTarget(k storeKind, file, dir string) (*target, error) {
 // measureRounds appends one entry to every target per round, the starting
 // target rotating from round to round, so every store sees the same machine
 // noise: -warmup rounds untimed, then -appends timed rounds (at least
-// -min-appends, at most -max-time). It returns each target's latencies.
+// -min-appends, at most -max-time). After each append it waits, untimed, for
+// the store's background work. It returns each target's latencies.
 //
 // NB: a garbage collection runs between rounds, untimed. The stores share
 // this process, and the BoltDB stores allocate a freelist copy per commit
@@ -160,6 +161,13 @@ func measureRounds(ctx context.Context, targets []*target, data []byte) ([]laten
 			t.next++
 			if measured >= 0 {
 				lat[i] = append(lat[i], d)
+			}
+			// NB: untimed. A store's background work (Lodestone folds its
+			// journal into raft.db after the append that hands it over)
+			// would otherwise run during the next store's append, on the
+			// same CPUs and disk, and be charged to it.
+			if err := t.s.settle(); err != nil {
+				return nil, fmt.Errorf("%s on the %s file: settle after append %d: %w", t.kind.name, t.file, t.next-1, err)
 			}
 		}
 	}
@@ -330,4 +338,40 @@ func pinSelf(s string) error {
 	}
 	runtime.GOMAXPROCS(set.Count())
 	return nil
+}
+
+// measureBackToBack appends -appends entries back to back to one fresh
+// store, after -warmup untimed ones, and waits for its background work
+// before returning, so nothing of it reaches the next store's turn. Unlike
+// measureRounds, a store's background work overlaps its own next appends,
+// as in a server writing steadily. No GC between appends: each store pays
+// for its own garbage.
+func measureBackToBack(ctx context.Context, k storeKind, dir string, data []byte) (latencies, error) {
+	t, err := openTarget(k, fileFresh, dir)
+	if err != nil {
+		return latencies{}, err
+	}
+	runtime.GC()
+	lat := make([]time.Duration, 0, *flagAppends)
+	for n := -*flagWarmup; n < *flagAppends; n++ {
+		if err := ctx.Err(); err != nil {
+			_ = t.s.close()
+			return latencies{}, err
+		}
+		t0 := time.Now()
+		if err := t.s.append(t.next, 1, data); err != nil {
+			_ = t.s.close()
+			return latencies{}, fmt.Errorf("%s back to back: append %d: %w", k.name, t.next, err)
+		}
+		if n >= 0 {
+			lat = append(lat, time.Since(t0))
+		}
+		t.next++
+	}
+	err = t.s.settle()
+	if cerr := t.s.close(); err == nil {
+		err = cerr
+	}
+	slices.Sort(lat)
+	return latencies{sorted: lat}, err
 }

@@ -23,6 +23,10 @@ type store interface {
 	// truncateHead discards every entry up to and including upTo, the way
 	// the store's Raft library does after a snapshot.
 	truncateHead(upTo uint64) error
+	// settle waits for work the store does in the background after an
+	// append returned (Lodestone's checkpoint into raft.db), so that it
+	// does not land inside the next store's timed append.
+	settle() error
 	close() error
 }
 
@@ -163,6 +167,8 @@ func (s *lodestoneStore) truncateHead(upTo uint64) error {
 	return s.l.Compact(upTo)
 }
 
+func (s *lodestoneStore) settle() error { return s.l.WaitCheckpoint() }
+
 func (s *lodestoneStore) close() error { return s.l.Close() }
 
 // logStore is the part of raft.LogStore the benchmark uses.
@@ -194,6 +200,10 @@ func (s *hashicorpStore) truncateHead(upTo uint64) error {
 	}
 	return s.s.DeleteRange(first, upTo)
 }
+
+// settle has nothing to wait for: the hashicorp stores do all their work
+// inside StoreLogs (raft-wal seals a full segment there too).
+func (s *hashicorpStore) settle() error { return nil }
 
 func (s *hashicorpStore) close() error { return s.closeFn() }
 
