@@ -496,6 +496,17 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 		s.writeP99 = append(s.writeP99, harness.Millis(harness.Percentile(r.writeLat, 99)))
 		s.lagP99 = append(s.lagP99, harness.Millis(harness.Percentile(r.lag, 99)))
 		s.perWatch = per
+		// NB: for information, not the BENCH figure: after the phase's
+		// writes every stream has had deliveries, so what a stream keeps
+		// between rounds shows, but so does what the writes added to the
+		// store, the Raft log and the retained event log (~50 B per
+		// watcher at 100k, ~5 B at 1M).
+		after, err := watchHeap(ctx, d)
+		if err != nil {
+			return s, err
+		}
+		fmt.Printf("memory rep=%d/%d system=%s watchers=%d after-writes live-heap=%.1fMiB per-watcher=%sB\n",
+			rep+1, *flagReps, sys.name, n, after/(1<<20), harness.FormatValue((grown+after-heap)/float64(attached)))
 		s.leaderCPU[1] = r.leaderCPUPerWrite
 		s.expected, s.exact, s.extra, s.dups = r.expected, r.exact, r.extra, r.dups
 	}
