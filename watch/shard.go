@@ -215,8 +215,16 @@ func (s *shard) flush() {
 	}
 	clear(s.wakes)
 	s.wakes = s.wakes[:0]
-	for _, w := range s.readies {
-		w.ready.add(w)
+	// NB: a run of watchers on one Ready (a stream's watchers of the key
+	// just written) is listed under one lock with one signal.
+	for i := 0; i < len(s.readies); {
+		r := s.readies[i].ready
+		j := i + 1
+		for j < len(s.readies) && s.readies[j].ready == r {
+			j++
+		}
+		r.add(s.readies[i:j]...)
+		i = j
 	}
 	clear(s.readies)
 	s.readies = s.readies[:0]
