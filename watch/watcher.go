@@ -51,9 +51,9 @@ type Watcher struct {
 	ready *Ready // immutable
 }
 
-// watcherExtra is what only some watchers have. NB: apart from Watcher, a
-// million stream watchers with neither would otherwise carry 24 B of
-// zeros each, and 176 B is the next size class.
+// watcherExtra is what only some watchers have. NB: kept apart from
+// Watcher because a gRPC stream's watchers have neither, and the 24 B
+// would push every Watcher into the 176 B size class.
 type watcherExtra struct {
 	// ctx is the context given to Watch, if it can be cancelled (else
 	// the watcher has no watcherExtra for it). Immutable. NB: not a
