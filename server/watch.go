@@ -60,10 +60,43 @@ type watchStream struct {
 	// so); event and progress responses then go out as groups in out, one
 	// message per delivery round rather than one per watch.
 	grouped bool
-	out     []byte    // groups not sent yet, in wire form (watchwire.go)
-	scratch []byte    // a group's fields while out takes them
-	resp    []byte    // an ungrouped response being built
-	sentAt  time.Time // when events last went out (the busy grid's test)
+	// bufs holds what a delivery round builds; borrowed from wireBufs
+	// for the round and returned by flush, nil in between.
+	bufs   *wireBuffers
+	sentAt time.Time // when events last went out (the busy grid's test)
+}
+
+// wireBuffers are the buffers a delivery round builds responses in.
+type wireBuffers struct {
+	out     []byte // groups not sent yet, in wire form (watchwire.go)
+	scratch []byte // a group's fields while out takes them
+	resp    []byte // an ungrouped response being built
+}
+
+// wireBufs lends wireBuffers for one delivery round. NB: kept by each
+// stream, they stayed as large as its largest round (a round for 100
+// watches of one key is ~16 KB), which over 10,000 streams was more heap
+// than their million watchers; lent per round, they are held only by the
+// streams sending right now.
+var wireBufs = sync.Pool{New: func() any { return new(wireBuffers) }}
+
+// buffers returns the round's buffers, borrowing them if needed.
+func (st *watchStream) buffers() *wireBuffers {
+	if st.bufs == nil {
+		st.bufs = wireBufs.Get().(*wireBuffers)
+	}
+	return st.bufs
+}
+
+// release returns the round's buffers, if any, to wireBufs.
+func (st *watchStream) release() {
+	b := st.bufs
+	if b == nil {
+		return
+	}
+	st.bufs = nil
+	b.out, b.scratch, b.resp = trimBuffer(b.out), trimBuffer(b.scratch), trimBuffer(b.resp)
+	wireBufs.Put(b)
 }
 
 // maxGroupBytes bounds a grouped response, far below a client's default
@@ -71,8 +104,8 @@ type watchStream struct {
 // out whole.
 const maxGroupBytes = 256 << 10
 
-// maxKeptBuffer is the most a stream keeps of a buffer between rounds, so
-// a stream that once sent a large catch-up does not pin it.
+// maxKeptBuffer is the most wireBufs keeps of a buffer between rounds, so
+// a stream that once sent a large catch-up does not leave it pooled.
 const maxKeptBuffer = 2 * maxGroupBytes
 
 func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
@@ -310,18 +343,16 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 			b.Events = userEvents(b.Events)
 		}
 		prev := w.WantsPrevKV()
+		bufs := st.buffers()
 		if !st.grouped {
-			st.resp = st.svc.wire.appendResponse(st.resp[:0], st.svc.s.header(b.Index), id, b.Index, b.Events, prev)
-			err := st.sendWire(st.resp)
-			st.resp = trimBuffer(st.resp)
-			if err != nil {
+			bufs.resp = st.svc.wire.appendResponse(bufs.resp[:0], st.svc.s.header(b.Index), id, b.Index, b.Events, prev)
+			if err := st.sendWire(bufs.resp); err != nil {
 				return err
 			}
 			continue
 		}
-		st.out, st.scratch = st.svc.wire.appendGroup(st.out, st.scratch, id, b.Index, b.Events, prev)
-		st.scratch = trimBuffer(st.scratch)
-		if len(st.out) >= maxGroupBytes {
+		bufs.out, bufs.scratch = st.svc.wire.appendGroup(bufs.out, bufs.scratch, id, b.Index, b.Events, prev)
+		if len(bufs.out) >= maxGroupBytes {
 			if err := st.flush(); err != nil {
 				return err
 			}
@@ -329,18 +360,21 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 	}
 }
 
-// flush sends the queued groups, if any.
+// flush sends the queued groups, if any, and returns the round's buffers.
 func (st *watchStream) flush() error {
-	if len(st.out) == 0 {
+	if st.bufs == nil {
 		return nil
 	}
-	err := st.sendWire(st.out)
-	st.out = trimBuffer(st.out)
+	var err error
+	if len(st.bufs.out) > 0 {
+		err = st.sendWire(st.bufs.out)
+	}
+	st.release()
 	return err
 }
 
 // trimBuffer empties b for reuse, or drops it if it grew past
-// maxKeptBuffer.
+// maxKeptBuffer (so the pool keeps no large catch-up).
 func trimBuffer(b []byte) []byte {
 	if cap(b) > maxKeptBuffer {
 		return nil

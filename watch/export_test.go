@@ -1,5 +1,7 @@
 package watch
 
+import "unsafe"
+
 // NewManual returns a Hub that starts no goroutines: its shards move only
 // when the test calls Sync (or Progress, which syncs first). Tests use it to
 // make interleavings deterministic.
@@ -56,3 +58,6 @@ func (h *Hub) ArenaChunks() int {
 	defer h.log.mu.RUnlock()
 	return len(h.log.arena.chunks)
 }
+
+// WatcherSize is the size of the struct every watcher pays for.
+const WatcherSize = unsafe.Sizeof(Watcher{})

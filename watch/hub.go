@@ -220,7 +220,7 @@ func (h *Hub) watch(ctx context.Context, req Request) (*Watcher, error) {
 	}
 	w := &Watcher{key: req.Key, capacity: uint32(capacity), id: h.ids.Add(1), ready: req.Ready, tag: req.Tag}
 	if ctx != nil {
-		w.ctx = &ctx
+		w.x = &watcherExtra{ctx: ctx}
 	}
 	if req.Prefix {
 		w.opts |= optPrefix
@@ -264,7 +264,7 @@ func (h *Hub) watch(ctx context.Context, req Request) (*Watcher, error) {
 	if err := h.replay(w, start, from, end); err != nil {
 		return nil, err
 	}
-	if w.err != nil {
+	if w.errLocked() != nil {
 		h.bornCut(w)
 		return w, nil
 	}
@@ -284,7 +284,7 @@ func (h *Hub) watch(ctx context.Context, req Request) (*Watcher, error) {
 			s.mu.Unlock()
 			return nil, err
 		}
-		if w.err != nil {
+		if w.errLocked() != nil {
 			s.mu.Unlock()
 			h.bornCut(w)
 			return w, nil
@@ -302,7 +302,7 @@ func (h *Hub) watch(ctx context.Context, req Request) (*Watcher, error) {
 // replay feeds w the log entries [from, to) in chunks, taking the log's
 // read lock per chunk so Publish is never held off for a whole catch-up.
 // It fails with a *CompactedError if eviction overtakes it; if w is cut
-// (w.err set) it stops without error.
+// (its terminal error set) it stops without error.
 func (h *Hub) replay(w *Watcher, start, from, to uint64) error {
 	l := &h.log
 	for from < to {
@@ -327,7 +327,7 @@ func (h *Hub) bornCut(w *Watcher) {
 	reason := reasonRestore
 	var idx uint64
 	var oe *OverflowError
-	if errors.As(w.err, &oe) {
+	if errors.As(w.errLocked(), &oe) {
 		reason, idx = oe.Reason, oe.ResumeIndex
 	}
 	h.metrics.cut.WithLabelValues(reason).Inc()
@@ -446,8 +446,8 @@ func (h *Hub) Close() error {
 			s.each(func(w *Watcher) {
 				w.mu.Lock()
 				s.unlink(w)
-				if w.err == nil {
-					w.err = ErrClosed
+				if w.errLocked() == nil {
+					w.setErrLocked(ErrClosed)
 				}
 				s.queueWake(w)
 				w.mu.Unlock()

@@ -34,14 +34,19 @@ func (r *Ready) Take() []*Watcher {
 	return ws
 }
 
-func (r *Ready) add(w *Watcher) {
+// add lists the watchers of ws that are not listed yet, all of them r's.
+func (r *Ready) add(ws ...*Watcher) {
 	r.mu.Lock()
-	if w.queued {
-		r.mu.Unlock()
-		return
+	added := false
+	for _, w := range ws {
+		if !w.queued {
+			w.queued = true
+			r.ws = append(r.ws, w)
+			added = true
+		}
 	}
-	w.queued = true
-	r.ws = append(r.ws, w)
 	r.mu.Unlock()
-	signal(r.c)
+	if added {
+		signal(r.c)
+	}
 }

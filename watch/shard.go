@@ -215,8 +215,16 @@ func (s *shard) flush() {
 	}
 	clear(s.wakes)
 	s.wakes = s.wakes[:0]
-	for _, w := range s.readies {
-		w.ready.add(w)
+	// NB: a run of watchers on one Ready (a stream's watchers of the key
+	// just written) is listed under one lock with one signal.
+	for i := 0; i < len(s.readies); {
+		r := s.readies[i].ready
+		j := i + 1
+		for j < len(s.readies) && s.readies[j].ready == r {
+			j++
+		}
+		r.add(s.readies[i:j]...)
+		i = j
 	}
 	clear(s.readies)
 	s.readies = s.readies[:0]
@@ -317,7 +325,7 @@ func (s *shard) offer(w *Watcher, e *entryView, ev *Event) {
 		w.mu.Lock()
 		s.touched = append(s.touched, w)
 	}
-	if w.err != nil || w.closed {
+	if w.closed || w.errLocked() != nil {
 		return
 	}
 	// The events of one index are never split: a buffer holding an older
@@ -340,7 +348,7 @@ func (s *shard) offer(w *Watcher, e *entryView, ev *Event) {
 // cutLocked makes err w's terminal error and unlinks it. The caller holds
 // s.mu and w.mu.
 func (s *shard) cutLocked(w *Watcher, err error, reason string, index uint64) {
-	w.err = err
+	w.setErrLocked(err)
 	s.unlink(w)
 	s.cuts = append(s.cuts, cutRecord{id: w.id, key: w.key, reason: reason, index: index})
 }
@@ -419,7 +427,7 @@ func (s *shard) tick(mode uint32, fired uint64) {
 	occ := s.h.metrics.occupancy
 	s.eachIn(slices, func(w *Watcher) {
 		slice := w.id % progressSlices
-		if w.ctx != nil && (*w.ctx).Err() != nil {
+		if c := w.watchCtx(); c != nil && c.Err() != nil {
 			s.unlink(w)
 			if c := w.closeBuf(); c != nil {
 				s.wakes = append(s.wakes, c)
@@ -435,7 +443,7 @@ func (s *shard) tick(mode uint32, fired uint64) {
 		}
 		w.mu.Lock()
 		occ.Observe(float64(len(w.buf)) / float64(w.capacity))
-		if heard := max(w.told, w.after); w.opts&optNoProgress == 0 && len(w.buf) == 0 && w.err == nil && !w.progress && heard < processed && heard <= cutoff {
+		if heard := max(w.told, w.after); w.opts&optNoProgress == 0 && len(w.buf) == 0 && w.errLocked() == nil && !w.progress && heard < processed && heard <= cutoff {
 			w.progress = true
 			s.queueWake(w)
 		}

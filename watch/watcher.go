@@ -9,10 +9,12 @@ import (
 // Watcher is one subscription. Next is called by one goroutine at a time;
 // Close may be called from any goroutine, any number of times.
 //
-// The struct is kept lean (160 B) because a server holds 100k of them: the
-// buffer and the wake-up channel are allocated only when first needed, and
-// the shard's indexes link watchers intrusively (next/prev) instead of
-// holding slices of them.
+// The struct is kept lean (160 B, TestWatcherSize) because a server holds a
+// million of them: the buffer and the wake-up channel are allocated only
+// when first needed, what few watchers have (a cancellable context, a
+// terminal error) lives in a watcherExtra allocated only for them, and the
+// shard's indexes link watchers intrusively (next/prev) instead of holding
+// slices of them.
 type Watcher struct {
 	s *shard
 	// next, prev link the watchers of one key (or one prefix) in a shard;
@@ -39,17 +41,57 @@ type Watcher struct {
 
 	buf  []*Event      // undelivered events, shared and read-only; guarded by mu
 	wake chan struct{} // cap 1, made by the first Next that blocks; guarded by mu
-	err  error         // terminal error, delivered after buf drains; guarded by mu
-	// ctx points to the context given to Watch, if it can be cancelled
-	// (else nil). NB: a pointer (8 B, boxed only for cancellable contexts)
-	// rather than the interface (16 B), and not a context.AfterFunc hook,
-	// which costs ~180 B per watcher; a blocked Next selects on it, and the
-	// progress tick reaps watchers whose ctx is done.
-	ctx *context.Context
+	// x is the rare state, nil until a watcher needs it: set before the
+	// watcher is linked, or under both s.mu and mu, so holding either
+	// lock is enough to read the pointer.
+	x   *watcherExtra
 	id  uint64 // immutable, for logs
 	tag int64  // Request.Tag, immutable
 	// ready, if set, is told whenever Next has something new (see Ready).
 	ready *Ready // immutable
+}
+
+// watcherExtra is what only some watchers have. NB: kept apart from
+// Watcher because a gRPC stream's watchers have neither, and the 24 B
+// would push every Watcher into the 176 B size class.
+type watcherExtra struct {
+	// ctx is the context given to Watch, if it can be cancelled (else
+	// the watcher has no watcherExtra for it). Immutable. NB: not a
+	// context.AfterFunc hook, which costs ~180 B per watcher; a blocked
+	// Next selects on it, and the progress tick reaps watchers whose ctx
+	// is done.
+	ctx context.Context
+	// err is the terminal error, delivered after buf drains; guarded by
+	// Watcher.mu.
+	err error
+}
+
+// errLocked returns the terminal error, if any. The caller holds w.mu (or
+// s.mu, or owns w before it is linked).
+func (w *Watcher) errLocked() error {
+	if w.x == nil {
+		return nil
+	}
+	return w.x.err
+}
+
+// setErrLocked makes err the terminal error. The caller holds s.mu and
+// w.mu, or owns w before it is linked.
+func (w *Watcher) setErrLocked(err error) {
+	if w.x == nil {
+		w.x = &watcherExtra{err: err}
+		return
+	}
+	w.x.err = err
+}
+
+// watchCtx returns the Watch context if it can be cancelled, else nil.
+// The caller holds w.mu or s.mu.
+func (w *Watcher) watchCtx() context.Context {
+	if w.x == nil {
+		return nil
+	}
+	return w.x.ctx
 }
 
 // ID returns the watcher's hub-unique id (the "watcher" key in logs).
@@ -111,14 +153,13 @@ func (w *Watcher) nextUntil(ctx context.Context, timeout <-chan time.Time) (Batc
 
 // nextRaw is nextUntil returning the buffer itself (the hub's events).
 func (w *Watcher) nextRaw(ctx context.Context, timeout <-chan time.Time) (uint64, []*Event, error, bool) {
-	var watchCtx context.Context
-	var watchDone <-chan struct{}
-	if w.ctx != nil {
-		watchCtx = *w.ctx
-		watchDone = watchCtx.Done()
-	}
 	for {
 		w.mu.Lock()
+		var watchDone <-chan struct{}
+		watchCtx := w.watchCtx()
+		if watchCtx != nil {
+			watchDone = watchCtx.Done()
+		}
 		if w.closed {
 			w.mu.Unlock()
 			return 0, nil, ErrClosed, false
@@ -137,8 +178,7 @@ func (w *Watcher) nextRaw(ctx context.Context, timeout <-chan time.Time) (uint64
 			w.mu.Unlock()
 			return idx, evs, nil, false
 		}
-		if w.err != nil {
-			err := w.err
+		if err := w.errLocked(); err != nil {
 			w.mu.Unlock()
 			return 0, nil, err, false
 		}
@@ -178,7 +218,7 @@ func (w *Watcher) nextRaw(ctx context.Context, timeout <-chan time.Time) (uint64
 			return 0, nil, ctx.Err(), false
 		case <-timeout:
 			w.mu.Lock()
-			if len(w.buf) > 0 || w.err != nil || w.closed {
+			if len(w.buf) > 0 || w.errLocked() != nil || w.closed {
 				w.mu.Unlock()
 				timeout = nil
 				continue
@@ -196,8 +236,8 @@ func (w *Watcher) nextRaw(ctx context.Context, timeout <-chan time.Time) (uint64
 // holding w.mu here means no entry at or below processed is half-copied).
 // A watcher cut loose claims only its resume index.
 func (w *Watcher) indexLocked(lastEvent uint64) uint64 {
-	if w.err != nil {
-		if oe, ok := w.err.(*OverflowError); ok {
+	if err := w.errLocked(); err != nil {
+		if oe, ok := err.(*OverflowError); ok {
 			return max(oe.ResumeIndex, w.told)
 		}
 		return max(lastEvent, w.told)
@@ -252,8 +292,8 @@ const replayBudget = 4096
 // before w is linked; the caller holds the log's read lock. It stops after
 // the entry that takes the scanned events past replayBudget and returns the
 // seq to continue from. It returns ok=false if w was cut: its buffer would
-// have exceeded its capacity (w.err is then an *OverflowError to resume
-// from) or a restore marker intervened (w.err is a *CompactedError).
+// have exceeded its capacity (its error is then an *OverflowError to resume
+// from) or a restore marker intervened (a *CompactedError).
 func (w *Watcher) replay(l *eventLog, from, to uint64) (next uint64, ok bool) {
 	scanned := 0
 	for seq := from; seq < to; seq++ {
@@ -265,7 +305,7 @@ func (w *Watcher) replay(l *eventLog, from, to uint64) (next uint64, ok bool) {
 			continue
 		}
 		if e.reset {
-			w.err = &CompactedError{Requested: w.after, Oldest: e.index, Current: l.last}
+			w.setErrLocked(&CompactedError{Requested: w.after, Oldest: e.index, Current: l.last})
 			return seq, false
 		}
 		scanned += e.count + 1
@@ -279,7 +319,7 @@ func (w *Watcher) replay(l *eventLog, from, to uint64) (next uint64, ok bool) {
 		if len(w.buf) > int(w.capacity) && mark > 0 {
 			clear(w.buf[mark:])
 			w.buf = w.buf[:mark]
-			w.err = &OverflowError{ResumeIndex: e.index - 1, Reason: reasonReplay}
+			w.setErrLocked(&OverflowError{ResumeIndex: e.index - 1, Reason: reasonReplay})
 			return seq, false
 		}
 	}

@@ -336,6 +336,9 @@ type phaseResult struct {
 	resyncs  int64
 	drained  bool // every expected delivery arrived before the drain timeout
 	cpu      string
+	// leaderCPUPerWrite is the leader's CPU time over the phase (warm-up
+	// and drain included) per acknowledged write, in µs.
+	leaderCPUPerWrite float64
 }
 
 // runPhase has wr drive rate writes/s for warmup+dur, waits up to drainFor

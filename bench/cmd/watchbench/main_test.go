@@ -83,3 +83,13 @@ func TestPlaceWatches(t *testing.T) {
 		}
 	}
 }
+
+// BENCH line names carry the top watcher count: the 1M phase must not
+// be named "1000k", nor 100k "0m".
+func TestCountLabel(t *testing.T) {
+	for n, want := range map[int]string{10000: "10k", 100000: "100k", 1000000: "1m", 2000000: "2m", 1500000: "1500k"} {
+		if got := countLabel(n); got != want {
+			t.Errorf("countLabel(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
