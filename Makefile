@@ -139,6 +139,14 @@ bench: bench-kv bench-blocking
 bench-kv:
 	cd bench && $(GO) run ./cmd/kvbench
 
+# The Consul HTTP API, Lodestone vs Consul v1.16.3 (the last MPL-2.0
+# release, built once from the Go module proxy into ~/.cache/lodestone-bench;
+# a cold build takes minutes and 2 GB): KV puts and default-mode gets at 64
+# connections, catalog registrations; see bench/cmd/consulbench.
+.PHONY: bench-consul
+bench-consul:
+	cd bench && $(GO) run ./cmd/consulbench
+
 # Every web UI page against a real server with 10,000 keys and 1,000 service
 # instances: five runs of 200 requests a page, each run's p99, and the median
 # of the five printed as BENCH ui-page-p99 <page>=<ms> (target: under 50 ms).

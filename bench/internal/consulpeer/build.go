@@ -63,7 +63,7 @@ func Cached(ctx context.Context) (string, error) {
 	if _, err := os.Stat(bin); err != nil {
 		return "", nil
 	}
-	if err := checkVersion(ctx, bin); err != nil {
+	if err := CheckVersion(ctx, bin); err != nil {
 		return "", nil
 	}
 	return bin, nil
@@ -92,7 +92,7 @@ func Binary(ctx context.Context, logf func(string, ...any)) (string, error) {
 	if err := build(ctx, logf, src, bin); err != nil {
 		return "", err
 	}
-	if err := checkVersion(ctx, bin); err != nil {
+	if err := CheckVersion(ctx, bin); err != nil {
 		return "", err
 	}
 	logf("consul %s: built in %.0fs", Version, time.Since(t0).Seconds())
@@ -217,8 +217,8 @@ func logProgress(r io.Reader, progress func(n int, pkg string)) func() string {
 	return func() string { return strings.Join(last, "\n") }
 }
 
-// checkVersion fails unless bin's `consul version` names Version.
-func checkVersion(ctx context.Context, bin string) error {
+// CheckVersion fails unless bin's `consul version` names Version.
+func CheckVersion(ctx context.Context, bin string) error {
 	out, err := exec.CommandContext(ctx, bin, "version").Output()
 	if err != nil {
 		return fmt.Errorf("%s version: %w", bin, err)

@@ -117,7 +117,7 @@ func memberName(i int) string { return fmt.Sprintf("n%d", i+1) }
 func (c *Cluster) waitLeader(ctx context.Context, timeout time.Duration) error {
 	return c.poll(ctx, timeout, "a leader", func(ctx context.Context) error {
 		var addr string
-		if err := getJSON(ctx, c.HTTP[0]+"/v1/status/leader", &addr); err != nil {
+		if err := GetJSON(ctx, c.HTTP[0]+"/v1/status/leader", &addr); err != nil {
 			return err
 		}
 		if i := slices.Index(c.Server, addr); i >= 0 {
@@ -211,9 +211,9 @@ func Put(ctx context.Context, client *http.Client, base, key string, value []byt
 	return nil
 }
 
-// getJSON decodes the JSON answer of GET url into out; any status other
+// GetJSON decodes the JSON answer of GET url into out; any status other
 // than 200 is an error.
-func getJSON(ctx context.Context, url string, out any) error {
+func GetJSON(ctx context.Context, url string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err

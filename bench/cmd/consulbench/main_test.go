@@ -1,0 +1,108 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+)
+
+// TestLines pins the four BENCH lines' names, order, medians and targets
+// (issue 40, "Done when").
+func TestLines(t *testing.T) {
+	lode := map[string][]sample{
+		"kv-put":           {{7000, 20}, {6000, 30}, {8000, 25}},
+		"kv-get":           {{20000, 5}, {21000, 4}, {19000, 6}},
+		"catalog-register": {{5000, 30}, {5200, 31}, {4800, 29}},
+	}
+	peer := map[string][]sample{
+		"kv-put":           {{1200, 400}, {1100, 380}, {1000, 420}},
+		"kv-get":           {{9000, 9}, {10000, 8}, {11000, 7}},
+		"catalog-register": {{1000, 500}, {1100, 450}, {900, 550}},
+	}
+	var got []string
+	for _, l := range lines(lode, peer) {
+		got = append(got, l.String())
+	}
+	want := []string{
+		"BENCH consul-kv-put-throughput lodestone=7000ops/s consul=1100ops/s ratio=6.36 target=>=3.0",
+		"BENCH consul-kv-put-p99 lodestone=25ms consul=400ms ratio=0.06 target=<=0.25",
+		"BENCH consul-kv-get-throughput lodestone=20000ops/s consul=10000ops/s ratio=2.00 target=>=2.0",
+		"BENCH consul-catalog-register-throughput lodestone=5000ops/s consul=1000ops/s ratio=5.00 target=>=2.0",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("lines:\n got: %q\nwant: %q", got, want)
+	}
+	for _, l := range lines(lode, map[string][]sample{}) {
+		if l.Pass() {
+			t.Errorf("%s passes with no peer figure", l)
+		}
+	}
+}
+
+func TestRegisterBody(t *testing.T) {
+	var r struct {
+		Node, Address string
+		Service       struct {
+			ID, Service string
+			Port        int
+		}
+	}
+	if err := json.Unmarshal(registerBody(7, 70000), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Node != "cb-007-000070000" || r.Address != "10.7.17.112" || r.Service.ID != "web-cb-007-000070000" || r.Service.Service != "web" || r.Service.Port != 8080 {
+		t.Errorf("registration %+v", r)
+	}
+	seen := map[string]bool{}
+	for c := range 64 {
+		for s := range 300 {
+			var r registration
+			json.Unmarshal(registerBody(c, s), &r)
+			if seen[r.Node] {
+				t.Fatalf("node %s registered twice", r.Node)
+			}
+			seen[r.Node] = true
+		}
+	}
+}
+
+func TestCheckEntries(t *testing.T) {
+	key := getKey(42)
+	ok := []kvEntry{{Key: key, Value: make([]byte, 256)}}
+	if err := checkEntries(key, ok, 256); err != nil {
+		t.Errorf("a right answer: %v", err)
+	}
+	for name, got := range map[string][]kvEntry{
+		"none":        nil,
+		"two":         {ok[0], ok[0]},
+		"other key":   {{Key: getKey(43), Value: make([]byte, 256)}},
+		"short value": {{Key: key, Value: make([]byte, 255)}},
+	} {
+		if err := checkEntries(key, got, 256); !errors.Is(err, errWrongAnswer) {
+			t.Errorf("%s: %v, want errWrongAnswer", name, err)
+		}
+	}
+}
+
+// Both systems read the same keys in the same order, spread over all of
+// them.
+func TestDraw(t *testing.T) {
+	hits := make([]int, 10)
+	for c := range 64 {
+		for s := range 100 {
+			if draw(c, s) != draw(c, s) {
+				t.Fatal("draw is not a function of its arguments")
+			}
+			hits[draw(c, s)%10]++
+		}
+	}
+	for i, n := range hits {
+		if n < 500 || n > 780 {
+			t.Errorf("key class %d drawn %d times of 6400", i, n)
+		}
+	}
+	if putKey(3, 12) != "consulbench/put/003/000000012" || getKey(7) != "consulbench/get/00007" {
+		t.Errorf("keys %s, %s", putKey(3, 12), getKey(7))
+	}
+}
