@@ -171,7 +171,7 @@ func goEnv() []string {
 // progressEvery packages compiled.
 func build(ctx context.Context, logf func(string, ...any), src, bin string) error {
 	tmp := bin + ".tmp"
-	cmd := exec.CommandContext(ctx, "go", "build", "-v", "-trimpath", "-o", tmp, ".")
+	cmd := exec.CommandContext(ctx, "go", "build", "-v", "-o", tmp, ".")
 	cmd.Dir = src
 	cmd.Env = goEnv()
 	stderr, err := cmd.StderrPipe()
