@@ -92,3 +92,27 @@ func TestEachWindowMeetsOneSnapshot(t *testing.T) {
 		}
 	}
 }
+
+// TestConsulLines pins the two lines against Consul: medians of each
+// system's reps, memory per query in KiB (issue 41, "Done when").
+func TestConsulLines(t *testing.T) {
+	lode := []peerSample{{with: 9, rssPerQuery: 10 << 10}, {with: 11, rssPerQuery: 12 << 10}, {with: 10, rssPerQuery: 8 << 10}}
+	peer := []peerSample{{with: 150, rssPerQuery: 20 << 10}, {with: 170, rssPerQuery: 18 << 10}, {with: 169, rssPerQuery: 19 << 10}}
+	var got []string
+	for _, l := range consulLines(lode, peer, 10000) {
+		got = append(got, l.String())
+	}
+	want := []string{
+		"BENCH blocking-write-p99-10k-vs-consul lodestone=10ms consul=169ms ratio=0.06 target=<=0.25",
+		"BENCH blocking-rss-per-query-10k-vs-consul lodestone=10KiB consul=19KiB ratio=0.53 target=<=1.0",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("consulLines:\n got: %q\nwant: %q", got, want)
+	}
+	if got := perQuery(100<<20, 300<<20, 10000); got != 20971.52 {
+		t.Errorf("perQuery = %v, want 20971.52 bytes", got)
+	}
+	if got := consulLimits(50000); !slices.Equal(got, []string{"-hcl", "limits { http_max_conns_per_client = 51000 }"}) {
+		t.Errorf("consulLimits(50000) = %q", got)
+	}
+}
