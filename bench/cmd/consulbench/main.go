@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,6 +42,7 @@ var (
 	flagWorkDir    = flag.String("work-dir", "", "where binaries and data dirs go (default: the system temp dir)")
 	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep       = flag.Bool("keep", false, "keep binaries, data dirs and server logs after the run")
+	flagWorkloads  = flag.String("workloads", "all", "workloads to run, in their fixed order: all, or a comma-separated list of kv-put, kv-get, catalog-register")
 	flagPprof      = flag.String("pprof", "", "directory for CPU and allocation profiles of every Lodestone server over each window (lodestone-WORKLOAD-rREP-ROLE.pprof, .allocs-base.pprof, .allocs.pprof); a profiled run's figures are not the benchmark's")
 )
 
@@ -127,7 +129,33 @@ func checkFlags() error {
 	if *flagDuration <= 0 || *flagWarmup < 0 {
 		return fmt.Errorf("-duration must be > 0 and -warmup >= 0")
 	}
-	return nil
+	var err error
+	selected, err = selectWorkloads(*flagWorkloads)
+	return err
+}
+
+// selected are the workloads -workloads picked, in their fixed order.
+var selected []workload
+
+func selectWorkloads(list string) ([]workload, error) {
+	if list == "all" {
+		return workloads, nil
+	}
+	want := map[string]bool{}
+	for name := range strings.SplitSeq(list, ",") {
+		name = strings.TrimSpace(name)
+		if !slices.ContainsFunc(workloads, func(w workload) bool { return w.name == name }) {
+			return nil, fmt.Errorf("-workloads: unknown workload %q (want all, or some of kv-put, kv-get, catalog-register)", name)
+		}
+		want[name] = true
+	}
+	var out []workload
+	for _, w := range workloads {
+		if want[w.name] {
+			out = append(out, w)
+		}
+	}
+	return out, nil
 }
 
 // buildSystems builds (or finds) each system of -systems.
@@ -210,7 +238,7 @@ func runSystem(ctx context.Context, sys system, workDir string, rep int, samples
 			err = fmt.Errorf("stop: %w", serr)
 		}
 	}()
-	for _, w := range workloads {
+	for _, w := range selected {
 		if w.name == getWorkload.name {
 			value := make([]byte, *flagValueSize)
 			rand.Read(value)

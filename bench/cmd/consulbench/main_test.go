@@ -106,3 +106,18 @@ func TestDraw(t *testing.T) {
 		t.Errorf("keys %s, %s", putKey(3, 12), getKey(7))
 	}
 }
+
+func TestSelectWorkloads(t *testing.T) {
+	got, err := selectWorkloads("catalog-register, kv-put")
+	if err != nil || len(got) != 2 || got[0].name != "kv-put" || got[1].name != "catalog-register" {
+		t.Errorf("selectWorkloads = %v, %v; want kv-put, catalog-register in that order", got, err)
+	}
+	if all, err := selectWorkloads("all"); err != nil || len(all) != 3 {
+		t.Errorf("all: %v, %v", all, err)
+	}
+	for _, bad := range []string{"", "kv-put,range", "put"} {
+		if _, err := selectWorkloads(bad); err == nil {
+			t.Errorf("selectWorkloads(%q) succeeded", bad)
+		}
+	}
+}

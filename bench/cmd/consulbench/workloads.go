@@ -213,7 +213,7 @@ func preload(ctx context.Context, base string, n int, value []byte) error {
 // describe is the setup line of the workloads.
 func describe(clients, valueSize, getKeys int) string {
 	var parts []string
-	for _, w := range workloads {
+	for _, w := range selected {
 		parts = append(parts, w.name+": "+w.what)
 	}
 	return fmt.Sprintf("workloads (%d closed-loop clients, one keep-alive HTTP/1.1 connection each, to the leader; %d-byte values; %d get keys preloaded before the gets): %s",
