@@ -176,7 +176,9 @@ bench-watch:
 
 # 10k Consul-style blocking queries on distinct keys plus 1,000 writes/s
 # through the Consul HTTP KV API: write p99 with them vs without, every
-# query answered; see bench/cmd/blockingbench.
+# query answered, and the same load on Consul v1.16.3 (built as for
+# bench-consul): write p99 and memory per parked query vs Consul's; see
+# bench/cmd/blockingbench.
 .PHONY: bench-blocking
 bench-blocking:
 	cd bench && $(GO) run ./cmd/blockingbench
