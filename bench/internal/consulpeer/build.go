@@ -95,6 +95,11 @@ func Binary(ctx context.Context, logf func(string, ...any)) (string, error) {
 	if err := CheckVersion(ctx, bin); err != nil {
 		return "", err
 	}
+	// The copy of the source has served; the compile cache keeps the
+	// work for a rebuild.
+	if err := os.RemoveAll(src); err != nil {
+		return "", err
+	}
 	logf("consul %s: built in %.0fs", Version, time.Since(t0).Seconds())
 	return bin, nil
 }

@@ -15,7 +15,8 @@
 // CGO_ENABLED=0 and GOTOOLCHAIN=local. The checksum database has no entry
 // for envoyextensions v0.4.1, so that one module is fetched with GONOSUMDB.
 // A cold build takes minutes and about 2 GB of memory; its result is
-// reused while `consul version` names Version. The cache is
+// reused while `consul version` names Version; the copy of the source is
+// removed once built. The cache is
 // $XDG_CACHE_HOME/lodestone-bench/consul-1.16.3 (os.UserCacheDir), or
 // $LODESTONE_BENCH_CACHE when set.
 //
