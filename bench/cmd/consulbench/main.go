@@ -65,6 +65,7 @@ func main() {
 type sample struct {
 	throughput float64 // ops/s
 	p99        float64 // ms
+	serverCPU  float64 // the servers' CPU time per op, us
 }
 
 func run(ctx context.Context) error {
@@ -116,10 +117,22 @@ func run(ctx context.Context) error {
 		fmt.Println("no BENCH lines: they compare lodestone with consul, and -systems ran only", *flagSystems)
 		return nil
 	}
+	for _, w := range selected {
+		fmt.Println(cpuLine(w, lode[w.name], peer[w.name]))
+	}
 	for _, l := range lines(lode, peer) {
 		fmt.Println(l)
 	}
 	return nil
+}
+
+// cpuLine sets the servers' CPU per op of both systems side by side: on a
+// machine shared with other work the rates swing with the neighbours,
+// this much less. No target: the BENCH lines are on the rates.
+func cpuLine(w workload, lode, peer []sample) string {
+	cpu := func(s sample) float64 { return s.serverCPU }
+	l, p := medianOf(lode, cpu), medianOf(peer, cpu)
+	return fmt.Sprintf("cpu: %s server-cpu per op, medians: lodestone=%sus consul=%sus (consul/lodestone %.2f); no target", w.name, harness.FormatValue(l), harness.FormatValue(p), p/l)
 }
 
 func checkFlags() error {
@@ -248,11 +261,11 @@ func runSystem(ctx context.Context, sys system, workDir string, rep int, samples
 			}
 			logf("%s: preloaded %d keys in %.1fs", sys.name, *flagGetKeys, time.Since(t0).Seconds())
 		}
-		res, note, err := runWorkload(ctx, c, w, fmt.Sprintf("%s-%s-r%d", sys.name, w.name, rep+1))
+		res, cpu, note, err := runWorkload(ctx, c, w, fmt.Sprintf("%s-%s-r%d", sys.name, w.name, rep+1))
 		if err != nil {
 			return fmt.Errorf("%s: %w", w.name, err)
 		}
-		s := sample{throughput: res.Throughput(), p99: harness.Millis(res.Percentile(99))}
+		s := sample{throughput: res.Throughput(), p99: harness.Millis(res.Percentile(99)), serverCPU: cpu}
 		samples[w.name] = append(samples[w.name], s)
 		fmt.Printf("run rep=%d/%d workload=%s clients=%d system=%s throughput=%sops/s p50=%sms p99=%sms ops=%d errors=%d%s\n",
 			rep+1, *flagReps, w.name, *flagClients, sys.name, harness.FormatValue(s.throughput),
@@ -263,7 +276,7 @@ func runSystem(ctx context.Context, sys system, workDir string, rep int, samples
 
 // runWorkload drives w's clients against c's leader. note gives the
 // servers' and the load generator's CPU per op, and flags errors.
-func runWorkload(ctx context.Context, c *cluster, w workload, name string) (_ harness.Result, note string, err error) {
+func runWorkload(ctx context.Context, c *cluster, w workload, name string) (_ harness.Result, serverCPU float64, note string, err error) {
 	cs := newConns(*flagClients)
 	defer cs.close()
 	values := make([][]byte, *flagClients)
@@ -284,17 +297,16 @@ func runWorkload(ctx context.Context, c *cluster, w workload, name string) (_ ha
 		err = fmt.Errorf("profile: %w", perr)
 	}
 	if err != nil {
-		return res, "", err
+		return res, 0, "", err
 	}
 	if res.Ops() == 0 {
-		return res, "", fmt.Errorf("%s acknowledged no ops (first error: %v)%s", c.system, res.FirstErr, c.logTails())
+		return res, 0, "", fmt.Errorf("%s acknowledged no ops (first error: %v)%s", c.system, res.FirstErr, c.logTails())
 	}
 	// NB: the window includes the warm-up, so divide by the ops the
 	// warm-up ran too, at the measured rate.
 	ops := res.Throughput() * (*flagWarmup + *flagDuration).Seconds()
-	if cpu := c.cpuTime() - cpu0; cpu > 0 {
-		note += fmt.Sprintf(" server-cpu=%.0fus/op", float64(cpu.Microseconds())/ops)
-	}
+	serverCPU = float64((c.cpuTime() - cpu0).Microseconds()) / ops
+	note += fmt.Sprintf(" server-cpu=%.0fus/op", serverCPU)
 	if self1, err := harness.CPUTime(os.Getpid()); err == nil && selfErr == nil {
 		wall := (*flagWarmup + *flagDuration).Seconds()
 		note += fmt.Sprintf(" client-cpu=%.0fus/op (%.2f cores)", float64((self1-self0).Microseconds())/ops, (self1-self0).Seconds()/wall)
@@ -303,9 +315,9 @@ func runWorkload(ctx context.Context, c *cluster, w workload, name string) (_ ha
 		note += fmt.Sprintf(" first-error=%q", res.FirstErr.Error())
 	}
 	if err := c.checkAlive(); err != nil {
-		return res, "", fmt.Errorf("%w%s", err, c.logTails())
+		return res, 0, "", fmt.Errorf("%w%s", err, c.logTails())
 	}
-	return res, note, nil
+	return res, serverCPU, note, nil
 }
 
 // profileAfter waits out the warm-up, then profiles every member over

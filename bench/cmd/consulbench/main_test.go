@@ -11,14 +11,14 @@ import (
 // (issue 40, "Done when").
 func TestLines(t *testing.T) {
 	lode := map[string][]sample{
-		"kv-put":           {{7000, 20}, {6000, 30}, {8000, 25}},
-		"kv-get":           {{20000, 5}, {21000, 4}, {19000, 6}},
-		"catalog-register": {{5000, 30}, {5200, 31}, {4800, 29}},
+		"kv-put":           {{throughput: 7000, p99: 20}, {throughput: 6000, p99: 30}, {throughput: 8000, p99: 25}},
+		"kv-get":           {{throughput: 20000, p99: 5}, {throughput: 21000, p99: 4}, {throughput: 19000, p99: 6}},
+		"catalog-register": {{throughput: 5000, p99: 30}, {throughput: 5200, p99: 31}, {throughput: 4800, p99: 29}},
 	}
 	peer := map[string][]sample{
-		"kv-put":           {{1200, 400}, {1100, 380}, {1000, 420}},
-		"kv-get":           {{9000, 9}, {10000, 8}, {11000, 7}},
-		"catalog-register": {{1000, 500}, {1100, 450}, {900, 550}},
+		"kv-put":           {{throughput: 1200, p99: 400}, {throughput: 1100, p99: 380}, {throughput: 1000, p99: 420}},
+		"kv-get":           {{throughput: 9000, p99: 9}, {throughput: 10000, p99: 8}, {throughput: 11000, p99: 7}},
+		"catalog-register": {{throughput: 1000, p99: 500}, {throughput: 1100, p99: 450}, {throughput: 900, p99: 550}},
 	}
 	var got []string
 	for _, l := range lines(lode, peer) {
@@ -119,5 +119,13 @@ func TestSelectWorkloads(t *testing.T) {
 		if _, err := selectWorkloads(bad); err == nil {
 			t.Errorf("selectWorkloads(%q) succeeded", bad)
 		}
+	}
+}
+
+func TestCPULine(t *testing.T) {
+	got := cpuLine(getWorkload, []sample{{serverCPU: 28}, {serverCPU: 30}, {serverCPU: 25}}, []sample{{serverCPU: 46}, {serverCPU: 53}, {serverCPU: 35}})
+	want := "cpu: kv-get server-cpu per op, medians: lodestone=28us consul=46us (consul/lodestone 1.64); no target"
+	if got != want {
+		t.Errorf("cpuLine:\n got: %s\nwant: %s", got, want)
 	}
 }
