@@ -43,7 +43,7 @@ var (
 	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep       = flag.Bool("keep", false, "keep binaries, data dirs and server logs after the run")
 	flagWorkloads  = flag.String("workloads", "all", "workloads to run, in their fixed order: all, or a comma-separated list of kv-put, kv-get, catalog-register")
-	flagPprof      = flag.String("pprof", "", "directory for CPU and allocation profiles of every Lodestone server over each window (lodestone-WORKLOAD-rREP-ROLE.pprof, .allocs-base.pprof, .allocs.pprof); a profiled run's figures are not the benchmark's")
+	flagPprof      = flag.String("pprof", "", "directory for CPU and allocation profiles of every server of both systems over each window (ROLE-SYSTEM-WORKLOAD-rREP.pprof, .allocs-base.pprof, .allocs.pprof; Consul runs with enable_debug for it); a profiled run's figures are not the benchmark's")
 )
 
 // The issue's targets (issue 40, "Done when"): Lodestone against a

@@ -66,11 +66,17 @@ type system struct {
 // -bootstrap-expect 3, not dev mode, Raft on disk with its default fsync.
 func consulSystem(bin string) system {
 	return system{name: "consul", start: func(ctx context.Context, workDir string) (*cluster, error) {
-		cc, err := consulpeer.StartCluster(ctx, bin, workDir, consulpeer.Options{Members: members, CPUs: *flagServerCPUs, LogLevel: logLevel})
+		opts := consulpeer.Options{Members: members, CPUs: *flagServerCPUs, LogLevel: logLevel}
+		profiles := *flagPprof != ""
+		if profiles {
+			// Consul serves /debug/pprof only with enable_debug.
+			opts.Extra = []string{"-hcl", "enable_debug = true"}
+		}
+		cc, err := consulpeer.StartCluster(ctx, bin, workDir, opts)
 		if err != nil {
 			return nil, err
 		}
-		return &cluster{system: "consul", procs: cc.Procs, https: cc.HTTP, leader: cc.Leader,
+		return &cluster{system: "consul", procs: cc.Procs, https: cc.HTTP, leader: cc.Leader, profiles: profiles,
 			stop: func() error { return cc.Stop(*flagKeep) }}, nil
 	}}
 }
