@@ -33,10 +33,9 @@ func TestLines(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("lines:\n got: %q\nwant: %q", got, want)
 	}
-	for _, l := range lines(lode, map[string][]sample{}) {
-		if l.Pass() {
-			t.Errorf("%s passes with no peer figure", l)
-		}
+	delete(lode, "kv-put")
+	if got := lines(lode, peer); len(got) != 2 || got[0].Name != "consul-kv-get-throughput" {
+		t.Errorf("without the puts: %v, want the get and register lines only", got)
 	}
 }
 
