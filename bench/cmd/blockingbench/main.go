@@ -112,6 +112,11 @@ func run(ctx context.Context) error {
 	if !slices.Contains([]string{"leader", "follower", "followers", "all", "learner"}, *flagQueriesOn) {
 		return fmt.Errorf(`-queries-on %q: want "leader", "follower", "followers", "all" or "learner"`, *flagQueriesOn)
 	}
+	// Each query holds a connection here and one on a server, plus the
+	// servers' own files.
+	if err := raiseFileLimit(uint64(2*(*flagQueries) + 10000)); err != nil {
+		return err
+	}
 	root, err := filepath.Abs(*flagRoot)
 	if err != nil {
 		return err

@@ -116,3 +116,19 @@ func TestConsulLines(t *testing.T) {
 		t.Errorf("consulLimits(50000) = %q", got)
 	}
 }
+
+// Past perSource queries, each perSource get a loopback source address
+// of their own, so no source runs out of ephemeral ports.
+func TestSourceAddrs(t *testing.T) {
+	if got := sourceAddrs(10000); len(got) != 1 || got[0] != nil {
+		t.Errorf("sourceAddrs(10000) = %v, want the one default source", got)
+	}
+	got := sourceAddrs(50000)
+	var ips []string
+	for _, a := range got {
+		ips = append(ips, a.IP.String())
+	}
+	if !slices.Equal(ips, []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}) {
+		t.Errorf("sourceAddrs(50000) = %v", ips)
+	}
+}
