@@ -299,9 +299,9 @@ func raiseFileLimit(need uint64) error {
 	if lim.Cur >= need {
 		return nil
 	}
-	lim.Cur, lim.Max = need, max(lim.Max, need)
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return fmt.Errorf("raise the open-file limit to %d for the queries' connections (run as root, or raise ulimit -n): %w", need, err)
+	want := syscall.Rlimit{Cur: need, Max: max(lim.Max, need)}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+		return fmt.Errorf("raise the open-file limit from %d (hard %d) to %d for the queries' connections (needs root with CAP_SYS_RESOURCE, or a higher ulimit -Hn): %w", lim.Cur, lim.Max, need, err)
 	}
 	return nil
 }

@@ -112,9 +112,9 @@ func run(ctx context.Context) error {
 	if !slices.Contains([]string{"leader", "follower", "followers", "all", "learner"}, *flagQueriesOn) {
 		return fmt.Errorf(`-queries-on %q: want "leader", "follower", "followers", "all" or "learner"`, *flagQueriesOn)
 	}
-	// Each query holds a connection here and one on a server, plus the
-	// servers' own files.
-	if err := raiseFileLimit(uint64(2*(*flagQueries) + 10000)); err != nil {
+	// Each query holds a connection here and one on the server it waits
+	// on, which inherits this limit; both have files of their own too.
+	if err := raiseFileLimit(uint64(*flagQueries + 10000)); err != nil {
 		return err
 	}
 	root, err := filepath.Abs(*flagRoot)

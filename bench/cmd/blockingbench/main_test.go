@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"syscall"
 	"testing"
 )
 
@@ -130,5 +131,23 @@ func TestSourceAddrs(t *testing.T) {
 	}
 	if !slices.Equal(ips, []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}) {
 		t.Errorf("sourceAddrs(50000) = %v", ips)
+	}
+}
+
+func TestRaiseFileLimit(t *testing.T) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if err := raiseFileLimit(lim.Cur); err != nil {
+		t.Errorf("a limit already met: %v", err)
+	}
+	// Above any kernel's fs.nr_open: refused, with the limit unchanged.
+	if err := raiseFileLimit(1 << 40); err == nil {
+		t.Error("raising the open-file limit to 2^40 succeeded")
+	}
+	var after syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &after); err != nil || after != lim {
+		t.Errorf("limit after a refused raise: %+v, %v; want %+v", after, err, lim)
 	}
 }
