@@ -139,6 +139,14 @@ bench: bench-kv bench-blocking
 bench-kv:
 	cd bench && $(GO) run ./cmd/kvbench
 
+# The Consul HTTP API, Lodestone vs Consul v1.16.3 (the last MPL-2.0
+# release, built once from the Go module proxy into ~/.cache/lodestone-bench;
+# a cold build takes minutes and 2 GB): KV puts and default-mode gets at 64
+# connections, catalog registrations; see bench/cmd/consulbench.
+.PHONY: bench-consul
+bench-consul:
+	cd bench && $(GO) run ./cmd/consulbench
+
 # Every web UI page against a real server with 10,000 keys and 1,000 service
 # instances: five runs of 200 requests a page, each run's p99, and the median
 # of the five printed as BENCH ui-page-p99 <page>=<ms> (target: under 50 ms).
@@ -175,7 +183,9 @@ bench-watch-1m:
 
 # 10k Consul-style blocking queries on distinct keys plus 1,000 writes/s
 # through the Consul HTTP KV API: write p99 with them vs without, every
-# query answered; see bench/cmd/blockingbench.
+# query answered, and the same load on Consul v1.16.3 (built as for
+# bench-consul): write p99 and memory per parked query vs Consul's; see
+# bench/cmd/blockingbench.
 .PHONY: bench-blocking
 bench-blocking:
 	cd bench && $(GO) run ./cmd/blockingbench

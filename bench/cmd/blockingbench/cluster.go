@@ -141,7 +141,10 @@ func (c *cluster) startMember(bin string, i int, initial []string, join bool) er
 		"--listen-peer", c.peers[i], "--listen-grpc", c.grpcs[i], "--listen-http", strings.TrimPrefix(c.https[i], "http://"),
 		"--initial-cluster", strings.Join(initial, ","), "--join=" + strconv.FormatBool(join),
 		"--log-level", "warn", "--enable-pprof=" + strconv.FormatBool(*flagGCBefore || *flagPprof != "" || *flagTrace != ""),
-		"--no-parking=" + strconv.FormatBool(*flagNoParking), "--snapshot-entries", strconv.Itoa(snapshotEntries())}
+		"--no-parking=" + strconv.FormatBool(*flagNoParking), "--snapshot-entries", strconv.Itoa(snapshotEntries()),
+		// Every query is a connection from this one process: lift the
+		// per-client cap and keep the listener's above the queries.
+		"--max-http-connections-per-client=-1", "--max-http-connections", strconv.Itoa(max(20000, *flagQueries+1000))}
 	if *flagServerProcs > 0 {
 		bin, args = "env", append([]string{"GOMAXPROCS=" + strconv.Itoa(*flagServerProcs), bin}, args...)
 	}

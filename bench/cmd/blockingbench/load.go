@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
@@ -178,8 +180,8 @@ func runWrites(ctx context.Context, wr *harness.Writer, p *phase, q *queries) (w
 // queries runs one consul-template-style blocking query per key, each in
 // its own goroutine on its own keep-alive connection.
 type queries struct {
-	tr        *http.Transport
-	client    *http.Client
+	trs       []*http.Transport
+	clients   []*http.Client // query k sends on clients[k mod len]
 	wait      time.Duration
 	cur       atomic.Pointer[phase]
 	stopped   atomic.Bool
@@ -228,10 +230,18 @@ func (a *queryCounts) add(b queryCounts) {
 // query has read its key and sent its first blocking request.
 func openQueries(parent context.Context, targets []string, n int, wait time.Duration) (*queries, error) {
 	ctx, cancel := context.WithCancel(parent)
-	// NB: the default MaxIdleConnsPerHost (2) would close all but two
-	// connections after each answer and redial: 10k dials per wait.
-	tr := &http.Transport{MaxIdleConnsPerHost: n + 16, IdleConnTimeout: 0}
-	q := &queries{tr: tr, client: &http.Client{Transport: tr}, wait: wait, cancel: cancel}
+	q := &queries{wait: wait, cancel: cancel}
+	sources := sourceAddrs(n)
+	for _, src := range sources {
+		// NB: the default MaxIdleConnsPerHost (2) would close all but two
+		// connections after each answer and redial: 10k dials per wait.
+		tr := &http.Transport{MaxIdleConnsPerHost: n/len(sources) + 16, IdleConnTimeout: 0}
+		if src != nil {
+			tr.DialContext = (&net.Dialer{LocalAddr: src}).DialContext
+		}
+		q.trs = append(q.trs, tr)
+		q.clients = append(q.clients, &http.Client{Transport: tr})
+	}
 	var ready sync.WaitGroup
 	ready.Add(n)
 	start := time.Now()
@@ -239,7 +249,7 @@ func openQueries(parent context.Context, targets []string, n int, wait time.Dura
 		url := targets[k%len(targets)] + "/v1/kv/" + keyName(k)
 		at := start.Add(time.Duration(k) * wait / time.Duration(n))
 		q.wg.Add(1)
-		go q.run(ctx, url, at, sync.OnceFunc(ready.Done))
+		go q.run(ctx, q.clients[k%len(q.clients)], url, at, sync.OnceFunc(ready.Done))
 	}
 	allReady := make(chan struct{})
 	go func() { ready.Wait(); close(allReady) }()
@@ -259,10 +269,47 @@ func openQueries(parent context.Context, targets []string, n int, wait time.Dura
 	return nil, fmt.Errorf("not every query started within %v (first error: %v)", wait+30*time.Second, q.firstErr)
 }
 
+// perSource is the most query connections one source address opens:
+// every connection to a server's one port needs a port of its own from
+// the source address's ephemeral range, about 28,000 by default on Linux.
+const perSource = 20000
+
+// sourceAddrs are the local addresses the queries dial from: none chosen
+// (nil) up to perSource queries, else 127.0.0.2, 127.0.0.3, ... (all
+// loopback), one per perSource queries.
+func sourceAddrs(n int) []*net.TCPAddr {
+	if n <= perSource {
+		return []*net.TCPAddr{nil}
+	}
+	var out []*net.TCPAddr
+	for i := range (n + perSource - 1) / perSource {
+		out = append(out, &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i))})
+	}
+	return out
+}
+
+// raiseFileLimit lifts this process's open-file limit to at least need
+// (the hard limit too, which needs root), so that it, and the servers it
+// starts, which inherit it, can hold a connection per query.
+func raiseFileLimit(need uint64) error {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	if lim.Cur >= need {
+		return nil
+	}
+	want := syscall.Rlimit{Cur: need, Max: max(lim.Max, need)}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+		return fmt.Errorf("raise the open-file limit from %d (hard %d) to %d for the queries' connections (needs root with CAP_SYS_RESOURCE, or a higher ulimit -Hn): %w", lim.Cur, lim.Max, need, err)
+	}
+	return nil
+}
+
 // run is one query's loop, as consul-template's view: read, then block on
 // the index read, until stopped. ready is called once its first blocking
 // request is about to go out (or when it returns).
-func (q *queries) run(ctx context.Context, url string, at time.Time, ready func()) {
+func (q *queries) run(ctx context.Context, client *http.Client, url string, at time.Time, ready func()) {
 	defer q.wg.Done()
 	defer ready()
 	if ctxtime.Sleep(ctx, time.Until(at)) != nil {
@@ -276,7 +323,7 @@ func (q *queries) run(ctx context.Context, url string, at time.Time, ready func(
 			q.due.Add(1)
 		}
 		t0 := time.Now()
-		got, val, err := q.get(ctx, url, index)
+		got, val, err := q.get(ctx, client, url, index)
 		if err != nil {
 			if ctx.Err() != nil {
 				return // cut off by close: due, not answered
@@ -312,7 +359,7 @@ func (q *queries) run(ctx context.Context, url string, at time.Time, ready func(
 
 // get reads url as Consul's client does: ?wait always, ?index when
 // waiting on one. It returns X-Consul-Index and the value (nil on 404).
-func (q *queries) get(ctx context.Context, url string, index uint64) (uint64, []byte, error) {
+func (q *queries) get(ctx context.Context, client *http.Client, url string, index uint64) (uint64, []byte, error) {
 	u := fmt.Sprintf("%s?wait=%dms", url, q.wait.Milliseconds())
 	if index > 0 {
 		u += "&index=" + strconv.FormatUint(index, 10)
@@ -323,7 +370,7 @@ func (q *queries) get(ctx context.Context, url string, index uint64) (uint64, []
 	if err != nil {
 		return 0, nil, err
 	}
-	resp, err := q.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -422,6 +469,8 @@ func (q *queries) close() {
 		q.stopped.Store(true)
 		q.cancel()
 		q.wg.Wait()
-		q.tr.CloseIdleConnections()
+		for _, tr := range q.trs {
+			tr.CloseIdleConnections()
+		}
 	})
 }

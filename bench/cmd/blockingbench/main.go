@@ -10,7 +10,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -19,10 +18,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/lodestone-kv/lodestone/bench/internal/consulpeer"
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
 	"github.com/lodestone-kv/lodestone/internal/heapfloor"
 )
@@ -54,6 +53,9 @@ var (
 
 	// The writer child runs this binary with these (and -queries):
 	// writes come from their own process, see harness.ServeWrites.
+	flagConsul      = flag.Bool("consul", true, "also run Consul "+consulpeer.Version+" (built once into the cache by bench/internal/consulpeer) with the same keys, writes and queries, for the lines against it")
+	flagConsulBin   = flag.String("consul-bin", "", "a consul binary to use instead of the cached build (it must report "+consulpeer.Version+")")
+	flagConsulOn    = flag.String("consul-queries-on", "follower", `where Consul's blocking queries go: "follower" (the one after the leader, which forwards each to the leader as Consul does in the default consistency mode), "followers", "leader" or "all"`)
 	flagServeWriter = flag.Bool("serve-writer", false, "internal: run write phases read from stdin and nothing else")
 	flagTarget      = flag.String("target", "", "internal: -serve-writer's server URL")
 )
@@ -95,14 +97,25 @@ type sample struct {
 	none999, with999, after999 float64
 	wakeP99                    float64 // ms
 	q                          queryCounts
+	// The servers' summed resident memory at the end of the first
+	// control and at the end of the phase with the queries, in bytes.
+	rssWithout, rssWith float64
 }
 
 func run(ctx context.Context) error {
 	if *flagReps < 1 || *flagRate < 1 || *flagQueries < 1 || *flagWait < time.Second || *flagSnapEvery < 0 || *flagSettle < 0 || *flagSettleWin < time.Second {
 		return errors.New("-reps, -rate and -queries must be >= 1, -wait >= 1s, -snapshot-entries >= 0, -settle >= 0 and -settle-window >= 1s")
 	}
+	if !slices.Contains([]string{"leader", "follower", "followers", "all"}, *flagConsulOn) {
+		return fmt.Errorf(`-consul-queries-on %q: want "leader", "follower", "followers" or "all"`, *flagConsulOn)
+	}
 	if !slices.Contains([]string{"leader", "follower", "followers", "all", "learner"}, *flagQueriesOn) {
 		return fmt.Errorf(`-queries-on %q: want "leader", "follower", "followers", "all" or "learner"`, *flagQueriesOn)
+	}
+	// Each query holds a connection here and one on the server it waits
+	// on, which inherits this limit; both have files of their own too.
+	if err := raiseFileLimit(uint64(*flagQueries + 10000)); err != nil {
+		return err
 	}
 	root, err := filepath.Abs(*flagRoot)
 	if err != nil {
@@ -140,13 +153,27 @@ func run(ctx context.Context) error {
 	logf("%s", pinning)
 	loadBefore := loadAvg()
 
+	consulBin := ""
+	if *flagConsul {
+		if consulBin, err = consulBinary(ctx); err != nil {
+			return err
+		}
+	}
 	var samples []sample
+	var consulSamples []peerSample
 	for rep := range *flagReps {
 		s, err := runRep(ctx, bin, tmp, rep)
 		if err != nil {
 			return fmt.Errorf("rep %d: %w", rep+1, err)
 		}
 		samples = append(samples, s)
+		if consulBin != "" {
+			cs, err := runConsulRep(ctx, consulBin, tmp, rep)
+			if err != nil {
+				return fmt.Errorf("consul rep %d: %w", rep+1, err)
+			}
+			consulSamples = append(consulSamples, cs)
+		}
 	}
 
 	n := *flagQueries
@@ -208,7 +235,32 @@ func run(ctx context.Context) error {
 		PeerName: "due", Peer: float64(tot.wakesDue), Op: ">=", Target: 1})
 	fmt.Println(harness.Line{Name: "blocking-wake-p99-" + k, Unit: "ms", Lodestone: med(func(s sample) float64 { return s.wakeP99 }),
 		PeerName: "budget", Peer: budgetWakeMS, Op: "<=", Target: 1})
+	if len(consulSamples) > 0 {
+		printConsul(samples, consulSamples, n)
+	}
 	return nil
+}
+
+// printConsul prints the setup, the check and the lines against Consul.
+func printConsul(samples []sample, consulSamples []peerSample, n int) {
+	var tot queryCounts
+	for _, s := range consulSamples {
+		tot.add(s.q)
+	}
+	fmt.Printf("consul: per rep, after Lodestone's, a fresh 3-server Consul %s cluster (agent -server -bootstrap-expect 3, not dev mode, Raft on disk with its default fsync, "+
+		"-hcl limits { http_max_conns_per_client = %d }) on the same CPUs, the same %d keys, writes (to the leader, from the same writer child) and queries (%s, on the same query CPUs), "+
+		"a phase without then one with them, each %s warm-up + %s window; rss-per-query = (the 3 servers' resident memory at the end of the phase with the queries - at the end of the one without) / %d, "+
+		"Lodestone's the same over all its members\n",
+		consulpeer.Version, n+1000, n, *flagConsulOn, *flagWarmup, *flagDuration, n)
+	fmt.Printf("consul-verify: over %d reps: %d blocking requests due, %d answered, %d errors; %d writes acknowledged while queries ran, %d seen by their key's query\n",
+		len(consulSamples), tot.due, tot.answered, tot.errors, tot.wakesDue, tot.wakesSeen)
+	var lode []peerSample
+	for _, s := range samples {
+		lode = append(lode, peerSample{with: s.with, rssWith: s.rssWith, rssPerQuery: perQuery(s.rssWithout, s.rssWith, n)})
+	}
+	for _, l := range consulLines(lode, consulSamples, n) {
+		fmt.Println(l)
+	}
 }
 
 // writerPriority is the writer's SCHED_FIFO priority under -writer-fifo:
@@ -260,16 +312,7 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 	if err := w.populate(ctx, n); err != nil {
 		return sample{}, err
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return sample{}, err
-	}
-	wbin, wargs := self, []string{"-serve-writer", "-target", c.https[c.leader], "-queries", strconv.Itoa(n)}
-	if *flagWriterFIFO {
-		wbin, wargs = "chrt", append([]string{"-f", writerPriority, self}, wargs...)
-	}
-	wr, err := harness.StartWriter("writer", wbin, wargs,
-		filepath.Join(workDir, fmt.Sprintf("writer-rep%d.log", rep+1)), cmp.Or(*flagWriterCPUs, *flagClientCPUs))
+	wr, err := startWriterChild(workDir, fmt.Sprintf("writer-rep%d.log", rep+1), c.https[c.leader], n)
 	if err != nil {
 		return sample{}, err
 	}
@@ -375,6 +418,9 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		return s, err
 	}
 	s.none, s.none999 = harness.Millis(harness.Percentile(r.lat, 99)), harness.Millis(harness.Percentile(r.lat, 99.9))
+	if s.rssWithout, err = rssSum(c.procs); err != nil {
+		return s, err
+	}
 
 	targets := queryTargets(c.https, c.leader, *flagQueriesOn)
 	logf("opening %d blocking queries over %v", n, *flagWait)
@@ -397,15 +443,18 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		return s, err
 	}
 	s.with, s.with999 = harness.Millis(harness.Percentile(r.lat, 99)), harness.Millis(harness.Percentile(r.lat, 99.9))
+	if s.rssWith, err = rssSum(c.procs); err != nil {
+		return s, err
+	}
 	logf("draining: every write seen, then every outstanding query answered")
 	s.q = q.finish(ctx)
 	if err := ctx.Err(); err != nil {
 		return s, err
 	}
 	s.wakeP99 = harness.Millis(harness.Percentile(s.q.wake, 99))
-	fmt.Printf("queries rep=%d/%d in-flight-at-start=%.0f due=%d answered=%d changed=%d timed-out=%d early=%d errors=%d resets=%d wakes-due=%d wakes-seen=%d wake-p50=%sms wake-p99=%sms%s\n",
+	fmt.Printf("queries rep=%d/%d in-flight-at-start=%.0f due=%d answered=%d changed=%d timed-out=%d early=%d errors=%d resets=%d wakes-due=%d wakes-seen=%d wake-p50=%sms wake-p99=%sms rss-without-mib=%.0f rss-with-mib=%.0f rss-per-query-kib=%.1f%s\n",
 		rep+1, *flagReps, waiting, s.q.due, s.q.answered, s.q.changed, s.q.timedOut, s.q.early, s.q.errors, s.q.resets, s.q.wakesDue, s.q.wakesSeen,
-		ms(harness.Percentile(s.q.wake, 50)), ms(harness.Percentile(s.q.wake, 99)), errNote(s.q.firstErr))
+		ms(harness.Percentile(s.q.wake, 50)), ms(harness.Percentile(s.q.wake, 99)), s.rssWithout/(1<<20), s.rssWith/(1<<20), perQuery(s.rssWithout, s.rssWith, n)/1024, errNote(s.q.firstErr))
 
 	// Control: the same writes with the queries gone. A baseline that
 	// drifted (a bigger store, a noisy neighbour) shows here; the ratio's

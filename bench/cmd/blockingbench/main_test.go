@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"syscall"
 	"testing"
 )
 
@@ -90,5 +91,63 @@ func TestEachWindowMeetsOneSnapshot(t *testing.T) {
 		if n := last/every - (first-1)/every; n != 1 {
 			t.Errorf("phase %d window, entries %d..%d: %d snapshots at every %d entries, want 1", p+1, first, last, n, every)
 		}
+	}
+}
+
+// TestConsulLines pins the two lines against Consul: medians of each
+// system's reps, memory per query in KiB (issue 41, "Done when").
+func TestConsulLines(t *testing.T) {
+	lode := []peerSample{{with: 9, rssPerQuery: 10 << 10}, {with: 11, rssPerQuery: 12 << 10}, {with: 10, rssPerQuery: 8 << 10}}
+	peer := []peerSample{{with: 150, rssPerQuery: 20 << 10}, {with: 170, rssPerQuery: 18 << 10}, {with: 169, rssPerQuery: 19 << 10}}
+	var got []string
+	for _, l := range consulLines(lode, peer, 10000) {
+		got = append(got, l.String())
+	}
+	want := []string{
+		"BENCH blocking-write-p99-10k-vs-consul lodestone=10ms consul=169ms ratio=0.06 target=<=0.25",
+		"BENCH blocking-rss-per-query-10k-vs-consul lodestone=10KiB consul=19KiB ratio=0.53 target=<=1.0",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("consulLines:\n got: %q\nwant: %q", got, want)
+	}
+	if got := perQuery(100<<20, 300<<20, 10000); got != 20971.52 {
+		t.Errorf("perQuery = %v, want 20971.52 bytes", got)
+	}
+	if got := consulLimits(50000); !slices.Equal(got, []string{"-hcl", "limits { http_max_conns_per_client = 51000 }"}) {
+		t.Errorf("consulLimits(50000) = %q", got)
+	}
+}
+
+// Past perSource queries, each perSource get a loopback source address
+// of their own, so no source runs out of ephemeral ports.
+func TestSourceAddrs(t *testing.T) {
+	if got := sourceAddrs(10000); len(got) != 1 || got[0] != nil {
+		t.Errorf("sourceAddrs(10000) = %v, want the one default source", got)
+	}
+	got := sourceAddrs(50000)
+	var ips []string
+	for _, a := range got {
+		ips = append(ips, a.IP.String())
+	}
+	if !slices.Equal(ips, []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}) {
+		t.Errorf("sourceAddrs(50000) = %v", ips)
+	}
+}
+
+func TestRaiseFileLimit(t *testing.T) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if err := raiseFileLimit(lim.Cur); err != nil {
+		t.Errorf("a limit already met: %v", err)
+	}
+	// Above any kernel's fs.nr_open: refused, with the limit unchanged.
+	if err := raiseFileLimit(1 << 40); err == nil {
+		t.Error("raising the open-file limit to 2^40 succeeded")
+	}
+	var after syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &after); err != nil || after != lim {
+		t.Errorf("limit after a refused raise: %+v, %v; want %+v", after, err, lim)
 	}
 }
