@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -116,21 +117,40 @@ func (c *cluster) kill(sig syscall.Signal) {
 	}
 }
 
-// waitReady polls every server's /readyz until all answer 200.
-func (c *cluster) waitReady(ctx context.Context, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
+// waitReady polls every server's /readyz until all answer 200, and logs
+// when each first answered at all and when it was ready.
+func (c *cluster) waitReady(ctx context.Context, limit time.Duration, log io.Writer) error {
+	start := time.Now()
+	deadline := start.Add(limit)
+	up := make([]time.Duration, len(c.servers))
+	ready := make([]time.Duration, len(c.servers))
+	hc := &http.Client{Timeout: time.Second}
 	for {
-		ready := 0
-		for _, s := range c.servers {
-			resp, err := http.Get("http://" + s.http + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					ready++
-				}
+		n := 0
+		for i, s := range c.servers {
+			if ready[i] > 0 {
+				n++
+				continue
+			}
+			resp, err := hc.Get("http://" + s.http + "/readyz")
+			if err != nil {
+				continue
+			}
+			resp.Body.Close()
+			if up[i] == 0 {
+				up[i] = time.Since(start)
+			}
+			if resp.StatusCode == http.StatusOK {
+				ready[i] = time.Since(start)
+				n++
 			}
 		}
-		if ready == len(c.servers) {
+		if n == len(c.servers) {
+			var parts []string
+			for i, s := range c.servers {
+				parts = append(parts, fmt.Sprintf("%s up %.1fs ready %.1fs", s.name, up[i].Seconds(), ready[i].Seconds()))
+			}
+			fmt.Fprintf(log, "drill: servers: %s\n", strings.Join(parts, ", "))
 			return nil
 		}
 		if time.Now().After(deadline) {

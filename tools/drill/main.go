@@ -9,9 +9,9 @@
 //     the ticker's index, and the cluster is idle of catch-up (every
 //     member has applied the leader's commit index and no watch stream
 //     opened for a second), for --steady;
-//   - ramp: from the restart until full service, the reconnect storm
-//     (through the admission ramp when the run has one); its figures are
-//     the restarted servers' since their start.
+//   - ramp: from the moment every restarted server is ready (restore)
+//     until full service: the reconnect storm, through the admission ramp
+//     when the run has one.
 //
 // It does this --reps times for each mode (ramp on, ramp off, interleaved
 // so load drift hits both alike) on a fresh cluster each time, the servers
@@ -67,6 +67,8 @@ type options struct {
 	serverCPUs, clientCPUs string
 	slow                   time.Duration
 	keep                   bool
+	pprof                  string
+	rampProfile            time.Duration
 }
 
 func main() {
@@ -89,6 +91,8 @@ func main() {
 	flag.StringVar(&o.clientCPUs, "client-cpus", "0", `CPU list of the drill itself (its clients and watchers); "" = unpinned`)
 	flag.DurationVar(&o.slow, "slow", 50*time.Millisecond, "report each second in which a server committed slower than this")
 	flag.BoolVar(&o.keep, "keep", false, "keep each run's data dirs and server logs (path printed)")
+	flag.StringVar(&o.pprof, "pprof", "", "save CPU profiles of every server over the steady window and the first --ramp-profile of the ramp into this directory (a profiled run's figures are not the drill's)")
+	flag.DurationVar(&o.rampProfile, "ramp-profile", 20*time.Second, "with --pprof: how much of the ramp, from the restart, to profile")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -162,6 +166,7 @@ type window struct {
 	p99     float64 // seconds
 	slow    float64 // commits over --slow
 	cpu     float64 // server CPU seconds, all three
+	rejects float64 // requests admission control refused
 }
 
 func (w window) cpuPerSec() float64 { return w.cpu / max(w.dur.Seconds(), 1e-9) }
@@ -195,9 +200,9 @@ func (r result) line(o options) string {
 		full = fmt.Sprintf(">%.0f", o.limit.Seconds())
 	}
 	return fmt.Sprintf("DRILL rep=%d ramp=%s restore=%.1f full_service=%s steady_commit_p99=%.1f commit_p99_during_ramp=%.1f ratio=%.2f "+
-		"steady_commits=%.0f/%.0fs ramp_commits=%.0f/%.0fs server_cpu_steady=%.2fs/s server_cpu_ramp=%.2fs/s clients_served=%d/%d watchers_resumed=%d/%d",
+		"steady_commits=%.0f/%.0fs ramp_commits=%.0f/%.0fs server_cpu_steady=%.2fs/s server_cpu_ramp=%.1fs(%.2fs/s) ramp_refusals=%.0f clients_served=%d/%d watchers_resumed=%d/%d",
 		r.rep, rampName(o, r.ramp), r.restore.Seconds(), full, r.steady.p99*1000, r.storm.p99*1000, r.ratio(),
-		r.steady.commits, r.steady.dur.Seconds(), r.storm.commits, r.storm.dur.Seconds(), r.steady.cpuPerSec(), r.storm.cpuPerSec(),
+		r.steady.commits, r.steady.dur.Seconds(), r.storm.commits, r.storm.dur.Seconds(), r.steady.cpuPerSec(), r.storm.cpu, r.storm.cpuPerSec(), r.storm.rejects,
 		r.clientsOK, o.clients, r.watchersOK, o.watchers)
 }
 
@@ -250,7 +255,7 @@ func drill(ctx context.Context, bin string, o options, ramp bool, rep int, log i
 	if err := c.start(); err != nil {
 		return res, err
 	}
-	if err := c.waitReady(ctx, time.Minute); err != nil {
+	if err := c.waitReady(ctx, time.Minute, log); err != nil {
 		return res, err
 	}
 	admin, err := client.New(client.Config{Endpoints: c.endpoints(), RequestTimeout: 10 * time.Second})
@@ -304,11 +309,16 @@ func drill(ctx context.Context, bin string, o options, ramp bool, rep int, log i
 	if err := waitIdle(ctx, c, time.Minute); err != nil {
 		return res, fmt.Errorf("steady state never reached: %w", err)
 	}
-	mw := startWindow(c, o, "steady", false, log)
+	mw := startWindow(c, o, "steady", log)
+	waitProfile := func() {}
+	if o.pprof != "" {
+		waitProfile = profileWindow(c, o.pprof, profileTag(rep, ramp, "steady"), o.steady-time.Second, log)
+	}
 	if err := sleep(ctx, o.steady); err != nil {
 		return res, err
 	}
 	res.steady = mw.end()
+	waitProfile()
 	fmt.Fprintf(log, "drill: steady commit p99 %.1fms over %.0f commits; killing every server\n", res.steady.p99*1000, res.steady.commits)
 
 	if ramp {
@@ -330,11 +340,15 @@ func drill(ctx context.Context, bin string, o options, ramp bool, rep int, log i
 	if err := c.start(); err != nil {
 		return res, err
 	}
-	mw = startWindow(c, o, "ramp", true, log)
-	if err := c.waitReady(ctx, 2*time.Minute); err != nil {
+	fmt.Fprintf(log, "drill: every server started again in %.1fs\n", time.Since(restartAt).Seconds())
+	if o.pprof != "" {
+		defer profileWindow(c, o.pprof, profileTag(rep, ramp, "ramp"), o.rampProfile, log)()
+	}
+	if err := c.waitReady(ctx, 2*time.Minute, log); err != nil {
 		return res, err
 	}
 	res.restore = time.Since(restartAt)
+	mw = startWindow(c, o, "ramp", log)
 	fmt.Fprintf(log, "drill: cluster back after %.1fs; waiting for every client and watcher\n", res.restore.Seconds())
 	full, err := waitServed(ctx, pop, restartAt, lastIndex+1, o, o.limit, log)
 	res.complete = err == nil
@@ -345,6 +359,15 @@ func drill(ctx context.Context, bin string, o options, ramp bool, rep int, log i
 		_, _ = admin.SetAdmission(ctx, &lodestonepb.AdmissionPolicy{})
 	}
 	return res, ctx.Err()
+}
+
+// profileTag names a run's profiles: r1-rampon-steady, r2-rampoff-ramp.
+func profileTag(rep int, ramp bool, window string) string {
+	mode := "rampoff"
+	if ramp {
+		mode = "rampon"
+	}
+	return fmt.Sprintf("r%d-%s-%s", rep, mode, window)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

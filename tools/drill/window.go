@@ -33,18 +33,8 @@ type measured struct {
 	done  sync.WaitGroup
 }
 
-// startWindow starts a window now, from the servers' figures now; from
-// their start when fromStart (they just started: counters are at zero).
-func startWindow(c *cluster, o options, name string, fromStart bool, log io.Writer) *measured {
-	m := &measured{name: name, c: c, start: time.Now(), stop: make(chan struct{})}
-	if fromStart {
-		m.first = make([]metrics, len(c.servers))
-		for i := range m.first {
-			m.first[i] = metrics{}
-		}
-	} else {
-		m.first = c.scrapeAll()
-	}
+func startWindow(c *cluster, o options, name string, log io.Writer) *measured {
+	m := &measured{name: name, c: c, start: time.Now(), first: c.scrapeAll(), stop: make(chan struct{})}
 	m.done.Add(1)
 	go func() {
 		defer m.done.Done()
@@ -103,7 +93,7 @@ func (m *measured) end() window {
 	h0, h1 := histogram(m.first, commitLatency), histogram(last, commitLatency)
 	return window{
 		dur: time.Since(m.start), commits: count(h0, h1), p99: p99(h0, h1),
-		cpu: sum(last, cpuSeconds) - sum(m.first, cpuSeconds),
+		cpu: sum(last, cpuSeconds) - sum(m.first, cpuSeconds), rejects: rejects(last) - rejects(m.first),
 	}
 }
 
