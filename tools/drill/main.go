@@ -164,7 +164,6 @@ type window struct {
 	dur     time.Duration
 	commits float64
 	p99     float64 // seconds
-	slow    float64 // commits over --slow
 	cpu     float64 // server CPU seconds, all three
 	rejects float64 // requests admission control refused
 }
