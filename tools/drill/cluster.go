@@ -23,11 +23,12 @@ type server struct {
 }
 
 type cluster struct {
-	bin     string
-	cpus    string // taskset CPU list of every server; "" = unpinned
-	logDir  string
-	servers []*server
-	initial string
+	bin      string
+	cpus     string // taskset CPU list of every server; "" = unpinned
+	logDir   string
+	logLevel string
+	servers  []*server
+	initial  string
 }
 
 func freeAddr() (string, error) {
@@ -39,8 +40,8 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-func newCluster(bin, dir, cpus string) (*cluster, error) {
-	c := &cluster{bin: bin, cpus: cpus, logDir: dir}
+func newCluster(bin, dir, cpus, logLevel string) (*cluster, error) {
+	c := &cluster{bin: bin, cpus: cpus, logDir: dir, logLevel: logLevel}
 	var parts []string
 	for i := 1; i <= 3; i++ {
 		s := &server{name: fmt.Sprintf("n%d", i), dir: filepath.Join(dir, fmt.Sprintf("n%d", i))}
@@ -73,7 +74,7 @@ func (c *cluster) start() error {
 	for _, s := range c.servers {
 		args := []string{"server", "--name", s.name, "--data-dir", s.dir, "--listen-peer", s.peer,
 			"--listen-grpc", s.grpc, "--listen-http", s.http, "--listen-dns", "", "--initial-cluster", c.initial,
-			"--log-level", "warn", "--connection-limit-exempt", "127.0.0.0/8", "--enable-pprof"}
+			"--log-level", c.logLevel, "--connection-limit-exempt", "127.0.0.0/8", "--enable-pprof"}
 		bin := c.bin
 		if c.cpus != "" {
 			args = append([]string{"-c", c.cpus, bin}, args...)
@@ -124,6 +125,7 @@ func (c *cluster) waitReady(ctx context.Context, limit time.Duration, log io.Wri
 	deadline := start.Add(limit)
 	up := make([]time.Duration, len(c.servers))
 	ready := make([]time.Duration, len(c.servers))
+	last := make([]string, len(c.servers)) // each one's last answer or error
 	hc := &http.Client{Timeout: time.Second}
 	for {
 		n := 0
@@ -134,9 +136,12 @@ func (c *cluster) waitReady(ctx context.Context, limit time.Duration, log io.Wri
 			}
 			resp, err := hc.Get("http://" + s.http + "/readyz")
 			if err != nil {
+				last[i] = err.Error()
 				continue
 			}
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 			resp.Body.Close()
+			last[i] = strings.TrimSpace(string(body))
 			if up[i] == 0 {
 				up[i] = time.Since(start)
 			}
@@ -154,7 +159,11 @@ func (c *cluster) waitReady(ctx context.Context, limit time.Duration, log io.Wri
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("cluster not ready within %v", limit)
+			var parts []string
+			for i, s := range c.servers {
+				parts = append(parts, s.name+": "+last[i])
+			}
+			return fmt.Errorf("cluster not ready within %v (last /readyz: %s)", limit, strings.Join(parts, "; "))
 		}
 		select {
 		case <-ctx.Done():

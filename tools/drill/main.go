@@ -68,6 +68,7 @@ type options struct {
 	slow                   time.Duration
 	keep                   bool
 	pprof                  string
+	logLevel               string
 	rampProfile            time.Duration
 }
 
@@ -91,6 +92,7 @@ func main() {
 	flag.StringVar(&o.clientCPUs, "client-cpus", "0", `CPU list of the drill itself (its clients and watchers); "" = unpinned`)
 	flag.DurationVar(&o.slow, "slow", 50*time.Millisecond, "report each second in which a server committed slower than this")
 	flag.BoolVar(&o.keep, "keep", false, "keep each run's data dirs and server logs (path printed)")
+	flag.StringVar(&o.logLevel, "server-log-level", "warn", "the servers' --log-level (their logs are in each run's dir: see --keep)")
 	flag.StringVar(&o.pprof, "pprof", "", "save CPU profiles of every server over the steady window and the first --ramp-profile of the ramp into this directory (a profiled run's figures are not the drill's)")
 	flag.DurationVar(&o.rampProfile, "ramp-profile", 20*time.Second, "with --pprof: how much of the ramp, from the restart, to profile")
 	flag.Parse()
@@ -251,7 +253,7 @@ func drill(ctx context.Context, bin string, o options, ramp bool, rep int, log i
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	c, err := newCluster(bin, dir, o.serverCPUs)
+	c, err := newCluster(bin, dir, o.serverCPUs, o.logLevel)
 	if err != nil {
 		return res, err
 	}
