@@ -155,7 +155,7 @@ func (c *cluster) waitReady(ctx context.Context, limit time.Duration, log io.Wri
 			for i, s := range c.servers {
 				parts = append(parts, fmt.Sprintf("%s up %.1fs ready %.1fs", s.name, up[i].Seconds(), ready[i].Seconds()))
 			}
-			fmt.Fprintf(log, "drill: servers: %s\n", strings.Join(parts, ", "))
+			fmt.Fprintf(log, "drill: %s servers: %s\n", time.Now().UTC().Format("15:04:05.000"), strings.Join(parts, ", "))
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -351,7 +351,7 @@ func drill(ctx context.Context, bin string, o options, ramp bool, rep int, log i
 	if err := c.start(); err != nil {
 		return res, err
 	}
-	fmt.Fprintf(log, "drill: every server started again in %.1fs\n", time.Since(restartAt).Seconds())
+	fmt.Fprintf(log, "drill: %s every server started again in %.1fs\n", restartAt.UTC().Format("15:04:05.000"), time.Since(restartAt).Seconds())
 	if o.pprof != "" {
 		defer profileWindow(c, o.pprof, profileTag(rep, ramp, "ramp"), o.rampProfile, log)()
 	}
