@@ -34,8 +34,18 @@ type measured struct {
 	done  sync.WaitGroup
 }
 
-func startWindow(c *cluster, o options, name string, log io.Writer) *measured {
-	m := &measured{name: name, c: c, start: time.Now(), first: c.scrapeAll(), stop: make(chan struct{})}
+// startWindow starts a window now, from the servers' figures now, or
+// from zero when the servers were just started (their counters are).
+func startWindow(c *cluster, o options, name string, fromStart bool, log io.Writer) *measured {
+	m := &measured{name: name, c: c, start: time.Now(), stop: make(chan struct{})}
+	if fromStart {
+		m.first = make([]metrics, len(c.servers))
+		for i := range m.first {
+			m.first[i] = metrics{}
+		}
+	} else {
+		m.first = c.scrapeAll()
+	}
 	m.done.Add(1)
 	go func() {
 		defer m.done.Done()
