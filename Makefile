@@ -58,10 +58,13 @@ test-short:
 # Both run the cluster with TLS and ACLs (bin/chaos --plaintext: without).
 # The worst-day drill (tools/drill): a 3-node cluster with 1,000 watchers and
 # 2,000 clients loses every node, restarts, and every client reconnects at
-# once, with an admission ramp and without. Prints DRILL lines.
+# once, with an admission ramp and without, 3 reps each (DRILL_FLAGS, e.g.
+# -reps 5 -pprof DIR; go run ./tools/drill -h). Prints DRILL lines per rep
+# and a summary with medians and spreads. Takes about 10-20 minutes.
+DRILL_FLAGS ?=
 .PHONY: drill
 drill: build
-	$(GO) run ./tools/drill --binary $(BIN)/lodestone
+	$(GO) run ./tools/drill --binary $(BIN)/lodestone $(DRILL_FLAGS)
 
 .PHONY: chaos chaos-smoke
 chaos: build

@@ -76,10 +76,26 @@ type cachedPolicy struct {
 
 // bucket is a token bucket refilled at the class's current rate, holding
 // at most one second of it.
+//
+// booked is when the last refused request was told to come back: each
+// refusal books the next free slot after it, one per token, so a burst
+// of refused clients returns spread at the admitted rate rather than all
+// at the next token (which refuses nearly all of them again, each time:
+// a retry storm the servers pay for while they should be committing).
 type bucket struct {
 	tokens float64
 	last   time.Time
+	booked time.Time
 }
+
+// minRetryHint is the shortest retry hint a refusal carries, and
+// maxRetryHint the longest: a client told to wait longer than the ramp
+// takes to grow is kept away for nothing, and the bound keeps a burst of
+// refusals from booking slots far ahead.
+const (
+	minRetryHint = 50 * time.Millisecond
+	maxRetryHint = 30 * time.Second
+)
 
 func newAdmission(st *store.Store, reg prometheus.Registerer) *admission {
 	a := &admission{
@@ -165,9 +181,22 @@ func (a *admission) admit(c int) (bool, time.Duration) {
 		b.tokens--
 		return true, 0
 	}
-	wait := time.Duration((1 - b.tokens) / rate * float64(time.Second))
 	a.rejected.WithLabelValues(classNames[c]).Inc()
-	return false, max(wait, 50*time.Millisecond)
+	return false, b.book(now, rate)
+}
+
+// book gives a refused request the next free slot: the next token if
+// nobody waits for it, else one token after the last one booked, within
+// [minRetryHint, maxRetryHint] from now. It returns the wait.
+func (b *bucket) book(now time.Time, rate float64) time.Duration {
+	perToken := time.Duration(float64(time.Second) / rate)
+	slot := now.Add(time.Duration((1 - b.tokens) / rate * float64(time.Second)))
+	if next := b.booked.Add(perToken); next.After(slot) {
+		slot = next
+	}
+	wait := min(max(slot.Sub(now), minRetryHint), maxRetryHint)
+	b.booked = now.Add(wait)
+	return wait
 }
 
 // check refuses a request of class c over the limit with

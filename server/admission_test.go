@@ -49,13 +49,15 @@ func TestAdmissionBucketAndRamp(t *testing.T) {
 	if got, want := admitted(classWrite, 50), 10; got != want {
 		t.Errorf("ramp at 10%% of 100/s: admitted %d in one instant, want %d", got, want)
 	}
-	if ok, wait := a.admit(classWrite); ok || wait < 50*time.Millisecond || wait > 200*time.Millisecond {
-		t.Errorf("over the limit: admitted %v, retry after %v; want refused with about 100ms", ok, wait)
+	// 40 were refused before it, each booking the next 100ms slot.
+	if ok, wait := a.admit(classWrite); ok || wait < 4*time.Second || wait > 4200*time.Millisecond {
+		t.Errorf("over the limit behind 40 refused: admitted %v, retry after %v; want refused with about 4.1s", ok, wait)
 	}
+	clock = clock.Add(5 * time.Second) // the booked slots pass
 	if got, want := admitted(classRead, 100), 100; got != want {
 		t.Errorf("reads have no limit: admitted %d, want %d", got, want)
 	}
-	clock = clock.Add(time.Minute)
+	clock = clock.Add(time.Minute - 5*time.Second) // a minute after the policy
 	if got := rampFraction(a.policy(clock), a.started, clock); got < 0.199 || got > 0.201 {
 		t.Errorf("one minute into a 10%%/min ramp: fraction %v, want 0.2", got)
 	}
@@ -75,6 +77,67 @@ func TestAdmissionBucketAndRamp(t *testing.T) {
 	storePolicy(t, st, 2, &lodestonepb.AdmissionPolicy{})
 	if got, want := admitted(classWrite, 500), 500; got != want {
 		t.Errorf("policy off: admitted %d, want %d", got, want)
+	}
+}
+
+// TestAdmissionSpreadsRetries refuses a burst of clients that each come
+// back when told, on a fake clock: every refused client books its own
+// slot, so each is refused about once and all get in at the admitted
+// rate, rather than all coming back at the next token and being refused
+// again and again. The hint never exceeds maxRetryHint.
+func TestAdmissionSpreadsRetries(t *testing.T) {
+	st := store.New()
+	a := newAdmission(st, prometheus.NewRegistry())
+	clock := time.Unix(1000, 0)
+	a.now = func() time.Time { return clock }
+	a.started = clock.Add(-time.Hour)
+	storePolicy(t, st, 1, &lodestonepb.AdmissionPolicy{Enabled: true, Watches: 10, SetUnixNano: clock.UnixNano()})
+
+	const clients = 200
+	due := make([]time.Time, clients) // when each client tries next; zero: admitted
+	for i := range due {
+		due[i] = clock
+	}
+	refusals, last := 0, clock
+	for {
+		next := -1
+		for i, d := range due {
+			if !d.IsZero() && (next < 0 || d.Before(due[next])) {
+				next = i
+			}
+		}
+		if next < 0 {
+			break
+		}
+		clock = due[next]
+		ok, wait := a.admit(classWatch)
+		if ok {
+			due[next], last = time.Time{}, clock
+			continue
+		}
+		refusals++
+		if wait < minRetryHint || wait > maxRetryHint {
+			t.Fatalf("retry hint %v outside [%v, %v]", wait, minRetryHint, maxRetryHint)
+		}
+		due[next] = clock.Add(wait + time.Millisecond) // a client comes back a little after its slot
+		if refusals > 10*clients {
+			t.Fatalf("%d refusals for %d clients: a retry storm", refusals, clients)
+		}
+	}
+	// 10 get in at once (a second of tokens), the other 190 one per 100ms.
+	if refusals > 2*(clients-10) {
+		t.Errorf("%d refusals for %d refused clients; want each refused about once", refusals, clients-10)
+	}
+	if took := last.Sub(time.Unix(1000, 0)); took > 25*time.Second {
+		t.Errorf("the last client got in after %v; want about 19s at 10/s", took)
+	}
+
+	// A burst far beyond what maxRetryHint holds is told maxRetryHint.
+	for range 1000 {
+		a.admit(classWatch)
+	}
+	if _, wait := a.admit(classWatch); wait != maxRetryHint {
+		t.Errorf("after 1000 refusals at 10/s the hint is %v, want the cap %v", wait, maxRetryHint)
 	}
 }
 

@@ -3,33 +3,46 @@
 // client reconnects at the same moment. It measures how long until the
 // cluster serves again (restore), until every client has been served and
 // every watcher has resumed (full service), and the commit latency p99 of
-// the servers during the reconnect storm, first with an admission ramp and
-// then without, and prints one line per run:
+// the servers in two windows:
 //
-//	DRILL restore=<s> full_service=<s> commit_p99_during_ramp=<ms> steady_commit_p99=<ms> ratio=<x> ramp=<on|off> ...
+//   - steady: after every client has been served and every watcher is at
+//     the ticker's index, and the cluster is idle of catch-up (every
+//     member has applied the leader's commit index and no watch stream
+//     opened for a second), for --steady;
+//   - ramp: from the restart until full service, on the restarted
+//     servers' counters since their start: the reconnect storm, through
+//     the admission ramp when the run has one. (A request that finds no
+//     leader yet waits in the server's hold, outside the commit latency.)
 //
-// Run it with `make drill`. Targets: full service under 5 minutes; with the
-// ramp, commit p99 during the storm at most 3x the steady p99.
+// It does this --reps times for each mode (ramp on, ramp off, interleaved
+// so load drift hits both alike) on a fresh cluster each time, the servers
+// pinned to --server-cpus and the drill's fleet to --client-cpus, and
+// prints one DRILL line per run and, at the end, one summary line per
+// mode with medians and spreads (least..greatest):
+//
+//	DRILL rep=<n> ramp=<r> restore=<s> full_service=<s> steady_commit_p99=<ms> commit_p99_during_ramp=<ms> ratio=<x> ...
+//	DRILL summary ramp=<r> reps=<n> steady_commit_p99=<med>ms(<min>..<max>) steady_spread=<max/min> ... target=...
+//
+// While a window runs, a line reports each second in which a server
+// committed slowly (over --slow), beside what else that server did in
+// that second (raftlog checkpoints, slow saves, GC cycles), so a slow tail
+// has timestamps and suspects.
+//
+// Run it with `make drill`. Targets: full service under 5 minutes; the
+// slowest rep's steady p99 at most 2x the fastest's; with the ramp, commit
+// p99 during the storm at most 3x the steady p99 in every rep.
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"math"
-	"math/rand/v2"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,11 +59,18 @@ type options struct {
 	clients, watchers      int
 	keys                   int
 	interval               time.Duration
-	steady                 time.Duration
+	steady, settle         time.Duration
 	reads, writes, watches uint64
 	ramp                   float64
 	mode                   string
 	limit                  time.Duration
+	reps                   int
+	serverCPUs, clientCPUs string
+	slow                   time.Duration
+	keep                   bool
+	pprof                  string
+	logLevel               string
+	rampProfile            time.Duration
 }
 
 func main() {
@@ -60,13 +80,22 @@ func main() {
 	flag.IntVar(&o.watchers, "watchers", 1000, "watchers (on as many of the clients)")
 	flag.IntVar(&o.keys, "keys", 1000, "keys written before the drill")
 	flag.DurationVar(&o.interval, "interval", 5*time.Second, "each client's request interval (2,000 clients at 5s: 400 requests/s)")
-	flag.DurationVar(&o.steady, "steady", 10*time.Second, "how long to measure the steady state before the outage")
+	flag.DurationVar(&o.steady, "steady", 30*time.Second, "the steady window: how long to measure before the outage")
+	flag.DurationVar(&o.settle, "settle", 5*time.Second, "after every client and watcher is served, wait this long before checking the cluster is idle of catch-up")
 	flag.Uint64Var(&o.reads, "reads", 3000, "admission limit: reads per second per server")
 	flag.Uint64Var(&o.writes, "writes", 400, "admission limit: writes per second per server")
 	flag.Uint64Var(&o.watches, "watches", 100, "admission limit: new watch streams per second per server")
 	flag.Float64Var(&o.ramp, "ramp", 25, "admission ramp, percent per minute")
 	flag.StringVar(&o.mode, "mode", "both", "ramp, noramp or both")
 	flag.DurationVar(&o.limit, "limit", 5*time.Minute, "give up on full service after this long")
+	flag.IntVar(&o.reps, "reps", 3, "repetitions of each mode; medians and spreads are reported (use an odd number)")
+	flag.StringVar(&o.serverCPUs, "server-cpus", "1", `CPU list (taskset -c) of every server; "" = unpinned`)
+	flag.StringVar(&o.clientCPUs, "client-cpus", "0", `CPU list of the drill itself (its clients and watchers); "" = unpinned`)
+	flag.DurationVar(&o.slow, "slow", 50*time.Millisecond, "report each second in which a server committed slower than this")
+	flag.BoolVar(&o.keep, "keep", false, "keep each run's data dirs and server logs (path printed)")
+	flag.StringVar(&o.logLevel, "server-log-level", "warn", "the servers' --log-level (their logs are in each run's dir: see --keep)")
+	flag.StringVar(&o.pprof, "pprof", "", "save CPU profiles of every server over the steady window and the first --ramp-profile of the ramp into this directory (a profiled run's figures are not the drill's)")
+	flag.DurationVar(&o.rampProfile, "ramp-profile", 20*time.Second, "with --pprof: how much of the ramp, from the restart, to profile")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -84,359 +113,156 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("--binary %s: %w (run 'make build' first)", o.binary, err)
 	}
-	var runs []bool
+	var modes []bool
 	switch o.mode {
 	case "both":
-		runs = []bool{true, false}
+		modes = []bool{true, false}
 	case "ramp":
-		runs = []bool{true}
+		modes = []bool{true}
 	case "noramp":
-		runs = []bool{false}
+		modes = []bool{false}
 	default:
 		return fmt.Errorf("--mode %q: use ramp, noramp or both", o.mode)
 	}
-	fmt.Fprintf(out, "drill: %d clients, %d watchers, %d keys, %d CPUs, GOMAXPROCS %d, no CPU pinning\n",
-		o.clients, o.watchers, o.keys, numCPU(), runtime.GOMAXPROCS(0))
-	var lines []string
-	for _, ramp := range runs {
-		res, err := drill(ctx, bin, o, ramp, out)
-		if err != nil {
-			return err
+	if o.reps < 1 {
+		return fmt.Errorf("--reps %d: at least 1", o.reps)
+	}
+	if o.serverCPUs != "" {
+		if _, err := parseCPUs(o.serverCPUs); err != nil {
+			return fmt.Errorf("--server-cpus: %w", err)
 		}
-		lines = append(lines, res.line(o))
-		fmt.Fprintln(out, res.line(o))
+	}
+	if o.clientCPUs != "" {
+		if err := pinSelf(o.clientCPUs); err != nil {
+			return fmt.Errorf("--client-cpus: %w", err)
+		}
+	}
+	fmt.Fprintf(out, "drill: %d clients, %d watchers, %d keys, %d reps, %d CPUs; servers on CPUs %q, clients on CPUs %q (GOMAXPROCS %d)\n",
+		o.clients, o.watchers, o.keys, o.reps, runtime.NumCPU(), o.serverCPUs, o.clientCPUs, runtime.GOMAXPROCS(0))
+	results := map[bool][]result{}
+	var lines []string
+	for rep := 1; rep <= o.reps; rep++ {
+		for _, ramp := range modes {
+			res, err := drill(ctx, bin, o, ramp, rep, out)
+			if err != nil {
+				return err
+			}
+			results[ramp] = append(results[ramp], res)
+			lines = append(lines, res.line(o))
+			fmt.Fprintln(out, res.line(o))
+		}
 	}
 	fmt.Fprintln(out, "---")
 	for _, l := range lines {
 		fmt.Fprintln(out, l)
 	}
+	for _, ramp := range modes {
+		fmt.Fprintln(out, summary(o, ramp, results[ramp]))
+	}
 	return nil
 }
 
+// window is what the servers did over one measured window.
+type window struct {
+	dur     time.Duration
+	commits float64
+	p99     float64 // seconds
+	cpu     float64 // server CPU seconds, all three
+	rejects float64 // requests admission control refused
+}
+
+func (w window) cpuPerSec() float64 { return w.cpu / max(w.dur.Seconds(), 1e-9) }
+
 type result struct {
+	rep                   int
 	ramp                  bool
 	restore, fullService  time.Duration
-	stormP99, steadyP99   float64 // seconds
+	steady, storm         window
 	clientsOK, watchersOK int
 	complete              bool
+	idle                  bool // the steady window began idle of catch-up
+}
+
+func rampName(o options, ramp bool) string {
+	if ramp {
+		return fmt.Sprintf("%g%%/min", o.ramp)
+	}
+	return "off"
+}
+
+func (r result) ratio() float64 {
+	if r.steady.p99 <= 0 {
+		return 0
+	}
+	return r.storm.p99 / r.steady.p99
 }
 
 func (r result) line(o options) string {
-	ramp := "off"
-	if r.ramp {
-		ramp = fmt.Sprintf("%g%%/min", o.ramp)
-	}
 	full := fmt.Sprintf("%.1f", r.fullService.Seconds())
 	if !r.complete {
 		full = fmt.Sprintf(">%.0f", o.limit.Seconds())
 	}
-	ratio := math.NaN()
-	if r.steadyP99 > 0 {
-		ratio = r.stormP99 / r.steadyP99
+	idle := "yes"
+	if !r.idle {
+		idle = "no"
 	}
-	return fmt.Sprintf("DRILL restore=%.1f full_service=%s commit_p99_during_ramp=%.1f steady_commit_p99=%.1f ratio=%.2f ramp=%s clients_served=%d/%d watchers_resumed=%d/%d",
-		r.restore.Seconds(), full, r.stormP99*1000, r.steadyP99*1000, ratio, ramp, r.clientsOK, o.clients, r.watchersOK, o.watchers)
+	return fmt.Sprintf("DRILL rep=%d ramp=%s idle=%s restore=%.1f full_service=%s steady_commit_p99=%.1f commit_p99_during_ramp=%.1f ratio=%.2f "+
+		"steady_commits=%.0f/%.0fs ramp_commits=%.0f/%.0fs server_cpu_steady=%.2fs/s server_cpu_ramp=%.1fs(%.2fs/s) ramp_refusals=%.0f clients_served=%d/%d watchers_resumed=%d/%d",
+		r.rep, rampName(o, r.ramp), idle, r.restore.Seconds(), full, r.steady.p99*1000, r.storm.p99*1000, r.ratio(),
+		r.steady.commits, r.steady.dur.Seconds(), r.storm.commits, r.storm.dur.Seconds(), r.steady.cpuPerSec(), r.storm.cpu, r.storm.cpuPerSec(), r.storm.rejects,
+		r.clientsOK, o.clients, r.watchersOK, o.watchers)
 }
 
-// --- the cluster --------------------------------------------------------------
-
-type server struct {
-	name, dir, peer, grpc, http string
-	cmd                         *exec.Cmd
-	done                        chan struct{}
-}
-
-type cluster struct {
-	bin     string
-	servers []*server
-	initial string
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+// summary is one mode's medians and spreads over its reps, and whether
+// each target was met.
+func summary(o options, ramp bool, rs []result) string {
+	var steady, storm, ratio, full []float64
+	complete := true
+	for _, r := range rs {
+		steady = append(steady, r.steady.p99*1000)
+		storm = append(storm, r.storm.p99*1000)
+		ratio = append(ratio, r.ratio())
+		full = append(full, r.fullService.Seconds())
+		complete = complete && r.complete
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-func newCluster(bin, dir string) (*cluster, error) {
-	c := &cluster{bin: bin}
-	var parts []string
-	for i := 1; i <= 3; i++ {
-		s := &server{name: fmt.Sprintf("n%d", i), dir: filepath.Join(dir, fmt.Sprintf("n%d", i))}
-		for _, p := range []*string{&s.peer, &s.grpc, &s.http} {
-			a, err := freeAddr()
-			if err != nil {
-				return nil, err
-			}
-			*p = a
+	st, sm, ra, fu := spreadOf(steady), spreadOf(storm), spreadOf(ratio), spreadOf(full)
+	steadySpread := st.max / st.min
+	met := func(ok bool) string {
+		if ok {
+			return "met"
 		}
-		c.servers = append(c.servers, s)
-		parts = append(parts, s.name+"="+s.peer)
+		return "missed"
 	}
-	c.initial = strings.Join(parts, ",")
-	return c, nil
-}
-
-func (c *cluster) endpoints() []string {
-	var eps []string
-	for _, s := range c.servers {
-		eps = append(eps, s.grpc)
-	}
-	return eps
-}
-
-func (c *cluster) start() error {
-	for _, s := range c.servers {
-		s.cmd = exec.Command(c.bin, "server", "--name", s.name, "--data-dir", s.dir, "--listen-peer", s.peer,
-			"--listen-grpc", s.grpc, "--listen-http", s.http, "--initial-cluster", c.initial, "--log-level", "warn")
-		s.cmd.Stderr = os.Stderr
-		if err := s.cmd.Start(); err != nil {
-			return fmt.Errorf("start %s: %w", s.name, err)
-		}
-		s.done = make(chan struct{})
-		go func(s *server) {
-			defer close(s.done)
-			_ = s.cmd.Wait()
-		}(s)
-	}
-	return nil
-}
-
-func (c *cluster) signal(sig syscall.Signal) {
-	for _, s := range c.servers {
-		if s.cmd == nil {
-			continue
-		}
-		_ = s.cmd.Process.Signal(sig)
-		select {
-		case <-s.done:
-		case <-time.After(30 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.done
-		}
-		s.cmd = nil
-	}
-}
-
-// waitReady polls every server's /readyz until all answer 200.
-func (c *cluster) waitReady(ctx context.Context, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		ready := 0
-		for _, s := range c.servers {
-			resp, err := http.Get("http://" + s.http + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					ready++
-				}
-			}
-		}
-		if ready == len(c.servers) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cluster not ready within %v", limit)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// commitHistogram sums lodestone_commit_latency_seconds buckets over the
-// servers: upper bound → cumulative count.
-func (c *cluster) commitHistogram() map[float64]float64 {
-	h := map[float64]float64{}
-	for _, s := range c.servers {
-		resp, err := http.Get("http://" + s.http + "/metrics")
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			line := sc.Text()
-			if !strings.HasPrefix(line, `lodestone_commit_latency_seconds_bucket{le="`) {
-				continue
-			}
-			rest := strings.TrimPrefix(line, `lodestone_commit_latency_seconds_bucket{le="`)
-			le, count, ok := strings.Cut(rest, `"} `)
-			if !ok {
-				continue
-			}
-			bound, err1 := strconv.ParseFloat(le, 64)
-			n, err2 := strconv.ParseFloat(count, 64)
-			if err1 == nil && err2 == nil {
-				h[bound] += n
-			}
-		}
-		resp.Body.Close()
-	}
-	return h
-}
-
-// p99 of the observations between two cumulative histograms, interpolated
-// linearly within the bucket that holds it (as Prometheus'
-// histogram_quantile does).
-func p99(before, after map[float64]float64) float64 {
-	var bounds []float64
-	for b := range after {
-		bounds = append(bounds, b)
-	}
-	sort.Float64s(bounds)
-	total := after[math.Inf(1)] - before[math.Inf(1)]
-	if total <= 0 {
-		return 0
-	}
-	rank := 0.99 * total
-	lower, below := 0.0, 0.0
-	for _, b := range bounds {
-		n := after[b] - before[b]
-		if n >= rank {
-			if math.IsInf(b, 1) {
-				return lower
-			}
-			if n == below {
-				return b
-			}
-			return lower + (b-lower)*(rank-below)/(n-below)
-		}
-		lower, below = b, n
-	}
-	return lower
-}
-
-// --- the population ---------------------------------------------------------
-
-type population struct {
-	clients  []*client.Client
-	lastOK   []atomic.Int64 // unix nanos of each client's last success
-	watchIdx []atomic.Int64 // index of each watcher's last batch
-	wg       sync.WaitGroup
-	cancel   context.CancelFunc
-}
-
-func startPopulation(ctx context.Context, eps []string, o options) (*population, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	p := &population{cancel: cancel, lastOK: make([]atomic.Int64, o.clients), watchIdx: make([]atomic.Int64, o.watchers)}
-	quiet := slog.New(slog.DiscardHandler)
-	for range o.clients {
-		// Each client lists the servers in its own order, as a fleet's
-		// config would: the load is spread, and each fails over.
-		order := append([]string(nil), eps...)
-		rand.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
-		c, err := client.New(client.Config{Endpoints: order, RequestTimeout: 3 * time.Second, BackoffBase: 100 * time.Millisecond, BackoffMax: 2 * time.Second, Logger: quiet})
-		if err != nil {
-			p.stop()
-			return nil, err
-		}
-		p.clients = append(p.clients, c)
-	}
-	for i, c := range p.clients {
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			p.clientLoop(ctx, i, c, o)
-		}()
-		if i < o.watchers {
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
-				p.watchLoop(ctx, i, c)
-			}()
-		}
-	}
-	return p, nil
-}
-
-func (p *population) clientLoop(ctx context.Context, i int, c *client.Client, o options) {
-	time.Sleep(time.Duration(rand.Int64N(int64(o.interval))))
-	t := time.NewTicker(o.interval)
-	defer t.Stop()
-	for n := 0; ; n++ {
-		var err error
-		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		if n%10 == 9 {
-			_, err = c.Put(rctx, fmt.Sprintf("drill/client/%d", i), []byte(strconv.Itoa(n)))
-		} else {
-			_, err = c.Get(rctx, fmt.Sprintf("drill/key/%d", rand.IntN(max(o.keys, 1))))
-		}
-		cancel()
-		if err == nil {
-			p.lastOK[i].Store(time.Now().UnixNano())
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (p *population) watchLoop(ctx context.Context, i int, c *client.Client) {
-	w := c.Watch(ctx, "drill/tick/", client.WatchPrefix(), client.WithProgressNotify())
-	defer w.Close()
-	for {
-		b, err := w.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			// The watch ended (compacted or given up): start again.
-			w.Close()
-			w = c.Watch(ctx, "drill/tick/", client.WatchPrefix(), client.WithProgressNotify())
-			continue
-		}
-		p.watchIdx[i].Store(int64(b.Index))
-	}
-}
-
-func (p *population) stop() {
-	p.cancel()
-	p.wg.Wait()
-	for _, c := range p.clients {
-		c.Close()
-	}
-}
-
-// served counts clients with a success after t and watchers past index.
-func (p *population) served(t time.Time, index uint64) (clients, watchers int) {
-	for i := range p.lastOK {
-		if p.lastOK[i].Load() > t.UnixNano() {
-			clients++
-		}
-	}
-	for i := range p.watchIdx {
-		if uint64(p.watchIdx[i].Load()) >= index {
-			watchers++
-		}
-	}
-	return clients, watchers
+	fullOK := complete && fu.max < 300
+	return fmt.Sprintf("DRILL summary ramp=%s reps=%d steady_commit_p99=%.1fms(%.1f..%.1f) steady_spread=%.2f target=<=2 %s "+
+		"commit_p99_during_ramp=%.1fms(%.1f..%.1f) ratio=%.2f(%.2f..%.2f) target=<=3 %s full_service=%.1fs(%.1f..%.1f) target=<300 %s",
+		rampName(o, ramp), len(rs), st.median, st.min, st.max, steadySpread, met(steadySpread <= 2),
+		sm.median, sm.min, sm.max, ra.median, ra.min, ra.max, met(ra.max <= 3),
+		fu.median, fu.min, fu.max, met(fullOK))
 }
 
 // --- one run ------------------------------------------------------------------
 
-func drill(ctx context.Context, bin string, o options, ramp bool, log io.Writer) (res result, err error) {
-	res.ramp = ramp
+func drill(ctx context.Context, bin string, o options, ramp bool, rep int, log io.Writer) (res result, err error) {
+	res.ramp, res.rep = ramp, rep
 	dir, err := os.MkdirTemp("", "lodestone-drill-")
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(dir)
-	c, err := newCluster(bin, dir)
+	if o.keep {
+		fmt.Fprintf(log, "drill: rep %d keeps %s\n", rep, dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	c, err := newCluster(bin, dir, o.serverCPUs, o.logLevel)
 	if err != nil {
 		return res, err
 	}
-	defer c.signal(syscall.SIGKILL)
+	defer c.kill(syscall.SIGKILL)
 	if err := c.start(); err != nil {
 		return res, err
 	}
-	if err := c.waitReady(ctx, time.Minute); err != nil {
+	if err := c.waitReady(ctx, time.Minute, log); err != nil {
 		return res, err
 	}
 	admin, err := client.New(client.Config{Endpoints: c.endpoints(), RequestTimeout: 10 * time.Second})
@@ -447,7 +273,8 @@ func drill(ctx context.Context, bin string, o options, ramp bool, log io.Writer)
 	if err := seed(ctx, admin, o.keys); err != nil {
 		return res, err
 	}
-	fmt.Fprintf(log, "drill (ramp %v): cluster up with %d keys; starting %d clients and %d watchers\n", ramp, o.keys, o.clients, o.watchers)
+	fmt.Fprintf(log, "drill rep %d (ramp %s): cluster up with %d keys (HTTP %s %s %s); starting %d clients and %d watchers\n",
+		rep, rampName(o, ramp), o.keys, c.servers[0].http, c.servers[1].http, c.servers[2].http, o.clients, o.watchers)
 
 	pop, err := startPopulation(ctx, c.endpoints(), o)
 	if err != nil {
@@ -477,19 +304,34 @@ func drill(ctx context.Context, bin string, o options, ramp bool, log io.Writer)
 	}()
 	defer func() { tcancel(); twg.Wait() }()
 
-	// Steady state: every client and watcher served, then measure.
+	// Steady state: every client and watcher served, then idle of
+	// catch-up, then measure.
 	warm := time.Now()
 	if _, err := waitServed(ctx, pop, warm, tickIndex.Load()+1, o, 2*time.Minute, log); err != nil {
 		return res, fmt.Errorf("steady state never reached: %w", err)
 	}
-	h0 := c.commitHistogram()
-	select {
-	case <-ctx.Done():
-		return res, ctx.Err()
-	case <-time.After(o.steady):
+	if err := sleep(ctx, o.settle); err != nil {
+		return res, err
 	}
-	res.steadyP99 = p99(h0, c.commitHistogram())
-	fmt.Fprintf(log, "drill: steady commit p99 %.1fms; killing every server\n", res.steadyP99*1000)
+	idle, err := waitIdle(ctx, c, time.Minute)
+	if err != nil {
+		return res, err
+	}
+	res.idle = idle
+	if !idle {
+		fmt.Fprintln(log, "drill: the cluster was not idle of catch-up within 1m; measuring the steady window anyway (idle=no)")
+	}
+	mw := startWindow(c, o, "steady", false, log)
+	waitProfile := func() {}
+	if o.pprof != "" {
+		waitProfile = profileWindow(c, o.pprof, profileTag(rep, ramp, "steady"), o.steady-time.Second, log)
+	}
+	if err := sleep(ctx, o.steady); err != nil {
+		return res, err
+	}
+	res.steady = mw.end()
+	waitProfile()
+	fmt.Fprintf(log, "drill: steady commit p99 %.1fms over %.0f commits; killing every server\n", res.steady.p99*1000, res.steady.commits)
 
 	if ramp {
 		// NB: set before the outage: the policy is in the replicated state,
@@ -502,34 +344,53 @@ func drill(ctx context.Context, bin string, o options, ramp bool, log io.Writer)
 	}
 	// The outage: every node dies at once; clients keep trying.
 	lastIndex := tickIndex.Load()
-	c.signal(syscall.SIGKILL)
-	select {
-	case <-ctx.Done():
-		return res, ctx.Err()
-	case <-time.After(3 * time.Second):
+	c.kill(syscall.SIGKILL)
+	if err := sleep(ctx, 3*time.Second); err != nil {
+		return res, err
 	}
 	restartAt := time.Now()
 	if err := c.start(); err != nil {
 		return res, err
 	}
-	if err := c.waitReady(ctx, 2*time.Minute); err != nil {
+	fmt.Fprintf(log, "drill: %s every server started again in %.1fs\n", restartAt.UTC().Format("15:04:05.000"), time.Since(restartAt).Seconds())
+	// The ramp window counts from the servers' start: a busy machine can
+	// delay the drill's own readiness polls past the storm itself.
+	mw = startWindow(c, o, "ramp", true, log)
+	if o.pprof != "" {
+		defer profileWindow(c, o.pprof, profileTag(rep, ramp, "ramp"), o.rampProfile, log)()
+	}
+	if err := c.waitReady(ctx, 2*time.Minute, log); err != nil {
 		return res, err
 	}
 	res.restore = time.Since(restartAt)
-	h1 := c.commitHistogram()
 	fmt.Fprintf(log, "drill: cluster back after %.1fs; waiting for every client and watcher\n", res.restore.Seconds())
 	full, err := waitServed(ctx, pop, restartAt, lastIndex+1, o, o.limit, log)
 	res.complete = err == nil
 	res.fullService = full
-	res.stormP99 = p99(h1, c.commitHistogram())
+	res.storm = mw.end()
 	res.clientsOK, res.watchersOK = pop.served(restartAt, lastIndex+1)
 	if ramp {
 		_, _ = admin.SetAdmission(ctx, &lodestonepb.AdmissionPolicy{})
 	}
-	if ctx.Err() != nil {
-		return res, ctx.Err()
+	return res, ctx.Err()
+}
+
+// profileTag names a run's profiles: r1-rampon-steady, r2-rampoff-ramp.
+func profileTag(rep int, ramp bool, window string) string {
+	mode := "rampoff"
+	if ramp {
+		mode = "rampon"
 	}
-	return res, nil
+	return fmt.Sprintf("r%d-%s-%s", rep, mode, window)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }
 
 func seed(ctx context.Context, c *client.Client, keys int) error {
@@ -574,12 +435,8 @@ func waitServed(ctx context.Context, p *population, t time.Time, index uint64, o
 		if time.Now().After(deadline) {
 			return time.Since(t), errors.New("not every client and watcher was served in time")
 		}
-		select {
-		case <-ctx.Done():
-			return time.Since(t), ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return time.Since(t), err
 		}
 	}
 }
-
-func numCPU() int { return runtime.NumCPU() }

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Series the drill reads.
+const (
+	commitLatency = "lodestone_commit_latency_seconds"
+	saveDuration  = "lodestone_raftlog_save_duration_seconds"
+	checkpoints   = "lodestone_raftlog_checkpoints_total"
+	gcCycles      = "go_gc_duration_seconds_count"
+	cpuSeconds    = "process_cpu_seconds_total"
+	watchStreams  = "lodestone_watch_streams"
+	appliedIndex  = "lodestone_raft_applied_index"
+	commitIndex   = "lodestone_raft_commit_index"
+	rejected      = "lodestone_admission_rejected_total"
+)
+
+// measured is one window in progress: the scrape it started from, and a
+// sampler that reports each second in which a server committed slowly.
+type measured struct {
+	name  string
+	c     *cluster
+	start time.Time
+	first []metrics
+	stop  chan struct{}
+	done  sync.WaitGroup
+}
+
+// startWindow starts a window now, from the servers' figures now, or
+// from zero when the servers were just started (their counters are).
+func startWindow(c *cluster, o options, name string, fromStart bool, log io.Writer) *measured {
+	m := &measured{name: name, c: c, start: time.Now(), stop: make(chan struct{})}
+	if fromStart {
+		m.first = make([]metrics, len(c.servers))
+		for i := range m.first {
+			m.first[i] = metrics{}
+		}
+	} else {
+		m.first = c.scrapeAll()
+	}
+	m.done.Add(1)
+	go func() {
+		defer m.done.Done()
+		m.sample(o.slow.Seconds(), log)
+	}()
+	return m
+}
+
+// sample scrapes every second and prints, per server, the seconds with
+// commits over slow beside that second's raftlog checkpoints, saves over
+// slow, GC cycles, CPU and open watch streams: the timestamps and
+// suspects of a slow tail.
+func (m *measured) sample(slow float64, log io.Writer) {
+	prev := m.first
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		now := m.c.scrapeAll()
+		for i, s := range m.c.servers {
+			a, b := prev[i:i+1], now[i:i+1]
+			n := above(slow, histogram(a, commitLatency), histogram(b, commitLatency))
+			if n <= 0 {
+				continue
+			}
+			fmt.Fprintf(log, "drill: %s +%.1fs %s: %.0f commits >%.0fms (p99 %.0fms) | checkpoints +%.0f, saves >%.0fms +%.0f (max bucket %.0fms), gc +%.0f, cpu %.2fs, watch streams %.0f, admission rejects +%.0f\n",
+				m.name, time.Since(m.start).Seconds(), s.name, n, slow*1000, p99(histogram(a, commitLatency), histogram(b, commitLatency))*1000,
+				sum(b, checkpoints)-sum(a, checkpoints),
+				slow*1000, above(slow, histogram(a, saveDuration), histogram(b, saveDuration)), quantile(1, histogram(a, saveDuration), histogram(b, saveDuration))*1000,
+				sum(b, gcCycles)-sum(a, gcCycles), sum(b, cpuSeconds)-sum(a, cpuSeconds), sum(b, watchStreams), rejects(b)-rejects(a))
+		}
+		prev = now
+	}
+}
+
+func rejects(ms []metrics) float64 {
+	var t float64
+	for _, m := range ms {
+		for k, v := range m {
+			if strings.HasPrefix(k, rejected) {
+				t += v
+			}
+		}
+	}
+	return t
+}
+
+func (m *measured) end() window {
+	close(m.stop)
+	m.done.Wait()
+	last := m.c.scrapeAll()
+	h0, h1 := histogram(m.first, commitLatency), histogram(last, commitLatency)
+	return window{
+		dur: time.Since(m.start), commits: count(h0, h1), p99: p99(h0, h1),
+		cpu: sum(last, cpuSeconds) - sum(m.first, cpuSeconds), rejects: rejects(last) - rejects(m.first),
+	}
+}
+
+// waitIdle waits until the cluster is idle of catch-up: every member has
+// applied what any member reported committed a second before, and the
+// open watch streams changed by at most 1% over that second (no
+// reconnecting watchers). It reports whether that happened within limit.
+func waitIdle(ctx context.Context, c *cluster, limit time.Duration) (bool, error) {
+	deadline := time.Now().Add(limit)
+	prev := c.scrapeAll()
+	for {
+		if err := sleep(ctx, time.Second); err != nil {
+			return false, err
+		}
+		now := c.scrapeAll()
+		var committed float64
+		for _, m := range prev {
+			committed = max(committed, m[commitIndex])
+		}
+		caughtUp := true
+		for _, m := range now {
+			caughtUp = caughtUp && m[appliedIndex] >= committed
+		}
+		streams, before := sum(now, watchStreams), sum(prev, watchStreams)
+		if caughtUp && math.Abs(streams-before) <= 0.01*before {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		prev = now
+	}
+}
