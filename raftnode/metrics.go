@@ -9,7 +9,8 @@ type metrics struct {
 	commitLatency       prometheus.Histogram // propose → applied on the proposer
 	applyLatency        prometheus.Histogram // one batch of committed entries
 	readIndexLatency    prometheus.Histogram
-	leaderReads         prometheus.Counter // default-mode reads served by the leader without a round
+	readIndexBatch      prometheus.Histogram // reads confirmed by one ReadIndex round (read.go)
+	leaderReads         prometheus.Counter   // default-mode reads served by the leader without a round
 	followerLeaderReads prometheus.Counter
 	leaderIndexCalls    prometheus.Counter
 	readyLatency        prometheus.Histogram // one whole Ready: save, send, apply
@@ -48,7 +49,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		commitLatency:    latency("commit_latency_seconds", "From proposal to applied result on the proposing node."),
 		applyLatency:     latency("apply_latency_seconds", "Applying one batch of committed entries to the state machine."),
 		readIndexLatency: latency("read_index_latency_seconds", "Linearizable read: ReadIndex confirmation plus wait for apply."),
-		readyLatency:     latency("ready_latency_seconds", "Handling one Raft Ready: persist, send, apply."),
+		readIndexBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "lodestone", Name: "read_index_batch_size", Help: "Linearizable reads that shared one ReadIndex round (one heartbeat to every follower).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 13),
+		}),
+		readyLatency: latency("ready_latency_seconds", "Handling one Raft Ready: persist, send, apply."),
 		leaderReads: counter("leader_reads_total",
 			"Consul-API reads in the default consistency mode served by the leader from its applied state, without a ReadIndex round."),
 		followerLeaderReads: counter("follower_leader_reads_total",
@@ -70,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: latencyBuckets,
 		}, []string{"peer"}),
 	}
-	reg.MustRegister(m.proposals, m.proposalBatch, m.commitLatency, m.applyLatency, m.readIndexLatency,
+	reg.MustRegister(m.proposals, m.proposalBatch, m.commitLatency, m.applyLatency, m.readIndexLatency, m.readIndexBatch,
 		m.leaderReads, m.followerLeaderReads, m.leaderIndexCalls, m.readyLatency, m.leaderChanges, m.isLeader,
 		m.term, m.commitIndex, m.appliedIndex, m.appliedEarly, m.snapshots, m.snapshotIndex, m.peerAppendAck)
 	return m

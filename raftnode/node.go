@@ -109,6 +109,9 @@ type Node struct {
 	readSeq        uint64
 	pendingReads   map[uint64]*readBatch
 	pendingReadOrd []uint64
+	readQueue      []chan readResult // reads waiting for a round (read.go)
+	readRounds     int               // rounds in flight in readTerm
+	readTerm       uint64
 	slow           *slowLeader   // slowleader.go
 	soloDone       bool          // campaignAlone has campaigned, or need not (solo.go)
 	orphans        []orphanBatch // proposals in flight at a leader change (orphans.go)

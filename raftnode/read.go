@@ -11,19 +11,53 @@ import (
 type readBatch struct {
 	waiters []chan readResult
 	started time.Time
+	term    uint64 // the term it went out in: it counts in readRounds while that term lasts
 }
 
+// maxReadBatch bounds the reads startRead takes off readC at once, so a
+// flood of reads does not hold the loop from its other inputs.
+const maxReadBatch = 4096
+
+// startRead queues first and every read waiting behind it, and sends a
+// round for them unless one is in flight (flushReads).
 func (n *Node) startRead(first chan readResult) {
-	b := &readBatch{waiters: []chan readResult{first}, started: n.clock.Now()}
-	for len(b.waiters) < 4096 {
+	n.readQueue = append(n.readQueue, first)
+	for range maxReadBatch - 1 {
 		select {
 		case r := <-n.readC:
-			b.waiters = append(b.waiters, r)
+			n.readQueue = append(n.readQueue, r)
 			continue
 		default:
 		}
 		break
 	}
+	n.flushReads()
+}
+
+// flushReads sends one ReadIndex round for every queued read, unless
+// maxReadRounds are in flight in this term: the reads then join the round
+// sent when one comes back. Each round is a heartbeat to every follower
+// and their answers, so one round for all the reads that arrived during
+// the previous one is what keeps a read's cost low under load (etcd's
+// read loop does the same). A read that waits for the next round still
+// gets an index chosen after it arrived, so it stays linearizable.
+func (n *Node) flushReads() {
+	if len(n.readQueue) == 0 {
+		return
+	}
+	// NB: raft forgets the rounds of a past term (it resets its read
+	// state at every change of role), so they no longer count: waiting for
+	// them would stall reads until they expire.
+	if term := n.status.Load().Term; term != n.readTerm {
+		n.readTerm, n.readRounds = term, 0
+	}
+	if n.readRounds >= maxReadRounds {
+		return
+	}
+	b := &readBatch{waiters: n.readQueue, started: n.clock.Now(), term: n.readTerm}
+	n.readQueue = nil
+	n.readRounds++
+	n.metrics.readIndexBatch.Observe(float64(len(b.waiters)))
 	n.readSeq++
 	// NB: the leader drops a read whose context equals one it is already
 	// confirming, so the context names this node as well as the batch.
@@ -33,6 +67,13 @@ func (n *Node) startRead(first chan readResult) {
 	n.pendingReads[n.readSeq] = b
 	n.pendingReadOrd = append(n.pendingReadOrd, n.readSeq)
 	n.rn.ReadIndex(key[:])
+}
+
+// roundDone marks b's round as no longer in flight.
+func (n *Node) roundDone(b *readBatch) {
+	if b.term == n.readTerm && n.readRounds > 0 {
+		n.readRounds--
+	}
 }
 
 func (n *Node) finishRead(rs raft.ReadState) {
@@ -45,9 +86,11 @@ func (n *Node) finishRead(rs raft.ReadState) {
 		return
 	}
 	delete(n.pendingReads, seq)
+	n.roundDone(b)
 	for _, w := range b.waiters {
 		w <- readResult{index: rs.Index}
 	}
+	n.flushReads()
 }
 
 // expireReads fails read batches that got no answer within an election
@@ -62,6 +105,7 @@ func (n *Node) expireReads() {
 		}
 		if n.clock.Now().Sub(b.started) > limit {
 			delete(n.pendingReads, seq)
+			n.roundDone(b)
 			for _, w := range b.waiters {
 				w <- readResult{err: ErrReadTimeout}
 			}
@@ -70,6 +114,7 @@ func (n *Node) expireReads() {
 		keep = append(keep, seq)
 	}
 	n.pendingReadOrd = keep
+	n.flushReads()
 }
 
 func (n *Node) failReads(err error) {
@@ -79,6 +124,10 @@ func (n *Node) failReads(err error) {
 		}
 		delete(n.pendingReads, seq)
 	}
+	for _, w := range n.readQueue {
+		w <- readResult{err: err}
+	}
+	n.readQueue, n.readRounds = nil, 0
 	n.pendingReadOrd = nil
 }
 
@@ -159,3 +208,8 @@ func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
 		return ctx.Err()
 	}
 }
+
+// maxReadRounds is how many ReadIndex rounds may be in flight at once.
+// One, as etcd: with a round per arrival, concurrent reads almost never
+// shared one (BenchmarkGet64's reads/round).
+const maxReadRounds = 1

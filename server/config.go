@@ -157,6 +157,13 @@ type Config struct {
 	// MaxStreamsPerConnection bounds concurrent RPCs per client connection.
 	// Default 1000.
 	MaxStreamsPerConnection uint32
+	// GRPCStreamWorkers is how many long-lived goroutines run the gRPC
+	// calls (grpc.NumStreamWorkers). A worker keeps the stack its calls
+	// grew, where a goroutine per call grows a fresh one each time; a call
+	// that finds every worker busy gets a goroutine of its own, as without
+	// workers. 0 means the default, DefaultGRPCStreamWorkers; -1 turns the
+	// workers off. At most MaxGRPCStreamWorkers.
+	GRPCStreamWorkers int
 
 	// Limits bounds keys, values and transactions.
 	Limits store.Limits
@@ -258,6 +265,17 @@ type Config struct {
 	StartTimeout time.Duration
 }
 
+// DefaultGRPCStreamWorkers covers the calls a busy member has waiting at
+// once: a linearizable read holds its worker through its quorum round, so
+// a pool the size of GOMAXPROCS would be busy at a few dozen clients and
+// most calls would pay for a fresh stack again. An idle worker costs only
+// its stack.
+const DefaultGRPCStreamWorkers = 256
+
+// MaxGRPCStreamWorkers bounds GRPCStreamWorkers: the workers start with
+// the server and hold their stacks for its life.
+const MaxGRPCStreamWorkers = 1 << 16
+
 // DefaultConfig returns the production defaults; each value is explained on
 // its field.
 func DefaultConfig() Config {
@@ -274,6 +292,7 @@ func DefaultConfig() Config {
 		MaxConnections:              10000,
 		MaxHTTPConnections:          20000,
 		MaxStreamsPerConnection:     1000,
+		GRPCStreamWorkers:           DefaultGRPCStreamWorkers,
 		MaxGRPCConnectionsPerClient: 200,
 		MaxHTTPConnectionsPerClient: 200,
 		HTTPIdleTimeout:             120 * time.Second,
@@ -376,6 +395,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PollProbeInterval < 0 || c.PollProbeInterval > time.Minute {
 		return bad("poll-probe-interval", "must be between 0 (off) and 1m, got %v", c.PollProbeInterval)
+	}
+	if c.GRPCStreamWorkers < -1 || c.GRPCStreamWorkers > MaxGRPCStreamWorkers {
+		return bad("grpc-stream-workers", "must be between -1 (off) and %d (0 means the default, %d), got %d", MaxGRPCStreamWorkers, DefaultGRPCStreamWorkers, c.GRPCStreamWorkers)
 	}
 	if c.MaxBlockingWait <= 0 {
 		return bad("max-blocking-wait", "must be positive")

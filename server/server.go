@@ -253,6 +253,7 @@ func (s *Server) Start() {
 	s.grpcSrv = grpc.NewServer(append(append(s.tls.grpcOptions(), grpcopt.ServerOptions()...),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
 		grpc.MaxConcurrentStreams(s.cfg.MaxStreamsPerConnection),
+		grpc.NumStreamWorkers(streamWorkers(s.cfg.GRPCStreamWorkers)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		// NB: authorization before admission, so a caller without rights
 		// spends none of the admitted budget.
@@ -501,6 +502,18 @@ func (s *Server) Close() error {
 		s.logger.Info("server stopped")
 	})
 	return s.closeErr
+}
+
+// streamWorkers is the grpc.NumStreamWorkers value of a
+// Config.GRPCStreamWorkers: 0 for none (a goroutine per call).
+func streamWorkers(n int) uint32 {
+	switch {
+	case n < 0:
+		return 0
+	case n == 0:
+		return DefaultGRPCStreamWorkers
+	}
+	return uint32(n)
 }
 
 func stopGracefully(srv *grpc.Server, timeout time.Duration) {

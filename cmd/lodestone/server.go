@@ -151,6 +151,7 @@ func addTuningFlags(cmd *cobra.Command, cfg *server.Config) {
 	f.DurationVar(&cfg.WatchDeliveryInterval, "watch-delivery-interval", cfg.WatchDeliveryInterval, "grid watch deliveries are aligned to: at most one message per stream per interval (0: send at once)")
 	f.DurationVar(&cfg.WatchBusyDeliveryInterval, "watch-busy-delivery-interval", cfg.WatchBusyDeliveryInterval, "coarser grid for a watch stream that sent less than this long ago, so a stream fed by every write sends less often (0 or at most --watch-delivery-interval: off)")
 	f.Uint32Var(&cfg.MaxStreamsPerConnection, "max-streams-per-connection", cfg.MaxStreamsPerConnection, "most concurrent requests per client connection")
+	f.IntVar(&cfg.GRPCStreamWorkers, "grpc-stream-workers", cfg.GRPCStreamWorkers, "goroutines kept to run gRPC calls, so their grown stacks are reused; a call finding all busy gets its own (0: the default, -1: a goroutine per call)")
 	f.BoolVar(&cfg.NoParking, "no-parking", cfg.NoParking, "serve waiting Consul blocking queries on a goroutine pair each, as net/http does, instead of parking them (more memory and GC work per query)")
 	f.DurationVar(&cfg.PollProbeInterval, "poll-probe-interval", cfg.PollProbeInterval, "how often to measure how late this server notices network input (lodestone_runtime_poll_delay_seconds; 0: off)")
 	f.BoolVar(&cfg.EnablePprof, "enable-pprof", cfg.EnablePprof, "serve Go's profiler under /debug/pprof/ on the HTTP listener")
