@@ -53,7 +53,7 @@ var (
 	flagSystems    = flag.String("systems", "direct,lodestone,nginx,haproxy", "systems to run (also: reverseproxy); BENCH lines need direct, lodestone and the peer")
 	flagShapes     = flag.String("shapes", "small,64k,newconn,churn", "loads to run: small (keep-alive, -body bytes), 64k (64 KiB responses), newconn (a new connection per request), churn (small, the gateway alone, with and without registry churn)")
 	flagChurnRate  = flag.Int("churn-rate", 1000, "registry changes per second in the churn shape's churn slices")
-	flagChurnLive  = flag.Int("churn-live", 16, "churned instances registered at a time beside the origin's own")
+	flagChurnLive  = flag.Int("churn-live", 200, "churned instances registered at a time beside the origin's own (each lives about churn-live/(churn-rate/2) seconds)")
 	flagChurnConc  = flag.Int("churn-workers", 32, "registry changes in flight at once in the churn slices")
 	flagWorkDir    = flag.String("work-dir", "", "where configs and logs go (default: the system temp dir)")
 	flagKeep       = flag.Bool("keep", false, "keep configs and logs after the run")
