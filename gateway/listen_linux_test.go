@@ -14,24 +14,16 @@ func TestListenProxyAcceptedConnKeepsAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	dialed := make(chan error, 1)
-	go func() {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err == nil {
-			defer c.Close()
-		}
-		dialed <- err
-		<-dialed
-	}()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
 	c, err := ln.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := <-dialed; err != nil {
-		t.Fatal(err)
-	}
-	defer func() { dialed <- nil }()
 	rc, err := c.(*net.TCPConn).SyscallConn()
 	if err != nil {
 		t.Fatal(err)
