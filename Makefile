@@ -162,8 +162,9 @@ bench-ui:
 		for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (xs[j] + 0 < xs[i] + 0) { t = xs[i]; xs[i] = xs[j]; xs[j] = t } \
 		printf "BENCH ui-page-p99 %s=%s\n", p, xs[int((m + 1) / 2)] } }' | sort
 
-# Gateway vs nginx, HAProxy and httputil.ReverseProxy under wrk (needs wrk,
-# nginx-light and haproxy from apt); see bench/cmd/gatewaybench.
+# Gateway vs nginx and HAProxy under wrk: small, 64 KiB and new-connection
+# requests, and small ones under registry churn (needs wrk, nginx-light and
+# haproxy from apt); see bench/cmd/gatewaybench.
 bench-gateway:
 	cd bench && $(GO) run ./cmd/gatewaybench
 

@@ -68,20 +68,7 @@ func (rc *rawClient) get(req []byte) error {
 // origin on loopback) through the gateway. Run with -cpu 1 to see the
 // cost per request on one core; profile with -cpuprofile.
 func BenchmarkProxyHTTP1(b *testing.B) {
-	host, port := rawOrigin(b, strings.Repeat("x", 64))
-	src := fakeWithRoute("svc")
-	idx := src.PutInstance(gateway.Instance{Service: "svc", ID: "o", Address: host, Port: port, Healthy: true})
-	cfg := gateway.DefaultConfig()
-	cfg.Listen, cfg.AdminListen, cfg.Source = "127.0.0.1:0", "127.0.0.1:0", src
-	g, err := gateway.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	g.Start()
-	defer g.Close()
-	ctx, cancel := testCtxB(10 * time.Second)
-	defer cancel()
-	g.WaitIndex(ctx, idx)
+	g := benchGateway(b, 64)
 	req := []byte("GET /bench HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\n\r\n")
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -99,4 +86,72 @@ func BenchmarkProxyHTTP1(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkProxyHTTP1NewConn is BenchmarkProxyHTTP1 with a new client
+// connection per request (Connection: close), the connection-churn
+// shape; the gateway keeps its origin connections.
+func BenchmarkProxyHTTP1NewConn(b *testing.B) {
+	g := benchGateway(b, 64)
+	req := []byte("GET /bench HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\nConnection: close\r\n\r\n")
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c, err := net.Dial("tcp", g.Addr())
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			err = (&rawClient{c: c, br: bufio.NewReader(c)}).get(req)
+			c.Close()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkProxyHTTP1Body64K is BenchmarkProxyHTTP1 with 64 KiB
+// responses.
+func BenchmarkProxyHTTP1Body64K(b *testing.B) {
+	g := benchGateway(b, 64<<10)
+	req := []byte("GET /bench HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\n\r\n")
+	b.SetBytes(64 << 10)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c, err := net.Dial("tcp", g.Addr())
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer c.Close()
+		rc := &rawClient{c: c, br: bufio.NewReader(c)}
+		for pb.Next() {
+			if err := rc.get(req); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// benchGateway starts a gateway routing every path to a raw origin that
+// answers with a body of size bytes.
+func benchGateway(b *testing.B, size int) *gateway.Gateway {
+	host, port := rawOrigin(b, strings.Repeat("x", size))
+	src := fakeWithRoute("svc")
+	idx := src.PutInstance(gateway.Instance{Service: "svc", ID: "o", Address: host, Port: port, Healthy: true})
+	cfg := gateway.DefaultConfig()
+	cfg.Listen, cfg.AdminListen, cfg.Source = "127.0.0.1:0", "127.0.0.1:0", src
+	g, err := gateway.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	g.Start()
+	b.Cleanup(func() { g.Close() })
+	ctx, cancel := testCtxB(10 * time.Second)
+	defer cancel()
+	g.WaitIndex(ctx, idx)
+	return g
 }

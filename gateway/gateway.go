@@ -171,7 +171,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 
 	var err error
-	if g.proxyLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+	if g.proxyLn, err = listenProxy(cfg.Listen); err != nil {
 		g.closeClient()
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}

@@ -379,8 +379,12 @@ func (g *Gateway) writeResponse(w http.ResponseWriter, resp *http.Response, a *a
 			flusher.Flush()
 		}
 	}
-	bufp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bufp)
+	bufs := &copyBufs
+	if resp.ContentLength > copyBufSize {
+		bufs = &bigCopyBufs
+	}
+	bufp := bufs.Get().(*[]byte)
+	defer bufs.Put(bufp)
 	buf := *bufp
 	for {
 		n, rerr := resp.Body.Read(buf)
@@ -420,7 +424,20 @@ func (g *Gateway) writeResponse(w http.ResponseWriter, resp *http.Response, a *a
 	return false, false
 }
 
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+// Body copy buffers. NB: a body longer than copyBufSize is copied with a
+// buffer of bigCopyBufSize: each read and write is a syscall, and a
+// 64 KiB body then takes two of each instead of three or four. Smaller
+// and unknown lengths keep the smaller buffer, so that many slow
+// streams hold less memory.
+const (
+	copyBufSize    = 32 << 10
+	bigCopyBufSize = 64 << 10
+)
+
+var (
+	copyBufs    = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+	bigCopyBufs = sync.Pool{New: func() any { b := make([]byte, bigCopyBufSize); return &b }}
+)
 
 // drain reads a little of a response being discarded (so its connection
 // may be reused) and closes it.

@@ -25,7 +25,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,7 +50,11 @@ var (
 	flagBody       = flag.Int("body", 64, "origin response body bytes")
 	flagProxyCPUs  = flag.String("proxy-cpus", "1", `taskset CPU list for every proxy ("" = unpinned)`)
 	flagClientCPUs = flag.String("client-cpus", "0", `CPU list for wrk, the origin, the registry and this program ("" = unpinned)`)
-	flagSystems    = flag.String("systems", "direct,lodestone,nginx,haproxy,reverseproxy", "systems to run; BENCH lines need direct, lodestone and the peer")
+	flagSystems    = flag.String("systems", "direct,lodestone,nginx,haproxy", "systems to run (also: reverseproxy); BENCH lines need direct, lodestone and the peer")
+	flagShapes     = flag.String("shapes", "small,64k,newconn,churn", "loads to run: small (keep-alive, -body bytes), 64k (64 KiB responses), newconn (a new connection per request), churn (small, the gateway alone, with and without registry churn)")
+	flagChurnRate  = flag.Int("churn-rate", 1000, "registry changes per second in the churn shape's churn slices")
+	flagChurnLive  = flag.Int("churn-live", 200, "churned instances registered at a time beside the origin's own (each lives about churn-live/(churn-rate/2) seconds)")
+	flagChurnConc  = flag.Int("churn-workers", 32, "registry changes in flight at once in the churn slices")
 	flagWorkDir    = flag.String("work-dir", "", "where configs and logs go (default: the system temp dir)")
 	flagKeep       = flag.Bool("keep", false, "keep configs and logs after the run")
 )
@@ -96,17 +99,18 @@ type measurement struct {
 	p50, p99         float64 // ms, paced latency run
 	pacedRPS         float64
 	proxyCPU         float64 // share of one core the proxy used in the throughput run; -1 if none
+	cpuPerReq        float64 // µs of the proxy's CPU time per request of the throughput run; -1 if none
 	clientCPU        float64 // busy share of the -client-cpus cores in the throughput run; -1 if unknown
 	errors, non2xx   int64
 	satErrs, satNon2 int64
 }
 
 type env struct {
-	tmp, self   string
-	origin      string // host:port
-	registry    string
-	flat, paced string
-	procs       []*harness.Proc
+	tmp, self string
+	origin    string // host:port
+	registry  string
+	sh        shape // the shape being measured
+	procs     []*harness.Proc
 }
 
 func run(ctx context.Context) error {
@@ -115,6 +119,10 @@ func run(ctx context.Context) error {
 	}
 	if *flagSlices < 1 || int(flagDuration.Seconds()) / *flagSlices < 1 {
 		return fmt.Errorf("-slices must be >= 1 and at most -duration in seconds")
+	}
+	shapes, err := shapesFromFlag(*flagShapes)
+	if err != nil {
+		return err
 	}
 	systems := strings.Split(*flagSystems, ",")
 	for _, s := range systems {
@@ -136,6 +144,9 @@ func run(ctx context.Context) error {
 			return fmt.Errorf("%s not found on PATH: install it (Debian: apt-get install %s)", bin, pkg)
 		}
 	}
+	if slices.ContainsFunc(shapes, func(sh shape) bool { return sh.churn }) && !slices.Contains(systems, "lodestone") {
+		return fmt.Errorf("-shapes churn needs the lodestone system")
+	}
 	if *flagClientCPUs != "" {
 		if err := harness.PinSelf(*flagClientCPUs); err != nil {
 			return fmt.Errorf("-client-cpus: %w", err)
@@ -156,8 +167,10 @@ func run(ctx context.Context) error {
 	}
 	e := &env{tmp: tmp, self: self}
 	defer func() { harness.StopAll(e.procs, 10*time.Second) }()
-	if e.flat, e.paced, err = writeWrkScripts(tmp, *flagPacing); err != nil {
-		return err
+	for i := range shapes {
+		if err := shapes[i].writeScripts(tmp, *flagPacing); err != nil {
+			return err
+		}
 	}
 
 	// The origin, beside wrk.
@@ -193,27 +206,44 @@ func run(ctx context.Context) error {
 		}
 	}
 
-	results := map[string][]measurement{}
-	for rep := range *flagReps {
-		order := slices.Clone(systems)
-		// Rotate the order each repetition to spread machine noise.
-		for range rep % len(order) {
-			order = append(order[1:], order[0])
+	printSetup()
+	for _, sh := range shapes {
+		e.sh = sh
+		if sh.churn {
+			if err := e.runChurn(ctx); err != nil {
+				return fmt.Errorf("shape churn: %w", err)
+			}
+			continue
 		}
-		logf("rep %d/%d: %s", rep+1, *flagReps, strings.Join(order, ", "))
-		ms, err := e.measureRep(ctx, order)
-		if err != nil {
-			return err
+		results := map[string][]measurement{}
+		for rep := range *flagReps {
+			order := slices.Clone(systems)
+			// Rotate the order each repetition to spread machine noise.
+			for range rep % len(order) {
+				order = append(order[1:], order[0])
+			}
+			logf("shape %s rep %d/%d: %s", sh.name, rep+1, *flagReps, strings.Join(order, ", "))
+			ms, err := e.measureRep(ctx, order)
+			if err != nil {
+				return fmt.Errorf("shape %s: %w", sh.name, err)
+			}
+			for i, sys := range order {
+				m := ms[i]
+				results[sys] = append(results[sys], m)
+				fmt.Printf("run shape=%s rep=%d/%d system=%s rps=%.0f sat_p50=%.3fms sat_p99=%.3fms paced_rps=%.0f paced_p50=%.3fms paced_p99=%.3fms proxy_cpu=%s proxy_us_per_req=%s client_cpu=%s errors=%d non2xx=%d\n",
+					sh.name, rep+1, *flagReps, sys, m.rps, m.satP50, m.satP99, m.pacedRPS, m.p50, m.p99, cpuString(m.proxyCPU), usString(m.cpuPerReq), cpuString(m.clientCPU), m.errors+m.satErrs, m.non2xx+m.satNon2)
+			}
 		}
-		for i, sys := range order {
-			m := ms[i]
-			results[sys] = append(results[sys], m)
-			fmt.Printf("run rep=%d/%d system=%s rps=%.0f sat_p50=%.3fms sat_p99=%.3fms paced_rps=%.0f paced_p50=%.3fms paced_p99=%.3fms proxy_cpu=%s client_cpu=%s errors=%d non2xx=%d\n",
-				rep+1, *flagReps, sys, m.rps, m.satP50, m.satP99, m.pacedRPS, m.p50, m.p99, cpuString(m.proxyCPU), cpuString(m.clientCPU), m.errors+m.satErrs, m.non2xx+m.satNon2)
-		}
+		report(sh, results, systems)
 	}
-	report(results, systems)
 	return nil
+}
+
+func usString(us float64) string {
+	if us < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1fus", us)
 }
 
 // errNoClientCPUs: the load generator is not pinned, its cores unknown.
@@ -268,7 +298,7 @@ func (e *env) measureRep(ctx context.Context, order []string) ([]measurement, er
 		runs = append(runs, &sysRun{sys: sys, target: target, proc: proc})
 	}
 	for _, r := range runs {
-		if _, err := runWrk(ctx, *flagClientCPUs, r.target, e.flat, *flagConns, max(*flagWarmup, time.Second)); err != nil {
+		if _, err := runWrk(ctx, *flagClientCPUs, r.target, e.sh.flat, *flagConns, max(*flagWarmup, time.Second)); err != nil {
 			return nil, fmt.Errorf("%s: %w", r.sys, err)
 		}
 	}
@@ -292,27 +322,39 @@ func (e *env) measureRep(ctx context.Context, order []string) ([]measurement, er
 	}
 	ms := make([]measurement, len(runs))
 	for i, r := range runs {
-		paced, err := e.pacedRun(ctx, r.sys)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", r.sys, err)
+		var paced wrkResult
+		if e.sh.paced {
+			var err error
+			if paced, err = e.pacedRun(ctx, r.sys); err != nil {
+				return nil, fmt.Errorf("%s: %w", r.sys, err)
+			}
 		}
-		m := measurement{proxyCPU: -1, clientCPU: -1}
-		if r.wrkTime > 0 {
-			m.rps = float64(r.requests) / r.wrkTime.Seconds()
-		}
-		m.satP50, m.satP99 = harness.Median(r.p50s), harness.Median(r.p99s)
-		m.satErrs, m.satNon2 = r.errs, r.non2
-		if r.cpuOK && r.wall > 0 {
-			m.proxyCPU = float64(r.cpu) / float64(r.wall)
-		}
-		if r.coreOK && r.total > 0 {
-			m.clientCPU = float64(r.busy) / float64(r.total)
-		}
+		m := r.measurement()
 		m.pacedRPS, m.p50, m.p99 = paced.rps, harness.Millis(paced.p50), harness.Millis(paced.p99)
 		m.errors, m.non2xx = paced.errors, paced.non2xx
 		ms[i] = m
 	}
 	return ms, nil
+}
+
+// measurement is what r's throughput slices add up to.
+func (r *sysRun) measurement() measurement {
+	m := measurement{proxyCPU: -1, cpuPerReq: -1, clientCPU: -1}
+	if r.wrkTime > 0 {
+		m.rps = float64(r.requests) / r.wrkTime.Seconds()
+	}
+	m.satP50, m.satP99 = harness.Median(r.p50s), harness.Median(r.p99s)
+	m.satErrs, m.satNon2 = r.errs, r.non2
+	if r.cpuOK && r.wall > 0 {
+		m.proxyCPU = float64(r.cpu) / float64(r.wall)
+	}
+	if r.cpuOK && r.requests > 0 {
+		m.cpuPerReq = float64(r.cpu.Microseconds()) / float64(r.requests)
+	}
+	if r.coreOK && r.total > 0 {
+		m.clientCPU = float64(r.busy) / float64(r.total)
+	}
+	return m
 }
 
 // pacedRun starts sys alone, warms it up, runs the paced latency run
@@ -327,10 +369,10 @@ func (e *env) pacedRun(ctx context.Context, sys string) (wrkResult, error) {
 	if proc != nil {
 		defer proc.Stop(10 * time.Second)
 	}
-	if _, err := runWrk(ctx, *flagClientCPUs, target, e.flat, *flagConns, max(*flagWarmup, time.Second)); err != nil {
+	if _, err := runWrk(ctx, *flagClientCPUs, target, e.sh.flat, *flagConns, max(*flagWarmup, time.Second)); err != nil {
 		return wrkResult{}, err
 	}
-	paced, err := runWrk(ctx, *flagClientCPUs, target, e.paced, *flagLatConns, *flagDuration)
+	paced, err := runWrk(ctx, *flagClientCPUs, target, e.sh.pacedScript, *flagLatConns, *flagDuration)
 	if err != nil {
 		return wrkResult{}, err
 	}
@@ -353,7 +395,7 @@ func (e *env) satSlice(ctx context.Context, r *sysRun, d time.Duration) error {
 		busy0, total0, coreErr = coreTimes(*flagClientCPUs)
 	}
 	start := time.Now()
-	sat, err := runWrk(ctx, *flagClientCPUs, r.target, e.flat, *flagConns, d)
+	sat, err := runWrk(ctx, *flagClientCPUs, r.target, e.sh.flat, *flagConns, d)
 	if err != nil {
 		return err
 	}
@@ -392,7 +434,7 @@ func procExited(p *harness.Proc) (bool, error) {
 // load and its process (nil for direct).
 func (e *env) startSystem(ctx context.Context, sys string) (string, *harness.Proc, error) {
 	if sys == "direct" {
-		return "http://" + e.origin + "/", nil, nil
+		return "http://" + e.origin + e.sh.path, nil, nil
 	}
 	ports, err := harness.FreePorts(2)
 	if err != nil {
@@ -427,9 +469,9 @@ func (e *env) startSystem(ctx context.Context, sys string) (string, *harness.Pro
 	if err != nil {
 		return "", nil, err
 	}
-	target := "http://" + listen + "/"
+	target := "http://" + listen + e.sh.path
 	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	err = waitServing(wctx, target, *flagBody)
+	err = waitServing(wctx, target, e.sh.bodySize())
 	cancel()
 	if err != nil {
 		p.Stop(5 * time.Second)
@@ -495,61 +537,4 @@ func registerOrigin(ctx context.Context, registry, origin string) error {
 		return fmt.Errorf("register origin in the catalog: %w", err)
 	}
 	return nil
-}
-
-// report prints the setup, the pinning and the BENCH lines.
-func report(results map[string][]measurement, systems []string) {
-	med := func(sys string, f func(measurement) float64) float64 {
-		var xs []float64
-		for _, m := range results[sys] {
-			xs = append(xs, f(m))
-		}
-		return harness.Median(xs)
-	}
-	// Added latency: per repetition, the system's minus direct's in the
-	// same repetition; then the median, floored at wrk's resolution (1µs):
-	// within noise a proxy's percentile can come out below direct's, and a
-	// negative peer figure would turn the ratio negative, which reads as
-	// met whatever Lodestone added.
-	added := func(sys string, f func(measurement) float64) float64 {
-		var xs []float64
-		for i, m := range results[sys] {
-			if i < len(results["direct"]) {
-				xs = append(xs, f(m)-f(results["direct"][i]))
-			}
-		}
-		return max(harness.Median(xs), addedFloorMS)
-	}
-	fmt.Printf("setup: one origin (a minimal HTTP/1.1 keep-alive responder, %d-byte body) on 127.0.0.1; wrk -t1: throughput run -c%d for %v in %d slices the systems take in turn, latency run -c%d paced with delay()=%dms for %v, after a %v warm-up; %d repetitions, system order rotated; medians reported\n",
-		*flagBody, *flagConns, time.Duration(int(flagDuration.Seconds()) / *flagSlices * *flagSlices)*time.Second, *flagSlices, *flagLatConns, *flagPacing, *flagDuration, *flagWarmup, *flagReps)
-	fmt.Printf("pinning: every proxy under `taskset -c %s`; wrk, the origin, the registry and gatewaybench under CPU list %s; machine has %d CPUs; lodestone = gateway.Run with DefaultConfig (what `lodestone gateway` runs), nginx 1 worker + upstream keepalive, haproxy nbthread 1 + http-reuse always, reverseproxy = httputil.ReverseProxy\n",
-		*flagProxyCPUs, *flagClientCPUs, runtime.NumCPU())
-	fmt.Printf("added latency = system's paced-run percentile minus direct's, per repetition, median over repetitions, at least %.3fms\n", addedFloorMS)
-	for _, sys := range systems {
-		fmt.Printf("median system=%s rps=%.0f paced_p50=%.3fms paced_p99=%.3fms proxy_cpu=%s client_cpu=%s\n", sys,
-			med(sys, func(m measurement) float64 { return m.rps }),
-			med(sys, func(m measurement) float64 { return m.p50 }),
-			med(sys, func(m measurement) float64 { return m.p99 }),
-			cpuString(med(sys, func(m measurement) float64 { return m.proxyCPU })),
-			cpuString(med(sys, func(m measurement) float64 { return m.clientCPU })))
-	}
-	if len(results["lodestone"]) == 0 || len(results["direct"]) == 0 {
-		logf("no BENCH lines: they need the direct and lodestone systems")
-		return
-	}
-	for _, peer := range []string{"nginx", "haproxy", "reverseproxy"} {
-		if len(results[peer]) == 0 {
-			continue
-		}
-		rps := func(m measurement) float64 { return m.rps }
-		p50 := func(m measurement) float64 { return m.p50 }
-		p99 := func(m measurement) float64 { return m.p99 }
-		for _, l := range []harness.Line{
-			{Name: "gateway-rps-vs-" + peer, Unit: "req/s", Lodestone: med("lodestone", rps), PeerName: peer, Peer: med(peer, rps), Op: ">=", Target: 1.0},
-			{Name: "gateway-added-p50-vs-" + peer, Unit: "ms", Lodestone: added("lodestone", p50), PeerName: peer, Peer: added(peer, p50), Op: "<=", Target: 1.0},
-			{Name: "gateway-added-p99-vs-" + peer, Unit: "ms", Lodestone: added("lodestone", p99), PeerName: peer, Peer: added(peer, p99), Op: "<=", Target: 1.0},
-		} {
-			fmt.Println(l.String())
-		}
-	}
 }

@@ -44,6 +44,9 @@ http {
             proxy_http_version 1.1;
             proxy_set_header Connection "";
             proxy_set_header Host $host;
+            # 64 KiB responses stay in memory, never in a temp file.
+            proxy_buffers 16 8k;
+            proxy_max_temp_file_size 0;
         }
     }
 }

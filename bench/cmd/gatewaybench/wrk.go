@@ -5,9 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -35,16 +33,6 @@ done = function(summary, latency, requests)
     e.connect, e.read, e.write, e.status, e.timeout))
 end
 `
-
-func writeWrkScripts(dir string, pacingMS int) (flat, paced string, err error) {
-	flat = filepath.Join(dir, "report.lua")
-	paced = filepath.Join(dir, "paced.lua")
-	if err = os.WriteFile(flat, []byte(wrkReport), 0o644); err != nil {
-		return
-	}
-	err = os.WriteFile(paced, []byte(fmt.Sprintf("delay = function() return %d end\n%s", pacingMS, wrkReport)), 0o644)
-	return
-}
 
 // runWrk runs wrk pinned to cpus against target.
 func runWrk(ctx context.Context, cpus, target, script string, conns int, d time.Duration) (wrkResult, error) {

@@ -252,7 +252,7 @@ func (c *Conn) parseResponse(b []byte, r *http.Request, fieldsOnly bool) *http.R
 	if !fieldsOnly || conn {
 		h = c.header()
 	}
-	c.body = clBody{r: c.br, n: cl}
+	c.body = clBody{r: c.br, n: cl, x: c.io}
 	c.resp = http.Response{
 		Status: status, StatusCode: code, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: h, Body: &c.body, ContentLength: cl, Close: closing, Request: r,
@@ -284,6 +284,7 @@ func (c *Conn) header() http.Header {
 type clBody struct {
 	r *bufio.Reader
 	n int64
+	x *connIO // the socket under r
 }
 
 func (b *clBody) Read(p []byte) (int, error) {
@@ -293,7 +294,15 @@ func (b *clBody) Read(p []byte) (int, error) {
 	if int64(len(p)) > b.n {
 		p = p[:b.n]
 	}
+	buffered := b.r.Buffered()
 	n, err := b.r.Read(p)
+	if err == nil && buffered > 0 && n == buffered && n < len(p) {
+		// NB: the body's first bytes came with the header into the
+		// buffer, and what followed them is often in the socket by now:
+		// taking it into the same p gives the client one large write
+		// instead of a small one and then a large one.
+		n += b.x.tryRead(p[n:])
+	}
 	b.n -= int64(n)
 	if b.n == 0 {
 		return n, io.EOF

@@ -334,3 +334,53 @@ func TestClientHook(t *testing.T) {
 		t.Errorf("handler saw %q, want the exchange aborted by the hook", body)
 	}
 }
+
+// TestExchangeLargeBody: a Content-Length body longer than the read
+// buffer, part of it with the header and the rest in the socket already
+// or still to come, is read whole, in order, and leaves the connection
+// reusable; the next response on it is read whole too.
+func TestExchangeLargeBody(t *testing.T) {
+	const size = 200 << 10
+	body := make([]byte, size)
+	for i := range body {
+		body[i] = byte('a' + i%26)
+	}
+	head := "HTTP/1.1 200 OK\r\nContent-Length: 204800\r\n\r\n"
+	addr := origin(t, func(c net.Conn, br *bufio.Reader) {
+		for i := 0; ; i++ {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			if i == 0 {
+				// All at once: the rest is in the socket when the
+				// header is read.
+				c.Write(append([]byte(head), body...))
+				continue
+			}
+			// Some with the header, the rest later.
+			c.Write(append([]byte(head), body[:1000]...))
+			time.Sleep(20 * time.Millisecond)
+			c.Write(body[1000:])
+		}
+	})
+	hc := dialOrigin(t, addr)
+	for i := range 2 {
+		resp, b, err := hc.Exchange(request("GET", "/"), "/", time.Now(), opts)
+		if err != nil {
+			t.Fatalf("exchange %d: %v", i, err)
+		}
+		if resp.ContentLength != size {
+			t.Fatalf("exchange %d: Content-Length %d", i, resp.ContentLength)
+		}
+		got, err := io.ReadAll(io.LimitReader(b, size+1))
+		if err != nil {
+			t.Fatalf("exchange %d: read: %v", i, err)
+		}
+		if string(got) != string(body) {
+			t.Fatalf("exchange %d: body of %d bytes differs from the %d sent", i, len(got), size)
+		}
+		if !b.Finish() {
+			t.Fatalf("exchange %d: connection not reusable after a whole body", i)
+		}
+	}
+}

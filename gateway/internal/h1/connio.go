@@ -124,6 +124,60 @@ func (x *connIO) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// tryRead reads into p what the socket holds, without waiting: 0 when it
+// holds nothing, or on EOF or an error, which the next Read reports.
+func (x *connIO) tryRead(p []byte) int {
+	if x.rc == nil || x.fd < 0 || len(p) == 0 {
+		return 0
+	}
+	n, e := readFD(uintptr(x.fd), p)
+	if e != 0 || n <= 0 {
+		return 0
+	}
+	x.drained = n < len(p)
+	return n
+}
+
+// writeTwo writes a, then b: with one syscall when the socket takes
+// both at once (a response's header and a large first piece of its body,
+// which a buffered writer would send as two packets or more), else with
+// Write for what is left.
+func (x *connIO) writeTwo(a, b []byte) error {
+	if x.rc != nil && x.fd >= 0 && len(a) > 0 && len(b) > 0 {
+		iov := [2]syscall.Iovec{{Base: &a[0]}, {Base: &b[0]}}
+		iov[0].SetLen(len(a))
+		iov[1].SetLen(len(b))
+		for {
+			n, e := sendv(uintptr(x.fd), iov[:])
+			switch e {
+			case syscall.EINTR:
+				continue
+			case 0:
+				if n >= len(a) {
+					a, b = nil, b[n-len(a):]
+				} else {
+					a = a[n:]
+				}
+			case syscall.EAGAIN:
+				// Write waits for room.
+			default:
+				return &net.OpError{Op: "write", Net: "tcp", Source: x.c.LocalAddr(), Addr: x.c.RemoteAddr(), Err: syscallError("writev", e)}
+			}
+			break
+		}
+	}
+	if len(a) > 0 {
+		if _, err := x.Write(a); err != nil {
+			return err
+		}
+	}
+	if len(b) > 0 {
+		_, err := x.Write(b)
+		return err
+	}
+	return nil
+}
+
 // flushAwait flushes w, a writer onto x, and waits until x has something
 // to read: for a request whose answer cannot come before it is sent.
 // NB: a read right after the write costs a syscall that fails with EAGAIN

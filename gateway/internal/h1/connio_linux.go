@@ -78,3 +78,11 @@ func (x *connIO) writeRaw(fd uintptr) bool {
 }
 
 func syscallError(op string, e syscall.Errno) error { return os.NewSyscallError(op, e) }
+
+// sendv sends the buffers iov names with one writev. NB: writev has no
+// MSG_NOSIGNAL; a closed peer raises SIGPIPE, which the runtime ignores
+// for sockets, and the call fails with EPIPE.
+func sendv(fd uintptr, iov []syscall.Iovec) (int, syscall.Errno) {
+	n, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+	return int(n), e
+}

@@ -18,4 +18,7 @@ func (x *connIO) writeRaw(fd uintptr) bool { return true }
 // readFD is never called: without rawIO no connIO has a RawConn.
 func readFD(fd uintptr, p []byte) (int, syscall.Errno) { return 0, syscall.EINVAL }
 
+// sendv is never called: without rawIO no connIO has a RawConn.
+func sendv(fd uintptr, iov []syscall.Iovec) (int, syscall.Errno) { return 0, syscall.EINVAL }
+
 func syscallError(op string, e syscall.Errno) error { return os.NewSyscallError(op, e) }

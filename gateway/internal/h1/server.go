@@ -328,7 +328,7 @@ func (s *Server) untrack(c *conn) {
 }
 
 func (s *Server) serveConn(c *conn) {
-	handedOff := false
+	handedOff, reuse := false, false
 	stopHook := context.AfterFunc(c.ctx, c.hook.fire)
 	defer func() {
 		stopHook()
@@ -337,21 +337,26 @@ func (s *Server) serveConn(c *conn) {
 		}
 		// As net/http does: a panicking request closes its connection,
 		// not the server.
-		if err := recover(); err != nil && err != http.ErrAbortHandler {
-			buf := make([]byte, 64<<10)
-			buf = buf[:runtime.Stack(buf, false)]
-			s.log.Error("h1: panic serving a request", "remote", c.c.RemoteAddr().String(), "err", err, "stack", string(buf))
+		if err := recover(); err != nil {
+			reuse = false
+			if err != http.ErrAbortHandler {
+				buf := make([]byte, 64<<10)
+				buf = buf[:runtime.Stack(buf, false)]
+				s.log.Error("h1: panic serving a request", "remote", c.c.RemoteAddr().String(), "err", err, "stack", string(buf))
+			}
 		}
 		if !handedOff {
 			c.c.Close()
 		}
+		if reuse {
+			putConnBufs(c)
+		}
 		s.untrack(c)
 	}()
 	c.io = newConnIO(c.c, c.c)
-	c.in.b = make([]byte, bufSize)
+	c.in.b, c.bw = getConnBufs(c.io)
 	c.watchT = time.AfterFunc(time.Hour, c.watchTick)
 	c.watchT.Stop()
-	c.bw = bufio.NewWriterSize(c.io, bufSize)
 	c.req = (&http.Request{}).WithContext(c.ctx)
 	c.req.Header = make(http.Header, 8)
 	c.req.RemoteAddr = c.c.RemoteAddr().String()
@@ -374,7 +379,34 @@ func (s *Server) serveConn(c *conn) {
 	}
 	if st == stepHandoff {
 		handedOff = s.handoff(c)
+		return // NB: net/http may hold the read bytes
 	}
+	reuse = true
+}
+
+// A connection's read buffer and writer, reused once it is closed. NB: a
+// client that opens a connection per request otherwise costs the
+// allocation of both and their collection on every request.
+var (
+	connReadBufs = sync.Pool{New: func() any { return new([bufSize]byte) }}
+	connWriters  = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, bufSize) }}
+)
+
+func getConnBufs(x *connIO) ([]byte, *bufio.Writer) {
+	bw := connWriters.Get().(*bufio.Writer)
+	bw.Reset(x)
+	return connReadBufs.Get().(*[bufSize]byte)[:], bw
+}
+
+// putConnBufs gives c's buffers back; c must not use them again.
+func putConnBufs(c *conn) {
+	if len(c.in.b) == bufSize {
+		connReadBufs.Put((*[bufSize]byte)(c.in.b))
+	}
+	c.in.b = nil
+	c.bw.Reset(nil)
+	connWriters.Put(c.bw)
+	c.bw = nil
 }
 
 // handshake runs a TLS connection's handshake within ReadHeaderTimeout.

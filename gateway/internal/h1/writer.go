@@ -204,6 +204,13 @@ func (w *ResponseWriter) Write(p []byte) (int, error) {
 			return len(p), nil
 		}
 		w.chunked = !w.hasCL
+		if !w.chunked && len(w.pending) == 0 {
+			if err := w.commitWith(p); err != nil {
+				w.err = err
+				return 0, err
+			}
+			return len(p), nil
+		}
 		sniff := p
 		if len(w.pending) > 0 {
 			sniff = w.pending
@@ -264,32 +271,56 @@ func (w *ResponseWriter) Flush() {
 // commit writes the header with its framing; sniff is the first body
 // bytes (for Content-Type), cl a Content-Length to add (-1: none).
 func (w *ResponseWriter) commit(sniff []byte, cl int) {
-	w.committed = true
+	w.render(sniff, cl)
+	w.c.bw.Write(w.hdr)
+}
+
+// commitWith commits the header and writes p, the first body bytes of a
+// response that is not chunked, after it. NB: when nothing else waits in
+// the buffer and the two do not fit in it together, they go out in one
+// write (connIO.writeTwo) instead of a buffer's worth, then the rest.
+func (w *ResponseWriter) commitWith(p []byte) error {
 	bw := w.c.bw
-	bw.Write(w.hdr)
+	if bw.Buffered() > 0 {
+		w.commit(p, -1)
+		return w.writeChunk(p)
+	}
+	w.render(p, -1)
+	if len(w.hdr)+len(p) <= bw.Available() {
+		bw.Write(w.hdr)
+		_, err := bw.Write(p)
+		return err
+	}
+	return w.c.io.writeTwo(w.hdr, p)
+}
+
+// render completes w.hdr with the framing fields and the blank line
+// that ends the header, and marks the header committed.
+func (w *ResponseWriter) render(sniff []byte, cl int) {
+	w.committed = true
+	b := w.hdr
 	if !w.noBody && !w.hasType && len(sniff) > 0 {
-		bw.WriteString("Content-Type: ")
-		bw.WriteString(http.DetectContentType(sniff))
-		bw.WriteString("\r\n")
+		b = append(b, "Content-Type: "...)
+		b = append(b, http.DetectContentType(sniff)...)
+		b = append(b, "\r\n"...)
 	}
 	if !w.hasDate {
-		bw.WriteString("Date: ")
-		bw.Write(w.c.httpDate(w.now))
-		bw.WriteString("\r\n")
+		b = append(b, "Date: "...)
+		b = append(b, w.c.httpDate(w.now)...)
+		b = append(b, "\r\n"...)
 	}
 	if cl >= 0 {
-		var n [20]byte
-		bw.WriteString("Content-Length: ")
-		bw.Write(strconv.AppendInt(n[:0], int64(cl), 10))
-		bw.WriteString("\r\n")
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, int64(cl), 10)
+		b = append(b, "\r\n"...)
 	}
 	if w.chunked {
-		bw.WriteString("Transfer-Encoding: chunked\r\n")
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
 	}
 	if w.close {
-		bw.WriteString("Connection: close\r\n")
+		b = append(b, "Connection: close\r\n"...)
 	}
-	bw.WriteString("\r\n")
+	w.hdr = append(b, "\r\n"...)
 }
 
 // finish completes the response (header if not out yet, held-back body,

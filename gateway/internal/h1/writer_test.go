@@ -52,6 +52,19 @@ var writerCases = map[string]func(w http.ResponseWriter){
 		w.Header().Set("Content-Length", "3000")
 		io.WriteString(w, strings.Repeat("b", 3000))
 	},
+	// The header and a first write too big for the buffer go out
+	// together (writev); a client reading slowly leaves part of them to
+	// plain writes that wait for room.
+	"/length-set-large": func(w http.ResponseWriter) {
+		w.Header().Set("Content-Length", "70000")
+		io.WriteString(w, strings.Repeat("c", 70000))
+	},
+	"/length-set-large-pieces": func(w http.ResponseWriter) {
+		w.Header().Set("Content-Length", "4000000")
+		io.WriteString(w, strings.Repeat("d", 3000000))
+		io.WriteString(w, strings.Repeat("e", 10))
+		io.WriteString(w, strings.Repeat("f", 999990))
+	},
 	"/flushed": func(w http.ResponseWriter) {
 		io.WriteString(w, "first;")
 		w.(http.Flusher).Flush()
