@@ -193,7 +193,7 @@ func report(none, with phase, q *queries) {
 	if with.answers > 0 {
 		a := float64(with.answers)
 		fmt.Printf("per answer: cpu %v all, %v beyond the no-query window's; allocated %.0f B beyond it\n",
-			(with.cpu / time.Duration(with.answers)).Round(100*time.Nanosecond), ((with.cpu-none.cpu)/time.Duration(with.answers)).Round(100*time.Nanosecond),
+			(with.cpu / time.Duration(with.answers)).Round(100*time.Nanosecond), ((with.cpu - none.cpu) / time.Duration(with.answers)).Round(100*time.Nanosecond),
 			(with.allocated-none.allocated)/a)
 	}
 	fmt.Printf("queries: %d answered in all, %d errors\n", q.answers.Load(), q.errors.Load())
