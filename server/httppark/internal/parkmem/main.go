@@ -65,6 +65,7 @@ type phase struct {
 	goroutines       int64
 	cpu              time.Duration // server utime+stime over the window
 	gcs, allocated   float64       // GC cycles and bytes allocated over the window
+	gcCPU            float64       // seconds of CPU the runtime counts as GC over the window
 	answers          int64
 	writes           []time.Duration
 }
@@ -151,6 +152,7 @@ func measure(srv *server, name string, w *writer, q *queries) (phase, error) {
 	}
 	p.gcs = m1["go_gc_duration_seconds_count"] - m0["go_gc_duration_seconds_count"]
 	p.allocated = m1["go_memstats_alloc_bytes_total"] - m0["go_memstats_alloc_bytes_total"]
+	p.gcCPU = m1["go_cpu_classes_gc_total_cpu_seconds_total"] - m0["go_cpu_classes_gc_total_cpu_seconds_total"]
 	if q != nil {
 		p.answers = q.answers.Load() - answers0
 	}
@@ -184,9 +186,9 @@ func report(none, with phase, q *queries) {
 	per := func(a, b int64) string { return fmt.Sprintf("%.0f B", float64(b-a)/n) }
 	fmt.Printf("server: %s %s; %d queries, %d writes/s, %v windows\n", *flagArgs, *flagEnv, *flagQueries, *flagRate, *flagWindow)
 	for _, p := range []phase{none, with} {
-		fmt.Printf("%-7s rss peak %s, after GC %s; heap live %s, in use %s; stacks %s in %d goroutines; cpu %v; %.0f GC cycles, %.1f MiB allocated; answers %d; write p50 %v p99 %v (%d writes)\n",
+		fmt.Printf("%-7s rss peak %s, after GC %s; heap live %s, in use %s; stacks %s in %d goroutines; cpu %v; %.0f GC cycles (%.0f ms CPU), %.1f MiB allocated; answers %d; write p50 %v p99 %v (%d writes)\n",
 			p.name, mib(p.peakRSS), mib(p.gcRSS), mib(p.heapLive), mib(p.heapIn), mib(p.stacks), p.goroutines, p.cpu.Round(time.Millisecond),
-			p.gcs, p.allocated/(1<<20), p.answers, pct(p.writes, 0.50), pct(p.writes, 0.99), len(p.writes))
+			p.gcs, p.gcCPU*1000, p.allocated/(1<<20), p.answers, pct(p.writes, 0.50), pct(p.writes, 0.99), len(p.writes))
 	}
 	fmt.Printf("per parked query: rss after GC %s, peak rss %s, heap live %s, heap in use %s, stacks %s\n",
 		per(none.gcRSS, with.gcRSS), per(none.peakRSS, with.peakRSS), per(none.heapLive, with.heapLive), per(none.heapIn, with.heapIn), per(none.stacks, with.stacks))
