@@ -103,7 +103,10 @@ func BenchmarkConsulBlockingMemory(b *testing.B) {
 		noParking bool
 	}{{"parked", false}, {"goroutines", true}} {
 		b.Run(tc.name, func(b *testing.B) {
-			c := newTestCluster(b, 1, func(cfg *Config) { cfg.NoParking = tc.noParking })
+			c := newTestCluster(b, 1, func(cfg *Config) {
+				cfg.NoParking = tc.noParking
+				cfg.MaxHTTPConnectionsPerClient = -1 // NB: every query comes from 127.0.0.1
+			})
 			s := c.servers[c.waitLeader()]
 			for range b.N {
 				measureBlockingMemory(b, s, 2000)
