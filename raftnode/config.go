@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -67,6 +68,11 @@ type Config struct {
 // unreachable (ReportUnreachable), as Raft expects of a lossy network.
 type Sender interface {
 	Send(m raftpb.Message)
+	// SendSnapshot streams m, a MsgSnap whose Snapshot carries metadata
+	// only, with the snapshot's size bytes of data read from data, which
+	// it closes. It must not block; it reports how the send ended through
+	// Node.ReportSnapshot. Every MsgSnap leaves this way, never by Send.
+	SendSnapshot(m raftpb.Message, data io.ReadCloser, size int64)
 	// SetPeer adds a member or changes its address; RemovePeer forgets it.
 	SetPeer(id uint64, addr string) error
 	RemovePeer(id uint64)

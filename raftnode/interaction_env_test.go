@@ -3,6 +3,7 @@ package raftnode
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -174,7 +175,30 @@ type envSender struct {
 	node *envNode
 }
 
-func (s envSender) Send(m raftpb.Message) { s.env.send(s.node, m) }
+func (s envSender) Send(m raftpb.Message) {
+	if m.Type == raftpb.MsgSnap {
+		s.env.t.Errorf("%s sent a MsgSnap through Send, not SendSnapshot", s.node.name)
+	}
+	s.env.send(s.node, m)
+}
+
+// SendSnapshot reads the data as the peer transport's stream does and
+// queues the message with it.
+func (s envSender) SendSnapshot(m raftpb.Message, data io.ReadCloser, size int64) {
+	defer data.Close()
+	b, err := io.ReadAll(data)
+	if err == nil && int64(len(b)) != size {
+		err = fmt.Errorf("read %d bytes, announced %d", len(b), size)
+	}
+	if err != nil {
+		s.env.t.Errorf("%s: read snapshot to send: %v", s.node.name, err)
+		return
+	}
+	snap := *m.Snapshot
+	snap.Data = b
+	m.Snapshot = &snap
+	s.env.send(s.node, m)
+}
 
 func (s envSender) SetPeer(id uint64, _ string) error {
 	s.node.peers[id] = true

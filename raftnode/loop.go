@@ -262,6 +262,10 @@ func (n *Node) handleReady() error {
 				m.LogTerm = n.status.Load().Term // orphans.go: only that term's leader may append it
 			}
 			n.appendAcks.sent(m, sent)
+			if m.Type == raftpb.MsgSnap {
+				n.sendSnapshot(m)
+				continue
+			}
 			n.sender.Send(m)
 		}
 	}

@@ -84,35 +84,3 @@ func TestYieldingWriterWritesThrough(t *testing.T) {
 		t.Fatalf("wrote %q, want abcdefg", buf.String())
 	}
 }
-
-// TestSnapshotDataHasLittleSpareCapacity: the slice handed to the log,
-// which keeps it in memory, has at most an eighth of its length spare,
-// whether the buffer was sized right or grew by doubling, and holds the
-// encoded bytes.
-func TestSnapshotDataHasLittleSpareCapacity(t *testing.T) {
-	const size = 1 << 20
-	payload := bytes.Repeat([]byte("snapshot"), size/8)
-	for _, tc := range []struct {
-		name    string
-		presize int
-	}{
-		{"presized from the last snapshot", size + size/8},
-		{"grew from a smaller presize", size / 3},
-		{"grew from nothing", 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var buf bytes.Buffer
-			buf.Grow(tc.presize)
-			for off := 0; off < len(payload); off += 64 << 10 {
-				buf.Write(payload[off:min(off+64<<10, len(payload))])
-			}
-			data := snapshotData(&buf)
-			if !bytes.Equal(data, payload) {
-				t.Fatalf("data differs from what was encoded (%d bytes, want %d)", len(data), len(payload))
-			}
-			if spare := cap(data) - len(data); spare > len(data)/8 {
-				t.Errorf("%d bytes spare behind %d bytes of data; want at most an eighth", spare, len(data))
-			}
-		})
-	}
-}
