@@ -41,7 +41,11 @@ type Config struct {
 	// wall clock.
 	Clock Clock
 
-	SnapshotEntries   uint64 // applied entries between two snapshots
+	SnapshotEntries uint64 // applied entries between two snapshots
+	// SnapshotBytes also makes a snapshot due once the entries applied
+	// since the last one hold this many bytes and at least as many as
+	// that snapshot had (0: entries alone decide; snapshotBytesDue).
+	SnapshotBytes     uint64
 	CatchUpEntries    uint64 // entries kept behind a snapshot for slow followers
 	MaxBatchProposals int    // proposals taken into one Ready at most
 

@@ -78,6 +78,7 @@ type envConfig struct {
 	electionTicks    int
 	heartbeatTicks   int
 	snapshotEntries  uint64
+	snapshotBytes    uint64
 	catchUpEntries   uint64
 	slowLeader       SlowLeaderConfig
 	leaderChangeWait time.Duration
@@ -254,7 +255,7 @@ func (env *interactionEnv) openNode(en *envNode, cluster map[string]string, join
 		InitialCluster: cluster, Join: join,
 		TickInterval: env.cfg.tickInterval, ElectionTicks: env.cfg.electionTicks, HeartbeatTicks: env.cfg.heartbeatTicks,
 		Clock:           env.clock,
-		SnapshotEntries: env.cfg.snapshotEntries, CatchUpEntries: env.cfg.catchUpEntries,
+		SnapshotEntries: env.cfg.snapshotEntries, SnapshotBytes: env.cfg.snapshotBytes, CatchUpEntries: env.cfg.catchUpEntries,
 		SlowLeader: env.cfg.slowLeader, Faults: en.faults, LeaderChangeWait: env.cfg.leaderChangeWait,
 		Logger:     slog.New(slog.NewTextHandler(nodeLogWriter{env, en}, &slog.HandlerOptions{Level: &env.logLevel, ReplaceAttr: dropTime})),
 		Registerer: prometheus.NewRegistry(),

@@ -37,9 +37,10 @@ type transferResult struct {
 }
 
 type snapResult struct {
-	index uint64
-	stale bool
-	err   error
+	index        uint64
+	appliedBytes uint64 // Node.appliedBytes when the snapshot's view was taken
+	stale        bool
+	err          error
 }
 
 func (n *Node) run() {

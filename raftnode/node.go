@@ -79,6 +79,10 @@ type Node struct {
 	// lastSnapBytes is the size of the last snapshot this node encoded
 	// or restored at start.
 	lastSnapBytes atomic.Int64
+	// appliedBytes counts the entry bytes applied since start, and
+	// snapAppliedBytes what it was when the newest snapshot was taken
+	// (snapshotBytesDue). Loop only.
+	appliedBytes, snapAppliedBytes uint64
 
 	heardMu sync.Mutex
 	heard   map[uint64]time.Time // when each peer last sent us anything

@@ -27,9 +27,15 @@ func (n *Node) maybeSnapshot() {
 		return
 	}
 	n.snapshotting = true
+	n.metrics.snapshotTriggers.WithLabelValues(n.snapshotTrigger()).Inc()
+	at := n.appliedBytes
 	sn := n.store.Snapshot()
 	cs := n.confState
-	n.startSnapshot(func() snapResult { return n.writeSnapshot(sn, cs) })
+	n.startSnapshot(func() snapResult {
+		res := n.writeSnapshot(sn, cs)
+		res.appliedBytes = at
+		return res
+	})
 }
 
 // goSnapshot runs job on a goroutine of its own and hands its result to
@@ -49,7 +55,33 @@ func (n *Node) goSnapshot(job func() snapResult) {
 // snapshotDue reports whether a snapshot should start once the log holds
 // the commit index of everything applied.
 func (n *Node) snapshotDue() bool {
-	return !n.snapshotting && (n.appliedIndex-n.snapIndex >= n.cfg.SnapshotEntries || n.snapWantedAt > n.snapIndex)
+	return !n.snapshotting && n.snapshotTrigger() != ""
+}
+
+// snapshotTrigger names what makes a snapshot due now, "" if nothing.
+func (n *Node) snapshotTrigger() string {
+	switch {
+	case n.snapWantedAt > n.snapIndex:
+		return "member"
+	case n.appliedIndex-n.snapIndex >= n.cfg.SnapshotEntries:
+		return "entries"
+	case snapshotBytesDue(n.appliedBytes-n.snapAppliedBytes, n.cfg.SnapshotBytes, uint64(n.lastSnapBytes.Load())):
+		return "bytes"
+	}
+	return ""
+}
+
+// snapshotBytesDue reports whether since bytes of entries applied after
+// the last snapshot, whose encoding had last bytes, make the next one due,
+// with the floor SnapshotBytes (0: never by bytes). A restart restores the
+// newest snapshot and replays the log after it, and replaying costs
+// several times what restoring the same state does; with few large
+// entries (batched writes) SnapshotEntries alone let that log grow to the
+// size of the whole state, or many times it. Waiting for as many bytes as
+// the last snapshot had bounds the encoding work per byte written as the
+// state grows, and the replay to about one snapshot's worth.
+func snapshotBytesDue(since, floor, last uint64) bool {
+	return floor > 0 && since >= max(floor, last)
 }
 
 func (n *Node) writeSnapshot(sn *store.Snapshot, cs raftpb.ConfState) snapResult {
@@ -202,6 +234,7 @@ func (n *Node) saveSnapshot(s snapResult) {
 		return
 	}
 	n.snapIndex = max(n.snapIndex, s.index)
+	n.snapAppliedBytes = max(n.snapAppliedBytes, s.appliedBytes)
 	n.metrics.snapshots.Inc()
 	n.metrics.snapshotIndex.Set(float64(n.snapIndex))
 }

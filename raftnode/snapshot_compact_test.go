@@ -84,3 +84,23 @@ func TestYieldingWriterWritesThrough(t *testing.T) {
 		t.Fatalf("wrote %q, want abcdefg", buf.String())
 	}
 }
+
+// TestSnapshotBytesDue: by bytes, a snapshot is due once the bytes since
+// the last one reach both the floor and the last snapshot's size; a floor
+// of 0 never makes one due.
+func TestSnapshotBytesDue(t *testing.T) {
+	for _, tc := range []struct {
+		since, floor, last uint64
+		want               bool
+	}{
+		{since: 1 << 30, floor: 0, last: 0, want: false},
+		{since: 99, floor: 100, last: 0, want: false},
+		{since: 100, floor: 100, last: 0, want: true},
+		{since: 100, floor: 100, last: 101, want: false},
+		{since: 101, floor: 100, last: 101, want: true},
+	} {
+		if got := snapshotBytesDue(tc.since, tc.floor, tc.last); got != tc.want {
+			t.Errorf("snapshotBytesDue(since %d, floor %d, last %d) = %v, want %v", tc.since, tc.floor, tc.last, got, tc.want)
+		}
+	}
+}

@@ -91,6 +91,13 @@ type Config struct {
 	// of the CPU of BenchmarkPut64 (a store of 30k keys) and set the tail
 	// latency of writes.
 	SnapshotEntries uint64
+	// SnapshotBytes also triggers a snapshot once the entries applied
+	// since the last one hold this many bytes and at least as many as that
+	// snapshot had, so a restart of a state written by large batches
+	// restores a snapshot and replays a short log instead of the whole
+	// history. 0 turns it off (SnapshotEntries alone); otherwise at least
+	// MinSnapshotBytes. Default 64 MiB.
+	SnapshotBytes uint64
 	// CatchUpEntries is how many entries are kept behind a snapshot so a
 	// slightly lagging follower catches up by log rather than by snapshot.
 	// Default 5000.
@@ -258,6 +265,10 @@ type Config struct {
 	StartTimeout time.Duration
 }
 
+// MinSnapshotBytes is the smallest SnapshotBytes other than 0: below it a
+// busy server would encode its whole state every few writes.
+const MinSnapshotBytes = 1 << 20
+
 // DefaultConfig returns the production defaults; each value is explained on
 // its field.
 func DefaultConfig() Config {
@@ -267,6 +278,7 @@ func DefaultConfig() Config {
 		HeartbeatTicks:              1,
 		CommitNoticeHold:            2 * time.Millisecond,
 		SnapshotEntries:             100000,
+		SnapshotBytes:               64 << 20,
 		CatchUpEntries:              5000,
 		AutoPromoteLag:              64,
 		MaxBatchProposals:           1024,
@@ -361,6 +373,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SnapshotEntries == 0 {
 		return bad("snapshot-entries", "must be positive")
+	}
+	if c.SnapshotBytes != 0 && c.SnapshotBytes < MinSnapshotBytes {
+		return bad("snapshot-bytes", "must be 0 (off) or at least %d, got %d", MinSnapshotBytes, c.SnapshotBytes)
 	}
 	if c.MaxBatchProposals <= 0 {
 		return bad("max-batch-proposals", "must be positive")
