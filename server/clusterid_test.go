@@ -301,3 +301,16 @@ func TestConfigSnapshotBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestConfigRaftLogCacheBytes(t *testing.T) {
+	var ce *ConfigError
+	cfg := singleMemberConfig(t)
+	cfg.RaftLogCacheBytes = MinRaftLogCacheBytes - 1
+	if err := cfg.Validate(); !errors.As(err, &ce) || ce.Field != "raft-log-cache-bytes" {
+		t.Errorf("raft-log-cache-bytes below the minimum: %v", err)
+	}
+	cfg.RaftLogCacheBytes = MinRaftLogCacheBytes
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("raft-log-cache-bytes at the minimum: %v", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/internal/member"
 	"github.com/lodestone-kv/lodestone/peer"
+	"github.com/lodestone-kv/lodestone/raftlog"
 	"github.com/lodestone-kv/lodestone/raftnode"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
@@ -98,6 +99,12 @@ type Config struct {
 	// history. 0 turns it off (SnapshotEntries alone); otherwise at least
 	// MinSnapshotBytes. Default 64 MiB.
 	SnapshotBytes uint64
+	// RaftLogCacheBytes bounds the bytes of recent Raft entries the log
+	// keeps in memory to feed followers without reading its file
+	// (raftlog.Options.CacheBytes; lodestone_raftlog_cached_entries counts
+	// them). A follower further behind than the cache holds is fed from
+	// raft.db. At least MinRaftLogCacheBytes. Default 64 MiB.
+	RaftLogCacheBytes int64
 	// CatchUpEntries is how many entries are kept behind a snapshot so a
 	// slightly lagging follower catches up by log rather than by snapshot.
 	// Default 5000.
@@ -265,6 +272,10 @@ type Config struct {
 	StartTimeout time.Duration
 }
 
+// MinRaftLogCacheBytes is the smallest RaftLogCacheBytes: a few batched
+// appends, so replication to a follower that keeps up never reads disk.
+const MinRaftLogCacheBytes = 1 << 20
+
 // MinSnapshotBytes is the smallest SnapshotBytes other than 0: below it a
 // busy server would encode its whole state every few writes.
 const MinSnapshotBytes = 1 << 20
@@ -279,6 +290,7 @@ func DefaultConfig() Config {
 		CommitNoticeHold:            2 * time.Millisecond,
 		SnapshotEntries:             100000,
 		SnapshotBytes:               64 << 20,
+		RaftLogCacheBytes:           raftlog.DefaultCacheBytes,
 		CatchUpEntries:              5000,
 		AutoPromoteLag:              64,
 		MaxBatchProposals:           1024,
@@ -373,6 +385,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SnapshotEntries == 0 {
 		return bad("snapshot-entries", "must be positive")
+	}
+	if c.RaftLogCacheBytes < MinRaftLogCacheBytes {
+		return bad("raft-log-cache-bytes", "must be at least %d, got %d", MinRaftLogCacheBytes, c.RaftLogCacheBytes)
 	}
 	if c.SnapshotBytes != 0 && c.SnapshotBytes < MinSnapshotBytes {
 		return bad("snapshot-bytes", "must be 0 (off) or at least %d, got %d", MinSnapshotBytes, c.SnapshotBytes)

@@ -163,7 +163,7 @@ func New(cfg Config) (*Server, error) {
 // transport: the node sends through the transport, and the transport
 // feeds it what arrives. founding is InitialCluster as configured.
 func (s *Server) openRaft(founding map[string]string) error {
-	lg, err := raftlog.Open(filepath.Join(s.cfg.DataDir, "raft"), raftlog.Options{Logger: s.logger})
+	lg, err := raftlog.Open(filepath.Join(s.cfg.DataDir, "raft"), raftlog.Options{Logger: s.logger, CacheBytes: s.cfg.RaftLogCacheBytes})
 	if err != nil {
 		return fmt.Errorf("open raft log: %w", err)
 	}
