@@ -343,7 +343,6 @@ func (t *Transport) goSendSnapshot(p *peer, m raftpb.Message, data io.ReadCloser
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		defer data.Close()
 		t.sendSnapshot(p, m, data, size)
 	}()
 }
@@ -596,9 +595,13 @@ func (h *noticeHold) next(msgs []raftpb.Message, expired, enabled bool) (_ []raf
 	return msgs, merged
 }
 
-func (t *Transport) sendSnapshot(p *peer, m raftpb.Message, data io.Reader, size int64) {
+// sendSnapshot streams m with data, closes data, then reports the outcome.
+func (t *Transport) sendSnapshot(p *peer, m raftpb.Message, data io.ReadCloser, size int64) {
 	start := time.Now()
 	err := t.streamSnapshot(p, m, data, size)
+	if cerr := data.Close(); cerr != nil {
+		t.logger.Debug("close snapshot data", "err", cerr)
+	}
 	status := raft.SnapshotFinish
 	if err != nil {
 		status = raft.SnapshotFailure
