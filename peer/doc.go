@@ -70,6 +70,10 @@
 //
 // A snapshot stream's first chunk carries the MsgSnap, the sender's id and
 // the data's size; the last carries the CRC-32C and SHA-256 of the data.
+// The sender reads the data from the reader SendSnapshot was given (the
+// snapshot's file) a chunk at a time, and sends the last chunk only once
+// that reader reached its end without an error (a damaged file fails the
+// send).
 // The receiver refuses, before Raft sees it and changing nothing: a size
 // over Config.MaxSnapshotBytes (--max-peer-snapshot-bytes), more chunks
 // than Config.MaxSnapshotChunks, more or fewer bytes than announced, a

@@ -307,7 +307,9 @@ func (t *Transport) Send(m raftpb.Message) {
 		return
 	}
 	if m.Type == raftpb.MsgSnap {
-		t.goSendSnapshot(p, m)
+		// NB: raftnode sends every MsgSnap through SendSnapshot; one that
+		// carries its data goes the same way.
+		t.goSendSnapshot(p, m, io.NopCloser(bytes.NewReader(m.Snapshot.Data)), int64(len(m.Snapshot.Data)))
 		return
 	}
 	select {
@@ -318,14 +320,30 @@ func (t *Transport) Send(m raftpb.Message) {
 	}
 }
 
+// SendSnapshot streams m, a MsgSnap, with size bytes of snapshot data
+// read from data (closed when done), on a goroutine of its own, and
+// reports how it ended through Node.ReportSnapshot. It never blocks.
+func (t *Transport) SendSnapshot(m raftpb.Message, data io.ReadCloser, size int64) {
+	t.mu.Lock()
+	p, ok := t.peers[m.To]
+	t.mu.Unlock()
+	if !ok || m.To == t.self {
+		_ = data.Close()
+		t.logger.Debug("drop snapshot to unknown peer", "peer", fmt.Sprintf("%x", m.To))
+		t.drop(m)
+		return
+	}
+	t.goSendSnapshot(p, m, data, size)
+}
+
 // goSendSnapshot streams m on a goroutine of its own. NB: a function of
 // its own so that only a snapshot's message escapes to the heap, not
 // every message send queues (3% of a leader's allocations).
-func (t *Transport) goSendSnapshot(p *peer, m raftpb.Message) {
+func (t *Transport) goSendSnapshot(p *peer, m raftpb.Message, data io.ReadCloser, size int64) {
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		t.sendSnapshot(p, m)
+		t.sendSnapshot(p, m, data, size)
 	}()
 }
 
@@ -577,28 +595,31 @@ func (h *noticeHold) next(msgs []raftpb.Message, expired, enabled bool) (_ []raf
 	return msgs, merged
 }
 
-func (t *Transport) sendSnapshot(p *peer, m raftpb.Message) {
+// sendSnapshot streams m with data, closes data, then reports the outcome.
+func (t *Transport) sendSnapshot(p *peer, m raftpb.Message, data io.ReadCloser, size int64) {
 	start := time.Now()
-	err := t.streamSnapshot(p, m)
+	err := t.streamSnapshot(p, m, data, size)
+	if cerr := data.Close(); cerr != nil {
+		t.logger.Debug("close snapshot data", "err", cerr)
+	}
 	status := raft.SnapshotFinish
 	if err != nil {
 		status = raft.SnapshotFailure
 		t.logger.Warn("snapshot send failed", "peer", fmt.Sprintf("%x", p.id), "index", m.Snapshot.Metadata.Index, "err", err)
 	} else {
 		t.logger.Info("snapshot sent", "peer", fmt.Sprintf("%x", p.id), "index", m.Snapshot.Metadata.Index,
-			"bytes", len(m.Snapshot.Data), "took", time.Since(start))
+			"bytes", size, "took", time.Since(start))
 	}
 	t.node.ReportSnapshot(p.id, status)
 }
 
-func (t *Transport) streamSnapshot(p *peer, m raftpb.Message) error {
+func (t *Transport) streamSnapshot(p *peer, m raftpb.Message, data io.Reader, size int64) error {
 	ctx, cancel := context.WithTimeout(t.ctx, snapshotTimeout)
 	defer cancel()
 	stream, err := lodestonepb.NewPeerClient(p.conn).Snapshot(ctx)
 	if err != nil {
 		return fmt.Errorf("open snapshot stream: %w", err)
 	}
-	data := m.Snapshot.Data
 	head := m
 	snap := *m.Snapshot
 	snap.Data = nil
@@ -607,17 +628,34 @@ func (t *Transport) streamSnapshot(p *peer, m raftpb.Message) error {
 	if err != nil {
 		return fmt.Errorf("marshal snapshot message: %w", err)
 	}
-	if err := stream.Send(&lodestonepb.SnapshotChunk{Message: hb, ClusterId: clusterBytes(t.Cluster()), Size: uint64(len(data))}); err != nil {
+	if err := stream.Send(&lodestonepb.SnapshotChunk{Message: hb, ClusterId: clusterBytes(t.Cluster()), Size: uint64(size)}); err != nil {
 		return fmt.Errorf("send snapshot header: %w", err)
 	}
-	for off := 0; off < len(data); off += snapshotChunkSize {
-		end := min(off+snapshotChunkSize, len(data))
-		if err := stream.Send(&lodestonepb.SnapshotChunk{Data: data[off:end]}); err != nil {
+	// NB: read from the sender's file a chunk at a time: the data is never
+	// whole in this process's memory. A chunk's buffer is not reused, since
+	// grpc may still hold a message after Send returns.
+	var crc uint32
+	sum := sha256.New()
+	var off int64
+	for off < size {
+		buf := make([]byte, min(snapshotChunkSize, size-off))
+		n, err := io.ReadFull(data, buf)
+		if err != nil {
+			return fmt.Errorf("read snapshot data at %d of %d: %w", off, size, err)
+		}
+		crc = crc32.Update(crc, castagnoli, buf[:n])
+		sum.Write(buf[:n])
+		if err := stream.Send(&lodestonepb.SnapshotChunk{Data: buf[:n]}); err != nil {
 			return fmt.Errorf("send snapshot chunk at %d: %w", off, err)
 		}
+		off += int64(n)
 	}
-	sum := sha256.Sum256(data)
-	if err := stream.Send(&lodestonepb.SnapshotChunk{Last: true, Crc32C: crc32.Checksum(data, castagnoli), Sha256: sum[:]}); err != nil {
+	// The reader checks its source at its end (a snapshot file's CRC):
+	// read it to the end before the trailer vouches for the data.
+	if n, err := io.Copy(io.Discard, data); err != nil || n != 0 {
+		return fmt.Errorf("snapshot data after %d bytes: %d more bytes, %w", size, n, err)
+	}
+	if err := stream.Send(&lodestonepb.SnapshotChunk{Last: true, Crc32C: crc, Sha256: sum.Sum(nil)}); err != nil {
 		return fmt.Errorf("send snapshot trailer: %w", err)
 	}
 	if _, err := stream.CloseAndRecv(); err != nil {

@@ -282,7 +282,7 @@ func TestOpenRefusesDamage(t *testing.T) {
 
 // TestSnapshotDataDamageNotServed: a snapshot data file with the recorded
 // size but other contents passes Open's cheap check and is refused by
-// Snapshot, which verifies the CRC before serving data.
+// OpenSnapshot's reader, which verifies the CRC at the end of the data.
 func TestSnapshotDataDamageNotServed(t *testing.T) {
 	dir := damagedLog(t)
 	path := filepath.Join(dir, "snap", "0000000000000004-0000000000000002.snap")
@@ -291,10 +291,10 @@ func TestSnapshotDataDamageNotServed(t *testing.T) {
 	}
 	l := mustOpen(t, dir, raftlog.Options{})
 	defer mustClose(t, l)
-	snap, err := l.Snapshot()
+	snap, err := l.ReadSnapshotData()
 	var ce *raftlog.CorruptError
 	if !errors.As(err, &ce) || ce.Path != path || ce.Index != 4 {
-		t.Fatalf("Snapshot() = %q, %v; want a CorruptError for %s at index 4", snap.Data, err, path)
+		t.Fatalf("ReadSnapshotData() = %q, %v; want a CorruptError for %s at index 4", snap.Data, err, path)
 	}
 }
 

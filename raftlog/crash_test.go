@@ -159,7 +159,7 @@ func (m crashModel) diff(l *raftlog.Log) string {
 	if hs != m.hs {
 		return fmt.Sprintf("hard state %+v, want %+v", hs, m.hs)
 	}
-	snap, err := l.Snapshot()
+	snap, err := l.ReadSnapshotData()
 	if err != nil {
 		return fmt.Sprintf("Snapshot: %v", err)
 	}

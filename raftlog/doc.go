@@ -105,14 +105,26 @@
 // Ready loop's; Compact may make a concurrent Entries return
 // raft.ErrCompacted, which raft expects.
 //
+// # Snapshot data
+//
+// The data of a snapshot lives in its file and only there, as etcd keeps
+// its state outside raft's MemoryStorage: Snapshot (the raft.Storage
+// method) returns the metadata with nil Data, which is all raft needs to
+// decide that a follower needs a snapshot. OpenSnapshot streams the data
+// from the file, with its length and CRC checked when the reader reaches
+// the end; the caller restores its state machine from it at a restart and
+// streams it to a follower that needs it (raftnode hands raft's MsgSnap to
+// its transport with that reader). CreateSnapshotFrom writes the data into
+// the file as the caller encodes it; CreateSnapshot and ApplySnapshot take
+// it as one slice and keep no reference to it. A reader keeps its file
+// open, so a newer snapshot that removes it does not cut a send short.
+//
 // # Ownership
 //
 // Entries returns a newly allocated slice the caller may append to; the
 // entries' Data is shared with the cache and must not be modified (raft never
 // does). Save keeps the Entry values it is given (and their Data) in the
-// cache; CreateSnapshot and ApplySnapshot keep the snapshot data to serve
-// Snapshot, whose returned Data is likewise shared. Callers must treat all of
-// them as immutable once handed over.
+// cache. Callers must treat them as immutable once handed over.
 //
 // # Errors
 //
@@ -146,9 +158,8 @@
 // the background fold, for callers that measure. Because raft.db's freelist is never written
 // (NoFreelistSync) and allocation uses the hashmap freelist, a commit's cost
 // does not grow with the file's history. Memory: the entry cache (Options.CacheEntries,
-// Options.CacheBytes) plus one snapshot's data once Snapshot has been called
-// or a snapshot recorded. Snapshot's first call after Open reads and
-// checksums the data file; later calls are free. Open reads and checksums the
+// Options.CacheBytes), never snapshot data (a SnapshotReader reads through
+// the caller's buffer). Snapshot never touches disk. Open reads and checksums the
 // whole retained log and, since the freelist is not persisted, scans
 // raft.db's pages. A rotation reads and writes the live log once (plus what
 // is appended meanwhile) and needs disk for a second copy of it.

@@ -123,7 +123,7 @@ func observe(t *testing.T, l *raftlog.Log) observation {
 		t.Fatal(err)
 	}
 	last, _ := l.LastIndex()
-	snap, err := l.Snapshot()
+	snap, err := l.ReadSnapshotData()
 	if err != nil {
 		t.Fatal(err)
 	}

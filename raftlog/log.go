@@ -82,9 +82,6 @@ type Log struct {
 	cache   entryCache // wmu+mu: suffix of the log
 	snap    snapRecord // snapMu+wmu+mu: current snapshot (meta.Index 0: none)
 
-	snapData   []byte // snapMu+mu: data of snap, once loaded
-	snapLoaded bool   // snapMu+mu
-
 	commits           atomic.Uint64 // successful Saves
 	checkpoints       atomic.Uint64 // journal folds into raft.db
 	checkpointWaits   atomic.Uint64 // Saves that waited for the previous fold
@@ -235,7 +232,6 @@ func (l *Log) Close() error {
 	l.hsDirty = false
 	l.closed = true
 	l.cache.reset()
-	l.snapData, l.snapLoaded = nil, false
 	l.mu.Unlock()
 	if l.jr != nil {
 		if err := l.jr.close(); err != nil {

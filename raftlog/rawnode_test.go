@@ -28,11 +28,11 @@ type node struct {
 }
 
 // startNode builds the RawNode the way a restarting server must: state
-// machine from Snapshot(), Applied = snapshot index, ConfState from
+// machine from the snapshot's data (ReadSnapshotData), Applied = snapshot index, ConfState from
 // InitialState.
 func startNode(t *testing.T, l *raftlog.Log, storage raft.Storage) *node {
 	t.Helper()
-	snap, err := l.Snapshot()
+	snap, err := l.ReadSnapshotData()
 	if err != nil {
 		t.Fatal(err)
 	}

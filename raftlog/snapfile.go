@@ -1,9 +1,11 @@
 package raftlog
 
 import (
+	"bufio"
 	"cmp"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,17 +13,18 @@ import (
 	"strings"
 )
 
-// writeSnapFile writes data to snap/<index>-<term>.snap crash-safely: write a
-// temporary file, fsync it, rename it into place, fsync the directory. On
+// writeSnapFile writes what write produces to snap/<index>-<term>.snap
+// crash-safely: write a temporary file, fsync it, rename it into place,
+// fsync the directory. It returns the path, the data's size and CRC. On
 // error nothing is left behind under the final name unless the final
 // directory sync failed after the rename, in which case the file is removed
 // (or, failing that, ignored and removed by the next Open, since raft.db does
 // not reference it). The caller holds snapMu.
-func (l *Log) writeSnapFile(index, term uint64, data []byte) (path string, err error) {
+func (l *Log) writeSnapFile(index, term uint64, write func(io.Writer) error) (path string, size int64, crc uint32, err error) {
 	path = filepath.Join(l.snapDir, snapFileName(index, term))
 	f, err := l.fs.CreateTemp(l.snapDir, snapFileName(index, term)+".*.tmp")
 	if err != nil {
-		return "", fmt.Errorf("create temp snapshot file: %w", err)
+		return "", 0, 0, fmt.Errorf("create temp snapshot file: %w", err)
 	}
 	tmp := f.Name()
 	closed := false
@@ -36,50 +39,54 @@ func (l *Log) writeSnapFile(index, term uint64, data []byte) (path string, err e
 			l.logger.Warn("raftlog: remove temp snapshot file", "path", tmp, "err", rerr)
 		}
 	}()
-	n, err := f.Write(data)
-	if err == nil && n < len(data) {
-		err = io.ErrShortWrite
+	sw := &snapWriter{f: f}
+	// NB: buffered so an encoder's small writes do not each cost a system
+	// call.
+	bw := bufio.NewWriterSize(sw, snapWriteBuffer)
+	if err := write(bw); err != nil {
+		return "", 0, 0, fmt.Errorf("write %s: %w", tmp, err)
 	}
-	if err != nil {
-		return "", fmt.Errorf("write %s: %w", tmp, err)
+	if err := bw.Flush(); err != nil {
+		return "", 0, 0, fmt.Errorf("write %s: %w", tmp, err)
 	}
 	if err := f.Sync(); err != nil {
-		return "", fmt.Errorf("sync %s: %w", tmp, err)
+		return "", 0, 0, fmt.Errorf("sync %s: %w", tmp, err)
 	}
 	closed = true
 	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("close %s: %w", tmp, err)
+		return "", 0, 0, fmt.Errorf("close %s: %w", tmp, err)
 	}
 	if err := l.fs.Rename(tmp, path); err != nil {
-		return "", fmt.Errorf("rename %s: %w", tmp, err)
+		return "", 0, 0, fmt.Errorf("rename %s: %w", tmp, err)
 	}
 	if err := l.fs.SyncDir(l.snapDir); err != nil {
 		if rerr := l.fs.Remove(path); rerr != nil {
 			l.logger.Warn("raftlog: remove unsynced snapshot file", "path", path, "err", rerr)
 		}
-		return "", fmt.Errorf("sync dir %s: %w", l.snapDir, err)
+		return "", 0, 0, fmt.Errorf("sync dir %s: %w", l.snapDir, err)
 	}
-	return path, nil
+	return path, sw.n, sw.crc, nil
 }
 
-// readSnapFile reads the data file of rec and checks its size and CRC.
-func (l *Log) readSnapFile(rec snapRecord) ([]byte, error) {
-	path := filepath.Join(l.snapDir, snapFileName(rec.meta.Index, rec.meta.Term))
-	data, err := l.fs.ReadFile(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return nil, &CorruptError{Path: path, Record: "snapshot file", Index: rec.meta.Index, Detail: "missing", Err: err}
-	case err != nil:
-		return nil, fmt.Errorf("raftlog: read snapshot: %w", err)
-	case uint64(len(data)) != rec.dataLen:
-		return nil, &CorruptError{Path: path, Record: "snapshot file", Index: rec.meta.Index,
-			Detail: fmt.Sprintf("size %d, recorded %d", len(data), rec.dataLen)}
+// snapWriteBuffer is the write buffer of a snapshot data file.
+const snapWriteBuffer = 256 << 10
+
+// snapWriter writes to a snapshot data file, counting the bytes and their
+// CRC; a short write without an error is io.ErrShortWrite.
+type snapWriter struct {
+	f   File
+	n   int64
+	crc uint32
+}
+
+func (w *snapWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	w.n += int64(n)
+	w.crc = crc32.Update(w.crc, castagnoli, p[:n])
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
 	}
-	if got := checksum(data); got != rec.dataCRC {
-		return nil, &CorruptError{Path: path, Record: "snapshot file", Index: rec.meta.Index,
-			Detail: fmt.Sprintf("checksum mismatch (recorded %#08x, computed %#08x)", rec.dataCRC, got)}
-	}
-	return data, nil
+	return n, err
 }
 
 // pruneSnapshots removes from snap/ the temporary files, the data files above

@@ -2,6 +2,7 @@ package raftlog
 
 import (
 	"fmt"
+	"io"
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
@@ -9,54 +10,21 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// Snapshot implements raft.Storage: the current snapshot, or an empty one if
-// none was recorded. The first call after Open reads the data file and checks
-// its CRC (an error wrapping ErrCorrupt if it does not match); the data then
-// stays in memory until the next snapshot replaces it. The returned Data is
-// shared: do not modify it.
+// Snapshot implements raft.Storage: the current snapshot's metadata, or an
+// empty snapshot if none was recorded. Its Data is always nil: the data
+// stays in its file, and OpenSnapshot reads it (doc.go "Snapshot data").
+// raft only needs the metadata to decide that a follower needs a snapshot;
+// the data goes to that follower through OpenSnapshot.
 func (l *Log) Snapshot() (raftpb.Snapshot, error) {
 	l.mu.RLock()
-	snap, loaded, err := l.snapshotLocked()
-	l.mu.RUnlock()
-	if err != nil || loaded {
-		return snap, err
-	}
-	// Load the data without holding wmu, so Save is not blocked behind a
-	// large read. snapMu keeps the snapshot from changing meanwhile.
-	l.snapMu.Lock()
-	defer l.snapMu.Unlock()
-	l.mu.RLock()
-	snap, loaded, err = l.snapshotLocked()
-	rec := l.snap
-	l.mu.RUnlock()
-	if err != nil || loaded {
-		return snap, err
-	}
-	data, err := l.readSnapFile(rec)
-	if err != nil {
-		return raftpb.Snapshot{}, err
-	}
-	l.mu.Lock()
-	l.snapData, l.snapLoaded = data, true
-	l.mu.Unlock()
-	snap.Data = data
-	return snap, nil
-}
-
-// snapshotLocked returns the current snapshot; loaded is false if its data
-// still has to be read from disk. The caller holds mu.
-func (l *Log) snapshotLocked() (snap raftpb.Snapshot, loaded bool, err error) {
+	defer l.mu.RUnlock()
 	if l.closed {
-		return raftpb.Snapshot{}, false, ErrClosed
+		return raftpb.Snapshot{}, ErrClosed
 	}
 	if l.snap.meta.Index == 0 {
-		return raftpb.Snapshot{}, true, nil
+		return raftpb.Snapshot{}, nil
 	}
-	snap.Metadata = cloneSnapMeta(l.snap.meta)
-	if l.snapLoaded {
-		snap.Data = l.snapData
-	}
-	return snap, l.snapLoaded, nil
+	return raftpb.Snapshot{Metadata: cloneSnapMeta(l.snap.meta)}, nil
 }
 
 // CreateSnapshot records a snapshot the local state machine made after
@@ -66,11 +34,21 @@ func (l *Log) snapshotLocked() (snap raftpb.Snapshot, loaded bool, err error) {
 // and ErrNotCommitted if i is above the saved commit index (only applied,
 // hence committed, state may be snapshotted). It writes the data file crash-safely, then records the
 // metadata in one bbolt transaction; it does not discard entries (call
-// Compact). The Log keeps data in memory to serve Snapshot: do not modify it.
+// Compact). The Log keeps no reference to data.
 //
 // The data file is written without blocking Save, so CreateSnapshot may run
 // on a goroutine other than the Ready loop's.
 func (l *Log) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (raftpb.Snapshot, error) {
+	snap, err := l.CreateSnapshotFrom(i, cs, writeBytes(data))
+	snap.Data = data
+	return snap, err
+}
+
+// CreateSnapshotFrom is CreateSnapshot with the data written by write
+// straight into the data file, so it is never held in memory whole. The
+// checks run before write is called; an error from write leaves nothing
+// behind. The returned snapshot carries the metadata only.
+func (l *Log) CreateSnapshotFrom(i uint64, cs *raftpb.ConfState, write func(io.Writer) error) (raftpb.Snapshot, error) {
 	l.snapMu.Lock()
 	defer l.snapMu.Unlock()
 	term, meta, err := func() (uint64, raftpb.SnapshotMetadata, error) {
@@ -99,11 +77,20 @@ func (l *Log) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (raftp
 	if err != nil {
 		return raftpb.Snapshot{}, err
 	}
-	if err := l.installSnapshot(meta, data, false); err != nil {
+	size, err := l.installSnapshot(meta, write, false)
+	if err != nil {
 		return raftpb.Snapshot{}, fmt.Errorf("raftlog: create snapshot at %d: %w", i, err)
 	}
-	l.logger.Info("raftlog snapshot created", "index", i, "term", term, "bytes", len(data))
-	return raftpb.Snapshot{Data: data, Metadata: cloneSnapMeta(meta)}, nil
+	l.logger.Info("raftlog snapshot created", "index", i, "term", term, "bytes", size)
+	return raftpb.Snapshot{Metadata: cloneSnapMeta(meta)}, nil
+}
+
+// writeBytes is a CreateSnapshotFrom writer of data.
+func writeBytes(data []byte) func(io.Writer) error {
+	return func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	}
 }
 
 // ApplySnapshot persists a snapshot received from the leader
@@ -116,7 +103,7 @@ func (l *Log) CreateSnapshot(i uint64, cs *raftpb.ConfState, data []byte) (raftp
 // does the same), sets FirstIndex to the snapshot index + 1, and raises the
 // hard state's commit to the snapshot index if it is lower (the snapshot is
 // committed by definition, and raft refuses a hard state that commits less
-// than FirstIndex()-1). The Log keeps snap.Data in memory: do not modify it.
+// than FirstIndex()-1). The Log keeps no reference to snap.Data.
 func (l *Log) ApplySnapshot(snap raftpb.Snapshot) error {
 	l.snapMu.Lock()
 	defer l.snapMu.Unlock()
@@ -137,7 +124,7 @@ func (l *Log) ApplySnapshot(snap raftpb.Snapshot) error {
 		return err
 	}
 	meta := cloneSnapMeta(snap.Metadata)
-	if err := l.installSnapshot(meta, snap.Data, true); err != nil {
+	if _, err := l.installSnapshot(meta, writeBytes(snap.Data), true); err != nil {
 		return fmt.Errorf("raftlog: apply snapshot at %d: %w", meta.Index, err)
 	}
 	l.logger.Info("raftlog snapshot applied", "index", meta.Index, "term", meta.Term, "bytes", len(snap.Data))
@@ -145,29 +132,26 @@ func (l *Log) ApplySnapshot(snap raftpb.Snapshot) error {
 	return nil
 }
 
-// installSnapshot writes the data file, then records meta in one
-// transaction; with replace it also discards the whole log (ApplySnapshot).
-// The caller holds snapMu and has checked that meta.Index is above the
-// current snapshot index.
-func (l *Log) installSnapshot(meta raftpb.SnapshotMetadata, data []byte, replace bool) error {
-	path, err := l.writeSnapFile(meta.Index, meta.Term, data)
+// installSnapshot writes the data file through write, then records meta in
+// one transaction; with replace it also discards the whole log
+// (ApplySnapshot). It returns the data's size. The caller holds snapMu and
+// has checked that meta.Index is above the current snapshot index.
+func (l *Log) installSnapshot(meta raftpb.SnapshotMetadata, write func(io.Writer) error, replace bool) (int64, error) {
+	path, size, crc, err := l.writeSnapFile(meta.Index, meta.Term, write)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	rec := snapRecord{meta: meta, dataLen: uint64(len(data)), dataCRC: checksum(data)}
+	rec := snapRecord{meta: meta, dataLen: uint64(size), dataCRC: crc}
 	if err := l.recordSnapshot(rec, replace); err != nil {
 		// The file is not referenced by raft.db; remove it now or at the next
 		// Open.
 		if rerr := l.fs.Remove(path); rerr != nil {
 			l.logger.Warn("raftlog: remove unrecorded snapshot file", "path", path, "err", rerr)
 		}
-		return err
+		return 0, err
 	}
-	l.mu.Lock()
-	l.snapData, l.snapLoaded = data, true
-	l.mu.Unlock()
 	l.pruneSnapshots()
-	return nil
+	return size, nil
 }
 
 // recordSnapshot commits rec (and, with replace, the log reset) and updates

@@ -20,6 +20,8 @@ func (n *Node) restoreSnapshot(snap raftpb.Snapshot) error {
 	}
 	n.confState = snap.Metadata.ConfState
 	n.snapIndex = snap.Metadata.Index
+	n.snapAppliedBytes = n.appliedBytes
+	n.lastSnapBytes.Store(int64(len(snap.Data)))
 	n.appliedIndex, n.appliedTerm = snap.Metadata.Index, snap.Metadata.Term
 	n.hub.Restore(snap.Metadata.Index)
 	for _, mem := range n.store.Members() {
@@ -73,7 +75,9 @@ func (n *Node) apply(ents []raftpb.Entry) error {
 		}
 		n.sendReplies()
 		n.appliedIndex, n.appliedTerm = e.Index, e.Term
+		n.appliedBytes += uint64(len(e.Data))
 	}
+	n.metrics.snapshotLogBytes.Set(float64(n.appliedBytes - n.snapAppliedBytes))
 	n.applied.advance(n.appliedIndex)
 	n.settleOrphans()
 	n.metrics.appliedIndex.Set(float64(n.appliedIndex))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -40,7 +41,11 @@ type Config struct {
 	// wall clock.
 	Clock Clock
 
-	SnapshotEntries   uint64 // applied entries between two snapshots
+	SnapshotEntries uint64 // applied entries between two snapshots
+	// SnapshotBytes also makes a snapshot due once the entries applied
+	// since the last one hold this many bytes and at least as many as
+	// that snapshot had (0: entries alone decide; snapshotBytesDue).
+	SnapshotBytes     uint64
 	CatchUpEntries    uint64 // entries kept behind a snapshot for slow followers
 	MaxBatchProposals int    // proposals taken into one Ready at most
 
@@ -67,6 +72,11 @@ type Config struct {
 // unreachable (ReportUnreachable), as Raft expects of a lossy network.
 type Sender interface {
 	Send(m raftpb.Message)
+	// SendSnapshot streams m, a MsgSnap whose Snapshot carries metadata
+	// only, with the snapshot's size bytes of data read from data, which
+	// it closes. It must not block; it reports how the send ended through
+	// Node.ReportSnapshot. Every MsgSnap leaves this way, never by Send.
+	SendSnapshot(m raftpb.Message, data io.ReadCloser, size int64)
 	// SetPeer adds a member or changes its address; RemovePeer forgets it.
 	SetPeer(id uint64, addr string) error
 	RemovePeer(id uint64)

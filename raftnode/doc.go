@@ -81,9 +81,13 @@
 // # Around the loop
 //
 //   - Snapshots (snapshot.go): every SnapshotEntries applied entries the
-//     store's copy-on-write view is encoded off the loop, written beside
-//     the log, and the log compacted to CatchUpEntries behind it in paced
-//     steps. A member added after the newest snapshot makes one due at
+//     store's copy-on-write view is encoded off the loop straight into
+//     the log's snapshot file (raftlog.CreateSnapshotFrom), and the log
+//     compacted to CatchUpEntries behind it in paced steps. Snapshot data
+//     is never whole in memory on the sending side: Start restores the
+//     store from a stream of the file, and a MsgSnap raft makes for a
+//     lagging follower leaves through Sender.SendSnapshot with a reader
+//     of that file (the only way a snapshot is sent). A member added after the newest snapshot makes one due at
 //     once, since a truncated log can only catch it up by a snapshot
 //     taken after its addition.
 //   - Reads (read.go, leaderindex.go): ReadIndex batches per loop

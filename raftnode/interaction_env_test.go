@@ -3,6 +3,7 @@ package raftnode
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -77,6 +78,7 @@ type envConfig struct {
 	electionTicks    int
 	heartbeatTicks   int
 	snapshotEntries  uint64
+	snapshotBytes    uint64
 	catchUpEntries   uint64
 	slowLeader       SlowLeaderConfig
 	leaderChangeWait time.Duration
@@ -174,7 +176,30 @@ type envSender struct {
 	node *envNode
 }
 
-func (s envSender) Send(m raftpb.Message) { s.env.send(s.node, m) }
+func (s envSender) Send(m raftpb.Message) {
+	if m.Type == raftpb.MsgSnap {
+		s.env.t.Errorf("%s sent a MsgSnap through Send, not SendSnapshot", s.node.name)
+	}
+	s.env.send(s.node, m)
+}
+
+// SendSnapshot reads the data as the peer transport's stream does and
+// queues the message with it.
+func (s envSender) SendSnapshot(m raftpb.Message, data io.ReadCloser, size int64) {
+	defer data.Close()
+	b, err := io.ReadAll(data)
+	if err == nil && int64(len(b)) != size {
+		err = fmt.Errorf("read %d bytes, announced %d", len(b), size)
+	}
+	if err != nil {
+		s.env.t.Errorf("%s: read snapshot to send: %v", s.node.name, err)
+		return
+	}
+	snap := *m.Snapshot
+	snap.Data = b
+	m.Snapshot = &snap
+	s.env.send(s.node, m)
+}
 
 func (s envSender) SetPeer(id uint64, _ string) error {
 	s.node.peers[id] = true
@@ -230,7 +255,7 @@ func (env *interactionEnv) openNode(en *envNode, cluster map[string]string, join
 		InitialCluster: cluster, Join: join,
 		TickInterval: env.cfg.tickInterval, ElectionTicks: env.cfg.electionTicks, HeartbeatTicks: env.cfg.heartbeatTicks,
 		Clock:           env.clock,
-		SnapshotEntries: env.cfg.snapshotEntries, CatchUpEntries: env.cfg.catchUpEntries,
+		SnapshotEntries: env.cfg.snapshotEntries, SnapshotBytes: env.cfg.snapshotBytes, CatchUpEntries: env.cfg.catchUpEntries,
 		SlowLeader: env.cfg.slowLeader, Faults: en.faults, LeaderChangeWait: env.cfg.leaderChangeWait,
 		Logger:     slog.New(slog.NewTextHandler(nodeLogWriter{env, en}, &slog.HandlerOptions{Level: &env.logLevel, ReplaceAttr: dropTime})),
 		Registerer: prometheus.NewRegistry(),

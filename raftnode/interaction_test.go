@@ -18,7 +18,7 @@ import (
 // one that changed nothing prints "ok".
 //
 //	add-nodes N [election=10] [heartbeat=1] [tick=100ms]
-//	          [snapshot-entries=1000] [catch-up=100]
+//	          [snapshot-entries=1000] [snapshot-bytes=0] [catch-up=100]
 //	          [slow-threshold=0] [slow-window=10s] [slow-cooldown=5m]
 //	          [leader-change-wait=0]
 //	    Bootstrap a cluster of N voters. The settings hold for every node

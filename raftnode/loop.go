@@ -37,9 +37,10 @@ type transferResult struct {
 }
 
 type snapResult struct {
-	index uint64
-	stale bool
-	err   error
+	index        uint64
+	appliedBytes uint64 // Node.appliedBytes when the snapshot's view was taken
+	stale        bool
+	err          error
 }
 
 func (n *Node) run() {
@@ -262,6 +263,10 @@ func (n *Node) handleReady() error {
 				m.LogTerm = n.status.Load().Term // orphans.go: only that term's leader may append it
 			}
 			n.appendAcks.sent(m, sent)
+			if m.Type == raftpb.MsgSnap {
+				n.sendSnapshot(m)
+				continue
+			}
 			n.sender.Send(m)
 		}
 	}

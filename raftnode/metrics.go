@@ -21,6 +21,8 @@ type metrics struct {
 	appliedIndex        prometheus.Gauge
 	appliedEarly        prometheus.Counter // committed entries applied before this node's log write of them finished
 	snapshots           prometheus.Counter
+	snapshotTriggers    *prometheus.CounterVec // by trigger: entries, bytes, member
+	snapshotLogBytes    prometheus.Gauge       // entry bytes applied since the newest snapshot's view
 	snapshotIndex       prometheus.Gauge
 	peerAppendAck       *prometheus.HistogramVec // appendacks.go
 }
@@ -69,6 +71,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			"Committed entries applied while this node's own log write of them was still running (raftnode/earlyapply.go); the rest waited for it."),
 		snapshots:     counter("snapshots_total", "State machine snapshots taken."),
 		snapshotIndex: gauge("snapshot_index", "Index of the newest snapshot."),
+		snapshotTriggers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "snapshot_triggers_total",
+			Help: "Snapshots started, by what made them due: entries (--snapshot-entries), bytes (--snapshot-bytes), member (a member was added).",
+		}, []string{"trigger"}),
+		snapshotLogBytes: gauge("snapshot_log_bytes",
+			"Entry bytes applied after the newest snapshot's index: about what a restart would replay on top of it (compare --snapshot-bytes)."),
 		peerAppendAck: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "lodestone", Name: "peer_append_ack_seconds",
 			Help:    "On the leader: from an append's hand-off to a peer's stream to the peer's acknowledgement of its last entry (network both ways, the peer's queue and fsync). The slow follower is the one whose tail climbs.",
@@ -77,6 +85,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.proposals, m.proposalBatch, m.commitLatency, m.applyLatency, m.readIndexLatency, m.readIndexBatch,
 		m.leaderReads, m.followerLeaderReads, m.leaderIndexCalls, m.readyLatency, m.leaderChanges, m.isLeader,
-		m.term, m.commitIndex, m.appliedIndex, m.appliedEarly, m.snapshots, m.snapshotIndex, m.peerAppendAck)
+		m.term, m.commitIndex, m.appliedIndex, m.appliedEarly, m.snapshots, m.snapshotIndex, m.snapshotTriggers, m.snapshotLogBytes, m.peerAppendAck)
 	return m
 }

@@ -1,7 +1,6 @@
 package raftnode
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -77,8 +76,13 @@ type Node struct {
 	fatal atomic.Pointer[error]
 
 	status atomic.Pointer[Status]
-	// lastSnapBytes is the size of the last snapshot this node encoded.
+	// lastSnapBytes is the size of the last snapshot this node encoded
+	// or restored at start.
 	lastSnapBytes atomic.Int64
+	// appliedBytes counts the entry bytes applied since start, and
+	// snapAppliedBytes what it was when the newest snapshot was taken
+	// (snapshotBytesDue). Loop only.
+	appliedBytes, snapAppliedBytes uint64
 
 	heardMu sync.Mutex
 	heard   map[uint64]time.Time // when each peer last sent us anything
@@ -177,19 +181,17 @@ func New(cfg Config) (*Node, error) {
 }
 
 func (n *Node) init() error {
-	snap, err := n.log.Snapshot()
+	meta, size, err := n.restoreFromLog()
 	if err != nil {
-		return fmt.Errorf("read snapshot: %w", err)
+		return err
 	}
-	if !raft.IsEmptySnap(snap) {
-		if err := n.store.Restore(bytes.NewReader(snap.Data)); err != nil {
-			return fmt.Errorf("restore snapshot at index %d: %w", snap.Metadata.Index, err)
-		}
-		n.snapIndex = snap.Metadata.Index
-		n.appliedIndex, n.appliedTerm = snap.Metadata.Index, snap.Metadata.Term
-		n.confState = snap.Metadata.ConfState
-		n.hub.Restore(snap.Metadata.Index)
-		n.logger.Info("restored snapshot", "index", snap.Metadata.Index, "bytes", len(snap.Data))
+	if meta.Index > 0 {
+		n.snapIndex = meta.Index
+		n.lastSnapBytes.Store(size)
+		n.appliedIndex, n.appliedTerm = meta.Index, meta.Term
+		n.confState = meta.ConfState
+		n.hub.Restore(meta.Index)
+		n.logger.Info("restored snapshot", "index", meta.Index, "bytes", size)
 	}
 	hs, _, err := n.log.InitialState()
 	if err != nil {
@@ -199,7 +201,7 @@ func (n *Node) init() error {
 	if err != nil {
 		return fmt.Errorf("read last index: %w", err)
 	}
-	fresh := raft.IsEmptyHardState(hs) && last == 0 && raft.IsEmptySnap(snap)
+	fresh := raft.IsEmptyHardState(hs) && last == 0 && meta.Index == 0
 	n.durableCommit = max(hs.Commit, n.snapIndex)
 
 	rc := &raft.Config{

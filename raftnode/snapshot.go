@@ -1,7 +1,6 @@
 package raftnode
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,9 +27,15 @@ func (n *Node) maybeSnapshot() {
 		return
 	}
 	n.snapshotting = true
+	n.metrics.snapshotTriggers.WithLabelValues(n.snapshotTrigger()).Inc()
+	at := n.appliedBytes
 	sn := n.store.Snapshot()
 	cs := n.confState
-	n.startSnapshot(func() snapResult { return n.writeSnapshot(sn, cs) })
+	n.startSnapshot(func() snapResult {
+		res := n.writeSnapshot(sn, cs)
+		res.appliedBytes = at
+		return res
+	})
 }
 
 // goSnapshot runs job on a goroutine of its own and hands its result to
@@ -50,22 +55,49 @@ func (n *Node) goSnapshot(job func() snapResult) {
 // snapshotDue reports whether a snapshot should start once the log holds
 // the commit index of everything applied.
 func (n *Node) snapshotDue() bool {
-	return !n.snapshotting && (n.appliedIndex-n.snapIndex >= n.cfg.SnapshotEntries || n.snapWantedAt > n.snapIndex)
+	return !n.snapshotting && n.snapshotTrigger() != ""
+}
+
+// snapshotTrigger names what makes a snapshot due now, "" if nothing.
+func (n *Node) snapshotTrigger() string {
+	switch {
+	case n.snapWantedAt > n.snapIndex:
+		return "member"
+	case n.appliedIndex-n.snapIndex >= n.cfg.SnapshotEntries:
+		return "entries"
+	case snapshotBytesDue(n.appliedBytes-n.snapAppliedBytes, n.cfg.SnapshotBytes, uint64(n.lastSnapBytes.Load())):
+		return "bytes"
+	}
+	return ""
+}
+
+// snapshotBytesDue reports whether since bytes of entries applied after
+// the last snapshot, whose encoding had last bytes, make the next one due,
+// with the floor SnapshotBytes (0: never by bytes). A restart restores the
+// newest snapshot and replays the log after it, and replaying costs
+// several times what restoring the same state does; with few large
+// entries (batched writes) SnapshotEntries alone let that log grow to the
+// size of the whole state, or many times it. Waiting for as many bytes as
+// the last snapshot had bounds the encoding work per byte written as the
+// state grows, and the replay to about one snapshot's worth.
+func snapshotBytesDue(since, floor, last uint64) bool {
+	return floor > 0 && since >= max(floor, last)
 }
 
 func (n *Node) writeSnapshot(sn *store.Snapshot, cs raftpb.ConfState) snapResult {
 	start := n.clock.Now()
-	var buf bytes.Buffer
-	// NB: sized from the last snapshot (+1/8 for growth): growing a buffer
-	// of many megabytes by doubling copied and zeroed it over and over,
-	// about half of a snapshot's CPU.
-	if last := n.lastSnapBytes.Load(); last > 0 {
-		buf.Grow(int(last + last/8))
-	}
-	if _, err := sn.WriteTo(yieldingWriter{&buf}); err != nil {
-		return snapResult{index: sn.Index(), err: fmt.Errorf("encode snapshot: %w", err)}
-	}
-	if _, err := n.log.CreateSnapshot(sn.Index(), &cs, snapshotData(&buf)); err != nil {
+	var size countingWriter
+	// NB: encoded straight into the log's data file: a snapshot of the
+	// whole state held in memory, even briefly, set the server's peak
+	// heap and with it its resident memory for good.
+	_, err := n.log.CreateSnapshotFrom(sn.Index(), &cs, func(w io.Writer) error {
+		size.w = w
+		if _, err := sn.WriteTo(yieldingWriter{&size}); err != nil {
+			return fmt.Errorf("encode snapshot: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
 		if errors.Is(err, raft.ErrSnapOutOfDate) {
 			// A snapshot from the leader overtook this one.
 			return snapResult{index: sn.Index(), err: nil, stale: true}
@@ -78,22 +110,62 @@ func (n *Node) writeSnapshot(sn *store.Snapshot, cs raftpb.ConfState) snapResult
 			return snapResult{index: sn.Index(), err: fmt.Errorf("compact log to %d: %w", to, err)}
 		}
 	}
-	n.lastSnapBytes.Store(int64(buf.Len()))
-	n.logger.Info("snapshot saved", "index", sn.Index(), "bytes", buf.Len(), "took", n.clock.Now().Sub(start))
+	n.lastSnapBytes.Store(size.n)
+	n.logger.Info("snapshot saved", "index", sn.Index(), "bytes", size.n, "took", n.clock.Now().Sub(start))
 	return snapResult{index: sn.Index()}
 }
 
-// snapshotData returns the encoded snapshot in buf, copied to a slice of
-// its own size when buf grew past the size it was given. The log keeps
-// the data in memory until the next snapshot; a buffer that grew by
-// doubling has up to as much spare capacity again, and all of it stayed
-// in the heap with the data.
-func snapshotData(buf *bytes.Buffer) []byte {
-	data := buf.Bytes()
-	if cap(data)-len(data) > len(data)/8 {
-		return bytes.Clone(data)
+// countingWriter counts the bytes written through it to w.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	k, err := c.w.Write(p)
+	c.n += int64(k)
+	return k, err
+}
+
+// sendSnapshot hands a MsgSnap raft made to the Sender with the data of
+// the log's current snapshot, streamed from its file. raft took m's
+// metadata from the log a moment ago; if a newer snapshot replaced it
+// since, the send is reported failed and raft sends the newer one.
+func (n *Node) sendSnapshot(m raftpb.Message) {
+	r, err := n.log.OpenSnapshot()
+	if err == nil && r.Metadata().Index != m.Snapshot.Metadata.Index {
+		err = fmt.Errorf("snapshot %d replaced by %d", m.Snapshot.Metadata.Index, r.Metadata().Index)
+		_ = r.Close()
 	}
-	return data
+	if err != nil {
+		n.logger.Warn("snapshot not sent", "peer", fmt.Sprintf("%x", m.To), "index", m.Snapshot.Metadata.Index, "err", err)
+		n.rn.ReportSnapshot(m.To, raft.SnapshotFailure)
+		return
+	}
+	n.sender.SendSnapshot(m, r, r.Size())
+}
+
+// restoreFromLog restores the store from the log's current snapshot,
+// streamed from its file, and returns its metadata and size (zero if
+// there is none). The data's checksum is checked at its end, so the rest
+// of the file is read even if the store's decoder stopped short of it.
+func (n *Node) restoreFromLog() (raftpb.SnapshotMetadata, int64, error) {
+	r, err := n.log.OpenSnapshot()
+	if errors.Is(err, raftlog.ErrNoSnapshot) {
+		return raftpb.SnapshotMetadata{}, 0, nil
+	}
+	if err != nil {
+		return raftpb.SnapshotMetadata{}, 0, fmt.Errorf("open snapshot: %w", err)
+	}
+	defer r.Close()
+	meta := r.Metadata()
+	if err := n.store.Restore(r); err != nil {
+		return meta, 0, fmt.Errorf("restore snapshot at index %d: %w", meta.Index, err)
+	}
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return meta, 0, fmt.Errorf("restore snapshot at index %d: %w", meta.Index, err)
+	}
+	return meta, r.Size(), nil
 }
 
 // A snapshot's log compaction deletes compactStep entries at a time,
@@ -162,6 +234,7 @@ func (n *Node) saveSnapshot(s snapResult) {
 		return
 	}
 	n.snapIndex = max(n.snapIndex, s.index)
+	n.snapAppliedBytes = max(n.snapAppliedBytes, s.appliedBytes)
 	n.metrics.snapshots.Inc()
 	n.metrics.snapshotIndex.Set(float64(n.snapIndex))
 }

@@ -85,34 +85,22 @@ func TestYieldingWriterWritesThrough(t *testing.T) {
 	}
 }
 
-// TestSnapshotDataHasLittleSpareCapacity: the slice handed to the log,
-// which keeps it in memory, has at most an eighth of its length spare,
-// whether the buffer was sized right or grew by doubling, and holds the
-// encoded bytes.
-func TestSnapshotDataHasLittleSpareCapacity(t *testing.T) {
-	const size = 1 << 20
-	payload := bytes.Repeat([]byte("snapshot"), size/8)
+// TestSnapshotBytesDue: by bytes, a snapshot is due once the bytes since
+// the last one reach both the floor and the last snapshot's size; a floor
+// of 0 never makes one due.
+func TestSnapshotBytesDue(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		presize int
+		since, floor, last uint64
+		want               bool
 	}{
-		{"presized from the last snapshot", size + size/8},
-		{"grew from a smaller presize", size / 3},
-		{"grew from nothing", 0},
+		{since: 1 << 30, floor: 0, last: 0, want: false},
+		{since: 99, floor: 100, last: 0, want: false},
+		{since: 100, floor: 100, last: 0, want: true},
+		{since: 100, floor: 100, last: 101, want: false},
+		{since: 101, floor: 100, last: 101, want: true},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var buf bytes.Buffer
-			buf.Grow(tc.presize)
-			for off := 0; off < len(payload); off += 64 << 10 {
-				buf.Write(payload[off:min(off+64<<10, len(payload))])
-			}
-			data := snapshotData(&buf)
-			if !bytes.Equal(data, payload) {
-				t.Fatalf("data differs from what was encoded (%d bytes, want %d)", len(data), len(payload))
-			}
-			if spare := cap(data) - len(data); spare > len(data)/8 {
-				t.Errorf("%d bytes spare behind %d bytes of data; want at most an eighth", spare, len(data))
-			}
-		})
+		if got := snapshotBytesDue(tc.since, tc.floor, tc.last); got != tc.want {
+			t.Errorf("snapshotBytesDue(since %d, floor %d, last %d) = %v, want %v", tc.since, tc.floor, tc.last, got, tc.want)
+		}
 	}
 }

@@ -283,3 +283,34 @@ func TestConfigPeerSnapshotLimits(t *testing.T) {
 		t.Errorf("enough chunks: %v", err)
 	}
 }
+
+func TestConfigSnapshotBytes(t *testing.T) {
+	var ce *ConfigError
+	for _, bad := range []uint64{1, MinSnapshotBytes - 1} {
+		cfg := singleMemberConfig(t)
+		cfg.SnapshotBytes = bad
+		if err := cfg.Validate(); !errors.As(err, &ce) || ce.Field != "snapshot-bytes" {
+			t.Errorf("snapshot-bytes %d: %v", bad, err)
+		}
+	}
+	for _, good := range []uint64{0, MinSnapshotBytes, DefaultConfig().SnapshotBytes} {
+		cfg := singleMemberConfig(t)
+		cfg.SnapshotBytes = good
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("snapshot-bytes %d: %v", good, err)
+		}
+	}
+}
+
+func TestConfigRaftLogCacheBytes(t *testing.T) {
+	var ce *ConfigError
+	cfg := singleMemberConfig(t)
+	cfg.RaftLogCacheBytes = MinRaftLogCacheBytes - 1
+	if err := cfg.Validate(); !errors.As(err, &ce) || ce.Field != "raft-log-cache-bytes" {
+		t.Errorf("raft-log-cache-bytes below the minimum: %v", err)
+	}
+	cfg.RaftLogCacheBytes = MinRaftLogCacheBytes
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("raft-log-cache-bytes at the minimum: %v", err)
+	}
+}

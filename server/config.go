@@ -11,6 +11,7 @@ import (
 	"github.com/lodestone-kv/lodestone/acl"
 	"github.com/lodestone-kv/lodestone/internal/member"
 	"github.com/lodestone-kv/lodestone/peer"
+	"github.com/lodestone-kv/lodestone/raftlog"
 	"github.com/lodestone-kv/lodestone/raftnode"
 	"github.com/lodestone-kv/lodestone/store"
 	"github.com/lodestone-kv/lodestone/watch"
@@ -91,6 +92,19 @@ type Config struct {
 	// of the CPU of BenchmarkPut64 (a store of 30k keys) and set the tail
 	// latency of writes.
 	SnapshotEntries uint64
+	// SnapshotBytes also triggers a snapshot once the entries applied
+	// since the last one hold this many bytes and at least as many as that
+	// snapshot had, so a restart of a state written by large batches
+	// restores a snapshot and replays a short log instead of the whole
+	// history. 0 turns it off (SnapshotEntries alone); otherwise at least
+	// MinSnapshotBytes. Default 64 MiB.
+	SnapshotBytes uint64
+	// RaftLogCacheBytes bounds the bytes of recent Raft entries the log
+	// keeps in memory to feed followers without reading its file
+	// (raftlog.Options.CacheBytes; lodestone_raftlog_cached_entries counts
+	// them). A follower further behind than the cache holds is fed from
+	// raft.db. At least MinRaftLogCacheBytes. Default 64 MiB.
+	RaftLogCacheBytes int64
 	// CatchUpEntries is how many entries are kept behind a snapshot so a
 	// slightly lagging follower catches up by log rather than by snapshot.
 	// Default 5000.
@@ -276,6 +290,14 @@ const DefaultGRPCStreamWorkers = 256
 // the server and hold their stacks for its life.
 const MaxGRPCStreamWorkers = 1 << 16
 
+// MinRaftLogCacheBytes is the smallest RaftLogCacheBytes: a few batched
+// appends, so replication to a follower that keeps up never reads disk.
+const MinRaftLogCacheBytes = 1 << 20
+
+// MinSnapshotBytes is the smallest SnapshotBytes other than 0: below it a
+// busy server would encode its whole state every few writes.
+const MinSnapshotBytes = 1 << 20
+
 // DefaultConfig returns the production defaults; each value is explained on
 // its field.
 func DefaultConfig() Config {
@@ -285,6 +307,8 @@ func DefaultConfig() Config {
 		HeartbeatTicks:              1,
 		CommitNoticeHold:            2 * time.Millisecond,
 		SnapshotEntries:             100000,
+		SnapshotBytes:               64 << 20,
+		RaftLogCacheBytes:           raftlog.DefaultCacheBytes,
 		CatchUpEntries:              5000,
 		AutoPromoteLag:              64,
 		MaxBatchProposals:           1024,
@@ -380,6 +404,12 @@ func (c *Config) Validate() error {
 	}
 	if c.SnapshotEntries == 0 {
 		return bad("snapshot-entries", "must be positive")
+	}
+	if c.RaftLogCacheBytes < MinRaftLogCacheBytes {
+		return bad("raft-log-cache-bytes", "must be at least %d, got %d", MinRaftLogCacheBytes, c.RaftLogCacheBytes)
+	}
+	if c.SnapshotBytes != 0 && c.SnapshotBytes < MinSnapshotBytes {
+		return bad("snapshot-bytes", "must be 0 (off) or at least %d, got %d", MinSnapshotBytes, c.SnapshotBytes)
 	}
 	if c.MaxBatchProposals <= 0 {
 		return bad("max-batch-proposals", "must be positive")

@@ -163,7 +163,7 @@ func New(cfg Config) (*Server, error) {
 // transport: the node sends through the transport, and the transport
 // feeds it what arrives. founding is InitialCluster as configured.
 func (s *Server) openRaft(founding map[string]string) error {
-	lg, err := raftlog.Open(filepath.Join(s.cfg.DataDir, "raft"), raftlog.Options{Logger: s.logger})
+	lg, err := raftlog.Open(filepath.Join(s.cfg.DataDir, "raft"), raftlog.Options{Logger: s.logger, CacheBytes: s.cfg.RaftLogCacheBytes})
 	if err != nil {
 		return fmt.Errorf("open raft log: %w", err)
 	}
@@ -180,7 +180,7 @@ func (s *Server) openRaft(founding map[string]string) error {
 		ID: id, Log: lg, Store: s.store, Hub: s.hub, Sender: s.transport,
 		InitialCluster: s.cfg.InitialCluster, Join: s.cfg.Join,
 		TickInterval: s.cfg.TickInterval, ElectionTicks: s.cfg.ElectionTicks, HeartbeatTicks: s.cfg.HeartbeatTicks,
-		SnapshotEntries: s.cfg.SnapshotEntries, CatchUpEntries: s.cfg.CatchUpEntries, MaxBatchProposals: s.cfg.MaxBatchProposals,
+		SnapshotEntries: s.cfg.SnapshotEntries, SnapshotBytes: s.cfg.SnapshotBytes, CatchUpEntries: s.cfg.CatchUpEntries, MaxBatchProposals: s.cfg.MaxBatchProposals,
 		SlowLeader: s.cfg.SlowLeader, Faults: s.cfg.Faults, LeaderIndex: s.transport.AskLeaderIndex,
 		LeaderChangeWait: s.cfg.RPCHoldTimeout, // NB: a write in flight at an election is held too (hold.go)
 		Logger:           s.logger, Registerer: s.metrics.reg,
