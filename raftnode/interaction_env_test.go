@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -395,8 +396,13 @@ func (env *interactionEnv) stop(en *envNode, err error) {
 	en.stopped = err
 	en.n.fatal.Store(&err)
 	en.n.failReads(err)
-	env.printf("%s: loop stopped: %s", en.name, env.ids.Replace(err.Error()))
+	env.printf("%s: loop stopped: %s", en.name, journalOffset.ReplaceAllString(env.ids.Replace(err.Error()), "at N"))
 }
+
+// journalOffset matches the journal offset in a write error: which of the
+// journal's two slots takes a write depends on when the background
+// checkpoint switched them, which no script controls.
+var journalOffset = regexp.MustCompile(`at [0-9]+`)
 
 // writeDisk does what the log writer does with everything queued: one
 // write per batch, each handed to the loop. After a failed write the rest
