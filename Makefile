@@ -59,7 +59,9 @@ test-short:
 # The worst-day drill (tools/drill): a 3-node cluster with 1,000 watchers and
 # 2,000 clients loses every node, restarts, and every client reconnects at
 # once, with an admission ramp and without, 3 reps each (DRILL_FLAGS, e.g.
-# -reps 5 -pprof DIR; go run ./tools/drill -h). Prints DRILL lines per rep
+# -reps 5 -pprof DIR; go run ./tools/drill -h). The servers run on CPU 1,
+# the clients and watchers in a child process on CPU 0, the drill's own
+# clock and scrapes unpinned (-drill-cpus). Prints DRILL lines per rep
 # and a summary with medians and spreads. Takes about 10-20 minutes.
 DRILL_FLAGS ?=
 .PHONY: drill

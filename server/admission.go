@@ -64,7 +64,11 @@ type admission struct {
 	mu      sync.Mutex
 	buckets [numClasses]bucket
 
+	// maxHint is the longest retry hint a refusal carries.
+	maxHint time.Duration
+
 	rejected *prometheus.CounterVec
+	capped   *prometheus.CounterVec
 	limit    *prometheus.GaugeVec
 }
 
@@ -88,21 +92,24 @@ type bucket struct {
 	booked time.Time
 }
 
-// minRetryHint is the shortest retry hint a refusal carries, and
-// maxRetryHint the longest: a client told to wait longer than the ramp
-// takes to grow is kept away for nothing, and the bound keeps a burst of
-// refusals from booking slots far ahead.
-const (
-	minRetryHint = 50 * time.Millisecond
-	maxRetryHint = 30 * time.Second
-)
+// minRetryHint is the shortest retry hint a refusal carries. The longest
+// is Config.AdmissionMaxRetryHint: a client told to wait longer than the
+// ramp takes to grow is kept away for nothing, and the bound keeps a
+// burst of refusals from booking slots far ahead.
+const minRetryHint = 50 * time.Millisecond
 
-func newAdmission(st *store.Store, reg prometheus.Registerer) *admission {
+// newAdmission gates requests by the replicated policy; a refusal's
+// retry hint is at most maxHint.
+func newAdmission(st *store.Store, reg prometheus.Registerer, maxHint time.Duration) *admission {
 	a := &admission{
-		store: st, now: time.Now, started: time.Now(),
+		store: st, now: time.Now, started: time.Now(), maxHint: max(maxHint, minRetryHint),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "lodestone", Name: "admission_rejected_total",
 			Help: "Client requests refused by admission control, by class (read, write, watch).",
+		}, []string{"class"}),
+		capped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "admission_retry_hints_capped_total",
+			Help: "Refusals whose retry hint was cut to --admission-max-retry-hint (their booked slot lay further ahead), by class.",
 		}, []string{"class"}),
 		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "lodestone", Name: "admission_limit_per_second",
@@ -111,9 +118,10 @@ func newAdmission(st *store.Store, reg prometheus.Registerer) *admission {
 	}
 	for _, c := range classNames {
 		a.rejected.WithLabelValues(c)
+		a.capped.WithLabelValues(c)
 		a.limit.WithLabelValues(c)
 	}
-	reg.MustRegister(a.rejected, a.limit)
+	reg.MustRegister(a.rejected, a.capped, a.limit)
 	return a
 }
 
@@ -182,21 +190,28 @@ func (a *admission) admit(c int) (bool, time.Duration) {
 		return true, 0
 	}
 	a.rejected.WithLabelValues(classNames[c]).Inc()
-	return false, b.book(now, rate)
+	wait, capped := b.book(now, rate, a.maxHint)
+	if capped {
+		a.capped.WithLabelValues(classNames[c]).Inc()
+	}
+	return false, wait
 }
 
 // book gives a refused request the next free slot: the next token if
 // nobody waits for it, else one token after the last one booked, within
-// [minRetryHint, maxRetryHint] from now. It returns the wait.
-func (b *bucket) book(now time.Time, rate float64) time.Duration {
+// [minRetryHint, maxHint] from now. It returns the wait and whether
+// maxHint cut it short.
+func (b *bucket) book(now time.Time, rate float64, maxHint time.Duration) (time.Duration, bool) {
 	perToken := time.Duration(float64(time.Second) / rate)
 	slot := now.Add(time.Duration((1 - b.tokens) / rate * float64(time.Second)))
 	if next := b.booked.Add(perToken); next.After(slot) {
 		slot = next
 	}
-	wait := min(max(slot.Sub(now), minRetryHint), maxRetryHint)
+	wait := max(slot.Sub(now), minRetryHint)
+	capped := wait > maxHint
+	wait = min(wait, maxHint)
 	b.booked = now.Add(wait)
-	return wait
+	return wait, capped
 }
 
 // check refuses a request of class c over the limit with

@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -29,7 +31,7 @@ func storePolicy(t *testing.T, st *store.Store, index uint64, p *lodestonepb.Adm
 // admitted rate starts at the ramp percent and grows each minute.
 func TestAdmissionBucketAndRamp(t *testing.T) {
 	st := store.New()
-	a := newAdmission(st, prometheus.NewRegistry())
+	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint)
 	clock := time.Unix(1000, 0)
 	a.now = func() time.Time { return clock }
 	a.started = clock.Add(-time.Hour)
@@ -87,7 +89,7 @@ func TestAdmissionBucketAndRamp(t *testing.T) {
 // again and again. The hint never exceeds maxRetryHint.
 func TestAdmissionSpreadsRetries(t *testing.T) {
 	st := store.New()
-	a := newAdmission(st, prometheus.NewRegistry())
+	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint)
 	clock := time.Unix(1000, 0)
 	a.now = func() time.Time { return clock }
 	a.started = clock.Add(-time.Hour)
@@ -116,8 +118,8 @@ func TestAdmissionSpreadsRetries(t *testing.T) {
 			continue
 		}
 		refusals++
-		if wait < minRetryHint || wait > maxRetryHint {
-			t.Fatalf("retry hint %v outside [%v, %v]", wait, minRetryHint, maxRetryHint)
+		if wait < minRetryHint || wait > a.maxHint {
+			t.Fatalf("retry hint %v outside [%v, %v]", wait, minRetryHint, a.maxHint)
 		}
 		due[next] = clock.Add(wait + time.Millisecond) // a client comes back a little after its slot
 		if refusals > 10*clients {
@@ -132,12 +134,70 @@ func TestAdmissionSpreadsRetries(t *testing.T) {
 		t.Errorf("the last client got in after %v; want about 19s at 10/s", took)
 	}
 
-	// A burst far beyond what maxRetryHint holds is told maxRetryHint.
+	// A burst far beyond what the cap holds is told the cap.
 	for range 1000 {
 		a.admit(classWatch)
 	}
-	if _, wait := a.admit(classWatch); wait != maxRetryHint {
-		t.Errorf("after 1000 refusals at 10/s the hint is %v, want the cap %v", wait, maxRetryHint)
+	if _, wait := a.admit(classWatch); wait != a.maxHint {
+		t.Errorf("after 1000 refusals at 10/s the hint is %v, want the cap %v", wait, a.maxHint)
+	}
+}
+
+// TestAdmissionRetryHintCap refuses a burst at 10 writes/s under a 2s
+// cap: the first refused book slots 100ms apart up to the cap, every
+// hint after is the cap, and the counter counts exactly those; a cap
+// the burst never reaches counts none. The configured cap is validated.
+func TestAdmissionRetryHintCap(t *testing.T) {
+	burst := func(maxHint time.Duration) (capped float64, hints []time.Duration) {
+		st := store.New()
+		a := newAdmission(st, prometheus.NewRegistry(), maxHint)
+		clock := time.Unix(1000, 0)
+		a.now = func() time.Time { return clock }
+		a.started = clock.Add(-time.Hour)
+		storePolicy(t, st, 1, &lodestonepb.AdmissionPolicy{Enabled: true, Writes: 10, SetUnixNano: clock.UnixNano()})
+		for range 100 {
+			if ok, wait := a.admit(classWrite); !ok {
+				hints = append(hints, wait)
+			}
+		}
+		if got := testutil.ToFloat64(a.capped.WithLabelValues("read")); got != 0 {
+			t.Errorf("reads were never refused, yet %v read hints were capped", got)
+		}
+		return testutil.ToFloat64(a.capped.WithLabelValues("write")), hints
+	}
+	capped, hints := burst(2 * time.Second)
+	if len(hints) != 90 {
+		t.Fatalf("%d of 100 writes refused at 10/s, want 90 (a second of tokens gets in)", len(hints))
+	}
+	atCap := 0
+	for i, h := range hints {
+		if h > 2*time.Second {
+			t.Fatalf("hint %d is %v, over the 2s cap", i, h)
+		}
+		if h == 2*time.Second {
+			atCap++
+		}
+	}
+	// Slots 100ms apart reach 2s at the 20th refusal; the 70 after it
+	// would have been told more.
+	if atCap < 70 || atCap > 71 || capped != 70 {
+		t.Errorf("%d hints at the cap, %v counted capped; want 70 cut to the cap and counted", atCap, capped)
+	}
+	if capped, hints := burst(time.Minute); capped != 0 || hints[len(hints)-1] < 8*time.Second {
+		t.Errorf("under a 1m cap: %v capped, last hint %v; want none capped and about 9s", capped, hints[len(hints)-1])
+	}
+
+	for hint, ok := range map[time.Duration]bool{500 * time.Millisecond: false, time.Second: true, 30 * time.Second: true, 10 * time.Minute: true, 11 * time.Minute: false} {
+		cfg := singleMemberConfig(t)
+		cfg.AdmissionMaxRetryHint = hint
+		err := cfg.Validate()
+		var ce *ConfigError
+		if ok && err != nil {
+			t.Errorf("a %v cap was refused: %v", hint, err)
+		}
+		if !ok && (!errors.As(err, &ce) || ce.Field != "admission-max-retry-hint") {
+			t.Errorf("a %v cap: Validate() = %v, want a ConfigError on admission-max-retry-hint", hint, err)
+		}
 	}
 }
 

@@ -213,6 +213,13 @@ type Config struct {
 	// cluster leader); see hold.go. Default 7s, as Consul's
 	// rpc_hold_timeout. Zero fails at once.
 	RPCHoldTimeout time.Duration
+	// AdmissionMaxRetryHint is the longest retry hint an admission
+	// refusal carries (gRPC RetryInfo, HTTP Retry-After): a burst of
+	// refusals books slots one token apart, and a slot further ahead
+	// than this is cut to it (counted in
+	// lodestone_admission_retry_hints_capped_total). Default 30s; between
+	// 1s and 10m.
+	AdmissionMaxRetryHint time.Duration
 	// NoParking keeps every waiting Consul blocking query on its own
 	// goroutines, as net/http serves it, instead of parking it without
 	// one (server/httppark): an escape hatch, and the comparison
@@ -330,6 +337,7 @@ func DefaultConfig() Config {
 		WatchBusyDeliveryInterval:   20 * time.Millisecond,
 		MaxBlockingWait:             5 * time.Minute,
 		RPCHoldTimeout:              7 * time.Second,
+		AdmissionMaxRetryHint:       30 * time.Second,
 		SlowLeader:                  raftnode.DefaultSlowLeaderConfig(),
 		Catalog:                     DefaultCatalogConfig(),
 		StartTimeout:                10 * time.Second,
@@ -434,6 +442,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RPCHoldTimeout < 0 || c.RPCHoldTimeout > 10*time.Minute {
 		return bad("rpc-hold-timeout", "must be between 0 (fail at once) and 10m, got %v", c.RPCHoldTimeout)
+	}
+	if c.AdmissionMaxRetryHint < time.Second || c.AdmissionMaxRetryHint > 10*time.Minute {
+		return bad("admission-max-retry-hint", "must be between 1s and 10m, got %v", c.AdmissionMaxRetryHint)
 	}
 	if err := c.validateTLS(); err != nil {
 		return err

@@ -78,6 +78,7 @@ re-reads them and applies what can change live (docs/configuration.md).`,
 	f.IntVar(&o.heapFloorMiB, "gc-heap-floor-mib", 512, "let the Go heap grow to this many MiB before a garbage collection, however small the live heap (0: GOGC alone); fewer GC cycles stall fewer writes")
 	addTuningFlags(cmd, &o.cfg)
 	addHoldFlag(cmd, &o.cfg.RPCHoldTimeout)
+	f.DurationVar(&o.cfg.AdmissionMaxRetryHint, "admission-max-retry-hint", o.cfg.AdmissionMaxRetryHint, "longest retry hint an admission refusal carries (gRPC RetryInfo, HTTP Retry-After), 1s to 10m; refusals cut to it are counted")
 	addCatalogFlags(cmd.Flags(), &o.cfg.Catalog)
 	addGossipFlags(f, &o.cfg.Gossip.Pool, "")
 	addDNSFlags(f, &o.cfg.DNS, &o.dns, "listen-dns")

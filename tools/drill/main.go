@@ -16,7 +16,8 @@
 //
 // It does this --reps times for each mode (ramp on, ramp off, interleaved
 // so load drift hits both alike) on a fresh cluster each time, the servers
-// pinned to --server-cpus and the drill's fleet to --client-cpus, and
+// pinned to --server-cpus and the drill's clients and watchers, a child
+// process of their own (child.go), to --client-cpus, and
 // prints one DRILL line per run and, at the end, one summary line per
 // mode with medians and spreads (least..greatest):
 //
@@ -66,6 +67,9 @@ type options struct {
 	limit                  time.Duration
 	reps                   int
 	serverCPUs, clientCPUs string
+	drillCPUs              string
+	servePopulation        bool
+	endpoints              string
 	slow                   time.Duration
 	keep                   bool
 	pprof                  string
@@ -90,7 +94,10 @@ func main() {
 	flag.DurationVar(&o.limit, "limit", 5*time.Minute, "give up on full service after this long")
 	flag.IntVar(&o.reps, "reps", 3, "repetitions of each mode; medians and spreads are reported (use an odd number)")
 	flag.StringVar(&o.serverCPUs, "server-cpus", "1", `CPU list (taskset -c) of every server; "" = unpinned`)
-	flag.StringVar(&o.clientCPUs, "client-cpus", "0", `CPU list of the drill itself (its clients and watchers); "" = unpinned`)
+	flag.StringVar(&o.clientCPUs, "client-cpus", "0", `CPU list of the drill's clients and watchers (a child process of their own); "" = unpinned`)
+	flag.StringVar(&o.drillCPUs, "drill-cpus", "", `CPU list of the drill's own clock, scrapes and readiness polls; "" = unpinned (it is light, and unpinned no busy core starves it)`)
+	flag.BoolVar(&o.servePopulation, "serve-population", false, "internal: be the child process that runs the clients and watchers (see child.go)")
+	flag.StringVar(&o.endpoints, "endpoints", "", "internal, with -serve-population: the servers' gRPC addresses, comma-separated")
 	flag.DurationVar(&o.slow, "slow", 50*time.Millisecond, "report each second in which a server committed slower than this")
 	flag.BoolVar(&o.keep, "keep", false, "keep each run's data dirs and server logs (path printed)")
 	flag.StringVar(&o.logLevel, "server-log-level", "warn", "the servers' --log-level (their logs are in each run's dir: see --keep)")
@@ -99,10 +106,32 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.servePopulation {
+		if err := runPopulation(ctx, o); err != nil {
+			fmt.Fprintln(os.Stderr, "drill population: "+err.Error())
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(ctx, o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "drill: "+err.Error())
 		os.Exit(1)
 	}
+}
+
+// runPopulation is the child process: pinned to --client-cpus, it runs
+// the clients and watchers and answers the parent on stdin and stdout.
+func runPopulation(ctx context.Context, o options) error {
+	if o.clientCPUs != "" {
+		if err := pinSelf(o.clientCPUs); err != nil {
+			return fmt.Errorf("--client-cpus: %w", err)
+		}
+	}
+	eps := strings.Split(o.endpoints, ",")
+	if o.endpoints == "" {
+		return errors.New("-serve-population needs -endpoints")
+	}
+	return servePopulation(ctx, o, eps, os.Stdin, os.Stdout)
 }
 
 func run(ctx context.Context, o options, out io.Writer) error {
@@ -133,12 +162,17 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		}
 	}
 	if o.clientCPUs != "" {
-		if err := pinSelf(o.clientCPUs); err != nil {
+		if _, err := parseCPUs(o.clientCPUs); err != nil {
 			return fmt.Errorf("--client-cpus: %w", err)
 		}
 	}
-	fmt.Fprintf(out, "drill: %d clients, %d watchers, %d keys, %d reps, %d CPUs; servers on CPUs %q, clients on CPUs %q (GOMAXPROCS %d)\n",
-		o.clients, o.watchers, o.keys, o.reps, runtime.NumCPU(), o.serverCPUs, o.clientCPUs, runtime.GOMAXPROCS(0))
+	if o.drillCPUs != "" {
+		if err := pinSelf(o.drillCPUs); err != nil {
+			return fmt.Errorf("--drill-cpus: %w", err)
+		}
+	}
+	fmt.Fprintf(out, "drill: %d clients, %d watchers, %d keys, %d reps, %d CPUs; servers on CPUs %q, clients and watchers (a child process) on CPUs %q, the drill itself on CPUs %q (GOMAXPROCS %d)\n",
+		o.clients, o.watchers, o.keys, o.reps, runtime.NumCPU(), o.serverCPUs, o.clientCPUs, o.drillCPUs, runtime.GOMAXPROCS(0))
 	results := map[bool][]result{}
 	var lines []string
 	for rep := 1; rep <= o.reps; rep++ {
@@ -167,8 +201,21 @@ type window struct {
 	dur     time.Duration
 	commits float64
 	p99     float64 // seconds
+	saveP99 float64 // seconds: the raftlog's Save (append and fsync), beside the commit p99
 	cpu     float64 // server CPU seconds, all three
 	rejects float64 // requests admission control refused
+	fleet   float64 // the clients' and watchers' process CPU seconds
+}
+
+func (w window) fleetPerSec() float64 { return w.fleet / max(w.dur.Seconds(), 1e-9) }
+
+// fleetCPU is the population process's CPU seconds so far, 0 if unknown.
+func fleetCPU(p *population) float64 {
+	d, err := p.cpu()
+	if err != nil {
+		return 0
+	}
+	return d.Seconds()
 }
 
 func (w window) cpuPerSec() float64 { return w.cpu / max(w.dur.Seconds(), 1e-9) }
@@ -207,9 +254,9 @@ func (r result) line(o options) string {
 		idle = "no"
 	}
 	return fmt.Sprintf("DRILL rep=%d ramp=%s idle=%s restore=%.1f full_service=%s steady_commit_p99=%.1f commit_p99_during_ramp=%.1f ratio=%.2f "+
-		"steady_commits=%.0f/%.0fs ramp_commits=%.0f/%.0fs server_cpu_steady=%.2fs/s server_cpu_ramp=%.1fs(%.2fs/s) ramp_refusals=%.0f clients_served=%d/%d watchers_resumed=%d/%d",
-		r.rep, rampName(o, r.ramp), idle, r.restore.Seconds(), full, r.steady.p99*1000, r.storm.p99*1000, r.ratio(),
-		r.steady.commits, r.steady.dur.Seconds(), r.storm.commits, r.storm.dur.Seconds(), r.steady.cpuPerSec(), r.storm.cpu, r.storm.cpuPerSec(), r.storm.rejects,
+		"steady_save_p99=%.1f ramp_save_p99=%.1f steady_commits=%.0f/%.0fs ramp_commits=%.0f/%.0fs server_cpu_steady=%.2fs/s server_cpu_ramp=%.1fs(%.2fs/s) ramp_refusals=%.0f fleet_cpu_steady=%.2fs/s fleet_cpu_ramp=%.2fs/s clients_served=%d/%d watchers_resumed=%d/%d",
+		r.rep, rampName(o, r.ramp), idle, r.restore.Seconds(), full, r.steady.p99*1000, r.storm.p99*1000, r.ratio(), r.steady.saveP99*1000, r.storm.saveP99*1000,
+		r.steady.commits, r.steady.dur.Seconds(), r.storm.commits, r.storm.dur.Seconds(), r.steady.cpuPerSec(), r.storm.cpu, r.storm.cpuPerSec(), r.storm.rejects, r.steady.fleetPerSec(), r.storm.fleetPerSec(),
 		r.clientsOK, o.clients, r.watchersOK, o.watchers)
 }
 
@@ -276,7 +323,7 @@ func drill(ctx context.Context, bin string, o options, ramp bool, rep int, log i
 	fmt.Fprintf(log, "drill rep %d (ramp %s): cluster up with %d keys (HTTP %s %s %s); starting %d clients and %d watchers\n",
 		rep, rampName(o, ramp), o.keys, c.servers[0].http, c.servers[1].http, c.servers[2].http, o.clients, o.watchers)
 
-	pop, err := startPopulation(ctx, c.endpoints(), o)
+	pop, err := startPopulation(c.endpoints(), o)
 	if err != nil {
 		return res, err
 	}
@@ -322,6 +369,7 @@ func drill(ctx context.Context, bin string, o options, ramp bool, rep int, log i
 		fmt.Fprintln(log, "drill: the cluster was not idle of catch-up within 1m; measuring the steady window anyway (idle=no)")
 	}
 	mw := startWindow(c, o, "steady", false, log)
+	fleet0 := fleetCPU(pop)
 	waitProfile := func() {}
 	if o.pprof != "" {
 		waitProfile = profileWindow(c, o.pprof, profileTag(rep, ramp, "steady"), o.steady-time.Second, log)
@@ -330,6 +378,7 @@ func drill(ctx context.Context, bin string, o options, ramp bool, rep int, log i
 		return res, err
 	}
 	res.steady = mw.end()
+	res.steady.fleet = fleetCPU(pop) - fleet0
 	waitProfile()
 	fmt.Fprintf(log, "drill: steady commit p99 %.1fms over %.0f commits; killing every server\n", res.steady.p99*1000, res.steady.commits)
 
@@ -356,6 +405,7 @@ func drill(ctx context.Context, bin string, o options, ramp bool, rep int, log i
 	// The ramp window counts from the servers' start: a busy machine can
 	// delay the drill's own readiness polls past the storm itself.
 	mw = startWindow(c, o, "ramp", true, log)
+	fleet0 = fleetCPU(pop)
 	if o.pprof != "" {
 		defer profileWindow(c, o.pprof, profileTag(rep, ramp, "ramp"), o.rampProfile, log)()
 	}
@@ -368,7 +418,8 @@ func drill(ctx context.Context, bin string, o options, ramp bool, rep int, log i
 	res.complete = err == nil
 	res.fullService = full
 	res.storm = mw.end()
-	res.clientsOK, res.watchersOK = pop.served(restartAt, lastIndex+1)
+	res.storm.fleet = fleetCPU(pop) - fleet0
+	res.clientsOK, res.watchersOK, _ = pop.served(restartAt, lastIndex+1)
 	if ramp {
 		_, _ = admin.SetAdmission(ctx, &lodestonepb.AdmissionPolicy{})
 	}
@@ -424,7 +475,10 @@ func waitServed(ctx context.Context, p *population, t time.Time, index uint64, o
 	deadline := time.Now().Add(limit)
 	lastReport := time.Now()
 	for {
-		cl, wa := p.served(t, index)
+		cl, wa, err := p.served(t, index)
+		if err != nil {
+			return time.Since(t), err
+		}
 		if cl == o.clients && wa == o.watchers {
 			return time.Since(t), nil
 		}

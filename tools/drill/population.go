@@ -13,10 +13,11 @@ import (
 	"github.com/lodestone-kv/lodestone/client"
 )
 
-// population is the drill's fleet: clients that each read (and every
-// tenth time write) once per interval, and watchers on the first of them
-// following the key the ticker writes.
-type population struct {
+// fleet is the drill's clients and watchers, run in the population
+// process (see child.go): clients that each read (and every tenth time
+// write) once per interval, and watchers on the first of them following
+// the key the ticker writes.
+type fleet struct {
 	clients  []*client.Client
 	lastOK   []atomic.Int64 // unix nanos of each client's last success
 	watchIdx []atomic.Int64 // index of each watcher's last batch
@@ -24,9 +25,9 @@ type population struct {
 	cancel   context.CancelFunc
 }
 
-func startPopulation(ctx context.Context, eps []string, o options) (*population, error) {
+func startFleet(ctx context.Context, eps []string, o options) (*fleet, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	p := &population{cancel: cancel, lastOK: make([]atomic.Int64, o.clients), watchIdx: make([]atomic.Int64, o.watchers)}
+	p := &fleet{cancel: cancel, lastOK: make([]atomic.Int64, o.clients), watchIdx: make([]atomic.Int64, o.watchers)}
 	quiet := slog.New(slog.DiscardHandler)
 	for range o.clients {
 		// Each client lists the servers in its own order, as a fleet's
@@ -57,7 +58,7 @@ func startPopulation(ctx context.Context, eps []string, o options) (*population,
 	return p, nil
 }
 
-func (p *population) clientLoop(ctx context.Context, i int, c *client.Client, o options) {
+func (p *fleet) clientLoop(ctx context.Context, i int, c *client.Client, o options) {
 	select {
 	case <-ctx.Done():
 		return
@@ -88,7 +89,7 @@ func (p *population) clientLoop(ctx context.Context, i int, c *client.Client, o 
 	}
 }
 
-func (p *population) watchLoop(ctx context.Context, i int, c *client.Client) {
+func (p *fleet) watchLoop(ctx context.Context, i int, c *client.Client) {
 	w := c.Watch(ctx, "drill/tick/", client.WatchPrefix(), client.WithProgressNotify())
 	defer w.Close()
 	for {
@@ -106,7 +107,7 @@ func (p *population) watchLoop(ctx context.Context, i int, c *client.Client) {
 	}
 }
 
-func (p *population) stop() {
+func (p *fleet) stop() {
 	p.cancel()
 	p.wg.Wait()
 	for _, c := range p.clients {
@@ -115,7 +116,7 @@ func (p *population) stop() {
 }
 
 // served counts clients with a success after t and watchers past index.
-func (p *population) served(t time.Time, index uint64) (clients, watchers int) {
+func (p *fleet) served(t time.Time, index uint64) (clients, watchers int) {
 	for i := range p.lastOK {
 		if p.lastOK[i].Load() > t.UnixNano() {
 			clients++

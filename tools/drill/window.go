@@ -104,7 +104,8 @@ func (m *measured) end() window {
 	h0, h1 := histogram(m.first, commitLatency), histogram(last, commitLatency)
 	return window{
 		dur: time.Since(m.start), commits: count(h0, h1), p99: p99(h0, h1),
-		cpu: sum(last, cpuSeconds) - sum(m.first, cpuSeconds), rejects: rejects(last) - rejects(m.first),
+		saveP99: p99(histogram(m.first, saveDuration), histogram(last, saveDuration)),
+		cpu:     sum(last, cpuSeconds) - sum(m.first, cpuSeconds), rejects: rejects(last) - rejects(m.first),
 	}
 }
 
