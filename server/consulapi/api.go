@@ -369,6 +369,8 @@ var (
 	leaderUnknown   = []string{"false"}
 	// NB: keys set directly must be canonical, as Set would make them.
 	knownLeaderKey = http.CanonicalHeaderKey("X-Consul-KnownLeader")
+	indexKey       = http.CanonicalHeaderKey("X-Consul-Index")
+	lastContactKey = http.CanonicalHeaderKey("X-Consul-LastContact")
 )
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -507,12 +509,17 @@ func (a *API) setMeta(w http.ResponseWriter, index uint64) {
 	_, known, last := a.b.Leader()
 	// NB: Consul never answers index 0; clients treat 0 as "no blocking".
 	h := w.Header()
-	h.Set("X-Consul-Index", strconv.FormatUint(max(index, 1), 10))
+	// NB: both values in one allocation, each a slice of capacity one so
+	// that Header.Add appends to a copy (as for jsonContentType).
+	vals := make([]string, 2)
+	vals[0] = strconv.FormatUint(max(index, 1), 10)
+	vals[1] = strconv.FormatInt(last.Milliseconds(), 10)
+	h[indexKey] = vals[0:1:1]
 	h[knownLeaderKey] = leaderUnknown
 	if known {
 		h[knownLeaderKey] = leaderKnown
 	}
-	h.Set("X-Consul-LastContact", strconv.FormatInt(last.Milliseconds(), 10))
+	h[lastContactKey] = vals[1:2:2]
 }
 
 func (a *API) statusLeader(w http.ResponseWriter, r *http.Request) {
