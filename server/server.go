@@ -280,7 +280,9 @@ func (s *Server) Start() {
 		Name: "lodestone_http_connections", Help: "Open connections on the HTTP listener (at most --max-http-connections).",
 	}, func() float64 { return float64(s.httpConns.Open()) }))
 	httpLis := s.tls.httpListener(s.httpConns)
-	handler := s.adm.http(s.limitBodies(s.Mux))
+	// NB: the mux until the Consul API below takes the KV reads ahead of it.
+	routes := &lateHandler{h: s.Mux}
+	handler := s.adm.http(s.limitBodies(routes))
 	idle := cmp.Or(s.cfg.HTTPIdleTimeout, def.HTTPIdleTimeout)
 	if !s.cfg.NoParking {
 		// NB: resumed requests skip admission: they were admitted once.
@@ -296,11 +298,13 @@ func (s *Server) Start() {
 		s.metrics.reg.MustRegister(s.park)
 		httpLis = s.park.Wrap(httpLis)
 	}
-	consulapi.New(consulBackend{s: s.core, local: s.local, membership: membership{s}}, consulapi.Config{
+	consul := consulapi.New(consulBackend{s: s.core, local: s.local, membership: membership{s}}, consulapi.Config{
 		MaxWait: s.cfg.MaxBlockingWait, Logger: s.logger.With("component", "consulapi"),
 		InFlight: s.sessionMetrics.blocking.WithLabelValues("http"), Park: s.park, Denied: s.authz.denied,
 		Refused: s.metrics.refused,
-	}).Register(s.Mux)
+	})
+	consul.Register(s.Mux)
+	routes.h = consul.KVReads(s.Mux)
 	// NB: requests run under the server's context, so Close ends blocking
 	// queries at once instead of Shutdown waiting out their wait.
 	// NB: a connection that never sent a request is idle too.
@@ -529,3 +533,9 @@ func stopGracefully(srv *grpc.Server, timeout time.Duration) {
 		<-done
 	}
 }
+
+// lateHandler is a handler chosen after the chain in front of it is
+// built, and before it serves.
+type lateHandler struct{ h http.Handler }
+
+func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { l.h.ServeHTTP(w, r) }

@@ -31,10 +31,16 @@ func FromRequest(r *http.Request) string {
 	if t := r.Header.Get(Header); t != "" {
 		return t
 	}
-	if t, ok := bearerOf(r.Header.Get(authorization)); ok {
+	// NB: the canonical key and no query parsing unless a token may be
+	// in it: a lower-case key is canonicalized, and a query parsed, into
+	// new allocations on every request, tokenless ones included.
+	if t, ok := bearerOf(r.Header.Get("Authorization")); ok {
 		return t
 	}
-	return r.URL.Query().Get("token")
+	if q := r.URL.RawQuery; strings.Contains(q, "token") || strings.Contains(q, "%") {
+		return r.URL.Query().Get("token")
+	}
+	return ""
 }
 
 // FromContext returns the secret an incoming gRPC call carries, or "".

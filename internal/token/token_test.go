@@ -20,6 +20,9 @@ func TestFromRequestOrder(t *testing.T) {
 		{"basic is not a token", "", "Basic dXNlcjpwYXNz", "?token=q", "q"},
 		{"query last", "", "", "?token=q", "q"},
 		{"none is anonymous", "", "", "", ""},
+		{"other params are anonymous", "", "", "?recurse&dc=dc1", ""},
+		{"escaped name", "", "", "?t%6Fken=e", "e"},
+		{"among others", "", "", "?stale&token=q&index=3", "q"},
 	} {
 		r := httptest.NewRequest("GET", "/v1/kv/x"+c.qs, nil)
 		if c.header != "" {

@@ -83,12 +83,16 @@ func (a *API) kvGet(w http.ResponseWriter, r *http.Request, az *acl.Authorizer, 
 	if err := a.read(r.Context(), q); err != nil {
 		return err
 	}
-	// NB: the index before the data (store.KVIndexFor).
-	index := d.IndexIn(st)
+	// NB: one conversion for the index and the read: a leader answers
+	// thousands of these a second, and each is an allocation.
+	keyBytes := []byte(key)
+	// NB: the index before the data (store.KVIndexFor); d.IndexIn, for
+	// the KVDep d is.
+	index := st.KVIndexFor(keyBytes, prefix)
 	a.setMeta(w, index)
 
 	if !prefix {
-		kv, _ := st.Get([]byte(key))
+		kv, _ := st.Get(keyBytes)
 		if kv == nil {
 			w.WriteHeader(http.StatusNotFound)
 			return nil
@@ -98,7 +102,7 @@ func (a *API) kvGet(w http.ResponseWriter, r *http.Request, az *acl.Authorizer, 
 			_, err := w.Write(kv.Value)
 			return err
 		}
-		writeKVEntries(w, []kvEntry{toEntry(kv)})
+		writeKVPair(w, kv)
 		return nil
 	}
 

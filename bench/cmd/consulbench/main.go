@@ -288,7 +288,7 @@ func runSystem(ctx context.Context, sys system, workDir string, rep int, samples
 // runWorkload drives w's clients against c's leader. note gives the
 // servers' and the load generator's CPU per op, and flags errors.
 func runWorkload(ctx context.Context, c *cluster, w workload, name string) (_ harness.Result, serverCPU float64, note string, err error) {
-	cs := newConns(*flagClients)
+	cs := newConns(*flagClients, c.leaderURL())
 	defer cs.close()
 	values := make([][]byte, *flagClients)
 	for i := range values {
@@ -303,7 +303,7 @@ func runWorkload(ctx context.Context, c *cluster, w workload, name string) (_ ha
 		prof = profileAfter(ctx, c, *flagWarmup, *flagDuration, name)
 	}
 	res, err := harness.Drive(ctx, harness.DriveConfig{Clients: *flagClients, Warmup: *flagWarmup, Duration: *flagDuration},
-		w.op(c.leaderURL(), cs, values, *flagValueSize, *flagGetKeys))
+		w.op(cs, values, *flagValueSize, *flagGetKeys))
 	if perr := prof(); perr != nil && err == nil {
 		err = fmt.Errorf("profile: %w", perr)
 	}

@@ -35,17 +35,17 @@ func TestWorkloadsOnConsul(t *testing.T) {
 	if err := preload(ctx, base, keys, value); err != nil {
 		t.Fatal(err)
 	}
-	cs := newConns(clients)
+	cs := newConns(clients, base)
 	defer cs.close()
 	values := [][]byte{value, value, value, value}
 	for _, w := range workloads {
-		res, err := harness.Drive(ctx, harness.DriveConfig{Clients: clients, Duration: 500 * time.Millisecond}, w.op(base, cs, values, size, keys))
+		res, err := harness.Drive(ctx, harness.DriveConfig{Clients: clients, Duration: 500 * time.Millisecond}, w.op(cs, values, size, keys))
 		if err != nil || res.Ops() == 0 || res.Errors > 0 {
 			t.Errorf("%s: %d ops, %d errors (first: %v), %v", w.name, res.Ops(), res.Errors, res.FirstErr, err)
 		}
 	}
 	// A wrong size is a failed op, not a fast one.
-	res, err := harness.Drive(ctx, harness.DriveConfig{Clients: 1, Duration: 200 * time.Millisecond}, getWorkload.op(base, cs, values, size+1, keys))
+	res, err := harness.Drive(ctx, harness.DriveConfig{Clients: 1, Duration: 200 * time.Millisecond}, getWorkload.op(cs, values, size+1, keys))
 	if err != nil || res.Ops() != 0 || res.Errors == 0 {
 		t.Errorf("gets expecting %d bytes: %d ops, %d errors, %v; want every one failed", size+1, res.Ops(), res.Errors, err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,7 +26,7 @@ type workload struct {
 
 var (
 	putWorkload      = workload{"kv-put", "PUT /v1/kv/consulbench/put/<client>/<seq> of a random value, each client its own keys"}
-	getWorkload      = workload{"kv-get", "GET /v1/kv/consulbench/get/<n> in the default consistency mode (no ?stale, no ?consistent), n drawn per op from the preloaded keys, the JSON answer decoded and the value's size checked"}
+	getWorkload      = workload{"kv-get", "GET /v1/kv/consulbench/get/<n> in the default consistency mode (no ?stale, no ?consistent), n drawn per op from the preloaded keys; every answer checked (one entry, the key's, its base64 value decoded to the right size), every 16th a client makes decoded with encoding/json"}
 	registerWorkload = workload{"catalog-register", "PUT /v1/catalog/register of a new node (cb-<client>-<seq>, its own address) with one service instance (web, port 8080)"}
 	workloads        = []workload{putWorkload, getWorkload, registerWorkload}
 )
@@ -34,47 +35,83 @@ var (
 // as failed, never as fast.
 var errWrongAnswer = errors.New("wrong answer")
 
-// conns is one keep-alive HTTP/1.1 connection per client: a transport of
-// its own each, so n clients hold exactly n connections to the leader.
-type conns []*http.Client
+// conns is one keep-alive HTTP/1.1 connection per client (rawConn), so
+// n clients hold exactly n connections to the leader.
+type conns []*rawConn
 
-func newConns(n int) conns {
+func newConns(n int, base string) conns {
 	cs := make(conns, n)
 	for i := range cs {
-		cs[i] = &http.Client{Transport: &http.Transport{
-			MaxIdleConnsPerHost: 1,
-			MaxConnsPerHost:     1,
-			IdleConnTimeout:     time.Minute,
-			DisableCompression:  true,
-		}}
+		cs[i] = newRawConn(base)
 	}
 	return cs
 }
 
 func (cs conns) close() {
 	for _, c := range cs {
-		c.CloseIdleConnections()
+		c.close()
 	}
 }
 
-// op is w's operation against base for harness.Drive: client c sends on
-// cs[c]; values[c] is the value it puts; a get must find a value of
-// valueSize bytes among getKeys preloaded keys.
-func (w workload) op(base string, cs conns, values [][]byte, valueSize, getKeys int) harness.Op {
+// fullCheckEvery is how often (in a client's ops) a get's answer is
+// decoded with encoding/json and checked in full; every other answer
+// gets checkGetAnswer's scan.
+const fullCheckEvery = 16
+
+// op is w's operation for harness.Drive: client c sends on cs[c];
+// values[c] is the value it puts; a get must find a value of valueSize
+// bytes among getKeys preloaded keys.
+func (w workload) op(cs conns, values [][]byte, valueSize, getKeys int) harness.Op {
 	switch w.name {
 	case getWorkload.name:
+		// NB: the requests are built once; the clients share them read-only.
+		reqs := make([][]byte, getKeys)
+		for i := range reqs {
+			reqs[i] = appendRequest(nil, http.MethodGet, cs[0].addr, "/v1/kv/"+getKey(i), nil)
+		}
+		scratch := make([][]byte, len(cs))
 		return func(ctx context.Context, client, seq int) error {
-			return getValue(ctx, cs[client], base, getKey(int(draw(client, seq)%uint64(getKeys))), valueSize)
+			n := int(draw(client, seq) % uint64(getKeys))
+			code, body, err := cs[client].do(ctx, reqs[n])
+			if err != nil {
+				return err
+			}
+			if code != http.StatusOK {
+				return fmt.Errorf("GET %s: %d: %s", getKey(n), code, bytes.TrimSpace(body[:min(len(body), 512)]))
+			}
+			if seq%fullCheckEvery == 0 {
+				return checkGetJSON(getKey(n), body, valueSize)
+			}
+			scratch[client], err = checkGetAnswer(scratch[client], getKey(n), body, valueSize)
+			return err
 		}
 	case registerWorkload.name:
 		return func(ctx context.Context, client, seq int) error {
-			return send(ctx, cs[client], http.MethodPut, base+"/v1/catalog/register", registerBody(client, seq))
+			return sendRaw(ctx, cs[client], http.MethodPut, "/v1/catalog/register", registerBody(client, seq))
 		}
 	default:
 		return func(ctx context.Context, client, seq int) error {
-			return send(ctx, cs[client], http.MethodPut, base+"/v1/kv/"+putKey(client, seq), values[client])
+			return sendRaw(ctx, cs[client], http.MethodPut, "/v1/kv/"+putKey(client, seq), values[client])
 		}
 	}
+}
+
+// sendRaw makes one request with body on c and fails unless the answer
+// is 200 with body true (KV put and catalog register both answer so).
+func sendRaw(ctx context.Context, c *rawConn, method, path string, body []byte) error {
+	c.req = appendRequest(c.req[:0], method, c.addr, path, body)
+	code, got, err := c.do(ctx, c.req)
+	if err != nil {
+		return err
+	}
+	got = bytes.TrimSpace(got[:min(len(got), 512)])
+	if code != http.StatusOK {
+		return fmt.Errorf("%s %s: %d: %s", method, path, code, got)
+	}
+	if string(got) != "true" {
+		return fmt.Errorf("%w: %s %s answered %q, want true", errWrongAnswer, method, path, got)
+	}
+	return nil
 }
 
 func putKey(client, seq int) string { return fmt.Sprintf("consulbench/put/%03d/%09d", client, seq) }
@@ -153,27 +190,49 @@ type kvEntry struct {
 	Value []byte
 }
 
-// getValue reads key in the default consistency mode and checks that the
-// one entry it gets is key's, with a value of size bytes.
-func getValue(ctx context.Context, c *http.Client, base, key string, size int) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/kv/"+key, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("GET %s: %s: %s", key, resp.Status, bytes.TrimSpace(b))
-	}
+// checkGetJSON decodes a get's answer with encoding/json and checks that
+// it holds one entry, key's, with a value of size bytes.
+func checkGetJSON(key string, body []byte, size int) error {
 	var got []kvEntry
-	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
-		return fmt.Errorf("GET %s: decode: %w", key, err)
+	if err := json.Unmarshal(body, &got); err != nil {
+		return fmt.Errorf("%w: GET %s: decode: %v", errWrongAnswer, key, err)
 	}
 	return checkEntries(key, got, size)
+}
+
+// checkGetAnswer checks a get's answer without a JSON decoder: a JSON
+// array holding one "Key" field, key's, and one "Value" field whose
+// base64 decodes (into scratch, returned for reuse) to size bytes.
+func checkGetAnswer(scratch []byte, key string, body []byte, size int) ([]byte, error) {
+	fail := func(why string) ([]byte, error) {
+		return scratch, fmt.Errorf("%w: GET %s: %s in %.200q", errWrongAnswer, key, why, body)
+	}
+	b := bytes.TrimSpace(body)
+	if len(b) < 2 || b[0] != '[' || b[len(b)-1] != ']' {
+		return fail("not a JSON array")
+	}
+	keyField, valueField := []byte(`"Key":`), []byte(`"Value":"`)
+	if bytes.Count(b, keyField) != 1 || bytes.Count(b, valueField) != 1 {
+		return fail("not exactly one Key and one Value")
+	}
+	k := b[bytes.Index(b, keyField)+len(keyField):]
+	if !bytes.HasPrefix(k, []byte(`"`+key+`"`)) {
+		return fail("another key")
+	}
+	v := b[bytes.Index(b, valueField)+len(valueField):]
+	end := bytes.IndexByte(v, '"')
+	if end < 0 {
+		return fail("an unterminated Value")
+	}
+	scratch = grow(scratch, base64.StdEncoding.DecodedLen(end))
+	n, err := base64.StdEncoding.Decode(scratch, v[:end])
+	if err != nil {
+		return fail("a Value that is not base64")
+	}
+	if n != size {
+		return fail(fmt.Sprintf("a value of %d bytes, want %d", n, size))
+	}
+	return scratch, nil
 }
 
 func checkEntries(key string, got []kvEntry, size int) error {
@@ -192,7 +251,7 @@ func checkEntries(key string, got []kvEntry, size int) error {
 // on a connection of its own, and fails unless every put is acknowledged.
 func preload(ctx context.Context, base string, n int, value []byte) error {
 	const writers = 16
-	cs := newConns(writers)
+	cs := newConns(writers, base)
 	defer cs.close()
 	var next atomic.Int64
 	errs := make([]error, writers)
@@ -201,7 +260,7 @@ func preload(ctx context.Context, base string, n int, value []byte) error {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < n && errs[w] == nil; i = int(next.Add(1) - 1) {
 				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				errs[w] = send(pctx, cs[w], http.MethodPut, base+"/v1/kv/"+getKey(i), value)
+				errs[w] = sendRaw(pctx, cs[w], http.MethodPut, "/v1/kv/"+getKey(i), value)
 				cancel()
 			}
 		})

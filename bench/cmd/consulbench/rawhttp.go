@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// rawConn is a minimal HTTP/1.1 keep-alive client on one connection: it
+// writes a request the caller built and reads back the status, the body's
+// framing (Content-Length or chunked) and the body, nothing else. The
+// net/http client cost the load generator about as much CPU per get as
+// the leader it measured, so on its one core it, not the servers, bound
+// the gets; this one parses only what the answer check needs. Both
+// systems get the same client.
+type rawConn struct {
+	addr string // host:port
+	conn net.Conn
+	r    *bufio.Reader
+	// deadline is the connection's current deadline, moved only when an
+	// op's deadline passes it by more than a second, so most ops leave
+	// the connection's timer alone.
+	deadline time.Time
+	body     []byte // the last answer's body, reused
+	req      []byte // scratch for requests built per op, reused
+}
+
+// errProtocol marks an answer that is not HTTP/1.1 as this client reads it.
+var errProtocol = errors.New("malformed HTTP answer")
+
+// maxBody bounds an answer's body: the workloads' answers are far smaller.
+const maxBody = 1 << 20
+
+func newRawConn(base string) *rawConn {
+	return &rawConn{addr: strings.TrimPrefix(base, "http://")}
+}
+
+// close closes the connection; the next do dials a new one.
+func (c *rawConn) close() {
+	if c.conn != nil {
+		c.conn.Close()
+		c.conn, c.r = nil, nil
+	}
+}
+
+// do sends req (a whole HTTP/1.1 request) and returns the answer's status
+// code and body; the body is valid until the next do. Any error closes
+// the connection.
+func (c *rawConn) do(ctx context.Context, req []byte) (code int, body []byte, err error) {
+	if c.conn == nil {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", c.addr)
+		if err != nil {
+			return 0, nil, err
+		}
+		c.conn, c.r, c.deadline = conn, bufio.NewReaderSize(conn, 16<<10), time.Time{}
+	}
+	if dl, ok := ctx.Deadline(); ok && dl.Sub(c.deadline) > time.Second {
+		c.deadline = dl
+		c.conn.SetDeadline(dl)
+	}
+	code, body, keep, err := c.exchange(req)
+	if err != nil || !keep {
+		c.close()
+	}
+	if err != nil && ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	return code, body, err
+}
+
+func (c *rawConn) exchange(req []byte) (code int, body []byte, keep bool, err error) {
+	if _, err := c.conn.Write(req); err != nil {
+		return 0, nil, false, err
+	}
+	code, length, chunked, keep, err := c.readHead()
+	if err != nil {
+		return 0, nil, false, err
+	}
+	switch {
+	case chunked:
+		body, err = c.readChunked()
+	case length >= 0:
+		if length > maxBody {
+			return 0, nil, false, fmt.Errorf("%w: Content-Length %d over %d", errProtocol, length, maxBody)
+		}
+		body = grow(c.body, length)
+		_, err = io.ReadFull(c.r, body)
+	case code == 204 || code == 304 || code < 200:
+		body = c.body[:0]
+	default: // NB: no framing: the body runs to the connection's end
+		keep = false
+		body, err = io.ReadAll(io.LimitReader(c.r, maxBody))
+	}
+	c.body = body
+	return code, body, keep, err
+}
+
+// readHead reads the status line and the headers. length is -1 without a
+// Content-Length.
+func (c *rawConn) readHead() (code, length int, chunked, keep bool, err error) {
+	line, err := c.r.ReadSlice('\n')
+	if err != nil {
+		return 0, 0, false, false, err
+	}
+	// "HTTP/1.1 200 OK\r\n"
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' {
+		return 0, 0, false, false, fmt.Errorf("%w: status line %q", errProtocol, line)
+	}
+	code, err = strconv.Atoi(string(line[9:12]))
+	if err != nil {
+		return 0, 0, false, false, fmt.Errorf("%w: status line %q", errProtocol, line)
+	}
+	keep, length = line[7] == '1', -1
+	for {
+		line, err = c.r.ReadSlice('\n')
+		if err != nil {
+			return 0, 0, false, false, err
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		if len(line) == 0 {
+			return code, length, chunked, keep, nil
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			return 0, 0, false, false, fmt.Errorf("%w: header line %q", errProtocol, line)
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			if length, err = strconv.Atoi(string(value)); err != nil || length < 0 {
+				return 0, 0, false, false, fmt.Errorf("%w: Content-Length %q", errProtocol, value)
+			}
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			chunked = bytes.EqualFold(value, []byte("chunked"))
+			if !chunked {
+				return 0, 0, false, false, fmt.Errorf("%w: Transfer-Encoding %q", errProtocol, value)
+			}
+		case bytes.EqualFold(name, []byte("Connection")):
+			if bytes.EqualFold(value, []byte("close")) {
+				keep = false
+			}
+		}
+	}
+}
+
+// readChunked reads a chunked body and its trailer.
+func (c *rawConn) readChunked() ([]byte, error) {
+	body := c.body[:0]
+	for {
+		line, err := c.r.ReadSlice('\n')
+		if err != nil {
+			return nil, err
+		}
+		size, _, _ := bytes.Cut(bytes.TrimRight(line, "\r\n"), []byte(";"))
+		n, err := strconv.ParseUint(string(size), 16, 32)
+		if err != nil || len(body)+int(n) > maxBody {
+			return nil, fmt.Errorf("%w: chunk size %q", errProtocol, line)
+		}
+		if n == 0 {
+			break
+		}
+		start := len(body)
+		body = grow(body, start+int(n))
+		if _, err := io.ReadFull(c.r, body[start:]); err != nil {
+			return nil, err
+		}
+		if err := c.readCRLF(); err != nil {
+			return nil, err
+		}
+	}
+	for { // the trailer, up to its empty line
+		line, err := c.r.ReadSlice('\n')
+		if err != nil {
+			return nil, err
+		}
+		if len(bytes.TrimRight(line, "\r\n")) == 0 {
+			return body, nil
+		}
+	}
+}
+
+func (c *rawConn) readCRLF() error {
+	line, err := c.r.ReadSlice('\n')
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimRight(line, "\r\n")) != 0 {
+		return fmt.Errorf("%w: %q after a chunk", errProtocol, line)
+	}
+	return nil
+}
+
+// grow returns b resized to n bytes, its contents kept up to n.
+func grow(b []byte, n int) []byte {
+	if cap(b) < n {
+		nb := make([]byte, n, max(n, 2*cap(b)))
+		copy(nb, b)
+		return nb
+	}
+	return b[:n]
+}
+
+// appendRequest appends an HTTP/1.1 request for path on host, with body
+// unless it is nil. It names the client and sends no Accept-Encoding, as
+// the Go client with compression off.
+func appendRequest(b []byte, method, host, path string, body []byte) []byte {
+	b = append(b, method...)
+	b = append(b, ' ')
+	b = append(b, path...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, host...)
+	b = append(b, "\r\nUser-Agent: consulbench\r\n"...)
+	if body != nil {
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, int64(len(body)), 10)
+		b = append(b, "\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	return append(b, body...)
+}
