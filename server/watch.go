@@ -207,7 +207,14 @@ func (st *watchStream) handle(ctx context.Context, req *lodestonepb.WatchRequest
 		st.drop(r.Cancel.WatchId, w)
 		return st.send(&lodestonepb.WatchResponse{WatchId: r.Cancel.WatchId, Canceled: true, CancelReason: "canceled by the client"})
 	case *lodestonepb.WatchRequest_Progress:
-		st.svc.s.hub.Progress()
+		// This stream's watches only, as etcd answers the requesting
+		// stream: a server-wide round would visit (and could notify)
+		// every watcher of every stream for one client's request.
+		ws := make([]*watch.Watcher, 0, len(st.watches))
+		for _, w := range st.watches {
+			ws = append(ws, w)
+		}
+		st.svc.s.hub.ProgressOf(ws)
 		return nil
 	default:
 		return status.Error(codes.InvalidArgument, "watch request has neither create, cancel nor progress")

@@ -716,3 +716,45 @@ func TestWatchFromNowAfterAcknowledgedWrite(t *testing.T) {
 // every field, and its PrevKV uses the same key string as its KV, so a
 // retained event is one key object, not two; a PrevKV for another key
 // keeps its own.
+
+// A progress request concerns the stream that sent it: its idle watches
+// are told the current index, while another stream's idle watch on the
+// same hub shard is told nothing. (Before, one request told every watcher
+// of the server.) The process-wide delivery grid makes both streams send
+// at the same instants, so a notification wrongly given to the other
+// stream would reach it with the first stream's answer, before that
+// stream asks for itself.
+func TestWatchProgressRequestIsPerStream(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) {
+		cfg.Watch.Shards = 1
+		cfg.WatchDeliveryInterval = 100 * time.Millisecond
+		cfg.WatchBusyDeliveryInterval = 0
+	})
+	lead := c.waitLeader()
+	a, b := openWatch(t, c, lead), openWatch(t, c, lead)
+	a.create(&lodestonepb.WatchCreate{WatchId: 1, Key: []byte("quiet/a")})
+	b.create(&lodestonepb.WatchCreate{WatchId: 1, Key: []byte("quiet/b")})
+	progress := func(w *watchClient) {
+		t.Helper()
+		if err := w.stream.Send(&lodestonepb.WatchRequest{Request: &lodestonepb.WatchRequest_Progress{Progress: &lodestonepb.WatchProgress{}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantProgress := func(w *watchClient, name string, atLeast uint64) uint64 {
+		t.Helper()
+		resp := w.recv()
+		if resp.WatchId != 1 || resp.Canceled || len(resp.Events) > 0 || resp.Index < atLeast {
+			t.Fatalf("%s: got %+v, want a progress response for watch 1 at index >= %d", name, resp, atLeast)
+		}
+		return resp.Index
+	}
+
+	first := put(t, c.kv(lead), "busy", "1").Header.Index
+	progress(a)
+	wantProgress(a, "stream a", first)
+	second := put(t, c.kv(lead), "busy", "2").Header.Index
+	progress(b)
+	if got := wantProgress(b, "stream b", first); got < second {
+		t.Fatalf("stream b was told index %d, from stream a's progress request (its own came after index %d)", got, second)
+	}
+}
