@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -64,7 +65,41 @@ type watchStream struct {
 	// for the round and returned by flush, nil in between.
 	bufs   *wireBuffers
 	sentAt time.Time // when events last went out (the busy grid's test)
+	// sending counts the grouped responses gRPC still holds; a delivery
+	// round waits for none (see Watch).
+	sending sentBuffers
 }
+
+// sentBuffers is a grouped stream's mem.BufferPool: gRPC gives each
+// response buffer back through Put once it has written it, and Put
+// passes the buffer on to outBufs and counts the response done.
+type sentBuffers struct {
+	inFlight atomic.Int32
+	done     chan struct{} // cap 1: signalled when inFlight drops to 0
+}
+
+// Get is never called for a buffer gRPC was handed (grpcopt.Owned).
+func (p *sentBuffers) Get(n int) *[]byte {
+	b := make([]byte, n)
+	return &b
+}
+
+func (p *sentBuffers) Put(b *[]byte) {
+	*b = trimBuffer(*b)
+	outBufs.Put(b)
+	if p.inFlight.Add(-1) == 0 {
+		select {
+		case p.done <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// outBufs holds the byte slices grouped responses are built in. Each one
+// goes to gRPC with its response (grpcopt.Owned, no copy) and comes back
+// through the stream's sentBuffers once written; the round that sent it
+// took a spare from here in its place.
+var outBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // wireBuffers are the buffers a delivery round builds responses in.
 type wireBuffers struct {
@@ -121,6 +156,7 @@ func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
 		svc: ws, stream: stream, conn: conn, ready: watch.NewReady(),
 		watches: map[int64]*watch.Watcher{}, userAll: map[*watch.Watcher]bool{},
 	}
+	st.sending.done = make(chan struct{}, 1)
 	defer st.closeAll()
 
 	reqs := make(chan *lodestonepb.WatchRequest, 16)
@@ -160,11 +196,20 @@ func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
 	// costs in CPU, while one that sends now and then keeps the fine grid's
 	// lag.
 	interval, busy := ws.s.cfg.WatchDeliveryInterval, ws.s.cfg.WatchBusyDeliveryInterval
+	//
+	// A grouped stream also waits until gRPC has written its previous
+	// response (sendingC): while the client reads slower than the
+	// stream's events come, they wait in the watchers' buffers (a pointer
+	// each, cut loose past the buffer's bound) and go out together in the
+	// next response, instead of queueing in gRPC as response after
+	// response in wire form (up to its per-stream write quota, 64 KiB),
+	// each in a buffer the collector must sweep.
 	readyC := st.ready.C()
 	timer := time.NewTimer(0)
 	<-timer.C
 	defer timer.Stop()
 	var timerC <-chan time.Time
+	var sendingC <-chan struct{}
 	for {
 		select {
 		case req := <-reqs:
@@ -185,7 +230,20 @@ func (ws *watchService) Watch(stream lodestonepb.Watch_WatchServer) error {
 			timer.Reset(now.Truncate(grid).Add(grid).Sub(now))
 			readyC, timerC = nil, timer.C
 		case <-timerC:
-			readyC, timerC = st.ready.C(), nil
+			timerC = nil
+			if st.sending.inFlight.Load() > 0 {
+				sendingC = st.sending.done
+				continue
+			}
+			readyC = st.ready.C()
+			if err := st.deliver(); err != nil {
+				return err
+			}
+		case <-sendingC:
+			if st.sending.inFlight.Load() > 0 {
+				continue // a signal from an earlier response
+			}
+			readyC, sendingC = st.ready.C(), nil
 			if err := st.deliver(); err != nil {
 				return err
 			}
@@ -374,10 +432,24 @@ func (st *watchStream) flush() error {
 	}
 	var err error
 	if len(st.bufs.out) > 0 {
-		err = st.sendWire(st.bufs.out)
+		err = st.sendOwned()
 	}
 	st.release()
 	return err
+}
+
+// sendOwned sends the queued groups, handing their buffer to gRPC (no
+// copy); a spare from outBufs takes its place.
+func (st *watchStream) sendOwned() error {
+	b := st.bufs
+	sent := outBufs.Get().(*[]byte)
+	*sent, b.out = b.out, (*sent)[:0]
+	st.sending.inFlight.Add(1)
+	if err := st.stream.SendMsg(grpcopt.Owned{Buf: sent, Pool: &st.sending}); err != nil {
+		return fmt.Errorf("send watch response: %w", err)
+	}
+	st.sentAt = time.Now()
+	return nil
 }
 
 // trimBuffer empties b for reuse, or drops it if it grew past
