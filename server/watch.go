@@ -404,6 +404,7 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 		if err != nil {
 			return st.ended(id, w, err)
 		}
+		shared := b.Events
 		if len(st.userAll) > 0 && st.userAll[w] {
 			b.Events = userEvents(b.Events)
 		}
@@ -411,12 +412,14 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 		bufs := st.buffers()
 		if !st.grouped {
 			bufs.resp = st.svc.wire.appendResponse(bufs.resp[:0], st.svc.s.header(b.Index), id, b.Index, b.Events, prev)
+			w.Recycle(shared) // in wire form now
 			if err := st.sendWire(bufs.resp); err != nil {
 				return err
 			}
 			continue
 		}
 		bufs.out, bufs.scratch = st.svc.wire.appendGroup(bufs.out, bufs.scratch, id, b.Index, b.Events, prev)
+		w.Recycle(shared) // in wire form now
 		if len(bufs.out) >= maxGroupBytes {
 			if err := st.flush(); err != nil {
 				return err
