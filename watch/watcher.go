@@ -158,6 +158,14 @@ const (
 	recycleMax = 256
 )
 
+// Closed reports whether Close was called (not whether the hub closed
+// the watcher: that is Next's ErrClosed).
+func (w *Watcher) Closed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
+}
+
 // WantsPrevKV reports Request.PrevKV.
 func (w *Watcher) WantsPrevKV() bool { return w.opts&optPrevKV != 0 }
 
