@@ -70,6 +70,7 @@ type watchStream struct {
 	// sending counts the grouped responses gRPC still holds; a delivery
 	// round waits for none (see Watch).
 	sending sentBuffers
+	lastOut int // size of the last grouped response sent
 }
 
 // sentBuffers is a grouped stream's mem.BufferPool: gRPC gives each
@@ -421,6 +422,13 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 			}
 			continue
 		}
+		if len(bufs.out) == 0 && cap(bufs.out) < st.lastOut {
+			// NB: sized at once like the stream's previous response: grown
+			// by append from an empty spare (outBufs is empty while many
+			// streams' responses are in flight), a 100-group response cost
+			// twice its size in allocations.
+			bufs.out = make([]byte, 0, st.lastOut)
+		}
 		bufs.out, bufs.scratch = st.svc.wire.appendGroup(bufs.out, bufs.scratch, id, b.Index, b.Events, prev)
 		w.Recycle(shared) // in wire form now
 		if len(bufs.out) >= maxGroupBytes {
@@ -450,6 +458,7 @@ func (st *watchStream) sendOwned() error {
 	b := st.bufs
 	sent := outBufs.Get().(*[]byte)
 	*sent, b.out = b.out, (*sent)[:0]
+	st.lastOut = min(len(*sent), maxGroupBytes)
 	st.sending.inFlight.Add(1)
 	if err := st.stream.SendMsg(grpcopt.Owned{Buf: sent, Pool: &st.sending}); err != nil {
 		return fmt.Errorf("send watch response: %w", err)
