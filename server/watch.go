@@ -102,54 +102,7 @@ func (p *sentBuffers) Put(b *[]byte) {
 // goes to gRPC with its response (grpcopt.Owned, no copy) and comes back
 // through the stream's sentBuffers once written; the round that sent it
 // took a spare from here in its place.
-//
-// NB: a free list, not a sync.Pool: at 1M watchers about 10,000 grouped
-// responses are in flight at once, and every collection emptied the
-// pool, so each cycle re-allocated them all (most of the watch member's
-// allocation, which brought on the next cycle). It keeps at most
-// maxFreeOutBytes.
-var outBufs = &freeList{limit: maxFreeOutBytes}
-
-// maxFreeOutBytes bounds the idle response buffers outBufs keeps.
-const maxFreeOutBytes = 64 << 20
-
-// freeList is a bounded stack of byte slices.
-type freeList struct {
-	mu    sync.Mutex
-	bufs  []*[]byte
-	bytes int
-	limit int
-}
-
-// Get returns an empty slice, with room if one was free.
-func (f *freeList) Get() *[]byte {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := len(f.bufs)
-	if n == 0 {
-		return new([]byte)
-	}
-	b := f.bufs[n-1]
-	f.bufs[n-1] = nil
-	f.bufs = f.bufs[:n-1]
-	f.bytes -= cap(*b)
-	*b = (*b)[:0]
-	return b
-}
-
-// Put keeps b for a later Get unless that would pass the limit.
-func (f *freeList) Put(b *[]byte) {
-	if cap(*b) == 0 {
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.bytes+cap(*b) > f.limit {
-		return
-	}
-	f.bufs = append(f.bufs, b)
-	f.bytes += cap(*b)
-}
+var outBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // wireBuffers are the buffers a delivery round builds responses in.
 type wireBuffers struct {
@@ -503,7 +456,7 @@ func (st *watchStream) flush() error {
 // copy); a spare from outBufs takes its place.
 func (st *watchStream) sendOwned() error {
 	b := st.bufs
-	sent := outBufs.Get()
+	sent := outBufs.Get().(*[]byte)
 	*sent, b.out = b.out, (*sent)[:0]
 	st.lastOut = min(len(*sent), maxGroupBytes)
 	st.sending.inFlight.Add(1)

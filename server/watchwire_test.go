@@ -114,29 +114,3 @@ func TestWatchSetAnyOrder(t *testing.T) {
 		t.Fatal("get(5) after its removal: found")
 	}
 }
-
-// freeList gives back what it kept, newest first, and keeps no more
-// bytes than its limit.
-func TestFreeListBounded(t *testing.T) {
-	f := &freeList{limit: 10}
-	mk := func(n int) *[]byte { b := make([]byte, 1, n); return &b }
-	a, b, c := mk(4), mk(4), mk(4)
-	f.Put(a)
-	f.Put(b)
-	f.Put(c) // 12 bytes would pass the limit: dropped
-	if f.bytes != 8 || len(f.bufs) != 2 {
-		t.Fatalf("kept %d slices, %d bytes; want 2, 8", len(f.bufs), f.bytes)
-	}
-	if got := f.Get(); got != b || len(*got) != 0 {
-		t.Fatalf("Get: %p (len %d), want the last put, empty", got, len(*got))
-	}
-	if got := f.Get(); got != a {
-		t.Fatal("second Get: want the first put")
-	}
-	if got := f.Get(); got == a || got == b || cap(*got) != 0 {
-		t.Fatal("Get of an empty list: want a new empty slice")
-	}
-	if f.bytes != 0 {
-		t.Fatalf("%d bytes counted after taking everything", f.bytes)
-	}
-}
