@@ -403,10 +403,14 @@ func TestWatchGroupedResync(t *testing.T) {
 // every half second and every delivery is a message of its own. The
 // prefix case is the half that costs more: 100 watchers of the whole
 // prefix, one per stream, at 1,000 writes/s, so each stream is busy.
+// key-streams is bench-watch-1m's layout at a tenth of its watchers.
 func BenchmarkWatchFanout(b *testing.B) {
 	dense := fanoutShape{streams: 100, conns: 2, keys: 1000, exact: 10_000, prefixes: 10}
 	sparse := fanoutShape{streams: 1000, conns: 10, keys: 1000, exact: 10_000, rate: 2000}
 	prefix := fanoutShape{streams: 100, conns: 10, keys: 10_000, prefixes: 100, rate: 1000}
+	// bench-watch-1m's shape at a tenth: each stream carries the 100
+	// watchers of one key, so a write makes one 100-group message.
+	keyStreams := fanoutShape{streams: 1000, conns: 2, keys: 1000, exact: 100_000, prefixes: 100, rate: 1000}
 	for _, tc := range []struct {
 		name     string
 		shape    fanoutShape
@@ -419,6 +423,7 @@ func BenchmarkWatchFanout(b *testing.B) {
 		{"grid=5ms", dense, true, 5 * time.Millisecond},
 		{"sparse", sparse, true, DefaultConfig().WatchDeliveryInterval},
 		{"prefix", prefix, true, DefaultConfig().WatchDeliveryInterval},
+		{"key-streams", keyStreams, true, DefaultConfig().WatchDeliveryInterval},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			benchWatchFanout(b, tc.shape, tc.watchers, tc.interval)
@@ -716,3 +721,102 @@ func TestWatchFromNowAfterAcknowledgedWrite(t *testing.T) {
 // every field, and its PrevKV uses the same key string as its KV, so a
 // retained event is one key object, not two; a PrevKV for another key
 // keeps its own.
+
+// A progress request concerns the stream that sent it: its idle watches
+// are told the current index, while another stream's idle watch on the
+// same hub shard is told nothing. (Before, one request told every watcher
+// of the server.) The process-wide delivery grid makes both streams send
+// at the same instants, so a notification wrongly given to the other
+// stream would reach it with the first stream's answer, before that
+// stream asks for itself.
+func TestWatchProgressRequestIsPerStream(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) {
+		cfg.Watch.Shards = 1
+		cfg.WatchDeliveryInterval = 100 * time.Millisecond
+		cfg.WatchBusyDeliveryInterval = 0
+	})
+	lead := c.waitLeader()
+	a, b := openWatch(t, c, lead), openWatch(t, c, lead)
+	a.create(&lodestonepb.WatchCreate{WatchId: 1, Key: []byte("quiet/a")})
+	b.create(&lodestonepb.WatchCreate{WatchId: 1, Key: []byte("quiet/b")})
+	progress := func(w *watchClient) {
+		t.Helper()
+		if err := w.stream.Send(&lodestonepb.WatchRequest{Request: &lodestonepb.WatchRequest_Progress{Progress: &lodestonepb.WatchProgress{}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantProgress := func(w *watchClient, name string, atLeast uint64) uint64 {
+		t.Helper()
+		resp := w.recv()
+		if resp.WatchId != 1 || resp.Canceled || len(resp.Events) > 0 || resp.Index < atLeast {
+			t.Fatalf("%s: got %+v, want a progress response for watch 1 at index >= %d", name, resp, atLeast)
+		}
+		return resp.Index
+	}
+
+	first := put(t, c.kv(lead), "busy", "1").Header.Index
+	progress(a)
+	wantProgress(a, "stream a", first)
+	second := put(t, c.kv(lead), "busy", "2").Header.Index
+	progress(b)
+	if got := wantProgress(b, "stream b", first); got < second {
+		t.Fatalf("stream b was told index %d, from stream a's progress request (its own came after index %d)", got, second)
+	}
+}
+
+// A grouped stream whose client stops reading keeps at most one response
+// in gRPC beyond what the client's window took, and lets the rest wait in
+// its watchers' buffers: once the client reads again every event arrives
+// exactly once, in order, the waiting ones together.
+func TestWatchGroupedSlowReaderGetsEverything(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) {
+		cfg.Watch.WatcherBuffer = 10_000
+		cfg.WatchDeliveryInterval = 0
+		cfg.WatchBusyDeliveryInterval = 0
+	})
+	lead := c.waitLeader()
+	// A fixed 64 KiB stream window (no bandwidth estimation growing it):
+	// about 30 of the responses below fill it.
+	cc, err := grpc.NewClient(c.servers[lead].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	stream, err := lodestonepb.NewWatchClient(cc).Watch(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &watchClient{t: t, stream: stream}
+	w.create(&lodestonepb.WatchCreate{WatchId: 1, Key: []byte("slow/"), Prefix: true, Grouped: true})
+	const writes = 150
+	value := strings.Repeat("v", 2048)
+	var wrote []uint64
+	for i := range writes {
+		wrote = append(wrote, put(t, c.kv(lead), fmt.Sprintf("slow/%d", i), value).Header.Index)
+	}
+	var got []uint64
+	responses := 0
+	for len(got) < writes {
+		resp := w.recv()
+		responses++
+		if resp.Canceled {
+			t.Fatalf("canceled: %s", resp.CancelReason)
+		}
+		for _, g := range resp.Groups {
+			for _, ev := range g.Events {
+				got = append(got, ev.Kv.ModifyIndex)
+			}
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(wrote) {
+		t.Fatalf("events by index:\n got %v\nwant %v", got, wrote)
+	}
+	// What the window took, one response waiting in gRPC, and the rest
+	// together. Before, gRPC queued responses up to its 64 KiB write
+	// quota as well: 64-65 of them.
+	if responses > 40 {
+		t.Fatalf("%d responses for %d writes: want those the client's window took, plus one queued, plus the rest together", responses, writes)
+	}
+	t.Logf("%d writes in %d responses", writes, responses)
+}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -66,5 +68,49 @@ func checkWire(t *testing.T, b []byte, want *lodestonepb.WatchResponse) {
 	// Byte for byte what the generated code writes (deterministic order).
 	if wb, err := (proto.MarshalOptions{Deterministic: true}).Marshal(want); err != nil || string(wb) != string(b) {
 		t.Fatalf("wire bytes differ from the message's encoding (err %v)", err)
+	}
+}
+
+// watchSet finds, adds and removes a stream's watches by id whatever the
+// order the client numbered them in.
+func TestWatchSetAnyOrder(t *testing.T) {
+	h, err := watch.New(watch.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	var set watchSet
+	ids := []int64{5, 9, 1, 7, 3, 10, 2}
+	for _, id := range ids {
+		w, err := h.Watch(context.Background(), watch.Request{Key: "k", Tag: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		set.add(w)
+	}
+	check := func(want ...int64) {
+		t.Helper()
+		var got []int64
+		for _, w := range set.all() {
+			got = append(got, w.Tag())
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) || set.len() != len(want) {
+			t.Fatalf("set holds %v (len %d), want %v", got, set.len(), want)
+		}
+		for _, id := range want {
+			if w, ok := set.get(id); !ok || w.Tag() != id {
+				t.Fatalf("get(%d): %v, %v", id, w, ok)
+			}
+		}
+	}
+	check(1, 2, 3, 5, 7, 9, 10)
+	set.remove(5)
+	set.remove(1)
+	set.remove(10)
+	set.remove(4) // absent: no change
+	check(2, 3, 7, 9)
+	if _, ok := set.get(5); ok {
+		t.Fatal("get(5) after its removal: found")
 	}
 }

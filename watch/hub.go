@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -403,6 +404,35 @@ func (h *Hub) Wait(ctx context.Context, req Request, timeout time.Duration) (Wai
 // progress timer's rounds skip watchers that heard anything since the
 // previous timer round; see Config.ProgressInterval.)
 func (h *Hub) Progress() { h.progress(roundAll) }
+
+// ProgressOf is Progress for the watchers ws only (each gets a
+// notification if it is idle and behind), at a cost of O(len(ws)) rather
+// than O(all watchers): a gRPC stream's progress request concerns that
+// stream's watches, and one request must not visit, nor notify, a million
+// watchers of other streams. Watchers already closed are skipped. It does
+// not wait. A watcher asked for again before its shard got to it is
+// listed once.
+func (h *Hub) ProgressOf(ws []*Watcher) {
+	var asked []*shard
+	for _, w := range ws {
+		s := w.s
+		if s.askProgress(w) && !slices.Contains(asked, s) {
+			asked = append(asked, s)
+		}
+	}
+	if h.manual {
+		for _, s := range asked {
+			for s.step() {
+			}
+			s.tick(roundListed, h.sliceRounds.Load())
+		}
+		return
+	}
+	for _, s := range asked {
+		s.progressReq.Or(roundListed)
+		s.wake()
+	}
+}
 
 func (h *Hub) progress(mode uint32) {
 	if h.manual {

@@ -631,3 +631,50 @@ func TestWait(t *testing.T) {
 		t.Fatalf("got %+v, %v; want changed (compacted)", res, err)
 	}
 }
+
+// TestRecycleReusesTheBatchSlice: the Events of a NextShared batch given
+// back with Recycle hold the watcher's next events (no new slice), cleared
+// of the old ones; a small slice is not kept, nor one given to a closed
+// watcher.
+func TestRecycleReusesTheBatchSlice(t *testing.T) {
+	h := newManualHub(t, watch.Config{Shards: 1, ProgressInterval: -1})
+	w, err := h.Watch(context.Background(), watch.Request{Key: "k/", Prefix: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := uint64(0)
+	batch := func(n int) watch.SharedBatch {
+		t.Helper()
+		for range n {
+			idx++
+			h.Publish(idx, []watch.Event{put(fmt.Sprintf("k/%d", idx), "v")})
+		}
+		h.Sync()
+		b, err := w.NextShared(doneCtx)
+		if err != nil || len(b.Events) != n || b.Events[n-1].Index != idx {
+			t.Fatalf("got %d events up to %d, %v; want %d up to %d", len(b.Events), b.Index, err, n, idx)
+		}
+		return b
+	}
+	first := batch(20).Events
+	w.Recycle(first)
+	for i, ev := range first[:cap(first)] {
+		if ev != nil {
+			t.Fatalf("recycled slice still holds event %d (index %d)", i, ev.Index)
+		}
+	}
+	if again := batch(20).Events; &again[0] != &first[0] {
+		t.Fatal("the next batch is in a new slice, want the recycled one")
+	}
+	small := batch(2).Events // cap 2: below the bound, not kept
+	w.Recycle(small)
+	if again := batch(1).Events; &again[0] == &small[0] {
+		t.Fatal("a slice of capacity 2 was kept")
+	}
+	last := batch(20).Events
+	w.Close()
+	w.Recycle(last) // closed: not kept, and no panic
+	if _, err := w.NextShared(doneCtx); !errors.Is(err, watch.ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", err)
+	}
+}

@@ -173,3 +173,71 @@ func TestProgressTimerRoundsAreSliced(t *testing.T) {
 		}
 	}
 }
+
+// TestProgressOfOnlyListed: ProgressOf tells the watchers it is given
+// (idle and behind) and no other, covering the Publish before it; a
+// watcher listed twice is told once, a closed one is skipped.
+func TestProgressOfOnlyListed(t *testing.T) {
+	ctx := testCtx(t)
+	h := newManualHub(t, watch.Config{Shards: 3, ProgressInterval: -1})
+	var mine, others []*watch.Watcher
+	for i := range 6 {
+		w, err := h.Watch(ctx, watch.Request{Key: fmt.Sprintf("quiet/%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			mine = append(mine, w)
+		} else {
+			others = append(others, w)
+		}
+	}
+	closed, err := h.Watch(ctx, watch.Request{Key: "quiet/closed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Publish(1, []watch.Event{put("busy", "1")})
+	closed.Close()
+	h.ProgressOf(append([]*watch.Watcher{mine[0], closed}, mine...)) // mine[0] twice
+	for i, w := range mine {
+		b, err := w.Next(doneCtx)
+		if err != nil || !b.IsProgress() || b.Index != 1 {
+			t.Fatalf("listed watcher %d: got %s, %v; want progress index=1", i, formatBatch(b), err)
+		}
+		if b, err := w.Next(doneCtx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("listed watcher %d told twice: got %s, %v", i, formatBatch(b), err)
+		}
+	}
+	for i, w := range others {
+		if b, err := w.Next(doneCtx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("unlisted watcher %d: got %s, %v; want nothing pending", i, formatBatch(b), err)
+		}
+	}
+	if _, err := closed.Next(doneCtx); !errors.Is(err, watch.ErrClosed) {
+		t.Fatalf("closed watcher: got %v, want ErrClosed", err)
+	}
+}
+
+// TestProgressOfCoversEarlierPublish: on a running hub, a watcher listed
+// by ProgressOf right after a Publish is told an index at least that
+// Publish's, whichever shard it is on.
+func TestProgressOfCoversEarlierPublish(t *testing.T) {
+	ctx := testCtx(t)
+	h := newHub(t, watch.Config{Shards: 4, ProgressInterval: -1})
+	var ws []*watch.Watcher
+	for i := range 8 {
+		w, err := h.Watch(ctx, watch.Request{Key: fmt.Sprintf("quiet/%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	for i := uint64(1); i <= 50; i++ {
+		h.Publish(i, []watch.Event{put("busy", "v")})
+		h.ProgressOf(ws[i%8 : i%8+1])
+		b, err := ws[i%8].Next(ctx)
+		if err != nil || !b.IsProgress() || b.Index < i {
+			t.Fatalf("round %d: got %s, %v; want progress index>=%d", i, formatBatch(b), err, i)
+		}
+	}
+}

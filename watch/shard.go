@@ -59,6 +59,11 @@ type shard struct {
 	slicesDone uint64
 	lastRound  [progressSlices]uint64
 
+	// asked holds the watchers Hub.ProgressOf listed for the next
+	// roundListed tick, each once (so it never outgrows the watchers).
+	askedMu sync.Mutex
+	asked   map[*Watcher]struct{}
+
 	// Scratch of the stepping goroutine.
 	entries   []entryView
 	touched   []*Watcher
@@ -106,6 +111,10 @@ func (s *shard) run(stop <-chan struct{}) {
 		// TestProgressCoversEarlierPublish).
 		progress := s.progressReq.Swap(0)
 		fired := s.h.sliceRounds.Load() // NB: before the catch-up too, for the same reason
+		var listed map[*Watcher]struct{}
+		if progress&roundListed != 0 {
+			listed = s.takeAsked() // NB: before the catch-up too, for the same reason
+		}
 		for s.step() {
 			s.wakeChildren()
 			select {
@@ -118,8 +127,11 @@ func (s *shard) run(stop <-chan struct{}) {
 		if f := s.h.afterCatchUp; f != nil {
 			f(s.id)
 		}
-		if progress != 0 {
-			s.tick(progress, fired)
+		if progress&^roundListed != 0 {
+			s.tick(progress&^roundListed, fired)
+		}
+		if len(listed) > 0 {
+			s.tickListed(listed)
 		}
 		// NB: announce idleness, then re-check. A waker makes the new entry
 		// visible (Publish stores nextA; a parent shard has read it), then
@@ -393,7 +405,51 @@ const (
 	roundIdle uint32 = 1 << iota
 	// roundAll is Hub.Progress: every watcher whose last Index is behind.
 	roundAll
+	// roundListed is Hub.ProgressOf: the watchers it listed in
+	// shard.asked, if behind.
+	roundListed
 )
+
+// askProgress lists w for the next roundListed tick and reports whether
+// it was not listed already.
+func (s *shard) askProgress(w *Watcher) bool {
+	s.askedMu.Lock()
+	defer s.askedMu.Unlock()
+	if _, ok := s.asked[w]; ok {
+		return false
+	}
+	if s.asked == nil {
+		s.asked = make(map[*Watcher]struct{})
+	}
+	s.asked[w] = struct{}{}
+	return true
+}
+
+// takeAsked returns the listed watchers and empties the list.
+func (s *shard) takeAsked() map[*Watcher]struct{} {
+	s.askedMu.Lock()
+	defer s.askedMu.Unlock()
+	m := s.asked
+	s.asked = nil
+	return m
+}
+
+// tickListed is a progress round over listed only: each of them that is
+// idle and behind the shard's processed index is told it.
+func (s *shard) tickListed(listed map[*Watcher]struct{}) {
+	s.mu.Lock()
+	processed := s.processed.Load()
+	for w := range listed {
+		w.mu.Lock()
+		if !w.closed && w.opts&optNoProgress == 0 && len(w.buf) == 0 && w.errLocked() == nil && !w.progress && max(w.told, w.after) < processed {
+			w.progress = true
+			s.queueWake(w)
+		}
+		w.mu.Unlock()
+	}
+	s.mu.Unlock()
+	s.flush()
+}
 
 // progressSlices is how many slices a timer round is cut into: the hub's
 // timer fires every ProgressInterval/progressSlices and each firing
@@ -411,6 +467,14 @@ const progressSlices = 16
 // call). O(watchers visited): a timer round visits only its slices'
 // watchers.
 func (s *shard) tick(mode uint32, fired uint64) {
+	if mode&roundListed != 0 {
+		if listed := s.takeAsked(); len(listed) > 0 {
+			s.tickListed(listed)
+		}
+		if mode &^= roundListed; mode == 0 {
+			return
+		}
+	}
 	s.mu.Lock()
 	processed := s.processed.Load()
 	var slices uint32 // bit i: slice i's timer round is due

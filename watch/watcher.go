@@ -131,6 +131,41 @@ func (w *Watcher) NextShared(ctx context.Context) (SharedBatch, error) {
 	return SharedBatch{Index: idx, Events: evs}, err
 }
 
+// Recycle gives back the Events of a batch NextShared returned, once the
+// caller is done with them (it must not touch the slice afterwards): the
+// watcher's next events go into it instead of a slice grown anew. A busy
+// watcher (a prefix watcher fed by every write) otherwise grew a fresh
+// slice for every batch, the largest share of what a watch member
+// allocated after the responses themselves. Only a slice whose capacity
+// is within [recycleMin, recycleMax] is kept, so an idle watcher of a
+// quiet key still holds no buffer and a kept one stays small.
+func (w *Watcher) Recycle(evs []*Event) {
+	if c := cap(evs); c < recycleMin || c > recycleMax {
+		return
+	}
+	evs = evs[:cap(evs)]
+	clear(evs) // NB: the events must not stay pinned by an idle buffer
+	w.mu.Lock()
+	if w.buf == nil && !w.closed {
+		w.buf = evs[:0]
+	}
+	w.mu.Unlock()
+}
+
+// recycleMin and recycleMax bound the capacity of a slice Recycle keeps.
+const (
+	recycleMin = 8
+	recycleMax = 256
+)
+
+// Closed reports whether Close was called (not whether the hub closed
+// the watcher: that is Next's ErrClosed).
+func (w *Watcher) Closed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
+}
+
 // WantsPrevKV reports Request.PrevKV.
 func (w *Watcher) WantsPrevKV() bool { return w.opts&optPrevKV != 0 }
 

@@ -43,7 +43,28 @@ const smallMessage = 512
 // SendMsg returns.
 type Encoded []byte
 
+// Owned is a message already in protobuf wire form, *Buf, whose buffer
+// goes to gRPC with it: Marshal hands it on without a copy, and gRPC gives
+// Buf to Pool.Put once the message is written (or dropped with its
+// stream). A sender that builds each message in a fresh buffer (a watch
+// stream's delivery round) saves the copy Encoded makes, and learns from
+// Put when gRPC no longer holds the message. A buffer of at most 1 KiB
+// (gRPC's pooling threshold, below which gRPC would never call Put) is
+// copied and given back to Pool before Marshal returns.
+type Owned struct {
+	Buf  *[]byte
+	Pool mem.BufferPool
+}
+
 func (Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if o, ok := v.(Owned); ok {
+		if mem.IsBelowBufferPoolingThreshold(cap(*o.Buf)) {
+			out := append([]byte(nil), *o.Buf...)
+			o.Pool.Put(o.Buf)
+			return mem.BufferSlice{mem.SliceBuffer(out)}, nil
+		}
+		return mem.BufferSlice{mem.NewBuffer(o.Buf, o.Pool)}, nil
+	}
 	if e, ok := v.(Encoded); ok {
 		pool := mem.DefaultBufferPool()
 		buf := pool.Get(max(len(e), poolMin))

@@ -1,6 +1,7 @@
 // Package grpcopt holds the transport options every Lodestone gRPC server
 // and client uses: fixed HTTP/2 flow-control windows (windows.go) and a
-// codec that marshals every message into a pooled buffer (codec.go).
+// codec that marshals every message into a pooled buffer, or hands gRPC a
+// sender's buffer of wire bytes as it is (codec.go).
 //
 // Windows. Left alone, gRPC sizes its windows by bandwidth-delay
 // estimation: after data arrives on a connection it sends a PING (with a
