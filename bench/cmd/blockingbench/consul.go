@@ -80,10 +80,15 @@ func consulBinary(ctx context.Context) (string, error) {
 }
 
 // consulLimits lifts Consul's per-client HTTP connection cap (200 by
-// default) above the queries, as blockingbench does for Lodestone's.
-func consulLimits(n int) []string {
-	return []string{"-hcl", fmt.Sprintf("limits { http_max_conns_per_client = %d }", n+1000)}
+// default) above the most queries one server gets from one address (its
+// share of n over members), as blockingbench does for Lodestone's. Consul
+// refuses to start with a cap above its open-file limit less 20, so the
+// cap is no higher than the share needs.
+func consulLimits(n, members int) []string {
+	return []string{"-hcl", fmt.Sprintf("limits { http_max_conns_per_client = %d }", consulConnCap(n, members))}
 }
+
+func consulConnCap(n, members int) int { return maxShare(n, members) + 1000 }
 
 // runConsulRep runs one rep against a fresh Consul cluster: the keys
 // written once, a phase of writes alone, then the same writes with the
@@ -92,7 +97,7 @@ func consulLimits(n int) []string {
 func runConsulRep(ctx context.Context, bin, workDir string, rep int) (_ peerSample, err error) {
 	n := *flagQueries
 	logf("consul rep %d: starting a fresh cluster", rep+1)
-	c, err := consulpeer.StartCluster(ctx, bin, workDir, consulpeer.Options{Members: voters, CPUs: *flagServerCPUs, Extra: consulLimits(n)})
+	c, err := consulpeer.StartCluster(ctx, bin, workDir, consulpeer.Options{Members: voters, CPUs: *flagServerCPUs, Extra: consulLimits(n, len(consulQueryMembers(0, n)))})
 	if err != nil {
 		return peerSample{}, err
 	}

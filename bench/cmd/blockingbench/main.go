@@ -259,7 +259,7 @@ func printConsul(samples []sample, consulSamples []peerSample, n int) {
 		"-hcl limits { http_max_conns_per_client = %d }) on the same CPUs, the same %d keys, writes (to the leader, from the same writer child) and queries (%s, on the same query CPUs), "+
 		"a phase without then one with them, each %s warm-up + %s window; rss-per-query = (the 3 servers' resident memory at the end of the phase with the queries - at the end of the one without) / %d, "+
 		"Lodestone's the same over all its members\n",
-		consulpeer.Version, n+1000, n, consulQueriesOn(n), *flagWarmup, *flagDuration, n)
+		consulpeer.Version, consulConnCap(n, len(consulQueryMembers(0, n))), n, consulQueriesOn(n), *flagWarmup, *flagDuration, n)
 	fmt.Printf("consul-verify: over %d reps: %d blocking requests due, %d answered, %d errors; %d writes acknowledged while queries ran, %d seen by their key's query\n",
 		len(consulSamples), tot.Due, tot.Answered, tot.Errors, tot.WakesDue, tot.WakesSeen)
 	var lode []peerSample

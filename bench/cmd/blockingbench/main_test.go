@@ -114,8 +114,10 @@ func TestConsulLines(t *testing.T) {
 	if got := perQuery(100<<20, 300<<20, 10000); got != 20971.52 {
 		t.Errorf("perQuery = %v, want 20971.52 bytes", got)
 	}
-	if got := consulLimits(50000); !slices.Equal(got, []string{"-hcl", "limits { http_max_conns_per_client = 51000 }"}) {
-		t.Errorf("consulLimits(50000) = %q", got)
+	// 50,000 over three servers: 16,667 each, under Consul's check of its
+	// cap against a 20,000 open-file limit (cap + 20 <= limit).
+	if got := consulLimits(50000, 3); !slices.Equal(got, []string{"-hcl", "limits { http_max_conns_per_client = 17667 }"}) {
+		t.Errorf("consulLimits(50000, 3) = %q", got)
 	}
 }
 
