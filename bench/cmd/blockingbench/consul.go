@@ -160,7 +160,7 @@ func consulPhases(ctx context.Context, c *consulpeer.Cluster, wr *harness.Writer
 		return s, err
 	}
 	defer q.close()
-	logf("consul phase 2: writes with %d queries (%s)", n, q.describe())
+	logf("consul phase 2: writes with %d queries (%d not started; %s)", n, q.notStarted, q.describe())
 	r, p, err := consulPhase(ctx, c, wr, countLabel(n), 2, q, rep)
 	if err != nil {
 		return s, err
@@ -176,8 +176,8 @@ func consulPhases(ctx context.Context, c *consulpeer.Cluster, wr *harness.Writer
 	if s.q, err = q.finish(ctx, p, r.failed); err != nil {
 		return s, err
 	}
-	fmt.Printf("queries system=consul rep=%d/%d due=%d answered=%d changed=%d timed-out=%d early=%d errors=%d resets=%d wakes-due=%d wakes-seen=%d wake-p50=%sms wake-p99=%sms rss-without-mib=%.0f rss-with-mib=%.0f rss-per-query-kib=%.1f member-rss-per-query-kib=%s%s\n",
-		rep+1, *flagReps, s.q.Due, s.q.Answered, s.q.Changed, s.q.TimedOut, s.q.Early, s.q.Errors, s.q.Resets, s.q.WakesDue, s.q.WakesSeen,
+	fmt.Printf("queries system=consul rep=%d/%d not-started=%d due=%d answered=%d changed=%d timed-out=%d early=%d errors=%d resets=%d wakes-due=%d wakes-seen=%d wake-p50=%sms wake-p99=%sms rss-without-mib=%.0f rss-with-mib=%.0f rss-per-query-kib=%.1f member-rss-per-query-kib=%s%s\n",
+		rep+1, *flagReps, s.q.NotStarted, s.q.Due, s.q.Answered, s.q.Changed, s.q.TimedOut, s.q.Early, s.q.Errors, s.q.Resets, s.q.WakesDue, s.q.WakesSeen,
 		ms(harness.Percentile(s.q.Wake, 50)), ms(harness.Percentile(s.q.Wake, 99)), without/(1<<20), s.rssWith/(1<<20), s.rssPerQuery/1024,
 		memberRSSPerQuery(harness.Roles(len(c.Procs), c.Leader), withoutEach, withEach, q.perTarget(c.HTTP)), errNote(s.q.FirstErr))
 	return s, ctx.Err()

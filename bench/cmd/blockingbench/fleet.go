@@ -73,7 +73,8 @@ func checkShares(system string, n, members int, limit uint64) error {
 // queryReady is what a query process answers once every query of its
 // spec has its first blocking request out.
 type queryReady struct {
-	Err string `json:"err,omitempty"`
+	Err        string `json:"err,omitempty"`
+	NotStarted int64  `json:"not_started,omitempty"` // queries still without a blocking request out
 }
 
 // queryFinish asks a query process to finish (queries.finish) after p,
@@ -97,7 +98,7 @@ func serveQueries(ctx context.Context) error {
 		return child.Send(queryReady{Err: err.Error()})
 	}
 	defer q.close()
-	if err := child.Send(queryReady{}); err != nil {
+	if err := child.Send(queryReady{NotStarted: q.notStarted}); err != nil {
 		return err
 	}
 	var fin queryFinish
@@ -109,8 +110,9 @@ func serveQueries(ctx context.Context) error {
 
 // fleet is the query processes of one phase.
 type fleet struct {
-	specs []querySpec
-	procs []*harness.Child
+	specs      []querySpec
+	procs      []*harness.Child
+	notStarted int64 // queries without a blocking request out when openFleet returned
 }
 
 // openFleet starts the query processes for n queries over targets (see
@@ -150,6 +152,7 @@ func openFleet(ctx context.Context, workDir, label string, targets []string, n i
 		if r.Err != "" {
 			return nil, fmt.Errorf("%s: %s", c.Proc().Name, r.Err)
 		}
+		f.notStarted += r.NotStarted
 	}
 	return f, nil
 }
