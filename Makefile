@@ -194,7 +194,15 @@ bench-watch-1m:
 # bench/cmd/blockingbench.
 .PHONY: bench-blocking
 bench-blocking:
-	cd bench && $(GO) run ./cmd/blockingbench
+	cd bench && $(GO) run ./cmd/blockingbench $(BLOCKINGBENCH_FLAGS)
+
+# The same at 50,000 queries: over four learners (12,500 each) and all three
+# Consul servers, from query processes of 12,500 each, so that no process
+# needs more than 20,000 open files; see bench/cmd/blockingbench, "50,000
+# queries". BLOCKINGBENCH_FLAGS="-reps 1" for one rep.
+.PHONY: bench-blocking-50k
+bench-blocking-50k:
+	cd bench && $(GO) run ./cmd/blockingbench -queries 50000 $(BLOCKINGBENCH_FLAGS)
 
 # Memory and restart at scale: 1,000,000 keys of 256 B in a 3-member
 # Lodestone and a 3-member etcd (RSS per member, snapshot size, restart of

@@ -14,21 +14,20 @@ import (
 	"time"
 
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
-	"github.com/lodestone-kv/lodestone/internal/ctxtime"
 	"github.com/lodestone-kv/lodestone/internal/member"
 )
 
 // cluster is three running Lodestone voters, and with -queries-on learner
-// a fourth member that does not vote, talked to only over HTTP (and the
-// CLI, to add the learner).
+// members after them that do not vote, talked to only over HTTP (and the
+// CLI, to add the learners).
 type cluster struct {
-	dir     string
-	procs   []*harness.Proc
-	peers   []string // Raft peer addresses, member order
-	grpcs   []string // client gRPC addresses, member order
-	https   []string // "http://host:port", member order
-	leader  int      // index of the leader once known
-	learner int      // index of the learner; -1: none
+	dir      string
+	procs    []*harness.Proc
+	peers    []string // Raft peer addresses, member order
+	grpcs    []string // client gRPC addresses, member order
+	https    []string // "http://host:port", member order
+	leader   int      // index of the leader once known
+	learners int      // members after the voters, none voting
 }
 
 // voters is the cluster's voting members; a learner comes after them.
@@ -36,25 +35,23 @@ const voters = 3
 
 // startCluster starts three members on fresh loopback ports with data in
 // a fresh directory under workDir, each under `taskset -c -server-cpus`,
-// and waits until the leader acknowledges a Consul KV put; withLearner
-// then adds a fourth member as a learner and waits until it has that put.
+// and waits until the leader acknowledges a Consul KV put; it then adds
+// learners members as learners, one at a time, each once the one before
+// has that put.
 // On error everything it started is stopped and removed.
-func startCluster(ctx context.Context, bin, workDir string, withLearner bool) (_ *cluster, err error) {
+func startCluster(ctx context.Context, bin, workDir string, learners int) (_ *cluster, err error) {
 	dir, err := os.MkdirTemp(workDir, "lodestone-")
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{dir: dir, learner: -1}
+	c := &cluster{dir: dir}
 	defer func() {
 		if err != nil {
 			err = fmt.Errorf("%w%s", err, c.logTails())
 			c.stop()
 		}
 	}()
-	n := voters
-	if withLearner {
-		n++
-	}
+	n := voters + learners
 	ports, err := harness.FreePorts(3 * n)
 	if err != nil {
 		return nil, err
@@ -101,31 +98,19 @@ func startCluster(ctx context.Context, bin, workDir string, withLearner bool) (_
 	if err != nil {
 		return nil, err
 	}
-	if withLearner {
-		return c, c.addLearner(ctx, bin, append(initial, memberName(voters)+"="+c.peers[voters]))
+	for i := voters; i < n; i++ {
+		initial = append(initial, memberName(i)+"="+c.peers[i])
+		if err := c.addLearner(ctx, bin, i, initial); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }
 
-// poll runs try every 100 ms until it succeeds, a member exits, ctx ends
-// or timeout passes; the timeout's error names what did not happen and
-// try's last error.
+// poll runs try until it succeeds, a member exits, ctx ends or timeout
+// passes (harness.Poll).
 func (c *cluster) poll(ctx context.Context, timeout time.Duration, what string, try func(context.Context) error) error {
-	for deadline := time.Now().Add(timeout); ; {
-		err := try(ctx)
-		if err == nil {
-			return nil
-		}
-		if aerr := c.checkAlive(); aerr != nil {
-			return aerr
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not within %s: %w", what, timeout, err)
-		}
-		if err := ctxtime.Sleep(ctx, 100*time.Millisecond); err != nil {
-			return err
-		}
-	}
+	return harness.Poll(ctx, timeout, what, c.checkAlive, try)
 }
 
 // probeKey is the key startCluster writes to see the cluster serve.
@@ -156,11 +141,10 @@ func (c *cluster) startMember(bin string, i int, initial []string, join bool) er
 	return nil
 }
 
-// addLearner adds the member after the voters as a learner, as an operator
-// would (lodestone members add --learner, then start it with --join), and
-// waits until it serves the probe put from its own state (a stale read).
-func (c *cluster) addLearner(ctx context.Context, bin string, initial []string) error {
-	i := voters
+// addLearner adds member i as a learner, as an operator would (lodestone
+// members add --learner, then start it with --join), and waits until it
+// serves the probe put from its own state (a stale read).
+func (c *cluster) addLearner(ctx context.Context, bin string, i int, initial []string) error {
 	add := exec.CommandContext(ctx, bin, "members", "add", memberName(i), "--learner", "--peer", c.peers[i],
 		"--grpc", c.grpcs[i], "--http", strings.TrimPrefix(c.https[i], "http://"), "--endpoints", strings.Join(c.grpcs[:voters], ","))
 	if out, err := add.CombinedOutput(); err != nil {
@@ -169,7 +153,7 @@ func (c *cluster) addLearner(ctx context.Context, bin string, initial []string) 
 	if err := c.startMember(bin, i, initial, true); err != nil {
 		return err
 	}
-	c.learner = i
+	c.learners++
 	return c.poll(ctx, 30*time.Second, "learner "+c.https[i]+" catching up", func(ctx context.Context) error {
 		var got []struct{ Value []byte }
 		if err := getJSON(ctx, c.https[i]+"/v1/kv/"+probeKey+"?stale", &got); err != nil {
@@ -183,13 +167,22 @@ func (c *cluster) addLearner(ctx context.Context, bin string, initial []string) 
 }
 
 // roles names the members in process order for the run lines: leader, f1,
-// f2 (harness.Roles) and learner.
+// f2 (harness.Roles), then "learner" for one learner, l1, l2, ... for more.
 func (c *cluster) roles() []string {
 	roles := harness.Roles(voters, c.leader)
-	if c.learner >= 0 {
-		roles = append(roles, "learner")
+	for i := range c.learners {
+		if c.learners == 1 {
+			roles = append(roles, "learner")
+		} else {
+			roles = append(roles, fmt.Sprintf("l%d", i+1))
+		}
 	}
 	return roles
+}
+
+// queryMembers are the members -queries-on on names (queryMembers).
+func (c *cluster) queryMembers(on string) []int {
+	return queryMembers(voters, c.learners, c.leader, on)
 }
 
 func (c *cluster) checkAlive() error {

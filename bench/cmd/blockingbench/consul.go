@@ -35,26 +35,37 @@ type peerSample struct {
 	q           queryCounts
 }
 
-// rssSum is the summed resident memory of procs, in bytes.
-func rssSum(procs []*harness.Proc) (float64, error) {
-	var sum int64
-	for _, p := range procs {
+// rssEach is the resident memory of each of procs, in bytes.
+func rssEach(procs []*harness.Proc) ([]float64, error) {
+	out := make([]float64, len(procs))
+	for i, p := range procs {
 		rss, err := harness.RSS(p.Pid())
 		if err != nil {
-			return 0, fmt.Errorf("resident memory of %s: %w", p.Name, err)
+			return nil, fmt.Errorf("resident memory of %s: %w", p.Name, err)
 		}
-		sum += rss
+		out[i] = float64(rss)
 	}
-	return float64(sum), nil
+	return out, nil
+}
+
+func sum(xs []float64) float64 {
+	var t float64
+	for _, x := range xs {
+		t += x
+	}
+	return t
 }
 
 // perQuery is the resident memory the queries added, per query.
 func perQuery(without, with float64, n int) float64 { return (with - without) / float64(n) }
 
-// consulQueryMembers are the Consul servers -consul-queries-on names
-// ("leader", "follower", "followers" or "all", as -queries-on; Consul
-// has no learner in its open-source release).
-func consulQueryMembers(leader int) []int { return queryMembers(voters, leader, *flagConsulOn) }
+// consulQueryMembers are the Consul servers -consul-queries-on names for
+// n queries ("leader", "follower", "followers" or "all", as -queries-on,
+// or "auto": consulQueriesOn; Consul has no learner in its open-source
+// release).
+func consulQueryMembers(leader, n int) []int {
+	return queryMembers(voters, 0, leader, consulQueriesOn(n))
+}
 
 // consulBinary is -consul-bin, checked, or the cached build (built now
 // when missing).
@@ -69,10 +80,15 @@ func consulBinary(ctx context.Context) (string, error) {
 }
 
 // consulLimits lifts Consul's per-client HTTP connection cap (200 by
-// default) above the queries, as blockingbench does for Lodestone's.
-func consulLimits(n int) []string {
-	return []string{"-hcl", fmt.Sprintf("limits { http_max_conns_per_client = %d }", n+1000)}
+// default) above the most queries one server gets from one address (its
+// share of n over members), as blockingbench does for Lodestone's. Consul
+// refuses to start with a cap above its open-file limit less 20, so the
+// cap is no higher than the share needs.
+func consulLimits(n, members int) []string {
+	return []string{"-hcl", fmt.Sprintf("limits { http_max_conns_per_client = %d }", consulConnCap(n, members))}
 }
+
+func consulConnCap(n, members int) int { return maxShare(n, members) + 1000 }
 
 // runConsulRep runs one rep against a fresh Consul cluster: the keys
 // written once, a phase of writes alone, then the same writes with the
@@ -81,7 +97,7 @@ func consulLimits(n int) []string {
 func runConsulRep(ctx context.Context, bin, workDir string, rep int) (_ peerSample, err error) {
 	n := *flagQueries
 	logf("consul rep %d: starting a fresh cluster", rep+1)
-	c, err := consulpeer.StartCluster(ctx, bin, workDir, consulpeer.Options{Members: voters, CPUs: *flagServerCPUs, Extra: consulLimits(n)})
+	c, err := consulpeer.StartCluster(ctx, bin, workDir, consulpeer.Options{Members: voters, CPUs: *flagServerCPUs, Extra: consulLimits(n, len(consulQueryMembers(0, n)))})
 	if err != nil {
 		return peerSample{}, err
 	}
@@ -93,7 +109,7 @@ func runConsulRep(ctx context.Context, bin, workDir string, rep int) (_ peerSamp
 			err = fmt.Errorf("stop consul: %w", serr)
 		}
 	}()
-	members := consulQueryMembers(c.Leader)
+	members := consulQueryMembers(c.Leader, n)
 	if *flagQueryCPUs != "" {
 		for _, i := range members {
 			if err := harness.Repin(c.Procs[i].Pid(), *flagQueryCPUs); err != nil {
@@ -116,54 +132,60 @@ func runConsulRep(ctx context.Context, bin, workDir string, rep int) (_ peerSamp
 			err = fmt.Errorf("writer: %w", werr)
 		}
 	}()
-	return consulPhases(ctx, c, wr, members, rep)
+	return consulPhases(ctx, c, wr, workDir, members, rep)
 }
 
 // consulPhases runs the two phases on a started cluster.
-func consulPhases(ctx context.Context, c *consulpeer.Cluster, wr *harness.Writer, members []int, rep int) (peerSample, error) {
+func consulPhases(ctx context.Context, c *consulpeer.Cluster, wr *harness.Writer, workDir string, members []int, rep int) (peerSample, error) {
 	var s peerSample
 	n := *flagQueries
 	logf("consul phase 1: writes, no queries")
-	r, err := consulPhase(ctx, c, wr, "none", 1, nil, rep)
+	r, _, err := consulPhase(ctx, c, wr, "none", 1, nil, rep)
 	if err != nil {
 		return s, err
 	}
 	s.none = harness.Millis(harness.Percentile(r.lat, 99))
-	without, err := rssSum(c.Procs)
+	withoutEach, err := rssEach(c.Procs)
 	if err != nil {
 		return s, err
 	}
+	without := sum(withoutEach)
 	var targets []string
 	for _, i := range members {
 		targets = append(targets, c.HTTP[i])
 	}
 	logf("consul: opening %d blocking queries over %v", n, *flagWait)
-	q, err := openQueries(ctx, targets, n, *flagWait)
+	q, err := openFleet(ctx, workDir, fmt.Sprintf("consul-rep%d", rep+1), targets, n, *flagWait, 2)
 	if err != nil {
 		return s, err
 	}
 	defer q.close()
-	logf("consul phase 2: writes with %d queries", n)
-	r, err = consulPhase(ctx, c, wr, countLabel(n), 2, q, rep)
+	logf("consul phase 2: writes with %d queries (%d not started; %s)", n, q.notStarted, q.describe())
+	r, p, err := consulPhase(ctx, c, wr, countLabel(n), 2, q, rep)
 	if err != nil {
 		return s, err
 	}
 	s.with = harness.Millis(harness.Percentile(r.lat, 99))
-	if s.rssWith, err = rssSum(c.Procs); err != nil {
+	withEach, err := rssEach(c.Procs)
+	if err != nil {
 		return s, err
 	}
+	s.rssWith = sum(withEach)
 	s.rssPerQuery = perQuery(without, s.rssWith, n)
 	logf("consul: draining")
-	s.q = q.finish(ctx)
-	fmt.Printf("queries system=consul rep=%d/%d due=%d answered=%d changed=%d timed-out=%d early=%d errors=%d resets=%d wakes-due=%d wakes-seen=%d wake-p50=%sms wake-p99=%sms rss-without-mib=%.0f rss-with-mib=%.0f rss-per-query-kib=%.1f%s\n",
-		rep+1, *flagReps, s.q.due, s.q.answered, s.q.changed, s.q.timedOut, s.q.early, s.q.errors, s.q.resets, s.q.wakesDue, s.q.wakesSeen,
-		ms(harness.Percentile(s.q.wake, 50)), ms(harness.Percentile(s.q.wake, 99)), without/(1<<20), s.rssWith/(1<<20), s.rssPerQuery/1024, errNote(s.q.firstErr))
+	if s.q, err = q.finish(ctx, p, r.failed); err != nil {
+		return s, err
+	}
+	fmt.Printf("queries system=consul rep=%d/%d not-started=%d due=%d answered=%d changed=%d timed-out=%d early=%d errors=%d resets=%d wakes-due=%d wakes-seen=%d wake-p50=%sms wake-p99=%sms rss-without-mib=%.0f rss-with-mib=%.0f rss-per-query-kib=%.1f member-rss-per-query-kib=%s%s\n",
+		rep+1, *flagReps, s.q.NotStarted, s.q.Due, s.q.Answered, s.q.Changed, s.q.TimedOut, s.q.Early, s.q.Errors, s.q.Resets, s.q.WakesDue, s.q.WakesSeen,
+		ms(harness.Percentile(s.q.Wake, 50)), ms(harness.Percentile(s.q.Wake, 99)), without/(1<<20), s.rssWith/(1<<20), s.rssPerQuery/1024,
+		memberRSSPerQuery(harness.Roles(len(c.Procs), c.Leader), withoutEach, withEach, q.perTarget(c.HTTP)), errNote(s.q.FirstErr))
 	return s, ctx.Err()
 }
 
 // consulPhase is one write window against Consul, its run line printed.
-func consulPhase(ctx context.Context, c *consulpeer.Cluster, wr *harness.Writer, label string, id byte, q *queries, rep int) (writeResult, error) {
-	p := newPhase(id, *flagRate, *flagWarmup, *flagDuration)
+func consulPhase(ctx context.Context, c *consulpeer.Cluster, wr *harness.Writer, label string, id byte, q *fleet, rep int) (writeResult, harness.WritePhase, error) {
+	p := harness.NewWritePhase(id, *flagRate, *flagWarmup, *flagDuration)
 	cpu0 := procCPU(c.Procs)
 	t0 := time.Now()
 	r, err := runWrites(ctx, wr, p, q)
@@ -174,7 +196,7 @@ func consulPhase(ctx context.Context, c *consulpeer.Cluster, wr *harness.Writer,
 		err = c.CheckAlive()
 	}
 	if err != nil {
-		return r, err
+		return r, p, err
 	}
 	note := ""
 	if r.errors > 0 {
@@ -189,7 +211,7 @@ func consulPhase(ctx context.Context, c *consulpeer.Cluster, wr *harness.Writer,
 	fmt.Printf("run system=consul rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms write-p99.9=%sms p99-spans=%s server-cpu/rss=%s%s\n",
 		rep+1, *flagReps, label, r.acked, r.errors, ms(harness.Percentile(r.lat, 50)), ms(harness.Percentile(r.lat, 99)), ms(harness.Percentile(r.lat, 99.9)),
 		r.tail, strings.Join(members, ","), note)
-	return r, nil
+	return r, p, nil
 }
 
 func procCPU(procs []*harness.Proc) []time.Duration {

@@ -35,7 +35,10 @@ var (
 	flagRate        = flag.Int("rate", 1000, "writes per second (open loop: each write has its intended start time)")
 	flagQueries     = flag.Int("queries", 10000, "blocking queries, one per key; the writes go to these keys round-robin")
 	flagWait        = flag.Duration("wait", 10*time.Second, "?wait of every blocking query (the server adds up to 1/16 jitter)")
-	flagQueriesOn   = flag.String("queries-on", "learner", `where the blocking queries go: "learner" (a fourth member that does not vote, in the cluster in every phase), "follower" (the one after the leader), "leader", "followers" (round-robin over the two) or "all" (round-robin over the three servers); README, "Layout"`)
+	flagQueriesOn   = flag.String("queries-on", "learner", `where the blocking queries go: "learner" (members after the three voters that do not vote, in the cluster in every phase: -learners of them), "follower" (the one after the leader), "leader", "followers" (round-robin over the two) or "all" (round-robin over the three servers); README, "Layout"`)
+	flagLearners    = flag.Int("learners", 0, "learners with -queries-on learner; 0: as many as hold at most -queries-per-member each (one at 10,000 queries, four at 50,000)")
+	flagPerMember   = flag.Int("queries-per-member", 12500, "the most queries one learner holds when -learners is 0 (the top-level README: point blocking readers at learners, one per about 10,000)")
+	flagPerProcess  = flag.Int("queries-per-process", 12500, "the most queries one query process holds (each is a connection, so a file descriptor: keep it under the open-file limit, ulimit -Hn)")
 	flagServerCPUs  = flag.String("server-cpus", "1", `taskset CPU list for every server process ("" = no pinning)`)
 	flagClientCPUs  = flag.String("client-cpus", "0", `CPU list the load generator pins itself to ("" = no pinning)`)
 	flagServerProcs = flag.Int("server-gomaxprocs", 0, "GOMAXPROCS for every server process (0: the Go runtime's choice, the size of its CPU list)")
@@ -55,8 +58,9 @@ var (
 	// writes come from their own process, see harness.ServeWrites.
 	flagConsul      = flag.Bool("consul", true, "also run Consul "+consulpeer.Version+" (built once into the cache by bench/internal/consulpeer) with the same keys, writes and queries, for the lines against it")
 	flagConsulBin   = flag.String("consul-bin", "", "a consul binary to use instead of the cached build (it must report "+consulpeer.Version+")")
-	flagConsulOn    = flag.String("consul-queries-on", "follower", `where Consul's blocking queries go: "follower" (the one after the leader, which forwards each to the leader as Consul does in the default consistency mode), "followers", "leader" or "all"`)
+	flagConsulOn    = flag.String("consul-queries-on", "auto", `where Consul's blocking queries go: "follower" (the one after the leader, which forwards each to the leader as Consul does in the default consistency mode), "followers", "leader", "all", or "auto": the follower up to -queries-per-member, the two followers up to twice that, else all three`)
 	flagServeWriter = flag.Bool("serve-writer", false, "internal: run write phases read from stdin and nothing else")
+	flagServeQuery  = flag.Bool("serve-queries", false, "internal: run the blocking queries of a spec read from stdin (fleet.go) and nothing else")
 	flagTarget      = flag.String("target", "", "internal: -serve-writer's server URL")
 )
 
@@ -74,7 +78,11 @@ func main() {
 		if *flagServeWriter {
 			return serveWriter(ctx, *flagTarget, *flagQueries)
 		}
+		// The query processes' garbage: 2 GiB, as README "GC" says.
 		defer heapfloor.Start(harness.LoadHeapFloor)()
+		if *flagServeQuery {
+			return serveQueries(ctx)
+		}
 		return run(ctx)
 	})
 }
@@ -100,21 +108,21 @@ type sample struct {
 	// The servers' summed resident memory at the end of the first
 	// control and at the end of the phase with the queries, in bytes.
 	rssWithout, rssWith float64
+	rssWithoutEach      []float64 // each member's, in member order
 }
 
 func run(ctx context.Context) error {
-	if *flagReps < 1 || *flagRate < 1 || *flagQueries < 1 || *flagWait < time.Second || *flagSnapEvery < 0 || *flagSettle < 0 || *flagSettleWin < time.Second {
-		return errors.New("-reps, -rate and -queries must be >= 1, -wait >= 1s, -snapshot-entries >= 0, -settle >= 0 and -settle-window >= 1s")
+	if *flagReps < 1 || *flagRate < 1 || *flagQueries < 1 || *flagWait < time.Second || *flagSnapEvery < 0 || *flagSettle < 0 || *flagSettleWin < time.Second ||
+		*flagLearners < 0 || *flagPerMember < 1 || *flagPerProcess < 1 {
+		return errors.New("-reps, -rate, -queries, -queries-per-member and -queries-per-process must be >= 1, -wait >= 1s, -snapshot-entries, -learners and -settle >= 0 and -settle-window >= 1s")
 	}
-	if !slices.Contains([]string{"leader", "follower", "followers", "all"}, *flagConsulOn) {
-		return fmt.Errorf(`-consul-queries-on %q: want "leader", "follower", "followers" or "all"`, *flagConsulOn)
+	if !slices.Contains([]string{"auto", "leader", "follower", "followers", "all"}, *flagConsulOn) {
+		return fmt.Errorf(`-consul-queries-on %q: want "auto", "leader", "follower", "followers" or "all"`, *flagConsulOn)
 	}
 	if !slices.Contains([]string{"leader", "follower", "followers", "all", "learner"}, *flagQueriesOn) {
 		return fmt.Errorf(`-queries-on %q: want "leader", "follower", "followers", "all" or "learner"`, *flagQueriesOn)
 	}
-	// Each query holds a connection here and one on the server it waits
-	// on, which inherits this limit; both have files of their own too.
-	if err := raiseFileLimit(uint64(*flagQueries + 10000)); err != nil {
+	if err := checkFiles(*flagQueries); err != nil {
 		return err
 	}
 	root, err := filepath.Abs(*flagRoot)
@@ -151,7 +159,7 @@ func run(ctx context.Context) error {
 		pinning += "; the writer process ran at real-time priority (SCHED_FIFO " + writerPriority + ")"
 	}
 	logf("%s", pinning)
-	loadBefore := loadAvg()
+	loadBefore := harness.LoadAvg()
 
 	consulBin := ""
 	if *flagConsul {
@@ -182,19 +190,19 @@ func run(ctx context.Context) error {
 		"follower":  "all on the follower after the leader",
 		"followers": "round-robin over the two followers",
 		"all":       "round-robin over the three servers",
-		"learner":   "all on a learner, a fourth member that does not vote, in the cluster in every phase",
+		"learner":   fmt.Sprintf("round-robin over %d learners, members after the voters that do not vote, in the cluster in every phase", learnerCount(n)),
 	}[*flagQueriesOn]
 	fmt.Printf("setup: per rep a fresh 3-process Lodestone cluster (fsync on, data under %s) on 127.0.0.1; %d keys %s* written once each first; "+
 		"writes: %d/s open loop of %d-byte values through the Consul HTTP KV API (PUT /v1/kv/<key> to the leader, HTTP/1.1 keep-alive), key = write number mod %d; "+
-		"phases: no queries, then %d blocking queries (one goroutine and one HTTP/1.1 connection each, %s; GET /v1/kv/<key>?index=N&wait=%dms in default consistency mode, "+
+		"phases: no queries, then %d blocking queries (one goroutine and one HTTP/1.1 connection each, from query processes of at most %d each, %s; GET /v1/kv/<key>?index=N&wait=%dms in default consistency mode, "+
 		"index handled as consul-template does: same index -> re-issue, lower -> reset to 0, higher -> take it; first requests spread over one wait), "+
 		"then queries closed again (control); each phase %s warm-up + %s window; %d reps, medians shown; latency from each write's intended start; "+
 		"wake = the query's receipt of a write's value minus that write's intended start; "+
 		"GC: servers at their default heap floor (--gc-heap-floor-mib 512), %s, this process (the queries) at a 2 GiB floor; "+
 		"snapshots: every %d entries (--snapshot-entries), one per phase\n",
-		tmp, n, keyPrefix, *flagRate, valueSize, n, n, where, flagWait.Milliseconds(), *flagWarmup, *flagDuration, *flagReps, gcBefore(), snapshotEntries())
+		tmp, n, keyPrefix, *flagRate, valueSize, n, n, *flagPerProcess, where, flagWait.Milliseconds(), *flagWarmup, *flagDuration, *flagReps, gcBefore(), snapshotEntries())
 	fmt.Printf("pinning: %s\n", pinning)
-	fmt.Printf("machine: load average %s before, %s after (shared with other work; read the control phase before trusting a ratio)\n", loadBefore, loadAvg())
+	fmt.Printf("machine: load average %s before, %s after (shared with other work; read the control phase before trusting a ratio)\n", loadBefore, harness.LoadAvg())
 
 	med := func(f func(sample) float64) float64 {
 		var xs []float64
@@ -207,9 +215,9 @@ func run(ctx context.Context) error {
 	for _, s := range samples {
 		tot.add(s.q)
 	}
-	fmt.Printf("verify: over %d reps: %d blocking requests due, %d answered (%d on a change, %d after the wait with the same index, %d early with the same index), "+
+	fmt.Printf("verify: over %d reps: %d queries not started when the writes began (each counted as a request due and not answered), %d blocking requests due, %d answered (%d on a change, %d after the wait with the same index, %d early with the same index), "+
 		"%d errors, %d index resets; %d writes acknowledged while queries ran, %d seen by their key's query\n",
-		len(samples), tot.due, tot.answered, tot.changed, tot.timedOut, tot.early, tot.errors, tot.resets, tot.wakesDue, tot.wakesSeen)
+		len(samples), tot.NotStarted, tot.Due, tot.Answered, tot.Changed, tot.TimedOut, tot.Early, tot.Errors, tot.Resets, tot.WakesDue, tot.WakesSeen)
 	k := countLabel(n)
 	var before, after []float64
 	for _, s := range samples {
@@ -229,10 +237,10 @@ func run(ctx context.Context) error {
 	none999, _ := harness.Baseline(before999, after999)
 	with999 := med(func(s sample) float64 { return s.with999 })
 	fmt.Printf("tail: write p99.9 with the queries %.2fms, without %.2fms (medians as for the p99), ratio %.2f; no target\n", with999, none999, with999/none999)
-	fmt.Println(harness.Line{Name: "blocking-answered-" + k, Unit: "queries", Lodestone: float64(tot.answered),
-		PeerName: "due", Peer: float64(tot.due), Op: ">=", Target: 1})
-	fmt.Println(harness.Line{Name: "blocking-woken-" + k, Unit: "writes", Lodestone: float64(tot.wakesSeen),
-		PeerName: "due", Peer: float64(tot.wakesDue), Op: ">=", Target: 1})
+	fmt.Println(harness.Line{Name: "blocking-answered-" + k, Unit: "queries", Lodestone: float64(tot.Answered),
+		PeerName: "due", Peer: float64(tot.Due + tot.NotStarted), Op: ">=", Target: 1})
+	fmt.Println(harness.Line{Name: "blocking-woken-" + k, Unit: "writes", Lodestone: float64(tot.WakesSeen),
+		PeerName: "due", Peer: float64(tot.WakesDue), Op: ">=", Target: 1})
 	fmt.Println(harness.Line{Name: "blocking-wake-p99-" + k, Unit: "ms", Lodestone: med(func(s sample) float64 { return s.wakeP99 }),
 		PeerName: "budget", Peer: budgetWakeMS, Op: "<=", Target: 1})
 	if len(consulSamples) > 0 {
@@ -251,9 +259,9 @@ func printConsul(samples []sample, consulSamples []peerSample, n int) {
 		"-hcl limits { http_max_conns_per_client = %d }) on the same CPUs, the same %d keys, writes (to the leader, from the same writer child) and queries (%s, on the same query CPUs), "+
 		"a phase without then one with them, each %s warm-up + %s window; rss-per-query = (the 3 servers' resident memory at the end of the phase with the queries - at the end of the one without) / %d, "+
 		"Lodestone's the same over all its members\n",
-		consulpeer.Version, n+1000, n, *flagConsulOn, *flagWarmup, *flagDuration, n)
-	fmt.Printf("consul-verify: over %d reps: %d blocking requests due, %d answered, %d errors; %d writes acknowledged while queries ran, %d seen by their key's query\n",
-		len(consulSamples), tot.due, tot.answered, tot.errors, tot.wakesDue, tot.wakesSeen)
+		consulpeer.Version, consulConnCap(n, len(consulQueryMembers(0, n))), n, consulQueriesOn(n), *flagWarmup, *flagDuration, n)
+	fmt.Printf("consul-verify: over %d reps: %d queries not started when the writes began, %d blocking requests due, %d answered, %d errors; %d writes acknowledged while queries ran, %d seen by their key's query\n",
+		len(consulSamples), tot.NotStarted, tot.Due, tot.Answered, tot.Errors, tot.WakesDue, tot.WakesSeen)
 	var lode []peerSample
 	for _, s := range samples {
 		lode = append(lode, peerSample{with: s.with, rssWith: s.rssWith, rssPerQuery: perQuery(s.rssWithout, s.rssWith, n)})
@@ -286,7 +294,7 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		return sample{}, fmt.Errorf("-server-cpus: %w", err)
 	}
 	logf("rep %d: starting a fresh cluster", rep+1)
-	c, err := startCluster(ctx, bin, workDir, *flagQueriesOn == "learner")
+	c, err := startCluster(ctx, bin, workDir, learnerCount(*flagQueries))
 	if err != nil {
 		return sample{}, err
 	}
@@ -299,7 +307,7 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		}
 	}()
 	if *flagQueryCPUs != "" {
-		for _, i := range queryMembers(voters, c.leader, *flagQueriesOn) {
+		for _, i := range c.queryMembers(*flagQueriesOn) {
 			if err := harness.Repin(c.procs[i].Pid(), *flagQueryCPUs); err != nil {
 				return sample{}, err
 			}
@@ -322,13 +330,15 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		}
 	}()
 	var s sample
-	phase := func(label string, id byte, warmup, dur time.Duration, q *queries) (writeResult, error) {
+	var lastPhase harness.WritePhase
+	phase := func(label string, id byte, warmup, dur time.Duration, q *fleet) (writeResult, error) {
 		if *flagGCBefore {
 			if err := harness.CollectAll(ctx, c.https); err != nil {
 				return writeResult{}, fmt.Errorf("phase %s: %w", label, err)
 			}
 		}
-		p := newPhase(id, *flagRate, warmup, dur)
+		p := harness.NewWritePhase(id, *flagRate, warmup, dur)
+		lastPhase = p
 		cpu0 := c.cpu()
 		calls0, err := c.members(ctx, leaderIndexMetric)
 		if err != nil {
@@ -418,13 +428,18 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		return s, err
 	}
 	s.none, s.none999 = harness.Millis(harness.Percentile(r.lat, 99)), harness.Millis(harness.Percentile(r.lat, 99.9))
-	if s.rssWithout, err = rssSum(c.procs); err != nil {
+	if s.rssWithoutEach, err = rssEach(c.procs); err != nil {
 		return s, err
 	}
+	s.rssWithout = sum(s.rssWithoutEach)
 
-	targets := queryTargets(c.https, c.leader, *flagQueriesOn)
+	members := c.queryMembers(*flagQueriesOn)
+	var targets []string
+	for _, i := range members {
+		targets = append(targets, c.https[i])
+	}
 	logf("opening %d blocking queries over %v", n, *flagWait)
-	q, err := openQueries(ctx, targets, n, *flagWait)
+	q, err := openFleet(ctx, workDir, fmt.Sprintf("rep%d", rep+1), targets, n, *flagWait, 2)
 	if err != nil {
 		return s, err
 	}
@@ -437,24 +452,26 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		}
 		waiting += v
 	}
-	logf("phase 2: writes with %d queries (%.0f waiting on the servers now)", n, waiting)
+	logf("phase 2: writes with %d queries (%.0f waiting on the servers now, %d not started; %s)", n, waiting, q.notStarted, q.describe())
 	r, err = phase(countLabel(n), 2, *flagWarmup, *flagDuration, q)
 	if err != nil {
 		return s, err
 	}
 	s.with, s.with999 = harness.Millis(harness.Percentile(r.lat, 99)), harness.Millis(harness.Percentile(r.lat, 99.9))
-	if s.rssWith, err = rssSum(c.procs); err != nil {
+	rss, err := rssEach(c.procs)
+	if err != nil {
 		return s, err
 	}
+	s.rssWith = sum(rss)
 	logf("draining: every write seen, then every outstanding query answered")
-	s.q = q.finish(ctx)
-	if err := ctx.Err(); err != nil {
+	if s.q, err = q.finish(ctx, lastPhase, r.failed); err != nil {
 		return s, err
 	}
-	s.wakeP99 = harness.Millis(harness.Percentile(s.q.wake, 99))
-	fmt.Printf("queries rep=%d/%d in-flight-at-start=%.0f due=%d answered=%d changed=%d timed-out=%d early=%d errors=%d resets=%d wakes-due=%d wakes-seen=%d wake-p50=%sms wake-p99=%sms rss-without-mib=%.0f rss-with-mib=%.0f rss-per-query-kib=%.1f%s\n",
-		rep+1, *flagReps, waiting, s.q.due, s.q.answered, s.q.changed, s.q.timedOut, s.q.early, s.q.errors, s.q.resets, s.q.wakesDue, s.q.wakesSeen,
-		ms(harness.Percentile(s.q.wake, 50)), ms(harness.Percentile(s.q.wake, 99)), s.rssWithout/(1<<20), s.rssWith/(1<<20), perQuery(s.rssWithout, s.rssWith, n)/1024, errNote(s.q.firstErr))
+	s.wakeP99 = harness.Millis(harness.Percentile(s.q.Wake, 99))
+	fmt.Printf("queries rep=%d/%d in-flight-at-start=%.0f not-started=%d due=%d answered=%d changed=%d timed-out=%d early=%d errors=%d resets=%d wakes-due=%d wakes-seen=%d wake-p50=%sms wake-p99=%sms rss-without-mib=%.0f rss-with-mib=%.0f rss-per-query-kib=%.1f member-rss-per-query-kib=%s%s\n",
+		rep+1, *flagReps, waiting, s.q.NotStarted, s.q.Due, s.q.Answered, s.q.Changed, s.q.TimedOut, s.q.Early, s.q.Errors, s.q.Resets, s.q.WakesDue, s.q.WakesSeen,
+		ms(harness.Percentile(s.q.Wake, 50)), ms(harness.Percentile(s.q.Wake, 99)), s.rssWithout/(1<<20), s.rssWith/(1<<20), perQuery(s.rssWithout, s.rssWith, n)/1024,
+		memberRSSPerQuery(c.roles(), s.rssWithoutEach, rss, q.perTarget(c.https)), errNote(s.q.FirstErr))
 
 	// Control: the same writes with the queries gone. A baseline that
 	// drifted (a bigger store, a noisy neighbour) shows here; the ratio's
@@ -478,11 +495,11 @@ func gcBefore() string {
 
 func ms(d time.Duration) string { return harness.FormatValue(harness.Millis(d)) }
 
-func errNote(err error) string {
-	if err == nil {
+func errNote(err string) string {
+	if err == "" {
 		return ""
 	}
-	return fmt.Sprintf(" first-error=%q", err.Error())
+	return fmt.Sprintf(" first-error=%q", err)
 }
 
 // countLabel names a count the way the BENCH lines do: 10000 -> "10k".
@@ -493,48 +510,76 @@ func countLabel(n int) string {
 	return fmt.Sprint(n)
 }
 
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
+var logf = harness.NewLogf("blockingbench")
+
+// learnerCount is the learners the cluster gets for n queries: none
+// unless -queries-on learner, then -learners, or as many as hold at most
+// -queries-per-member each.
+func learnerCount(n int) int {
+	switch {
+	case *flagQueriesOn != "learner":
+		return 0
+	case *flagLearners > 0:
+		return *flagLearners
+	}
+	return (n + *flagPerMember - 1) / *flagPerMember
+}
+
+// consulQueriesOn is -consul-queries-on, with "auto" resolved for n
+// queries: as few servers as hold at most -queries-per-member each,
+// followers first (Consul forwards their queries to the leader anyway).
+func consulQueriesOn(n int) string {
+	switch {
+	case *flagConsulOn != "auto":
+		return *flagConsulOn
+	case n <= *flagPerMember:
+		return "follower"
+	case n <= 2**flagPerMember:
+		return "followers"
+	}
+	return "all"
+}
+
+// checkFiles raises the open-file limit as far as the query processes
+// (which inherit it) and the servers (the same) need, and refuses a
+// layout in which a server would hold more connections than it allows.
+func checkFiles(n int) error {
+	lode := len(queryMembers(voters, learnerCount(n), 0, *flagQueriesOn))
+	need := max(*flagPerProcess, maxShare(n, lode))
+	consul := 0
+	if *flagConsul {
+		consul = len(queryMembers(voters, 0, 0, consulQueriesOn(n)))
+		need = max(need, maxShare(n, consul))
+	}
+	limit, err := raiseFileLimit(uint64(need + fileMargin))
 	if err != nil {
-		return "unknown"
+		return err
 	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
+	if err := checkShares("lodestone", n, lode, limit); err != nil {
+		return err
 	}
-	return strings.Join(f[:3], " ")
+	if consul > 0 {
+		return checkShares("consul", n, consul, limit)
+	}
+	return nil
 }
 
-var started = time.Now()
-
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "blockingbench: %5.1fs "+format+"\n", append([]any{time.Since(started).Seconds()}, args...)...)
-}
-
-// queryTargets returns the HTTP addresses the blocking queries go to, out
-// of the servers' (the voters', the leader at index leader, then the
-// learner's, if any), for -queries-on on.
-func queryTargets(https []string, leader int, on string) []string {
-	var out []string
-	for _, i := range queryMembers(voters, leader, on) {
-		out = append(out, https[i])
-	}
-	return out
-}
-
-// queryMembers returns the indices of the members -queries-on names, in
-// member order: n voters (the leader at index leader), and with "learner"
-// the learner after them.
-func queryMembers(n, leader int, on string) []int {
-	if on == "learner" {
-		return []int{n}
-	}
+// queryMembers returns the indices of the members on names, in member
+// order: voters first (the leader at index leader), then learners;
+// "learner" names every learner.
+func queryMembers(voters, learners, leader int, on string) []int {
 	var out []int
-	for i := range n {
+	if on == "learner" {
+		for i := range learners {
+			out = append(out, voters+i)
+		}
+		return out
+	}
+	for i := range voters {
 		switch on {
 		case "all":
 		case "follower":
-			if i != (leader+1)%n {
+			if i != (leader+1)%voters {
 				continue
 			}
 		case "followers":

@@ -60,20 +60,21 @@ func TestCountLabel(t *testing.T) {
 	}
 }
 
-func TestQueryTargets(t *testing.T) {
-	https := []string{"a", "b", "c", "d"} // d: a learner
+func TestQueryMembers(t *testing.T) {
 	for _, tc := range []struct {
-		on   string
-		want []string
+		on       string
+		learners int
+		want     []int
 	}{
-		{"leader", []string{"b"}},
-		{"follower", []string{"c"}},
-		{"followers", []string{"a", "c"}},
-		{"all", []string{"a", "b", "c"}},
-		{"learner", []string{"d"}},
+		{"leader", 0, []int{1}},
+		{"follower", 0, []int{2}},
+		{"followers", 0, []int{0, 2}},
+		{"all", 2, []int{0, 1, 2}},
+		{"learner", 1, []int{3}},
+		{"learner", 4, []int{3, 4, 5, 6}},
 	} {
-		if got := queryTargets(https, 1, tc.on); !slices.Equal(got, tc.want) {
-			t.Errorf("queryTargets(%v, 1, %q) = %v, want %v", https, tc.on, got, tc.want)
+		if got := queryMembers(3, tc.learners, 1, tc.on); !slices.Equal(got, tc.want) {
+			t.Errorf("queryMembers(3, %d, 1, %q) = %v, want %v", tc.learners, tc.on, got, tc.want)
 		}
 	}
 }
@@ -113,24 +114,10 @@ func TestConsulLines(t *testing.T) {
 	if got := perQuery(100<<20, 300<<20, 10000); got != 20971.52 {
 		t.Errorf("perQuery = %v, want 20971.52 bytes", got)
 	}
-	if got := consulLimits(50000); !slices.Equal(got, []string{"-hcl", "limits { http_max_conns_per_client = 51000 }"}) {
-		t.Errorf("consulLimits(50000) = %q", got)
-	}
-}
-
-// Past perSource queries, each perSource get a loopback source address
-// of their own, so no source runs out of ephemeral ports.
-func TestSourceAddrs(t *testing.T) {
-	if got := sourceAddrs(10000); len(got) != 1 || got[0] != nil {
-		t.Errorf("sourceAddrs(10000) = %v, want the one default source", got)
-	}
-	got := sourceAddrs(50000)
-	var ips []string
-	for _, a := range got {
-		ips = append(ips, a.IP.String())
-	}
-	if !slices.Equal(ips, []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}) {
-		t.Errorf("sourceAddrs(50000) = %v", ips)
+	// 50,000 over three servers: 16,667 each, under Consul's check of its
+	// cap against a 20,000 open-file limit (cap + 20 <= limit).
+	if got := consulLimits(50000, 3); !slices.Equal(got, []string{"-hcl", "limits { http_max_conns_per_client = 17667 }"}) {
+		t.Errorf("consulLimits(50000, 3) = %q", got)
 	}
 }
 
@@ -139,11 +126,11 @@ func TestRaiseFileLimit(t *testing.T) {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
 	}
-	if err := raiseFileLimit(lim.Cur); err != nil {
-		t.Errorf("a limit already met: %v", err)
+	if got, err := raiseFileLimit(lim.Cur); err != nil || got != lim.Cur {
+		t.Errorf("a limit already met: %d, %v; want %d", got, err, lim.Cur)
 	}
 	// Above any kernel's fs.nr_open: refused, with the limit unchanged.
-	if err := raiseFileLimit(1 << 40); err == nil {
+	if _, err := raiseFileLimit(1 << 40); err == nil {
 		t.Error("raising the open-file limit to 2^40 succeeded")
 	}
 	var after syscall.Rlimit

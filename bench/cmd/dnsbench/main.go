@@ -113,7 +113,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	logf("%s", pinning)
-	loadBefore := loadAvg()
+	loadBefore := harness.LoadAvg()
 	insts := instances(*flagServices, *flagInstances)
 	qs := questions(*flagServices)
 	results := map[string][]sample{}
@@ -161,7 +161,7 @@ func run(ctx context.Context) error {
 	fmt.Printf("pinning: %s\n", pinning)
 	fmt.Printf("runtime: lodestone runs with its defaults, as a user runs it: GOMAXPROCS %s, and as many UDP readers; GOGC %s\n",
 		serverProcs(serverSet), envOr("GOGC", "unset (100)"))
-	fmt.Printf("machine: load average %s before, %s after (shared with other work)\n", loadBefore, loadAvg())
+	fmt.Printf("machine: load average %s before, %s after (shared with other work)\n", loadBefore, harness.LoadAvg())
 	l, u := results["lodestone"], results["unbound"]
 	if len(l) == 0 || len(u) == 0 {
 		return nil
@@ -282,20 +282,4 @@ func unboundVersion(bin string) string {
 	return strings.TrimSpace(first)
 }
 
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-var started = time.Now()
-
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "dnsbench: %5.1fs "+format+"\n", append([]any{time.Since(started).Seconds()}, args...)...)
-}
+var logf = harness.NewLogf("dnsbench")

@@ -461,9 +461,4 @@ func parseInts(s string) ([]int, error) {
 	return out, nil
 }
 
-var started = time.Now()
-
-// logf writes a progress line to stderr, stamped with seconds since start.
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "kvbench: %5.1fs "+format+"\n", append([]any{time.Since(started).Seconds()}, args...)...)
-}
+var logf = harness.NewLogf("kvbench")

@@ -51,11 +51,7 @@ const (
 	targetRotatedSize    = 1.5  // rotated file size over live data
 )
 
-var started = time.Now()
-
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "raftlogbench: %6.1fs "+format+"\n", append([]any{time.Since(started).Seconds()}, args...)...)
-}
+var logf = harness.NewLogf("raftlogbench")
 
 func main() {
 	harness.Main("raftlogbench", "temp files removed", run)

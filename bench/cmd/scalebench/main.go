@@ -60,11 +60,7 @@ func main() {
 	harness.Main("scalebench", "servers stopped and temp dirs removed", run)
 }
 
-var started = time.Now()
-
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "scalebench: %6.1fs "+format+"\n", append([]any{time.Since(started).Seconds()}, args...)...)
-}
+var logf = harness.NewLogf("scalebench")
 
 func checkFlags() error {
 	switch {

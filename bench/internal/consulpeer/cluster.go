@@ -140,28 +140,10 @@ func (c *Cluster) probe(ctx context.Context, timeout time.Duration) error {
 	})
 }
 
-// poll runs try every 100 ms until it succeeds, a member exits, ctx ends
-// or timeout passes.
+// poll runs try until it succeeds, a member exits, ctx ends or timeout
+// passes (harness.Poll).
 func (c *Cluster) poll(ctx context.Context, timeout time.Duration, what string, try func(context.Context) error) error {
-	for deadline := time.Now().Add(timeout); ; {
-		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := try(qctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if aerr := c.CheckAlive(); aerr != nil {
-			return aerr
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not within %s: %w", what, timeout, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return harness.Poll(ctx, timeout, what, c.CheckAlive, try)
 }
 
 // CheckAlive fails if a member has exited.

@@ -1,7 +1,9 @@
 // Package harness holds the pieces every side-by-side benchmark under bench/
 // shares: picking free loopback ports, starting and stopping server
-// processes (optionally pinned with taskset), driving N clients for a fixed
-// window, turning latencies into percentiles, taking medians over
+// processes (optionally pinned with taskset), helper processes driven over
+// their pipes (Child: the writer child, query processes), polling until a
+// system is ready (Poll), progress lines and the machine's load (NewLogf,
+// LoadAvg), driving N clients for a fixed window, turning latencies into percentiles, taking medians over
 // repetitions, and printing the one-line BENCH verdict that bench/README.md
 // ("How benchmarks report") defines.
 //

@@ -275,85 +275,28 @@ func ServeWrites(ctx context.Context, in io.Reader, out io.Writer, write WriteFu
 }
 
 // Writer is a writer child process (ServeWrites) started by StartWriter.
-type Writer struct {
-	proc *Proc
-	in   *os.File // the child's stdin
-	out  *os.File // the child's stdout
-	dec  *json.Decoder
-}
+type Writer struct{ *Child }
 
 // StartWriter starts bin with args as a writer child, its stderr going to
 // logPath, pinned to cpus when not empty (see Start).
 func StartWriter(name, bin string, args []string, logPath, cpus string) (*Writer, error) {
-	inR, inW, err := os.Pipe()
+	c, err := StartChild(name, bin, args, logPath, cpus)
 	if err != nil {
 		return nil, err
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		return nil, err
-	}
-	p, err := start(name, bin, args, logPath, cpus, inR, outW)
-	// The child holds its own ends now (or never will).
-	inR.Close()
-	outW.Close()
-	if err != nil {
-		inW.Close()
-		outR.Close()
-		return nil, err
-	}
-	return &Writer{proc: p, in: inW, out: outR, dec: json.NewDecoder(bufio.NewReader(outR))}, nil
+	return &Writer{c}, nil
 }
-
-// Proc is the child process, for its pid, logs and exit status.
-func (w *Writer) Proc() *Proc { return w.proc }
 
 // Run has the child drive p and returns its result. A Writer runs one
 // phase at a time. If ctx ends first the child is stopped, since its
 // answer can no longer be matched to a request.
 func (w *Writer) Run(ctx context.Context, p WritePhase) (WriteResult, error) {
-	if err := json.NewEncoder(w.in).Encode(p); err != nil {
-		return WriteResult{}, fmt.Errorf("%s: send phase: %w%s", w.proc.Name, err, LogTails("", []*Proc{w.proc}, 1500))
+	if err := w.Send(p); err != nil {
+		return WriteResult{}, err
 	}
-	type answer struct {
-		r   WriteResult
-		err error
+	var r WriteResult
+	if err := w.Recv(ctx, &r); err != nil {
+		return WriteResult{}, err
 	}
-	done := make(chan answer, 1)
-	go func() {
-		var a answer
-		a.err = w.dec.Decode(&a.r)
-		done <- a
-	}()
-	select {
-	case a := <-done:
-		if a.err != nil {
-			return WriteResult{}, fmt.Errorf("%s: read result: %w%s", w.proc.Name, a.err, LogTails("", []*Proc{w.proc}, 1500))
-		}
-		return a.r, nil
-	case <-ctx.Done():
-		err := w.Stop()
-		<-done // the stopped child's stdout is at EOF
-		return WriteResult{}, errors.Join(ctx.Err(), err)
-	}
-}
-
-// Stop ends the child: its stdin is closed, so it exits once the phase it
-// runs (if any) is done; it is signalled if it has not exited within 10
-// seconds. It is safe to call twice.
-func (w *Writer) Stop() error {
-	w.in.Close()
-	var err error
-	select {
-	case <-w.proc.done:
-		if w.proc.err != nil {
-			err = fmt.Errorf("%s: %w%s", w.proc.Name, w.proc.err, LogTails("", []*Proc{w.proc}, 1500))
-		}
-	case <-time.After(10 * time.Second):
-		err = w.proc.Stop(10 * time.Second)
-	}
-	w.out.Close()
-	return err
+	return r, nil
 }
