@@ -90,7 +90,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	logf("%s", pinning)
-	load := loadAvg()
+	load := harness.LoadAvg()
 
 	samples := map[string]map[string][]sample{}
 	for _, s := range systems {
@@ -111,7 +111,7 @@ func run(ctx context.Context) error {
 		consulpeer.Version, logLevel, *flagReps, *flagDuration, *flagWarmup)
 	fmt.Println(describe(*flagClients, *flagValueSize, *flagGetKeys))
 	fmt.Printf("pinning: %s\n", pinning)
-	fmt.Printf("machine: load average %s before, %s after (shared with other work; the per-op CPU figures on the run lines are steadier than the rates)\n", load, loadAvg())
+	fmt.Printf("machine: load average %s before, %s after (shared with other work; the per-op CPU figures on the run lines are steadier than the rates)\n", load, harness.LoadAvg())
 	lode, peer := samples["lodestone"], samples[peerName]
 	if lode == nil || peer == nil {
 		fmt.Println("no BENCH lines: they compare lodestone with consul, and -systems ran only", *flagSystems)
@@ -346,21 +346,5 @@ func profileAfter(ctx context.Context, c *cluster, warmup, dur time.Duration, na
 	return func() error { return <-done }
 }
 
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-var started = time.Now()
-
 // logf writes a progress line to stderr, stamped with seconds since start.
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "consulbench: %5.1fs "+format+"\n", append([]any{time.Since(started).Seconds()}, args...)...)
-}
+var logf = harness.NewLogf("consulbench")

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -70,8 +71,14 @@ func (c *rawConn) do(ctx context.Context, req []byte) (code int, body []byte, er
 	if err != nil || !keep {
 		c.close()
 	}
-	if err != nil && ctx.Err() != nil {
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
 		err = ctx.Err()
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// NB: the only deadline on the connection is ctx's, and its read
+		// can time out a moment before ctx's own timer marks it done.
+		err = context.DeadlineExceeded
 	}
 	return code, body, err
 }

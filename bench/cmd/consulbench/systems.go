@@ -141,7 +141,7 @@ func startLodestone(ctx context.Context, bin, workDir string) (_ *cluster, err e
 	if err := c.waitLeader(ctx, peers, 30*time.Second); err != nil {
 		return nil, err
 	}
-	return c, c.poll(ctx, 20*time.Second, "the probe put on "+c.leaderURL(), func(ctx context.Context) error {
+	return c, harness.Poll(ctx, 20*time.Second, "the probe put on "+c.leaderURL(), c.checkAlive, func(ctx context.Context) error {
 		return send(ctx, http.DefaultClient, http.MethodPut, c.leaderURL()+"/v1/kv/consulbench/probe", []byte("ok"))
 	})
 }
@@ -149,7 +149,7 @@ func startLodestone(ctx context.Context, bin, workDir string) (_ *cluster, err e
 // waitLeader polls /v1/status/leader until it names a member's peer
 // address (Consul's API answers with the leader's Raft address).
 func (c *cluster) waitLeader(ctx context.Context, peers []string, timeout time.Duration) error {
-	return c.poll(ctx, timeout, "a leader", func(ctx context.Context) error {
+	return harness.Poll(ctx, timeout, "a leader", c.checkAlive, func(ctx context.Context) error {
 		var addr string
 		if err := consulpeer.GetJSON(ctx, c.https[0]+"/v1/status/leader", &addr); err != nil {
 			return err
@@ -160,30 +160,6 @@ func (c *cluster) waitLeader(ctx context.Context, peers []string, timeout time.D
 		}
 		return fmt.Errorf("/v1/status/leader answered %q", addr)
 	})
-}
-
-// poll runs try (with a 2 s deadline) every 100 ms until it succeeds, a
-// member exits, ctx ends or timeout passes.
-func (c *cluster) poll(ctx context.Context, timeout time.Duration, what string, try func(context.Context) error) error {
-	for deadline := time.Now().Add(timeout); ; {
-		tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := try(tctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if aerr := c.checkAlive(); aerr != nil {
-			return aerr
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not within %s: %w", what, timeout, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 func memberName(i int) string { return fmt.Sprintf("n%d", i+1) }
