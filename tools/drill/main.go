@@ -53,6 +53,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/client"
+	"github.com/lodestone-kv/lodestone/internal/cpuset"
 )
 
 type options struct {
@@ -123,7 +124,7 @@ func main() {
 // the clients and watchers and answers the parent on stdin and stdout.
 func runPopulation(ctx context.Context, o options) error {
 	if o.clientCPUs != "" {
-		if err := pinSelf(o.clientCPUs); err != nil {
+		if err := cpuset.PinSelf(o.clientCPUs); err != nil {
 			return fmt.Errorf("--client-cpus: %w", err)
 		}
 	}
@@ -157,17 +158,17 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return fmt.Errorf("--reps %d: at least 1", o.reps)
 	}
 	if o.serverCPUs != "" {
-		if _, err := parseCPUs(o.serverCPUs); err != nil {
+		if _, err := cpuset.Parse(o.serverCPUs); err != nil {
 			return fmt.Errorf("--server-cpus: %w", err)
 		}
 	}
 	if o.clientCPUs != "" {
-		if _, err := parseCPUs(o.clientCPUs); err != nil {
+		if _, err := cpuset.Parse(o.clientCPUs); err != nil {
 			return fmt.Errorf("--client-cpus: %w", err)
 		}
 	}
 	if o.drillCPUs != "" {
-		if err := pinSelf(o.drillCPUs); err != nil {
+		if err := cpuset.PinSelf(o.drillCPUs); err != nil {
 			return fmt.Errorf("--drill-cpus: %w", err)
 		}
 	}

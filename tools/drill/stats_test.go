@@ -52,15 +52,3 @@ func TestSpreadOf(t *testing.T) {
 		t.Errorf("median of nothing = %v, want NaN", s.median)
 	}
 }
-
-func TestParseCPUs(t *testing.T) {
-	set, err := parseCPUs("0,2-3")
-	if err != nil || set.Count() != 3 || !set.IsSet(0) || set.IsSet(1) || !set.IsSet(3) {
-		t.Errorf(`parseCPUs("0,2-3") = %v, %v; want CPUs 0, 2 and 3`, set, err)
-	}
-	for _, bad := range []string{"", "x", "3-1", "-1"} {
-		if _, err := parseCPUs(bad); err == nil {
-			t.Errorf("parseCPUs(%q) accepted", bad)
-		}
-	}
-}

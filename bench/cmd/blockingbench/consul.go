@@ -12,6 +12,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/bench/internal/consulpeer"
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+	"github.com/lodestone-kv/lodestone/internal/cpuset"
 )
 
 // Consul itself as the peer (issue 41): the same keys, writes, queries and
@@ -112,7 +113,7 @@ func runConsulRep(ctx context.Context, bin, workDir string, rep int) (_ peerSamp
 	members := consulQueryMembers(c.Leader, n)
 	if *flagQueryCPUs != "" {
 		for _, i := range members {
-			if err := harness.Repin(c.Procs[i].Pid(), *flagQueryCPUs); err != nil {
+			if err := cpuset.Pin(c.Procs[i].Pid(), *flagQueryCPUs); err != nil {
 				return peerSample{}, err
 			}
 		}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/bench/internal/consulpeer"
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+	"github.com/lodestone-kv/lodestone/internal/cpuset"
 	"github.com/lodestone-kv/lodestone/internal/heapfloor"
 )
 
@@ -308,7 +309,7 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 	}()
 	if *flagQueryCPUs != "" {
 		for _, i := range c.queryMembers(*flagQueriesOn) {
-			if err := harness.Repin(c.procs[i].Pid(), *flagQueryCPUs); err != nil {
+			if err := cpuset.Pin(c.procs[i].Pid(), *flagQueryCPUs); err != nil {
 				return sample{}, err
 			}
 		}

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+	"github.com/lodestone-kv/lodestone/internal/cpuset"
 )
 
 // coreTimes returns the busy and total time (in clock ticks, from
@@ -15,7 +15,7 @@ import (
 // busy the load generator's core was: when it is saturated, it and not
 // the proxy bounds requests/s.
 func coreTimes(list string) (busy, total uint64, err error) {
-	set, err := harness.ParseCPUs(list)
+	set, err := cpuset.Parse(list)
 	if err != nil {
 		return 0, 0, err
 	}

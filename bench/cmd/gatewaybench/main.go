@@ -35,6 +35,7 @@ import (
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
 	"github.com/lodestone-kv/lodestone/client"
 	"github.com/lodestone-kv/lodestone/gateway"
+	"github.com/lodestone-kv/lodestone/internal/cpuset"
 	"github.com/lodestone-kv/lodestone/server"
 )
 
@@ -148,7 +149,7 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("-shapes churn needs the lodestone system")
 	}
 	if *flagClientCPUs != "" {
-		if err := harness.PinSelf(*flagClientCPUs); err != nil {
+		if err := cpuset.PinSelf(*flagClientCPUs); err != nil {
 			return fmt.Errorf("-client-cpus: %w", err)
 		}
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/bench/internal/broadcast"
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+	"github.com/lodestone-kv/lodestone/internal/cpuset"
 	"github.com/lodestone-kv/lodestone/internal/heapfloor"
 )
 
@@ -338,7 +339,7 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 	}()
 	if *flagWatchCPUs != "" {
 		for _, i := range d.watchers {
-			if err := harness.Repin(d.procs[i].Pid(), *flagWatchCPUs); err != nil {
+			if err := cpuset.Pin(d.procs[i].Pid(), *flagWatchCPUs); err != nil {
 				return sample{}, err
 			}
 		}

@@ -8,82 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lodestone-kv/lodestone/internal/cpuset"
 	"golang.org/x/sys/unix"
 )
-
-// ParseCPUs parses a taskset-style CPU list such as "0", "0,1" or "0-3".
-func ParseCPUs(s string) (unix.CPUSet, error) {
-	var set unix.CPUSet
-	for part := range strings.SplitSeq(s, ",") {
-		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil || a < 0 {
-			return set, fmt.Errorf("bad CPU list %q", s)
-		}
-		b := a
-		if isRange {
-			if b, err = strconv.Atoi(hi); err != nil || b < a {
-				return set, fmt.Errorf("bad CPU list %q", s)
-			}
-		}
-		for cpu := a; cpu <= b; cpu++ {
-			set.Set(cpu)
-		}
-	}
-	return set, nil
-}
-
-// PinSelf pins every thread of this process to the CPU list cpus and sets
-// GOMAXPROCS to its size.
-func PinSelf(cpus string) error {
-	if err := pinTasks("/proc/self/task", cpus); err != nil {
-		return err
-	}
-	set, _ := ParseCPUs(cpus) // pinTasks parsed it
-	runtime.GOMAXPROCS(set.Count())
-	return nil
-}
-
-// Repin moves every thread of the running process pid to the CPU list
-// cpus, for a benchmark that learns only after start which member plays
-// which role. A Go server keeps the GOMAXPROCS it read at start.
-func Repin(pid int, cpus string) error {
-	return pinTasks(fmt.Sprintf("/proc/%d/task", pid), cpus)
-}
-
-// pinTasks pins each thread listed in dir (a /proc/PID/task). NB: Linux
-// affinity is per thread; threads a Go runtime starts later are cloned
-// from one of these and inherit the mask. A thread cloned during the
-// pass may inherit the old mask, so passes repeat until one finds no
-// thread it had not pinned.
-func pinTasks(dir, cpus string) error {
-	set, err := ParseCPUs(cpus)
-	if err != nil {
-		return err
-	}
-	pinned := map[int]bool{}
-	for {
-		tasks, err := os.ReadDir(dir)
-		if err != nil {
-			return err
-		}
-		fresh := 0
-		for _, t := range tasks {
-			tid, err := strconv.Atoi(t.Name())
-			if err != nil || pinned[tid] {
-				continue
-			}
-			if err := unix.SchedSetaffinity(tid, &set); err != nil {
-				return fmt.Errorf("pin thread %d to CPUs %s: %w", tid, cpus, err)
-			}
-			pinned[tid] = true
-			fresh++
-		}
-		if fresh == 0 {
-			return nil
-		}
-	}
-}
 
 // Pid returns the process id (the server itself: taskset execs it).
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
@@ -139,14 +66,14 @@ func RSS(pid int) (int64, error) {
 func Pinning(program, serverCPUs, clientCPUs string) (string, error) {
 	servers := "every server process ran unpinned"
 	if serverCPUs != "" {
-		if _, err := ParseCPUs(serverCPUs); err != nil {
+		if _, err := cpuset.Parse(serverCPUs); err != nil {
 			return "", fmt.Errorf("-server-cpus: %w", err)
 		}
 		servers = fmt.Sprintf("every server process of every system ran under the same `taskset -c %s`", serverCPUs)
 	}
 	client := "the load generator ran unpinned"
 	if clientCPUs != "" {
-		if err := PinSelf(clientCPUs); err != nil {
+		if err := cpuset.PinSelf(clientCPUs); err != nil {
 			return "", fmt.Errorf("-client-cpus: %w", err)
 		}
 		client = fmt.Sprintf("the load generator (%s) was pinned to CPU list %s (GOMAXPROCS=%d)", program, clientCPUs, runtime.GOMAXPROCS(0))
@@ -160,7 +87,7 @@ func Moved(pinning, what, flag, cpus string) (string, error) {
 	if cpus == "" {
 		return pinning, nil
 	}
-	if _, err := ParseCPUs(cpus); err != nil {
+	if _, err := cpuset.Parse(cpus); err != nil {
 		return "", fmt.Errorf("-%s: %w", flag, err)
 	}
 	return fmt.Sprintf("%s; %s ran on CPU list %s instead", pinning, what, cpus), nil
@@ -237,7 +164,7 @@ func CoreBusy(before, after map[int]CPUTicks, set unix.CPUSet) string {
 // pinning).
 func CPUsOf(list string) (unix.CPUSet, error) {
 	if list != "" {
-		return ParseCPUs(list)
+		return cpuset.Parse(list)
 	}
 	var set unix.CPUSet
 	for cpu := range runtime.NumCPU() {

@@ -8,22 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lodestone-kv/lodestone/internal/cpuset"
 	"golang.org/x/sys/unix"
 )
-
-func TestParseCPUs(t *testing.T) {
-	for in, want := range map[string]int{"0": 1, "0,1": 2, "0-3": 4, "1, 3-4": 3} {
-		set, err := ParseCPUs(in)
-		if err != nil || set.Count() != want {
-			t.Errorf("ParseCPUs(%q) = %d CPUs, %v; want %d", in, set.Count(), err, want)
-		}
-	}
-	for _, bad := range []string{"", "a", "3-1", "-1"} {
-		if _, err := ParseCPUs(bad); err == nil {
-			t.Errorf("ParseCPUs(%q) succeeded", bad)
-		}
-	}
-}
 
 // CPUTime counts in clock ticks (10ms), so the test burns CPU until a
 // tick shows, and fails only if 2s of spinning never shows one.
@@ -58,8 +45,8 @@ func TestRepin(t *testing.T) {
 			t.Errorf("stop: %v", err)
 		}
 	}()
-	if err := Repin(p.Pid(), "0"); err != nil {
-		t.Fatalf("Repin(%d, 0): %v", p.Pid(), err)
+	if err := cpuset.Pin(p.Pid(), "0"); err != nil {
+		t.Fatalf("cpuset.Pin(%d, 0): %v", p.Pid(), err)
 	}
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", p.Pid()))
 	if err != nil {
@@ -74,7 +61,7 @@ func TestRepin(t *testing.T) {
 			t.Errorf("thread %s after Repin to CPU 0:\n%s", task.Name(), b)
 		}
 	}
-	if err := Repin(p.Pid(), "x"); err == nil {
+	if err := cpuset.Pin(p.Pid(), "x"); err == nil {
 		t.Error("Repin to CPU list \"x\" succeeded")
 	}
 }
