@@ -104,17 +104,7 @@ func lodestoneSystem(bin string, extra []string) system {
 					if err != nil {
 						return 0, err
 					}
-					var n int64
-					for {
-						chunk, err := st.Recv()
-						if errors.Is(err, io.EOF) {
-							return n, nil
-						}
-						if err != nil {
-							return 0, err
-						}
-						n += int64(len(chunk.GetData()))
-					}
+					return streamBytes(st.Recv, func(c *lodestonepb.SavedSnapshotChunk) int { return len(c.GetData()) })
 				},
 			}
 		},
@@ -185,19 +175,24 @@ func etcdSystem(bin string) system {
 					if err != nil {
 						return 0, err
 					}
-					var n int64
-					for {
-						chunk, err := st.Recv()
-						if errors.Is(err, io.EOF) {
-							return n, nil
-						}
-						if err != nil {
-							return 0, err
-						}
-						n += int64(len(chunk.GetBlob()))
-					}
+					return streamBytes(st.Recv, func(r *etcdserverpb.SnapshotResponse) int { return len(r.GetBlob()) })
 				},
 			}
 		},
+	}
+}
+
+// streamBytes reads a snapshot stream to its end and counts its bytes.
+func streamBytes[T any](recv func() (T, error), size func(T) int) (int64, error) {
+	var n int64
+	for {
+		chunk, err := recv()
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		n += int64(size(chunk))
 	}
 }
