@@ -88,14 +88,20 @@ func (m *mmsgConn) read(ds []datagram) (int, error) {
 	return m.done, nil
 }
 
-func (m *mmsgConn) recv(fd uintptr) bool {
+func (m *mmsgConn) recv(fd uintptr) bool { return m.mmsg(unix.SYS_RECVMMSG, fd) }
+
+func (m *mmsgConn) send(fd uintptr) bool { return m.mmsg(unix.SYS_SENDMMSG, fd) }
+
+// mmsg makes one recvmmsg or sendmmsg call (trap) over hs[off:off+vlen]
+// for RawConn.Read or Write: false asks it to wait until fd is ready.
+func (m *mmsgConn) mmsg(trap, fd uintptr) bool {
 	for {
-		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&m.hs[m.off])), uintptr(m.vlen), 0, 0, 0)
+		r, _, e := unix.Syscall6(trap, fd, uintptr(unsafe.Pointer(&m.hs[m.off])), uintptr(m.vlen), 0, 0, 0)
 		switch e {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
-			return false // NB: wait until the socket is readable
+			return false
 		}
 		m.done, m.errno = int(r), e
 		return true
@@ -124,20 +130,6 @@ func (m *mmsgConn) write(ds []datagram) error {
 		sent += m.done
 	}
 	return first
-}
-
-func (m *mmsgConn) send(fd uintptr) bool {
-	for {
-		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&m.hs[m.off])), uintptr(m.vlen), 0, 0, 0)
-		switch e {
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return false // NB: wait until the socket is writable
-		}
-		m.done, m.errno = int(r), e
-		return true
-	}
 }
 
 // addrPortOf reads a sockaddr the kernel wrote.
