@@ -67,26 +67,7 @@ func (rc *rawClient) get(req []byte) error {
 // BenchmarkProxyHTTP1 measures one proxied request end to end (client and
 // origin on loopback) through the gateway. Run with -cpu 1 to see the
 // cost per request on one core; profile with -cpuprofile.
-func BenchmarkProxyHTTP1(b *testing.B) {
-	g := benchGateway(b, 64)
-	req := []byte("GET /bench HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\n\r\n")
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		c, err := net.Dial("tcp", g.Addr())
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer c.Close()
-		rc := &rawClient{c: c, br: bufio.NewReader(c)}
-		for pb.Next() {
-			if err := rc.get(req); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-}
+func BenchmarkProxyHTTP1(b *testing.B) { benchKeepAlive(b, 64) }
 
 // BenchmarkProxyHTTP1NewConn is BenchmarkProxyHTTP1 with a new client
 // connection per request (Connection: close), the connection-churn
@@ -115,9 +96,15 @@ func BenchmarkProxyHTTP1NewConn(b *testing.B) {
 // BenchmarkProxyHTTP1Body64K is BenchmarkProxyHTTP1 with 64 KiB
 // responses.
 func BenchmarkProxyHTTP1Body64K(b *testing.B) {
-	g := benchGateway(b, 64<<10)
-	req := []byte("GET /bench HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\n\r\n")
 	b.SetBytes(64 << 10)
+	benchKeepAlive(b, 64<<10)
+}
+
+// benchKeepAlive drives the gateway with keep-alive clients, one
+// connection per goroutine, for bodies of size bytes.
+func benchKeepAlive(b *testing.B, size int) {
+	g := benchGateway(b, size)
+	req := []byte("GET /bench HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench\r\n\r\n")
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		c, err := net.Dial("tcp", g.Addr())
