@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -201,6 +202,27 @@ func (c *cluster) cpu() []time.Duration {
 		t[i], _ = harness.CPUTime(p.Pid())
 	}
 	return t
+}
+
+// elsewhere is the part of busy, the time the servers' CPUs were busy
+// between the CPU readings before and after, that neither the members
+// left there nor the writer (when it shares them) used: other programs
+// on a shared machine, and interrupt work charged to no process. A phase
+// that fills the query members' CPU can push other programs here.
+func (c *cluster) elsewhere(busy time.Duration, before, after []time.Duration, writer time.Duration) time.Duration {
+	moved := []int(nil)
+	if *flagQueryCPUs != "" {
+		moved = c.queryMembers(*flagQueriesOn)
+	}
+	for i := range c.procs {
+		if !slices.Contains(moved, i) {
+			busy -= after[i] - before[i]
+		}
+	}
+	if cmp.Or(*flagWriterCPUs, *flagClientCPUs) == *flagServerCPUs {
+		busy -= writer
+	}
+	return max(busy, 0)
 }
 
 // footprint says, per member, its resident memory and its Raft log
