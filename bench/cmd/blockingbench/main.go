@@ -458,13 +458,13 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		return s, err
 	}
 	defer q.close(ctx) // idempotent
-	waiting := 0.0
-	for _, t := range targets {
-		v, err := metricValue(ctx, t, inFlightMetric)
-		if err != nil {
-			return s, err
-		}
-		waiting += v
+	var waiting float64
+	inFlight, err := c.members(ctx, inFlightMetric)
+	if err != nil {
+		return s, err
+	}
+	for _, i := range members {
+		waiting += inFlight[i]
 	}
 	logf("phase 2: writes with %d queries (%.0f waiting on the servers now, %d not started; %s)", n, waiting, q.notStarted, q.describe())
 	r, err = phase(countLabel(n), 2, *flagWarmup, *flagDuration, q)
