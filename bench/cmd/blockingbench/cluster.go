@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -203,6 +205,27 @@ func (c *cluster) cpu() []time.Duration {
 	return t
 }
 
+// elsewhere is the part of busy, the time the servers' CPUs were busy
+// between the CPU readings before and after, that neither the members
+// left there nor the writer (when it shares them) used: other programs
+// on a shared machine, and interrupt work charged to no process. A phase
+// that fills the query members' CPU can push other programs here.
+func (c *cluster) elsewhere(busy time.Duration, before, after []time.Duration, writer time.Duration) time.Duration {
+	moved := []int(nil)
+	if *flagQueryCPUs != "" {
+		moved = c.queryMembers(*flagQueriesOn)
+	}
+	for i := range c.procs {
+		if !slices.Contains(moved, i) {
+			busy -= after[i] - before[i]
+		}
+	}
+	if cmp.Or(*flagWriterCPUs, *flagClientCPUs) == *flagServerCPUs {
+		busy -= writer
+	}
+	return max(busy, 0)
+}
+
 // footprint says, per member, its resident memory and its Raft log
 // file's size, in MiB: "leader=610/48,...". The two grow over a fresh
 // cluster's first minutes (README, "Settling").
@@ -233,7 +256,7 @@ func (c *cluster) appendAcks(ctx context.Context) (count, sum []float64, err err
 			names = append(names, appendAckMetric+"_count"+sel, appendAckMetric+"_sum"+sel)
 		}
 	}
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, metricTimeout)
 	defer cancel()
 	m, err := harness.Scrape(sctx, c.https[c.leader]+"/metrics", names...)
 	if err != nil {
@@ -284,6 +307,11 @@ const (
 	appendAckMetric   = `lodestone_peer_append_ack_seconds`
 )
 
+// metricTimeout bounds one read of a member's /metrics. A learner taking
+// 12,500 queries on a crowded CPU took more than 5 s to answer, and the
+// run ended there.
+const metricTimeout = 30 * time.Second
+
 // metricsURLs are the members' /metrics, in process order.
 func (c *cluster) metricsURLs() []string {
 	urls := make([]string, len(c.https))
@@ -295,19 +323,27 @@ func (c *cluster) metricsURLs() []string {
 
 // metricValue reads one metric from the server at base.
 func metricValue(ctx context.Context, base, metric string) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, metricTimeout)
 	defer cancel()
 	m, err := harness.Scrape(ctx, base+"/metrics", metric)
 	return m[metric], err
 }
 
-// members reads metric from every member, in process order.
+// members reads metric from every member, in process order. A member
+// that does not answer within metricTimeout gets NaN (its figures on the
+// run line read NaN) and a log line: a learner on a crowded CPU is slow
+// to answer, and a diagnostic figure is no reason to end the run. Only
+// ctx's end is an error.
 func (c *cluster) members(ctx context.Context, metric string) ([]float64, error) {
 	vs := make([]float64, len(c.https))
 	for i, base := range c.https {
 		v, err := metricValue(ctx, base, metric)
 		if err != nil {
-			return nil, err
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			logf("%s: %s: %v", c.procs[i].Name, metric, err)
+			v = math.NaN()
 		}
 		vs[i] = v
 	}

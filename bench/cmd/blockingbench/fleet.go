@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
@@ -126,7 +127,7 @@ func openFleet(ctx context.Context, workDir, label string, targets []string, n i
 	f := &fleet{specs: planQueries(targets, n, *flagPerProcess)}
 	defer func() {
 		if err != nil {
-			f.close()
+			f.close(ctx)
 		}
 	}()
 	// Every process's first reads are spread over the same wait, from a
@@ -187,17 +188,26 @@ func (f *fleet) finish(ctx context.Context, p harness.WritePhase, failed []int) 
 		tot.add(qc)
 	}
 	slices.Sort(tot.Wake)
-	return tot, f.close()
+	return tot, f.close(ctx)
 }
 
-// close stops every query process, which closes its connections. It is
-// idempotent.
-func (f *fleet) close() error {
-	var first error
-	for _, c := range f.procs {
-		first = cmp.Or(first, c.Stop())
+// close stops every query process, which closes its connections, all at
+// once; once ctx has ended (an interrupted run) each is signalled now
+// rather than left to finish its drain. It is idempotent.
+func (f *fleet) close(ctx context.Context) error {
+	errs := make([]error, len(f.procs))
+	var wg sync.WaitGroup
+	for i, c := range f.procs {
+		wg.Go(func() {
+			if ctx.Err() != nil {
+				errs[i] = c.Interrupt()
+			} else {
+				errs[i] = c.Stop()
+			}
+		})
 	}
-	return first
+	wg.Wait()
+	return cmp.Or(errs...)
 }
 
 // describe says how the queries were spread, for the setup line:

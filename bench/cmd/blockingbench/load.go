@@ -105,10 +105,7 @@ func (w *writer) populate(ctx context.Context, nkeys int) error {
 	for range 64 {
 		wg.Go(func() {
 			for k := int(next.Add(1) - 1); k < nkeys; k = int(next.Add(1) - 1) {
-				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				err := w.put(pctx, keyName(k), encodeValue(0, k))
-				cancel()
-				if err != nil {
+				if err := w.populateKey(ctx, k); err != nil {
 					errs <- fmt.Errorf("populate: %w", err)
 					return
 				}
@@ -120,9 +117,32 @@ func (w *writer) populate(ctx context.Context, nkeys int) error {
 	return <-errs
 }
 
+// populateKey writes key k's first value, trying populateTries times: a
+// keep-alive connection the server closed as it was reused fails a put
+// with EOF on a loaded machine, and a put of the same value again is
+// harmless. Nothing here is timed.
+func (w *writer) populateKey(ctx context.Context, k int) error {
+	var err error
+	for range populateTries {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = w.put(pctx, keyName(k), encodeValue(0, k))
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("%w (tried %d times)", err, populateTries)
+}
+
+const populateTries = 3
+
 // writeResult is what one phase's writes measured.
 type writeResult struct {
-	lat       []time.Duration // acknowledged window writes, from intended start, ascending
+	// Timed writes from their intended start, ascending: the acknowledged
+	// ones, and each one the phase's cap cut counted as the time it had
+	// waited (a lower bound; harness.WriteResult.WithCut).
+	lat       []time.Duration
+	cut       int // writes the phase's cap cut (among failed): not sent or not answered by its deadline
 	tail      harness.TailSpread
 	acked     int   // acknowledged writes, warm-up included
 	failed    []int // writes not acknowledged, ascending
@@ -130,6 +150,25 @@ type writeResult struct {
 	firstErr  error
 	writerCPU time.Duration // the writer child's CPU time during the phase
 	queryCPU  time.Duration // the query processes' CPU time during the phase
+}
+
+// newPhase is write phase id: -rate writes/s for warmup, then dur timed,
+// capped at -phase-cap past its schedule.
+func newPhase(id byte, warmup, dur time.Duration) harness.WritePhase {
+	p := harness.NewWritePhase(id, *flagRate, warmup, dur)
+	p.Cap = *flagPhaseCap
+	return p
+}
+
+// cutNote is the line that says a phase did not finish within its cap,
+// or "" when it did: system ran phase label of rep, and r measured it.
+func cutNote(system string, rep int, label string, r writeResult, p harness.WritePhase) string {
+	if r.cut == 0 {
+		return ""
+	}
+	return fmt.Sprintf("unfinished: system=%s rep=%d/%d phase=%s: %s did not finish the phase: %d of %d writes not sent or not acknowledged within -phase-cap %v after the last was due; "+
+		"its percentiles count each timed one as taking as long as it had waited when cut, a lower bound\n",
+		system, rep+1, *flagReps, label, system, r.cut, p.TotalN, p.Cap)
 }
 
 // runWrites has wr drive p's writes, open loop; q, if not nil, is the
@@ -141,8 +180,8 @@ func runWrites(ctx context.Context, wr *harness.Writer, p harness.WritePhase, q 
 	if err != nil {
 		return writeResult{}, err
 	}
-	r := writeResult{lat: res.Latencies, tail: res.Tail, errors: len(res.Failed), failed: res.Failed}
-	if r.errors > 0 {
+	r := writeResult{lat: res.WithCut(), tail: res.Tail, errors: len(res.Failed), failed: res.Failed, cut: res.Cut}
+	if res.FirstErr != "" {
 		r.firstErr = errors.New(res.FirstErr)
 	}
 	r.acked = p.TotalN - len(res.Failed)

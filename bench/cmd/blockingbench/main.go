@@ -31,6 +31,7 @@ var (
 	flagReps        = flag.Int("reps", 3, "repetitions, each on a fresh cluster; medians are reported (use an odd number)")
 	flagDuration    = flag.Duration("duration", time.Minute, "measured write window of each phase: long enough that each phase meets the servers' GC cycles at its own rate (README, \"Windows\")")
 	flagWarmup      = flag.Duration("warmup", 2*time.Second, "writes before each window (checked, not timed)")
+	flagPhaseCap    = flag.Duration("phase-cap", 30*time.Second, "how long a phase may run past its last write's due time: writes not sent or not acknowledged by then are cut off and counted (an unfinished: line), so a stalled server ends the phase instead of holding it for each write's 10 s timeout in turn")
 	flagSettle      = flag.Duration("settle", 2*time.Minute, "writes on each fresh cluster before the first phase, in windows of -settle-window, each reported on a settle line and left out of the ratio: a fresh cluster gets faster over its first minutes (README, \"Settling\")")
 	flagSettleWin   = flag.Duration("settle-window", 30*time.Second, "the window of each settle line")
 	flagRate        = flag.Int("rate", 1000, "writes per second (open loop: each write has its intended start time)")
@@ -114,8 +115,8 @@ type sample struct {
 
 func run(ctx context.Context) error {
 	if *flagReps < 1 || *flagRate < 1 || *flagQueries < 1 || *flagWait < time.Second || *flagSnapEvery < 0 || *flagSettle < 0 || *flagSettleWin < time.Second ||
-		*flagLearners < 0 || *flagPerMember < 1 || *flagPerProcess < 1 {
-		return errors.New("-reps, -rate, -queries, -queries-per-member and -queries-per-process must be >= 1, -wait >= 1s, -snapshot-entries, -learners and -settle >= 0 and -settle-window >= 1s")
+		*flagLearners < 0 || *flagPerMember < 1 || *flagPerProcess < 1 || *flagPhaseCap < time.Second {
+		return errors.New("-reps, -rate, -queries, -queries-per-member and -queries-per-process must be >= 1, -wait and -phase-cap >= 1s, -snapshot-entries, -learners and -settle >= 0 and -settle-window >= 1s")
 	}
 	if !slices.Contains([]string{"auto", "leader", "follower", "followers", "all"}, *flagConsulOn) {
 		return fmt.Errorf(`-consul-queries-on %q: want "auto", "leader", "follower", "followers" or "all"`, *flagConsulOn)
@@ -263,6 +264,16 @@ func printConsul(samples []sample, consulSamples []peerSample, n int) {
 		consulpeer.Version, consulConnCap(n, len(consulQueryMembers(0, n))), n, consulQueriesOn(n), *flagWarmup, *flagDuration, n)
 	fmt.Printf("consul-verify: over %d reps: %d queries not started when the writes began, %d blocking requests due, %d answered, %d errors; %d writes acknowledged while queries ran, %d seen by their key's query\n",
 		len(consulSamples), tot.NotStarted, tot.Due, tot.Answered, tot.Errors, tot.WakesDue, tot.WakesSeen)
+	cutReps := 0
+	for _, s := range consulSamples {
+		if s.cut > 0 {
+			cutReps++
+		}
+	}
+	if cutReps > 0 {
+		fmt.Printf("consul-unfinished: in %d of %d reps Consul did not finish a phase within -phase-cap %v (the unfinished: lines): its write p99 there is a lower bound, so the ratio against it is an upper bound\n",
+			cutReps, len(consulSamples), *flagPhaseCap)
+	}
 	var lode []peerSample
 	for _, s := range samples {
 		lode = append(lode, peerSample{with: s.with, rssWith: s.rssWith, rssPerQuery: perQuery(s.rssWithout, s.rssWith, n)})
@@ -338,7 +349,7 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 				return writeResult{}, fmt.Errorf("phase %s: %w", label, err)
 			}
 		}
-		p := harness.NewWritePhase(id, *flagRate, warmup, dur)
+		p := newPhase(id, warmup, dur)
 		lastPhase = p
 		cpu0 := c.cpu()
 		calls0, err := c.members(ctx, leaderIndexMetric)
@@ -378,7 +389,7 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 			return r, err
 		}
 		note := ""
-		if r.errors > 0 {
+		if r.firstErr != nil {
 			note = fmt.Sprintf(" first-error=%q", r.firstErr.Error())
 		}
 		calls1, err := c.members(ctx, leaderIndexMetric)
@@ -411,9 +422,11 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 				lags = append(lags, fmt.Sprintf("%s=%.2f", role, 1000*(lag1[i]-lag0[i])/n))
 			}
 		}
-		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms write-p99.9=%sms p99-spans=%s p99-stalls=%s server-cpu=%s(%s) server-cpus-busy=%s gc-cycles=%s gc-cpu-ms=%s slow-log-writes=%s writer-cpu=%s query-cpu=%s leader-index-calls/s=%.0f append-ack-mean-ms=%s rss/raft-log-mib=%s%s\n",
+		other := c.elsewhere(harness.BusyTime(ticks0, ticks1, serverCPUs), cpu0, cpu1, r.writerCPU)
+		fmt.Printf("run rep=%d/%d queries=%s writes=%d errors=%d write-p50=%sms write-p99=%sms write-p99.9=%sms p99-spans=%s p99-stalls=%s server-cpu=%s(%s) server-cpus-busy=%s server-cpus-other=%s query-cpus-busy=%s gc-cycles=%s gc-cpu-ms=%s slow-log-writes=%s writer-cpu=%s query-cpu=%s leader-index-calls/s=%.0f append-ack-mean-ms=%s rss/raft-log-mib=%s%s\n",
 			rep+1, *flagReps, label, r.acked, r.errors, ms(harness.Percentile(r.lat, 50)), ms(harness.Percentile(r.lat, 99)), ms(harness.Percentile(r.lat, 99.9)), r.tail, r.tail.StallsString(),
-			share(total), strings.Join(members, ","), harness.CoreBusy(ticks0, ticks1, serverCPUs), gcs(), gcCPU(), slow(), share(r.writerCPU), share(r.queryCPU), calls/time.Since(t0).Seconds(), strings.Join(lags, ","), foot, note)
+			share(total), strings.Join(members, ","), harness.CoreBusy(ticks0, ticks1, serverCPUs), share(other), queryBusy(ticks0, ticks1), gcs(), gcCPU(), slow(), share(r.writerCPU), share(r.queryCPU), calls/time.Since(t0).Seconds(), strings.Join(lags, ","), foot, note)
+		fmt.Print(cutNote("lodestone", rep, label, r, p))
 		return r, nil
 	}
 
@@ -444,14 +457,14 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 	if err != nil {
 		return s, err
 	}
-	defer q.close() // idempotent
-	waiting := 0.0
-	for _, t := range targets {
-		v, err := metricValue(ctx, t, inFlightMetric)
-		if err != nil {
-			return s, err
-		}
-		waiting += v
+	defer q.close(ctx) // idempotent
+	var waiting float64
+	inFlight, err := c.members(ctx, inFlightMetric)
+	if err != nil {
+		return s, err
+	}
+	for _, i := range members {
+		waiting += inFlight[i]
 	}
 	logf("phase 2: writes with %d queries (%.0f waiting on the servers now, %d not started; %s)", n, waiting, q.notStarted, q.describe())
 	r, err = phase(countLabel(n), 2, *flagWarmup, *flagDuration, q)
@@ -484,6 +497,20 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 	}
 	s.after, s.after999 = harness.Millis(harness.Percentile(r.lat, 99)), harness.Millis(harness.Percentile(r.lat, 99.9))
 	return s, nil
+}
+
+// queryBusy is how busy the query members' CPUs (-query-member-cpus)
+// were between two readings (harness.CoreBusy), "-" when they have none
+// of their own.
+func queryBusy(before, after map[int]harness.CPUTicks) string {
+	if *flagQueryCPUs == "" {
+		return "-"
+	}
+	set, err := harness.CPUsOf(*flagQueryCPUs)
+	if err != nil {
+		return "?"
+	}
+	return harness.CoreBusy(before, after, set)
 }
 
 // gcBefore says what the setup line says of -gc-before-phase.

@@ -2,8 +2,10 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestValueRoundTrip(t *testing.T) {
@@ -136,5 +138,23 @@ func TestRaiseFileLimit(t *testing.T) {
 	var after syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &after); err != nil || after != lim {
 		t.Errorf("limit after a refused raise: %+v, %v; want %+v", after, err, lim)
+	}
+}
+
+// A phase its cap cut says so, naming the system and what was cut; one
+// that finished says nothing.
+func TestCutNote(t *testing.T) {
+	p := newPhase(2, time.Second, 2*time.Second)
+	if p.Cap != *flagPhaseCap || p.Cap <= 0 {
+		t.Fatalf("phase cap %v, want -phase-cap (%v)", p.Cap, *flagPhaseCap)
+	}
+	if got := cutNote("consul", 0, "50k", writeResult{}, p); got != "" {
+		t.Errorf("a finished phase's note: %q, want none", got)
+	}
+	got := cutNote("consul", 0, "50k", writeResult{cut: 1234}, p)
+	for _, want := range []string{"unfinished: system=consul rep=1/", "phase=50k", "consul did not finish the phase", "1234 of 3000 writes", "a lower bound\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("note %q lacks %q", got, want)
+		}
 	}
 }

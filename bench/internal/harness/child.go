@@ -71,11 +71,25 @@ func (c *Child) Recv(ctx context.Context, v any) error {
 		}
 		return nil
 	case <-ctx.Done():
-		err := c.Stop()
+		err := c.Interrupt()
 		<-done // the stopped child's stdout is at EOF
 		return errors.Join(ctx.Err(), err)
 	}
 }
+
+// Interrupt ends the child now: its stdin is closed and it is signalled
+// at once (Proc.Stop), not left to finish what it was asked. It is for a
+// benchmark that was itself interrupted, and safe to call twice.
+func (c *Child) Interrupt() error {
+	c.in.Close()
+	err := c.proc.Stop(childGrace)
+	c.out.Close()
+	return err
+}
+
+// childGrace is how long a child may take to exit once asked, by its
+// stdin's end or by SIGTERM.
+const childGrace = 10 * time.Second
 
 // Stop ends the child: its stdin is closed, so it exits once it has
 // finished what it was asked; it is signalled if it has not exited within
@@ -88,8 +102,8 @@ func (c *Child) Stop() error {
 		if c.proc.err != nil {
 			err = fmt.Errorf("%s: %w%s", c.proc.Name, c.proc.err, LogTails("", []*Proc{c.proc}, 1500))
 		}
-	case <-time.After(10 * time.Second):
-		err = c.proc.Stop(10 * time.Second)
+	case <-time.After(childGrace):
+		err = c.proc.Stop(childGrace)
 	}
 	c.out.Close()
 	return err

@@ -45,7 +45,8 @@ func TestChildRoundTrip(t *testing.T) {
 }
 
 // TestChildRecvEndsWithContext: a child that never answers is stopped
-// when the context ends.
+// when the context ends, at once (signalled), not after the grace a
+// child gets to finish once its stdin ends.
 func TestChildRecvEndsWithContext(t *testing.T) {
 	c, err := StartChild("sleep", "sleep", []string{"60"}, filepath.Join(t.TempDir(), "sleep.log"), "")
 	if err != nil {
@@ -54,9 +55,13 @@ func TestChildRecvEndsWithContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	var v struct{}
+	start := time.Now()
 	err = c.Recv(ctx, &v)
 	if err == nil || ctx.Err() == nil {
 		t.Fatalf("Recv = %v, want the context's error", err)
+	}
+	if took := time.Since(start); took >= childGrace {
+		t.Errorf("Recv took %v to give up, want the child signalled before its grace (%v) ran out", took, childGrace)
 	}
 	if exited, _ := c.Proc().Exited(); !exited {
 		t.Error("child still running after Recv gave up")

@@ -160,6 +160,19 @@ func CoreBusy(before, after map[int]CPUTicks, set unix.CPUSet) string {
 	return fmt.Sprintf("%.0f%%(kernel=%.0f%%)", 100*float64(busy)/float64(all), 100*float64(kernel)/float64(all))
 }
 
+// BusyTime is the CPU time the CPUs in set were busy between two
+// readings (ticks of USER_HZ, 1/100 s, as CPUTime's): with the CPU time
+// of the processes known to run there, what else did.
+func BusyTime(before, after map[int]CPUTicks, set unix.CPUSet) time.Duration {
+	var busy uint64
+	for cpu, a := range after {
+		if set.IsSet(cpu) {
+			busy += a.Busy - before[cpu].Busy
+		}
+	}
+	return time.Duration(busy) * 10 * time.Millisecond
+}
+
 // CPUsOf is the CPU set a taskset list names, every CPU for "" (no
 // pinning).
 func CPUsOf(list string) (unix.CPUSet, error) {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,10 @@ import (
 const writerChildEnv = "HARNESS_TEST_WRITER_CHILD"
 
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(mainChildEnv); mode != "" {
+		runMainChild(mode)
+		return
+	}
 	if os.Getenv(writerChildEnv) != "" {
 		err := ServeWrites(context.Background(), os.Stdin, os.Stdout, func(_ context.Context, id byte, seq int) error {
 			if seq%7 == 3 {
@@ -354,6 +359,62 @@ func TestWriterChild(t *testing.T) {
 	}
 	if exited, err := w.Proc().Exited(); !exited || err != nil {
 		t.Errorf("after Stop: exited %v (%v), want a clean exit", exited, err)
+	}
+}
+
+// A server that stalls ends a capped phase at its deadline: every write
+// is cut, those sent and those never sent, none counts as an error, and
+// each timed one is held to have taken at least the cap.
+func TestRunWritesCapCutsAStall(t *testing.T) {
+	p := NewWritePhase(1, 1000, 100*time.Millisecond, 500*time.Millisecond)
+	p.Cap = 100 * time.Millisecond
+	var sent atomic.Int64
+	stalled := func(ctx context.Context, _ byte, _ int) error {
+		sent.Add(1)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	r, err := RunWrites(context.Background(), p, stalled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Now().Before(p.Deadline()) {
+		t.Errorf("RunWrites returned before the phase's deadline %v", p.Deadline())
+	}
+	if got := sent.Load(); got != WriteWorkers {
+		t.Errorf("%d writes sent, want one per worker (%d): the rest were due behind stalled ones", got, WriteWorkers)
+	}
+	if r.Cut != p.TotalN || len(r.Failed) != p.TotalN || len(r.Latencies) != 0 || r.FirstErr != "" {
+		t.Errorf("cut %d, failed %d, acknowledged %d, first error %q; want all %d cut, none acknowledged, no error",
+			r.Cut, len(r.Failed), len(r.Latencies), r.FirstErr, p.TotalN)
+	}
+	if len(r.CutWaited) != p.TotalN-p.WarmN || !slices.IsSorted(r.CutWaited) || r.CutWaited[0] < p.Cap {
+		t.Errorf("%d cut waits (sorted %v, least %v), want %d sorted, none under the cap %v",
+			len(r.CutWaited), slices.IsSorted(r.CutWaited), r.CutWaited[0], p.TotalN-p.WarmN, p.Cap)
+	}
+	if got := r.WithCut(); len(got) != len(r.CutWaited) {
+		t.Errorf("WithCut has %d latencies, want the %d cut ones", len(got), len(r.CutWaited))
+	}
+}
+
+// A phase that keeps to its schedule is not cut by its cap, and WithCut
+// merges what was cut into the latencies in order.
+func TestRunWritesCapLeavesAHealthyPhase(t *testing.T) {
+	p := NewWritePhase(1, 1000, 10*time.Millisecond, 40*time.Millisecond)
+	p.Cap = time.Minute
+	r, err := RunWrites(context.Background(), p, func(context.Context, byte, int) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Cut != 0 || len(r.Failed) != 0 || len(r.Latencies) != p.TotalN-p.WarmN {
+		t.Errorf("cut %d, failed %d, timed %d; want 0, 0, %d", r.Cut, len(r.Failed), len(r.Latencies), p.TotalN-p.WarmN)
+	}
+	if (WritePhase{}).Deadline() != (time.Time{}) {
+		t.Error("a phase without a cap has a deadline")
+	}
+	r = WriteResult{Latencies: ms(1, 5, 9), CutWaited: ms(4, 12)}
+	if got := r.WithCut(); !slices.Equal(got, ms(1, 4, 5, 9, 12)) {
+		t.Errorf("WithCut = %v", got)
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/internal/ctxtime"
 )
 
 // Open-loop writes from a process of their own.
@@ -38,6 +40,11 @@ type WritePhase struct {
 	Period time.Duration `json:"period"`
 	WarmN  int           `json:"warm_n"`
 	TotalN int           `json:"total_n"`
+	// Cap bounds how long the phase may run past its schedule: at
+	// Deadline no further write is sent and none in flight is waited
+	// for, so a server that stalls ends the phase instead of holding it
+	// for every write's own timeout in turn. Zero: no cap.
+	Cap time.Duration `json:"cap,omitempty"`
 }
 
 // NewWritePhase is phase id of rate writes/s for warmup, then dur timed,
@@ -51,12 +58,27 @@ func NewWritePhase(id byte, rate int, warmup, dur time.Duration) WritePhase {
 // Intended is when write seq is due.
 func (p WritePhase) Intended(seq int) time.Time { return p.Base.Add(time.Duration(seq) * p.Period) }
 
+// Deadline is when a capped phase ends, Cap after its schedule did (the
+// zero time when it has no Cap).
+func (p WritePhase) Deadline() time.Time {
+	if p.Cap <= 0 {
+		return time.Time{}
+	}
+	return p.Intended(p.TotalN).Add(p.Cap)
+}
+
 // WriteResult is what one phase's writes measured.
 type WriteResult struct {
 	Latencies []time.Duration `json:"latencies"` // acknowledged writes from WarmN on, ascending
 	Failed    []int           `json:"failed"`    // writes not acknowledged, ascending
 	FirstErr  string          `json:"first_err,omitempty"`
 	Tail      TailSpread      `json:"tail"`
+	// Cut counts the writes in Failed that the phase's Cap ended: not
+	// sent, or not answered, by its Deadline.
+	Cut int `json:"cut,omitempty"`
+	// CutWaited is, for each timed write among them, how long after it
+	// was due it was cut: a lower bound on its latency, ascending.
+	CutWaited []time.Duration `json:"cut_waited,omitempty"`
 }
 
 // TailSpan is the span TailSpread cuts a timed window into.
@@ -193,39 +215,49 @@ type WriteFunc func(ctx context.Context, id byte, seq int) error
 // them to ride out a server stall without falling behind its schedule.
 const WriteWorkers = 256
 
+// WriteTimeout bounds each write: an open loop must not wait on one
+// write forever.
+const WriteTimeout = 10 * time.Second
+
 // RunWrites drives p's writes open loop through write and returns what
-// they measured, or ctx.Err() if ctx ended first.
+// they measured, or ctx.Err() if ctx ended first. A phase with a Cap ends
+// at its Deadline whatever its writes are doing: the rest are cut.
 func RunWrites(ctx context.Context, p WritePhase, write WriteFunc) (WriteResult, error) {
+	capped := ctx
+	if d := p.Deadline(); !d.IsZero() {
+		var cancel context.CancelFunc
+		capped, cancel = context.WithDeadline(ctx, d)
+		defer cancel()
+	}
 	var next atomic.Int64
-	lats := make([][]time.Duration, WriteWorkers)
-	seqs := make([][]int, WriteWorkers) // seqs[wi][i] took lats[wi][i]
-	failed := make([][]int, WriteWorkers)
+	ws := make([]workerResult, WriteWorkers)
 	var firstErr atomic.Pointer[error]
 	var wg sync.WaitGroup
 	for wi := range WriteWorkers {
+		w := &ws[wi]
 		wg.Go(func() {
 			for seq := int(next.Add(1) - 1); seq < p.TotalN && ctx.Err() == nil; seq = int(next.Add(1) - 1) {
 				at := p.Intended(seq)
-				if d := time.Until(at); d > 0 {
-					t := time.NewTimer(d)
-					select {
-					case <-ctx.Done():
-						t.Stop()
-						return
-					case <-t.C:
-					}
+				if ctxtime.Sleep(ctx, time.Until(at)) != nil {
+					return
 				}
-				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				if capped.Err() != nil {
+					w.cut(p, seq, time.Since(at))
+					continue
+				}
+				wctx, cancel := context.WithTimeout(capped, WriteTimeout)
 				err := write(wctx, p.ID, seq)
 				cancel()
 				lat := time.Since(at)
 				switch {
+				case err != nil && ctx.Err() == nil && capped.Err() != nil:
+					w.cut(p, seq, lat)
 				case err != nil:
-					failed[wi] = append(failed[wi], seq)
+					w.failed = append(w.failed, seq)
 					firstErr.CompareAndSwap(nil, &err)
 				case seq >= p.WarmN:
-					lats[wi] = append(lats[wi], lat)
-					seqs[wi] = append(seqs[wi], seq)
+					w.lats = append(w.lats, lat)
+					w.seqs = append(w.seqs, seq)
 				}
 			}
 		})
@@ -236,18 +268,49 @@ func RunWrites(ctx context.Context, p WritePhase, write WriteFunc) (WriteResult,
 	}
 	var r WriteResult
 	var timed []int
-	for wi := range WriteWorkers {
-		r.Latencies = append(r.Latencies, lats[wi]...)
-		timed = append(timed, seqs[wi]...)
-		r.Failed = append(r.Failed, failed[wi]...)
+	for _, w := range ws {
+		r.Latencies = append(r.Latencies, w.lats...)
+		timed = append(timed, w.seqs...)
+		r.Failed = append(r.Failed, w.failed...)
+		r.Cut += w.cutN
+		r.CutWaited = append(r.CutWaited, w.cutWaited...)
 	}
 	r.Tail = tailSpread(p, timed, r.Latencies)
 	slices.Sort(r.Latencies)
 	slices.Sort(r.Failed)
+	slices.Sort(r.CutWaited)
 	if e := firstErr.Load(); e != nil {
 		r.FirstErr = (*e).Error()
 	}
 	return r, nil
+}
+
+// workerResult is what one of RunWrites' workers measured.
+type workerResult struct {
+	lats      []time.Duration
+	seqs      []int // seqs[i] took lats[i]
+	failed    []int // cut ones included
+	cutN      int
+	cutWaited []time.Duration // timed cut writes only
+}
+
+// cut records write seq of p as cut by p's Cap, waited after it was due.
+func (w *workerResult) cut(p WritePhase, seq int, waited time.Duration) {
+	w.failed = append(w.failed, seq)
+	w.cutN++
+	if seq >= p.WarmN {
+		w.cutWaited = append(w.cutWaited, waited)
+	}
+}
+
+// WithCut is r's timed latencies with each timed write the Cap cut
+// counted as the time it had waited (a lower bound), ascending: the
+// latencies a capped phase's percentiles come from.
+func (r WriteResult) WithCut() []time.Duration {
+	if len(r.CutWaited) == 0 {
+		return r.Latencies
+	}
+	return slices.Sorted(slices.Values(slices.Concat(r.Latencies, r.CutWaited)))
 }
 
 // ServeWrites is the writer child's main loop: it runs each WritePhase
