@@ -266,8 +266,8 @@ func (e *env) runChurn(ctx context.Context) error {
 			ms[ph] = append(ms[ph], m)
 			non2xx[ph] += r.non2
 			responses[ph] += r.requests
-			fmt.Printf("run shape=churn rep=%d/%d system=lodestone phase=%s rps=%.0f sat_p50=%.3fms sat_p99=%.3fms proxy_cpu=%s proxy_us_per_req=%s client_cpu=%s errors=%d non2xx=%d\n",
-				rep+1, *flagReps, ph, m.rps, m.satP50, m.satP99, cpuString(m.proxyCPU), usString(m.cpuPerReq), cpuString(m.clientCPU), r.errs, r.non2)
+			fmt.Printf("run shape=churn rep=%d/%d system=lodestone phase=%s rps=%.0f sat_p50=%.3fms sat_p99=%.3fms proxy_cpu=%s proxy_us_per_req=%s origin_us_per_req=%s client_cpu=%s errors=%d non2xx=%d\n",
+				rep+1, *flagReps, ph, m.rps, m.satP50, m.satP99, cpuString(m.proxyCPU), usString(m.cpuPerReq), usString(m.originPerReq), cpuString(m.clientCPU), r.errs, r.non2)
 		}
 	}
 	med := func(ph string, f func(measurement) float64) float64 {

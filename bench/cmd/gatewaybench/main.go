@@ -101,6 +101,7 @@ type measurement struct {
 	pacedRPS         float64
 	proxyCPU         float64 // share of one core the proxy used in the throughput run; -1 if none
 	cpuPerReq        float64 // µs of the proxy's CPU time per request of the throughput run; -1 if none
+	originPerReq     float64 // µs of the origin's CPU time per request of the throughput run; -1 if unknown
 	clientCPU        float64 // busy share of the -client-cpus cores in the throughput run; -1 if unknown
 	errors, non2xx   int64
 	satErrs, satNon2 int64
@@ -109,6 +110,7 @@ type measurement struct {
 type env struct {
 	tmp, self string
 	origin    string // host:port
+	originPID int
 	registry  string
 	sh        shape // the shape being measured
 	procs     []*harness.Proc
@@ -186,6 +188,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	e.procs = append(e.procs, p)
+	e.originPID = p.Pid()
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err = waitServing(wctx, "http://"+e.origin+"/", *flagBody)
 	cancel()
@@ -231,8 +234,8 @@ func run(ctx context.Context) error {
 			for i, sys := range order {
 				m := ms[i]
 				results[sys] = append(results[sys], m)
-				fmt.Printf("run shape=%s rep=%d/%d system=%s rps=%.0f sat_p50=%.3fms sat_p99=%.3fms paced_rps=%.0f paced_p50=%.3fms paced_p99=%.3fms proxy_cpu=%s proxy_us_per_req=%s client_cpu=%s errors=%d non2xx=%d\n",
-					sh.name, rep+1, *flagReps, sys, m.rps, m.satP50, m.satP99, m.pacedRPS, m.p50, m.p99, cpuString(m.proxyCPU), usString(m.cpuPerReq), cpuString(m.clientCPU), m.errors+m.satErrs, m.non2xx+m.satNon2)
+				fmt.Printf("run shape=%s rep=%d/%d system=%s rps=%.0f sat_p50=%.3fms sat_p99=%.3fms paced_rps=%.0f paced_p50=%.3fms paced_p99=%.3fms proxy_cpu=%s proxy_us_per_req=%s origin_us_per_req=%s client_cpu=%s errors=%d non2xx=%d\n",
+					sh.name, rep+1, *flagReps, sys, m.rps, m.satP50, m.satP99, m.pacedRPS, m.p50, m.p99, cpuString(m.proxyCPU), usString(m.cpuPerReq), usString(m.originPerReq), cpuString(m.clientCPU), m.errors+m.satErrs, m.non2xx+m.satNon2)
 			}
 		}
 		report(sh, results, systems)
@@ -266,6 +269,8 @@ type sysRun struct {
 	wrkTime     time.Duration // the slices' durations as wrk measured them
 	cpu, wall   time.Duration // the proxy's CPU time and the wall time over the slices
 	cpuOK       bool
+	originCPU   time.Duration // the origin's CPU time over the slices
+	originOK    bool
 	busy, total uint64 // the client cores' busy and total ticks over the slices
 	coreOK      bool
 	p50s, p99s  []float64 // ms, per slice
@@ -340,7 +345,7 @@ func (e *env) measureRep(ctx context.Context, order []string) ([]measurement, er
 
 // measurement is what r's throughput slices add up to.
 func (r *sysRun) measurement() measurement {
-	m := measurement{proxyCPU: -1, cpuPerReq: -1, clientCPU: -1}
+	m := measurement{proxyCPU: -1, cpuPerReq: -1, originPerReq: -1, clientCPU: -1}
 	if r.wrkTime > 0 {
 		m.rps = float64(r.requests) / r.wrkTime.Seconds()
 	}
@@ -351,6 +356,9 @@ func (r *sysRun) measurement() measurement {
 	}
 	if r.cpuOK && r.requests > 0 {
 		m.cpuPerReq = float64(r.cpu.Microseconds()) / float64(r.requests)
+	}
+	if r.originOK && r.requests > 0 {
+		m.originPerReq = float64(r.originCPU.Microseconds()) / float64(r.requests)
 	}
 	if r.coreOK && r.total > 0 {
 		m.clientCPU = float64(r.busy) / float64(r.total)
@@ -390,6 +398,7 @@ func (e *env) satSlice(ctx context.Context, r *sysRun, d time.Duration) error {
 	if r.proc != nil {
 		cpu0, cpuErr = harness.CPUTime(r.proc.Pid())
 	}
+	origin0, originErr := harness.CPUTime(e.originPID)
 	var busy0, total0 uint64
 	var coreErr error = errNoClientCPUs
 	if *flagClientCPUs != "" {
@@ -406,6 +415,12 @@ func (e *env) satSlice(ctx context.Context, r *sysRun, d time.Duration) error {
 			r.cpu += cpu1 - cpu0
 			r.wall += wall
 			r.cpuOK = true
+		}
+	}
+	if originErr == nil {
+		if origin1, err := harness.CPUTime(e.originPID); err == nil {
+			r.originCPU += origin1 - origin0
+			r.originOK = true
 		}
 	}
 	if coreErr == nil {

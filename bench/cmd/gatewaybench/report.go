@@ -24,7 +24,7 @@ func printSetup() {
 		*flagBody, bigBody, *flagConns, time.Duration(int(flagDuration.Seconds()) / *flagSlices * *flagSlices)*time.Second, *flagSlices, *flagWarmup, *flagLatConns, *flagPacing, *flagDuration, *flagReps)
 	fmt.Printf("pinning: every proxy under `taskset -c %s`; wrk, the origin, the registry, the churn and gatewaybench under CPU list %s; machine has %d CPUs; lodestone = gateway.Run with DefaultConfig (what `lodestone gateway` runs), nginx 1 worker + upstream keepalive, haproxy nbthread 1 + http-reuse always, reverseproxy = httputil.ReverseProxy\n",
 		*flagProxyCPUs, *flagClientCPUs, runtime.NumCPU())
-	fmt.Printf("added latency = system's paced-run percentile minus direct's, per repetition, median over repetitions, at least %.3fms; proxy_us_per_req = the proxy process's CPU time (utime+stime) over the requests of its throughput slices\n", addedFloorMS)
+	fmt.Printf("added latency = system's paced-run percentile minus direct's, per repetition, median over repetitions, at least %.3fms; proxy_us_per_req (origin_us_per_req) = the proxy's (the origin's) process CPU time (utime+stime) over the requests of its throughput slices\n", addedFloorMS)
 }
 
 // report prints a shape's medians and BENCH lines.
@@ -54,10 +54,11 @@ func report(sh shape, results map[string][]measurement, systems []string) {
 	p50 := func(m measurement) float64 { return m.p50 }
 	p99 := func(m measurement) float64 { return m.p99 }
 	for _, sys := range systems {
-		fmt.Printf("median shape=%s system=%s rps=%.0f paced_p50=%.3fms paced_p99=%.3fms proxy_cpu=%s proxy_us_per_req=%s client_cpu=%s\n", sh.name, sys,
+		fmt.Printf("median shape=%s system=%s rps=%.0f paced_p50=%.3fms paced_p99=%.3fms proxy_cpu=%s proxy_us_per_req=%s origin_us_per_req=%s client_cpu=%s\n", sh.name, sys,
 			med(sys, rps), med(sys, p50), med(sys, p99),
 			cpuString(med(sys, func(m measurement) float64 { return m.proxyCPU })),
 			usString(med(sys, func(m measurement) float64 { return m.cpuPerReq })),
+			usString(med(sys, func(m measurement) float64 { return m.originPerReq })),
 			cpuString(med(sys, func(m measurement) float64 { return m.clientCPU })))
 	}
 	if len(results["lodestone"]) == 0 || len(results["direct"]) == 0 {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -43,93 +42,6 @@ func runRole(role string, args []string) error {
 		return serveReverseProxy(ctx, kv["listen"], kv["origin"])
 	}
 	return fmt.Errorf("unknown role %q", role)
-}
-
-// serveOrigin is the one origin every system proxies to: a minimal
-// HTTP/1.1 keep-alive responder answering every request with a fixed
-// body, of bigBody bytes on /64k and of size bytes on any other path, and
-// closing the connection after a request that says "Connection: close".
-// NB: not net/http: wrk and the origin share one core, and a lean origin
-// leaves that core's capacity to wrk so the proxy core is the one that
-// saturates.
-func serveOrigin(ctx context.Context, addr string, size int) error {
-	small, big := originResponses(max(size, 1)), originResponses(bigBody)
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	go func() {
-		<-ctx.Done()
-		ln.Close()
-	}()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		go serveOriginConn(c, small, big)
-	}
-}
-
-// originResponses returns the keep-alive and the closing response with a
-// body of size bytes.
-func originResponses(size int) [2][]byte {
-	body := strings.Repeat("x", size)
-	return [2][]byte{
-		[]byte(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", size, body)),
-		[]byte(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", size, body)),
-	}
-}
-
-// serveOriginConn answers each request on c (GET or HEAD without a body,
-// or a body with Content-Length, which it skips) with small's or big's
-// response, the closing one (then closes) when the request asked.
-func serveOriginConn(c net.Conn, small, big [2][]byte) {
-	defer c.Close()
-	br := bufio.NewReaderSize(c, 16<<10)
-	bw := bufio.NewWriterSize(c, 16<<10)
-	for {
-		clen, resp, closing := 0, small, 0
-		for first, n := true, 0; ; first, n = false, n+1 {
-			line, err := br.ReadSlice('\n')
-			if err != nil {
-				return
-			}
-			if len(line) <= 2 {
-				if first {
-					n = -1
-					continue // stray CRLF between requests
-				}
-				break
-			}
-			switch {
-			case n == 0:
-				if _, target, ok := strings.Cut(string(line), " "); ok && strings.HasPrefix(target, "/64k") {
-					resp = big
-				}
-			case len(line) > 16 && (line[0] == 'C' || line[0] == 'c') && strings.EqualFold(string(line[:15]), "content-length:"):
-				clen, _ = strconv.Atoi(strings.TrimSpace(string(line[15:])))
-			case len(line) >= 17 && (line[0] == 'C' || line[0] == 'c') && strings.EqualFold(string(line[:11]), "connection:") &&
-				strings.EqualFold(strings.TrimSpace(string(line[11:])), "close"):
-				closing = 1
-			}
-		}
-		if clen > 0 {
-			if _, err := br.Discard(clen); err != nil {
-				return
-			}
-		}
-		bw.Write(resp[closing])
-		// Answer pipelined requests together, flush when none is waiting.
-		if br.Buffered() == 0 || closing == 1 {
-			if err := bw.Flush(); err != nil || closing == 1 {
-				return
-			}
-		}
-	}
 }
 
 // runLodestoneGateway runs the gateway exactly as `lodestone gateway
