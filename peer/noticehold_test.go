@@ -76,3 +76,24 @@ func TestNoticeHoldNext(t *testing.T) {
 		})
 	}
 }
+
+// A batch that a ReadIndex round waits on is written without the yield
+// that lets a small batch grow; a batch of appends alone still yields.
+func TestWaitsRead(t *testing.T) {
+	app := raftpb.Message{Type: raftpb.MsgApp, Entries: []raftpb.Entry{{Index: 3}}}
+	for _, tc := range []struct {
+		msgs []raftpb.Message
+		want bool
+	}{
+		{nil, false},
+		{[]raftpb.Message{app, {Type: raftpb.MsgAppResp}}, false},
+		{[]raftpb.Message{app, {Type: raftpb.MsgHeartbeat, Context: []byte("round")}}, true},
+		{[]raftpb.Message{{Type: raftpb.MsgHeartbeatResp}}, true},
+		{[]raftpb.Message{{Type: raftpb.MsgReadIndex}}, true},
+		{[]raftpb.Message{{Type: raftpb.MsgReadIndexResp}}, true},
+	} {
+		if got := waitsRead(tc.msgs); got != tc.want {
+			t.Errorf("waitsRead(%v) = %v, want %v", tc.msgs, got, tc.want)
+		}
+	}
+}

@@ -448,7 +448,8 @@ func (t *Transport) streamTo(ctx context.Context, p *peer) error {
 			// at 13% more server CPU per put. Yielding on a leader only
 			// while four or more of its proposals were in flight kept
 			// that, and left the blocking-query write p99 as it was.
-			if batchBytes(msgs) < smallBatch {
+			// A batch a read round waits on goes at once (waitsRead).
+			if batchBytes(msgs) < smallBatch && !waitsRead(msgs) {
 				runtime.Gosched()
 				msgs = drainQueue(p.queue, msgs)
 			}
@@ -519,6 +520,21 @@ func (t *Transport) streamEnded(peer string, err error) error {
 
 // smallBatch is the size under which a stream yields before it writes.
 const smallBatch = 1000
+
+// waitsRead says whether msgs hold a message of a ReadIndex round, which
+// every linearizable read in the round waits on. A yield puts the stream
+// behind every runnable goroutine, and on a leader serving reads those are
+// the handlers of the reads the last round answered: the next round's
+// heartbeats waited for all their responses.
+func waitsRead(msgs []raftpb.Message) bool {
+	for i := range msgs {
+		switch msgs[i].Type {
+		case raftpb.MsgHeartbeat, raftpb.MsgHeartbeatResp, raftpb.MsgReadIndex, raftpb.MsgReadIndexResp:
+			return true
+		}
+	}
+	return false
+}
 
 // drainQueue appends what q holds now to msgs, up to peerBatchMax.
 func drainQueue(q <-chan raftpb.Message, msgs []raftpb.Message) []raftpb.Message {

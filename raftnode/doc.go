@@ -90,8 +90,9 @@
 //     of that file (the only way a snapshot is sent). A member added after the newest snapshot makes one due at
 //     once, since a truncated log can only catch it up by a snapshot
 //     taken after its addition.
-//   - Reads (read.go, leaderindex.go): ReadIndex batches per loop
-//     iteration; a follower's LeaderRead asks the leader for its commit
+//   - Reads (read.go, leaderindex.go): linearizable reads join the next
+//     ReadIndex round, one round in flight at a time, and one broadcast
+//     answers all of a round's reads; a follower's LeaderRead asks the leader for its commit
 //     index through Config.LeaderIndex, one question shared by every read
 //     that began before it went out.
 //   - Membership (membership.go): one change at a time, on the leader,

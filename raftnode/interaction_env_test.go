@@ -28,7 +28,7 @@ import (
 // etcd-io/raft's rafttest.InteractionEnv runs RawNodes: nothing moves
 // unless a script command moves it. It never calls Start. It calls the
 // handlers the run loop's select calls (tick, stepOne, proposeOne,
-// startRead, proposeConfChange, transfer, handleReport, appendDone,
+// flushReads, proposeConfChange, transfer, handleReport, appendDone,
 // saveSnapshot), each followed by handleReadies, and plays the other
 // goroutines itself:
 //
@@ -68,7 +68,9 @@ type interactionEnv struct {
 	reads     []envRead
 	labels    map[byte]int // last label number by kind: p(roposal), c(onf change), r(ead)
 
-	trace    bool // print messages and log writes as they happen
+	trace bool // print messages and log writes as they happen
+	// onSend, when set, sees every message a node sends, as it is sent.
+	onSend   func(from *envNode, m raftpb.Message)
 	logLevel slog.LevelVar
 	out      strings.Builder
 }
@@ -167,7 +169,7 @@ type envProposal struct {
 type envRead struct {
 	label string
 	node  *envNode
-	ch    chan readResult
+	round *readRound
 }
 
 // envSender is a node's transport: it knows the peers the node told it of
@@ -326,6 +328,9 @@ func (env *interactionEnv) name(id uint64) string {
 func (env *interactionEnv) send(from *envNode, m raftpb.Message) {
 	if m.To == from.id {
 		return
+	}
+	if env.onSend != nil {
+		env.onSend(from, m)
 	}
 	if m.Type == raftpb.MsgPreVote || m.Type == raftpb.MsgVote {
 		from.votesSent++
@@ -569,11 +574,11 @@ func (env *interactionEnv) reportAnswers() {
 	})
 	env.reads = slices.DeleteFunc(env.reads, func(r envRead) bool {
 		select {
-		case res := <-r.ch:
-			if res.err != nil {
-				env.printf("%s: %s", r.label, env.describeErr(res.err))
+		case <-r.round.done:
+			if r.round.err != nil {
+				env.printf("%s: %s", r.label, env.describeErr(r.round.err))
 			} else {
-				env.printf("%s: read index %d on %s", r.label, res.index, r.node.name)
+				env.printf("%s: read index %d on %s", r.label, r.round.index, r.node.name)
 			}
 			return true
 		default:

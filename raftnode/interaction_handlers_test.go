@@ -185,10 +185,9 @@ func (env *interactionEnv) submit(en *envNode, batch []proposal) {
 func (env *interactionEnv) handleReadIndex(t *testing.T, d *datadriven.TestData) {
 	en := env.nodeArg(t, d, 0)
 	label := env.nextLabel('r')
-	ch := make(chan readResult, 1)
 	env.printf("%s: read on %s", label, en.name)
-	env.reads = append(env.reads, envRead{label: label, node: en, ch: ch})
-	env.step(en, func() error { en.n.startRead(ch); return nil })
+	env.reads = append(env.reads, envRead{label: label, node: en, round: en.n.joinRead()})
+	env.step(en, func() error { en.n.flushReads(); return nil })
 }
 
 // handleAddMember starts the joining node first, so that it is there to

@@ -15,11 +15,6 @@ type proposal struct {
 	data []byte
 }
 
-type readResult struct {
-	index uint64
-	err   error
-}
-
 type confRequest struct {
 	cc   raftpb.ConfChangeV2
 	id   uint64
@@ -68,8 +63,8 @@ func (n *Node) run() {
 			n.propose(p)
 		case m := <-n.recvC:
 			n.step(m)
-		case r := <-n.readC:
-			n.startRead(r)
+		case <-n.readC:
+			n.flushReads()
 		case r := <-n.reportC:
 			n.handleReport(r)
 		case c := <-n.confC:
@@ -223,6 +218,7 @@ func (n *Node) handleReadies() error {
 		}
 		if !n.campaignAlone() {
 			n.publishLearners()
+			n.answerReads()
 			return nil
 		}
 	}

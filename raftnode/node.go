@@ -51,7 +51,7 @@ type Node struct {
 
 	proposeC  chan proposal
 	recvC     chan raftpb.Message
-	readC     chan chan readResult
+	readC     chan struct{} // a read opened a round (read.go)
 	reportC   chan report
 	confC     chan confRequest
 	transferC chan transferRequest
@@ -84,6 +84,11 @@ type Node struct {
 	// (snapshotBytesDue). Loop only.
 	appliedBytes, snapAppliedBytes uint64
 
+	// readNext is the round linearizable reads join; the loop sends it
+	// (read.go).
+	readMu   sync.Mutex
+	readNext *readRound
+
 	heardMu sync.Mutex
 	heard   map[uint64]time.Time // when each peer last sent us anything
 
@@ -111,10 +116,10 @@ type Node struct {
 	applies        []raftpb.Message // handleReady's MsgStorageApply messages, reused
 	pending        pendingEntries   // appended, not yet applied (earlyapply.go)
 	readSeq        uint64
-	pendingReads   map[uint64]*readBatch
+	pendingReads   map[uint64]*readRound
 	pendingReadOrd []uint64
-	readQueue      []chan readResult // reads waiting for a round (read.go)
-	readRounds     int               // rounds in flight in readTerm
+	readRounds     int          // rounds in flight in readTerm
+	confirmed      []*readRound // rounds answerReads wakes (read.go)
 	readTerm       uint64
 	slow           *slowLeader   // slowleader.go
 	soloDone       bool          // campaignAlone has campaigned, or need not (solo.go)
@@ -153,7 +158,7 @@ func New(cfg Config) (*Node, error) {
 		sender:       cfg.Sender,
 		proposeC:     make(chan proposal, 4096),
 		recvC:        make(chan raftpb.Message, 4096),
-		readC:        make(chan chan readResult, 4096),
+		readC:        make(chan struct{}, 1),
 		reportC:      make(chan report, 1024),
 		confC:        make(chan confRequest),
 		transferC:    make(chan transferRequest),
@@ -165,7 +170,7 @@ func New(cfg Config) (*Node, error) {
 		doneC:        make(chan struct{}),
 		removedC:     make(chan struct{}),
 		leaderCh:     make(chan struct{}),
-		pendingReads: map[uint64]*readBatch{},
+		pendingReads: map[uint64]*readRound{},
 		heard:        map[uint64]time.Time{},
 	}
 	n.startSnapshot = n.goSnapshot

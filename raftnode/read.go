@@ -8,43 +8,61 @@ import (
 	"go.etcd.io/raft/v3"
 )
 
-type readBatch struct {
-	waiters []chan readResult
+// readRound is the reads one ReadIndex round confirms: every read that
+// joined it before the loop sent it. The loop sets index or err and then
+// closes done, which wakes all of them at once: a read costs the loop
+// nothing of its own, neither a channel send to join nor one to answer.
+type readRound struct {
+	done  chan struct{}
+	index uint64 // set before done is closed
+	err   error  // set before done is closed
+	reads int    // joined; under Node.readMu until the loop sends the round
+
 	started time.Time
 	term    uint64 // the term it went out in: it counts in readRounds while that term lasts
 }
 
-// maxReadBatch bounds the reads startRead takes off readC at once, so a
-// flood of reads does not hold the loop from its other inputs.
-const maxReadBatch = 4096
-
-// startRead queues first and every read waiting behind it, and sends a
-// round for them unless one is in flight (flushReads).
-func (n *Node) startRead(first chan readResult) {
-	n.readQueue = append(n.readQueue, first)
-	for range maxReadBatch - 1 {
+// joinRead adds a read to the round that goes out next and returns that
+// round. The read that opens a round tells the loop (readC); a round
+// opened while another is in flight goes when that one comes back.
+func (n *Node) joinRead() *readRound {
+	n.readMu.Lock()
+	r := n.readNext
+	opened := r == nil
+	if opened {
+		r = &readRound{done: make(chan struct{})}
+		n.readNext = r
+	}
+	r.reads++
+	n.readMu.Unlock()
+	if opened {
+		// NB: a full readC already promises the loop a look at readNext.
 		select {
-		case r := <-n.readC:
-			n.readQueue = append(n.readQueue, r)
-			continue
+		case n.readC <- struct{}{}:
 		default:
 		}
-		break
 	}
-	n.flushReads()
+	return r
 }
 
-// flushReads sends one ReadIndex round for every queued read, unless
-// maxReadRounds are in flight in this term: the reads then join the round
-// sent when one comes back. Each round is a heartbeat to every follower
-// and their answers, so one round for all the reads that arrived during
-// the previous one is what keeps a read's cost low under load (etcd's
-// read loop does the same). A read that waits for the next round still
-// gets an index chosen after it arrived, so it stays linearizable.
+// takeReads hands the loop the round reads have joined, if any; reads
+// that arrive after it open the next.
+func (n *Node) takeReads() *readRound {
+	n.readMu.Lock()
+	r := n.readNext
+	n.readNext = nil
+	n.readMu.Unlock()
+	return r
+}
+
+// flushReads sends the round reads have joined, unless maxReadRounds are
+// in flight in this term: it then goes when one comes back. Each round is
+// a heartbeat to every follower and their answers, so one round for all
+// the reads that arrived during the previous one is what keeps a read's
+// cost low under load (etcd's read loop does the same). A read that waits
+// for the next round still gets an index chosen after it arrived, so it
+// stays linearizable.
 func (n *Node) flushReads() {
-	if len(n.readQueue) == 0 {
-		return
-	}
 	// NB: raft forgets the rounds of a past term (it resets its read
 	// state at every change of role), so they no longer count: waiting for
 	// them would stall reads until they expire.
@@ -54,26 +72,35 @@ func (n *Node) flushReads() {
 	if n.readRounds >= maxReadRounds {
 		return
 	}
-	b := &readBatch{waiters: n.readQueue, started: n.clock.Now(), term: n.readTerm}
-	n.readQueue = nil
+	r := n.takeReads()
+	if r == nil {
+		return
+	}
+	r.started, r.term = n.clock.Now(), n.readTerm
 	n.readRounds++
-	n.metrics.readIndexBatch.Observe(float64(len(b.waiters)))
+	n.metrics.readIndexBatch.Observe(float64(r.reads))
 	n.readSeq++
 	// NB: the leader drops a read whose context equals one it is already
-	// confirming, so the context names this node as well as the batch.
+	// confirming, so the context names this node as well as the round.
 	var key [16]byte
 	binary.BigEndian.PutUint64(key[:8], n.id)
 	binary.BigEndian.PutUint64(key[8:], n.readSeq)
-	n.pendingReads[n.readSeq] = b
+	n.pendingReads[n.readSeq] = r
 	n.pendingReadOrd = append(n.pendingReadOrd, n.readSeq)
 	n.rn.ReadIndex(key[:])
 }
 
-// roundDone marks b's round as no longer in flight.
-func (n *Node) roundDone(b *readBatch) {
-	if b.term == n.readTerm && n.readRounds > 0 {
+// roundDone marks r as no longer in flight.
+func (n *Node) roundDone(r *readRound) {
+	if r.term == n.readTerm && n.readRounds > 0 {
 		n.readRounds--
 	}
+}
+
+// answer wakes every read of r with index, or err.
+func (r *readRound) answer(index uint64, err error) {
+	r.index, r.err = index, err
+	close(r.done)
 }
 
 func (n *Node) finishRead(rs raft.ReadState) {
@@ -81,34 +108,44 @@ func (n *Node) finishRead(rs raft.ReadState) {
 		return
 	}
 	seq := binary.BigEndian.Uint64(rs.RequestCtx[8:])
-	b, ok := n.pendingReads[seq]
+	r, ok := n.pendingReads[seq]
 	if !ok {
 		return
 	}
 	delete(n.pendingReads, seq)
-	n.roundDone(b)
-	for _, w := range b.waiters {
-		w <- readResult{index: rs.Index}
-	}
+	n.roundDone(r)
+	r.index = rs.Index
+	n.confirmed = append(n.confirmed, r)
 	n.flushReads()
 }
 
-// expireReads fails read batches that got no answer within an election
+// answerReads wakes the reads of every round confirmed since it last ran.
+// NB: the loop calls it once the Readies are handled, so the next round's
+// heartbeats are already queued to the peer streams: on a busy leader's
+// one core, waking a round's reads first put those streams behind every
+// read's response, and the next round waited for all of them.
+func (n *Node) answerReads() {
+	for i, r := range n.confirmed {
+		close(r.done)
+		n.confirmed[i] = nil
+	}
+	n.confirmed = n.confirmed[:0]
+}
+
+// expireReads fails rounds that got no answer within an election
 // timeout: the leader is gone or unreachable, and a read is safe to retry.
 func (n *Node) expireReads() {
 	limit := n.ElectionTimeout()
 	keep := n.pendingReadOrd[:0]
 	for _, seq := range n.pendingReadOrd {
-		b, ok := n.pendingReads[seq]
+		r, ok := n.pendingReads[seq]
 		if !ok {
 			continue
 		}
-		if n.clock.Now().Sub(b.started) > limit {
+		if n.clock.Now().Sub(r.started) > limit {
 			delete(n.pendingReads, seq)
-			n.roundDone(b)
-			for _, w := range b.waiters {
-				w <- readResult{err: ErrReadTimeout}
-			}
+			n.roundDone(r)
+			r.answer(0, ErrReadTimeout)
 			continue
 		}
 		keep = append(keep, seq)
@@ -117,17 +154,22 @@ func (n *Node) expireReads() {
 	n.flushReads()
 }
 
+// failReads fails every read in flight or waiting for a round. A read
+// that joins after it sees the loop stopped (doneC).
 func (n *Node) failReads(err error) {
-	for seq, b := range n.pendingReads {
-		for _, w := range b.waiters {
-			w <- readResult{err: err}
-		}
+	for i, r := range n.confirmed {
+		r.answer(0, err)
+		n.confirmed[i] = nil
+	}
+	n.confirmed = n.confirmed[:0]
+	for seq, r := range n.pendingReads {
+		r.answer(0, err)
 		delete(n.pendingReads, seq)
 	}
-	for _, w := range n.readQueue {
-		w <- readResult{err: err}
+	if r := n.takeReads(); r != nil {
+		r.answer(0, err)
 	}
-	n.readQueue, n.readRounds = nil, 0
+	n.readRounds = 0
 	n.pendingReadOrd = nil
 }
 
@@ -138,30 +180,22 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 		return 0, ErrNoLeader
 	}
 	start := n.clock.Now()
-	ch := make(chan readResult, 1)
+	r := n.joinRead()
 	select {
-	case n.readC <- ch:
+	case <-r.done:
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	case <-n.doneC:
 		return 0, n.Err()
 	}
-	var res readResult
-	select {
-	case res = <-ch:
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-n.doneC:
-		return 0, n.Err()
+	if r.err != nil {
+		return 0, r.err
 	}
-	if res.err != nil {
-		return 0, res.err
-	}
-	if err := n.WaitApplied(ctx, res.index); err != nil {
+	if err := n.WaitApplied(ctx, r.index); err != nil {
 		return 0, err
 	}
 	n.metrics.readIndexLatency.Observe(n.clock.Now().Sub(start).Seconds())
-	return res.index, nil
+	return r.index, nil
 }
 
 // LeaderRead is Consul's default consistency mode: on a leader that has
