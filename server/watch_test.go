@@ -820,3 +820,49 @@ func TestWatchGroupedSlowReaderGetsEverything(t *testing.T) {
 	}
 	t.Logf("%d writes in %d responses", writes, responses)
 }
+
+// The progress timer tells a stream's quiet watches together: each timer
+// round covers whole streams, so a grouped stream gets its watches'
+// progress in one response per interval instead of a few watches in each
+// of the interval's rounds (a message per round on every stream of the
+// server).
+func TestWatchTimerProgressComesPerStream(t *testing.T) {
+	const interval = 320 * time.Millisecond // one round per 20 ms, past the 5 ms delivery grid
+	c := newTestCluster(t, 1, func(cfg *Config) {
+		cfg.Watch.Shards = 1
+		cfg.Watch.ProgressInterval = interval
+		cfg.WatchBusyDeliveryInterval = 0
+	})
+	lead := c.waitLeader()
+	w := openWatch(t, c, lead)
+	const watches = 20
+	for i := range watches {
+		w.create(&lodestonepb.WatchCreate{WatchId: int64(i + 1), Key: []byte(fmt.Sprintf("quiet/%d", i)), Grouped: true})
+	}
+	written := put(t, c.kv(lead), "busy", "1").Header.Index
+
+	told := map[int64]bool{}
+	responses := 0 // responses carrying progress, until every watch was told
+	for len(told) < watches {
+		resp := w.recv()
+		progress := false
+		for _, g := range resp.Groups {
+			if len(g.Events) > 0 {
+				t.Fatalf("watch %d got events %v; no write matched it", g.WatchId, g.Events)
+			}
+			if g.Index >= written {
+				told[g.WatchId] = true
+				progress = true
+			}
+		}
+		if progress {
+			responses++
+		}
+	}
+	// One response per stream and interval; a second if an index came
+	// between the creates and split them by what they had heard. By
+	// watcher, the 20 watches took 16 rounds' responses.
+	if responses > 3 {
+		t.Fatalf("the stream's %d quiet watches were told the index in %d responses, want them together", watches, responses)
+	}
+}

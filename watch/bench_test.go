@@ -356,3 +356,58 @@ func BenchmarkBusyWatcherRound(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkProgressInterval is one progress interval (its 16 timer
+// rounds) over 100,000 quiet watchers, 100 to a Ready list as a gRPC
+// stream carries them (made one after another, so their ids are too),
+// every one behind and so told: wakes/op is how many
+// times a Ready list was woken (a stream's delivery round, a message on
+// the wire), cpu-ns/op the hub's CPU for the rounds and the drains.
+func BenchmarkProgressInterval(b *testing.B) {
+	const watchers, perReady = 100_000, 100
+	h := newManualHub(b, watch.Config{Shards: 2, ProgressInterval: -1})
+	readies := make([]*watch.Ready, watchers/perReady)
+	for i := range readies {
+		readies[i] = watch.NewReady()
+	}
+	ws := make([]*watch.Watcher, 0, watchers)
+	for j := range watchers {
+		w, err := h.Watch(context.Background(), watch.Request{Key: fmt.Sprintf("quiet/%06d", j), FromNow: true, Ready: readies[j/perReady]})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	idx := h.Index()
+	wakes, told := 0, 0
+	runtime.GC()
+	b.ResetTimer()
+	cpu0 := processCPU()
+	for range b.N {
+		idx++
+		h.Publish(idx, []watch.Event{{Type: watch.Put, KV: watch.KeyValue{Key: "busy"}}})
+		for range watch.ProgressSlices {
+			h.TimerRounds(1)
+			for _, r := range readies {
+				taken := r.Take()
+				if len(taken) > 0 {
+					wakes++
+				}
+				for _, w := range taken {
+					if _, err := w.NextShared(done); err == nil {
+						told++
+					}
+				}
+			}
+		}
+	}
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(wakes)/float64(b.N), "wakes/op")
+	if told != watchers*b.N {
+		b.Fatalf("%d notifications over %d intervals, want every watcher told once per interval (%d)", told, b.N, watchers*b.N)
+	}
+	b.StopTimer()
+	runtime.KeepAlive(ws)
+}

@@ -39,8 +39,11 @@ type Config struct {
 	// is told the current index, so a quiet watcher's resume point is at
 	// most about two intervals old, and one that gets events is not told
 	// again. A round is spread over the interval: every interval/16 the
-	// watchers of one sixteenth (by watcher id) are visited, so 100k quiet
-	// watchers cost 16 small bursts of notifications, not one large one.
+	// watchers of one sixteenth (by Ready list, else by watcher id) are
+	// visited, so 100k quiet watchers cost 16 small bursts of
+	// notifications, not one large one, and a consumer serving many
+	// watchers through one Ready (a gRPC stream) is woken once per
+	// interval for all of them.
 	// The same visits close unread watchers whose Watch context is done
 	// and sample buffer occupancy. Default (0): 10s. Negative disables the
 	// timer; Hub.Progress still works (and tells every watcher behind at

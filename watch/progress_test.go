@@ -241,3 +241,67 @@ func TestProgressOfCoversEarlierPublish(t *testing.T) {
 		}
 	}
 }
+
+// TestProgressTimerSlicesByReady: the watchers of one Ready list are told
+// in the same timer round, all of them, so a consumer serving them (a
+// gRPC stream) is woken once per interval for its quiet watchers rather
+// than once per round; Ready lists made one after another are told in
+// different rounds, and every watcher once per interval.
+func TestProgressTimerSlicesByReady(t *testing.T) {
+	ctx := testCtx(t)
+	h := newManualHub(t, watch.Config{Shards: 3, ProgressInterval: -1})
+	const readies, per = 4, 10
+	type consumer struct {
+		ready *watch.Ready
+		ws    map[*watch.Watcher]int // watcher → notifications
+		round int                    // the timer round that told it, -1 before
+	}
+	var cs []*consumer
+	for r := range readies {
+		c := &consumer{ready: watch.NewReady(), ws: map[*watch.Watcher]int{}, round: -1}
+		for i := range per {
+			w, err := h.Watch(ctx, watch.Request{Key: fmt.Sprintf("quiet/%d/%d", r, i), Ready: c.ready})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.ws[w] = 0
+		}
+		cs = append(cs, c)
+	}
+	h.Publish(1, []watch.Event{put("busy", "1")})
+	h.Sync()
+	for round := range watch.ProgressSlices {
+		h.TimerRounds(1)
+		for i, c := range cs {
+			taken := c.ready.Take()
+			if len(taken) != 0 && len(taken) != per {
+				t.Fatalf("round %d: Ready %d listed %d of its %d watchers, want all or none", round, i, len(taken), per)
+			}
+			for _, w := range taken {
+				b, err := w.Next(doneCtx)
+				if err != nil || !b.IsProgress() || b.Index != 1 {
+					t.Fatalf("round %d, Ready %d: got %s, %v; want progress index=1", round, i, formatBatch(b), err)
+				}
+				c.ws[w]++
+			}
+			if len(taken) > 0 {
+				if c.round >= 0 {
+					t.Fatalf("Ready %d told in rounds %d and %d of one interval", i, c.round, round)
+				}
+				c.round = round
+			}
+		}
+	}
+	rounds := map[int]bool{}
+	for i, c := range cs {
+		for _, n := range c.ws {
+			if n != 1 {
+				t.Fatalf("a watcher of Ready %d told %d times in one interval, want once", i, n)
+			}
+		}
+		if rounds[c.round] {
+			t.Fatalf("Ready %d told in round %d with another Ready made just before it", i, c.round)
+		}
+		rounds[c.round] = true
+	}
+}

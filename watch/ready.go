@@ -1,6 +1,9 @@
 package watch
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Ready collects the watchers of one consumer that have something for Next,
 // so one goroutine can serve many watchers: it waits on C, then polls Next
@@ -13,10 +16,21 @@ type Ready struct {
 	c  chan struct{}
 	mu sync.Mutex
 	ws []*Watcher
+	// slice is the progress slice of every watcher on this list that
+	// takes progress notifications (Watcher.slice), so the timer tells
+	// all of one consumer's quiet watchers in one round: one message on
+	// a gRPC stream per interval, not one per round. Immutable.
+	slice uint8
 }
 
+// readies numbers the Ready lists, to deal them out over the progress
+// slices in turn.
+var readies atomic.Uint32
+
 // NewReady returns an empty list.
-func NewReady() *Ready { return &Ready{c: make(chan struct{}, 1)} }
+func NewReady() *Ready {
+	return &Ready{c: make(chan struct{}, 1), slice: uint8((readies.Add(1) - 1) % progressSlices)}
+}
 
 // C receives a value when the list became non-empty.
 func (r *Ready) C() <-chan struct{} { return r.c }

@@ -49,8 +49,8 @@ type shard struct {
 	plens     []int               // distinct prefix lengths present, ascending
 	plenN     map[int]int         // prefix length → watchers
 	n         int                 // linked watchers
-	// slices heads each progress slice's list of linked watchers (by
-	// watcher id, see progressSlices), linked through snext and sprev.
+	// slices heads each progress slice's list of linked watchers (see
+	// progressSlices and Watcher.slice), linked through snext and sprev.
 	slices [progressSlices]*Watcher
 	closed bool
 	// Timer rounds (roundIdle), for the stepping goroutine only: how many
@@ -453,9 +453,12 @@ func (s *shard) tickListed(listed map[*Watcher]struct{}) {
 
 // progressSlices is how many slices a timer round is cut into: the hub's
 // timer fires every ProgressInterval/progressSlices and each firing
-// visits the watchers of one slice (by watcher id), so the notifications
-// of 100k quiet watchers go out as 16 small bursts per interval instead
-// of one large one.
+// visits the watchers of one slice, so the notifications of 100k quiet
+// watchers go out as 16 small bursts per interval instead of one large
+// one. A watcher's slice is its Ready list's (Watcher.slice): sliced by
+// watcher id, every firing told a few watchers of every gRPC stream, so
+// every stream sent a message per firing; sliced by stream, a stream
+// sends one per interval.
 const progressSlices = 16
 
 // tick is a progress round (see roundIdle and roundAll): an idle watcher
@@ -490,7 +493,7 @@ func (s *shard) tick(mode uint32, fired uint64) {
 	}
 	occ := s.h.metrics.occupancy
 	s.eachIn(slices, func(w *Watcher) {
-		slice := w.id % progressSlices
+		slice := w.slice()
 		if c := w.watchCtx(); c != nil && c.Err() != nil {
 			s.unlink(w)
 			if c := w.closeBuf(); c != nil {
@@ -565,7 +568,7 @@ func (s *shard) link(w *Watcher) {
 		head.prev = w
 	}
 	m[w.key] = w
-	i := w.id % progressSlices
+	i := w.slice()
 	if head := s.slices[i]; head != nil {
 		w.snext = head
 		head.sprev = w
@@ -599,7 +602,7 @@ func (s *shard) unlink(w *Watcher) {
 	if w.sprev != nil {
 		w.sprev.snext = w.snext
 	} else {
-		s.slices[w.id%progressSlices] = w.snext
+		s.slices[w.slice()] = w.snext
 	}
 	if w.snext != nil {
 		w.snext.sprev = w.sprev

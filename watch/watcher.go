@@ -94,6 +94,18 @@ func (w *Watcher) watchCtx() context.Context {
 	return w.x.ctx
 }
 
+// slice is the progress slice w is linked in (shard.slices): its Ready
+// list's, if it has one and takes progress notifications, so a consumer's
+// watchers are told together; else by id. NB: a NoProgress watcher
+// (a parked blocking read) keeps its id's slice: a Ready that serves
+// thousands of them would otherwise put them all in one round's visit.
+func (w *Watcher) slice() uint64 {
+	if w.ready != nil && w.opts&optNoProgress == 0 {
+		return uint64(w.ready.slice)
+	}
+	return w.id % progressSlices
+}
+
 // ID returns the watcher's hub-unique id (the "watcher" key in logs).
 func (w *Watcher) ID() uint64 { return w.id }
 

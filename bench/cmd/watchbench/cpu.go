@@ -211,3 +211,14 @@ func selfGC() gcStats {
 	}
 	return s
 }
+
+// watchMembersCPU returns the CPU time the members serving the watches
+// have used so far, summed (a member it cannot read counts 0).
+func (d *deployment) watchMembersCPU() time.Duration {
+	var sum time.Duration
+	for _, i := range d.watchers {
+		t, _ := harness.CPUTime(d.procs[i].Pid())
+		sum += t
+	}
+	return sum
+}

@@ -339,6 +339,10 @@ type phaseResult struct {
 	// leaderCPUPerWrite is the leader's CPU time over the phase (warm-up
 	// and drain included) per acknowledged write, in µs.
 	leaderCPUPerWrite float64
+	// watchCPUPerDelivery is the CPU time of the members serving the
+	// watches over the phase (their Raft work included) per delivery, in
+	// µs; 0 when nothing was delivered.
+	watchCPUPerDelivery float64
 }
 
 // runPhase has wr drive rate writes/s for warmup+dur, waits up to drainFor

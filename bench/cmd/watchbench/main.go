@@ -373,11 +373,11 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 		if !r.drained {
 			note += " NOT-DRAINED"
 		}
-		fmt.Printf("run rep=%d/%d system=%s watchers=%s writes=%d errors=%d write-p50=%sms write-p99=%sms p99-spans=%s p99-stalls=%s lag-p50=%sms lag-p99=%sms due=%d delivered=%d extra=%d dups=%d leader-cpu-per-write=%sus cpu=%s%s\n",
+		fmt.Printf("run rep=%d/%d system=%s watchers=%s writes=%d errors=%d write-p50=%sms write-p99=%sms p99-spans=%s p99-stalls=%s lag-p50=%sms lag-p99=%sms due=%d delivered=%d extra=%d dups=%d leader-cpu-per-write=%sus watch-cpu-per-delivery=%sus cpu=%s%s\n",
 			rep+1, *flagReps, sys.name, label, r.writes, r.errors,
 			harness.FormatValue(harness.Millis(harness.Percentile(r.writeLat, 50))), harness.FormatValue(harness.Millis(harness.Percentile(r.writeLat, 99))), r.tail, r.tail.StallsString(),
 			harness.FormatValue(harness.Millis(harness.Percentile(r.lag, 50))), harness.FormatValue(harness.Millis(harness.Percentile(r.lag, 99))),
-			r.expected, r.exact, r.extra, r.dups, harness.FormatValue(r.leaderCPUPerWrite), r.cpu, note)
+			r.expected, r.exact, r.extra, r.dups, harness.FormatValue(r.leaderCPUPerWrite), harness.FormatValue(r.watchCPUPerDelivery), r.cpu, note)
 	}
 	phaseID := byte(1)
 	phase := func(w *watchers) (phaseResult, error) {
@@ -397,9 +397,13 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 			prof = harness.WaitAll(profileMembers(ctx, d, dur, *flagPprof, name), harness.TraceAll(ctx, d.memberBases(), d.roles(), dur, *flagTrace, name))
 		}
 		leader0, _ := harness.CPUTime(d.procs[d.leader].Pid())
+		watch0 := d.watchMembersCPU()
 		r, err := runPhase(ctx, phaseID, wr, w, *flagKeys, *flagRate, *flagWarmup, *flagDuration, *flagDrain)
 		if leader1, cerr := harness.CPUTime(d.procs[d.leader].Pid()); cerr == nil && r.writes > 0 {
 			r.leaderCPUPerWrite = float64(leader1-leader0) / float64(time.Microsecond) / float64(r.writes)
+		}
+		if r.exact > 0 {
+			r.watchCPUPerDelivery = float64(d.watchMembersCPU()-watch0) / float64(time.Microsecond) / float64(r.exact)
 		}
 		if *flagTrace != "" && sys.name == "lodestone" && err == nil {
 			if serr := harness.SaveSlowest(filepath.Join(*flagTrace, "writes-"+name+".txt"), r.tail); serr != nil {
