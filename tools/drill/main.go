@@ -26,8 +26,10 @@
 //
 // While a window runs, a line reports each second in which a server
 // committed slowly (over --slow), beside what else that server did in
-// that second (raftlog checkpoints, slow saves, GC cycles), so a slow tail
-// has timestamps and suspects.
+// that second (raftlog checkpoints, slow saves, GC cycles, CPU, how long
+// its goroutines waited runnable), so a slow tail has timestamps and
+// suspects. With --pprof (and --trace) it saves CPU profiles (and
+// execution traces) of every server.
 //
 // Run it with `make drill`. Targets: full service under 5 minutes; the
 // slowest rep's steady p99 at most 2x the fastest's; with the ramp, commit
@@ -76,6 +78,7 @@ type options struct {
 	pprof                  string
 	logLevel               string
 	rampProfile            time.Duration
+	trace                  bool
 }
 
 func main() {
@@ -104,6 +107,7 @@ func main() {
 	flag.StringVar(&o.logLevel, "server-log-level", "warn", "the servers' --log-level (their logs are in each run's dir: see --keep)")
 	flag.StringVar(&o.pprof, "pprof", "", "save CPU profiles of every server over the steady window and the first --ramp-profile of the ramp into this directory (a profiled run's figures are not the drill's)")
 	flag.DurationVar(&o.rampProfile, "ramp-profile", 20*time.Second, "with --pprof: how much of the ramp, from the restart, to profile")
+	flag.BoolVar(&o.trace, "trace", false, "with --pprof: also save an execution trace of every server over the first --ramp-profile of the ramp (go tool trace; -pprof=sched, sync)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -373,7 +377,7 @@ func drill(ctx context.Context, bin string, o options, ramp bool, rep int, log i
 	fleet0 := fleetCPU(pop)
 	waitProfile := func() {}
 	if o.pprof != "" {
-		waitProfile = profileWindow(c, o.pprof, profileTag(rep, ramp, "steady"), o.steady-time.Second, log)
+		waitProfile = profileWindow(c, cpuProfile, o.pprof, profileTag(rep, ramp, "steady"), o.steady-time.Second, log)
 	}
 	if err := sleep(ctx, o.steady); err != nil {
 		return res, err
@@ -408,7 +412,10 @@ func drill(ctx context.Context, bin string, o options, ramp bool, rep int, log i
 	mw = startWindow(c, o, "ramp", true, log)
 	fleet0 = fleetCPU(pop)
 	if o.pprof != "" {
-		defer profileWindow(c, o.pprof, profileTag(rep, ramp, "ramp"), o.rampProfile, log)()
+		defer profileWindow(c, cpuProfile, o.pprof, profileTag(rep, ramp, "ramp"), o.rampProfile, log)()
+		if o.trace {
+			defer profileWindow(c, execTrace, o.pprof, profileTag(rep, ramp, "ramp"), o.rampProfile, log)()
+		}
 	}
 	if err := c.waitReady(ctx, 2*time.Minute, log); err != nil {
 		return res, err

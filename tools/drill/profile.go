@@ -10,10 +10,19 @@ import (
 	"time"
 )
 
-// profileWindow saves a CPU profile of every server over the next d into
-// dir/<tag>-<server>.pprof, retrying a server not up yet (a restart)
-// until it answers or d has passed. Wait returns when every one is done.
-func profileWindow(c *cluster, dir, tag string, d time.Duration, log io.Writer) (wait func()) {
+// Profile kinds profileWindow saves: a CPU profile, and an execution
+// trace (scheduling delays, blocking on locks and channels, syscalls, by
+// goroutine: what a commit waited for when CPU time does not explain it).
+const (
+	cpuProfile = "profile"
+	execTrace  = "trace"
+)
+
+// profileWindow saves a profile of kind (cpuProfile, execTrace) of every
+// server over the next d into dir/<tag>-<server>.<kind>, retrying a server
+// not up yet (a restart) until it answers or d has passed. Wait returns
+// when every one is done.
+func profileWindow(c *cluster, kind, dir, tag string, d time.Duration, log io.Writer) (wait func()) {
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(d)
 	secs := max(int(d.Seconds()), 1)
@@ -21,10 +30,10 @@ func profileWindow(c *cluster, dir, tag string, d time.Duration, log io.Writer) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			path := filepath.Join(dir, tag+"-"+s.name+".pprof")
+			path := filepath.Join(dir, tag+"-"+s.name+"."+kind)
 			cl := &http.Client{Timeout: d + 30*time.Second}
 			for time.Now().Before(deadline) {
-				resp, err := cl.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.http, secs))
+				resp, err := cl.Get(fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", s.http, kind, secs))
 				if err != nil {
 					time.Sleep(50 * time.Millisecond)
 					continue

@@ -21,6 +21,8 @@ const (
 	appliedIndex  = "lodestone_raft_applied_index"
 	commitIndex   = "lodestone_raft_commit_index"
 	rejected      = "lodestone_admission_rejected_total"
+	schedLatency  = "lodestone_runtime_sched_latency_seconds"
+	goroutines    = "go_goroutines"
 )
 
 // measured is one window in progress: the scrape it started from, and a
@@ -56,8 +58,8 @@ func startWindow(c *cluster, o options, name string, fromStart bool, log io.Writ
 
 // sample scrapes every second and prints, per server, the seconds with
 // commits over slow beside that second's raftlog checkpoints, saves over
-// slow, GC cycles, CPU and open watch streams: the timestamps and
-// suspects of a slow tail.
+// slow, GC cycles, CPU, the Go scheduler's run-queue wait, goroutines
+// and open watch streams: the timestamps and suspects of a slow tail.
 func (m *measured) sample(slow float64, log io.Writer) {
 	prev := m.first
 	t := time.NewTicker(time.Second)
@@ -75,11 +77,12 @@ func (m *measured) sample(slow float64, log io.Writer) {
 			if n <= 0 {
 				continue
 			}
-			fmt.Fprintf(log, "drill: %s +%.1fs %s: %.0f commits >%.0fms (p99 %.0fms) | checkpoints +%.0f, saves >%.0fms +%.0f (max bucket %.0fms), gc +%.0f, cpu %.2fs, watch streams %.0f, admission rejects +%.0f\n",
+			fmt.Fprintf(log, "drill: %s +%.1fs %s: %.0f commits >%.0fms (p99 %.0fms) | checkpoints +%.0f, saves >%.0fms +%.0f (max bucket %.0fms), gc +%.0f, cpu %.2fs, run-queue wait p99 %.1fms, goroutines %.0f, watch streams %.0f, admission rejects +%.0f\n",
 				m.name, time.Since(m.start).Seconds(), s.name, n, slow*1000, p99(histogram(a, commitLatency), histogram(b, commitLatency))*1000,
 				sum(b, checkpoints)-sum(a, checkpoints),
 				slow*1000, above(slow, histogram(a, saveDuration), histogram(b, saveDuration)), quantile(1, histogram(a, saveDuration), histogram(b, saveDuration))*1000,
-				sum(b, gcCycles)-sum(a, gcCycles), sum(b, cpuSeconds)-sum(a, cpuSeconds), sum(b, watchStreams), rejects(b)-rejects(a))
+				sum(b, gcCycles)-sum(a, gcCycles), sum(b, cpuSeconds)-sum(a, cpuSeconds),
+				p99(histogram(a, schedLatency), histogram(b, schedLatency))*1000, sum(b, goroutines), sum(b, watchStreams), rejects(b)-rejects(a))
 		}
 		prev = now
 	}
