@@ -147,7 +147,7 @@
 // the CPU. Every 256 entries (Options.CheckpointEntries) a checkpoint folds
 // the journal's current epoch into raft.db in one bbolt commit, in the
 // background: the Save that finds the epoch full hands it to the fold
-// goroutine (whose thread runs at nice 10) and writes to the journal's other
+// goroutine and writes to the journal's other
 // slot, under the next epoch. At most one fold runs; a Save due for the next
 // one while it still runs waits for it (Stats.CheckpointWaits,
 // checkpoint_waits_total), so the journal never holds more than two epochs
