@@ -12,8 +12,10 @@ import (
 // due for one, Save hands the epoch to the fold goroutine and writes on in
 // the other slot, under the next epoch; the goroutine folds the handed-over
 // epoch into raft.db in one transaction. At most one fold runs: a Save that
-// is due for the next one while it still runs waits for it (counted in
-// checkpoint_waits_total), so the journal never holds more than two epochs.
+// is due for the next one while it still runs writes to the same epoch
+// instead (checkpoint_deferrals_total) and waits for it only when the epoch
+// has no more room (checkpoint_waits_total), so the journal never holds more
+// than two epochs.
 // Until the fold commits, the entries it carries are served from the cache,
 // which the checkpoint bounds keep covering both epochs (journalFits).
 // FORMAT.md "Journal" has the order of writes and every crash case.
