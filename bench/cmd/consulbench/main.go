@@ -304,6 +304,7 @@ func runWorkload(ctx context.Context, c *cluster, w workload, name string) (_ ha
 	snaps := harness.StartCounter(ctx, urls, roles, "lodestone_snapshots_total")
 	waits := harness.StartCounter(ctx, urls, roles, "lodestone_raftlog_checkpoint_waits_total")
 	deferrals := harness.StartCounter(ctx, urls, roles, "lodestone_raftlog_checkpoint_deferrals_total")
+	leaders := harness.StartCounter(ctx, urls, roles, "lodestone_leader_changes_total")
 	cpu0 := c.cpuTime()
 	self0, selfErr := harness.CPUTime(os.Getpid())
 	prof := harness.WaitAll()
@@ -335,12 +336,13 @@ func runWorkload(ctx context.Context, c *cluster, w workload, name string) (_ ha
 	}
 	// NB: what can make a put's tail, per server: a GC cycle, a log write
 	// over 12.8 ms, a snapshot, a log write that waited for a checkpoint
-	// (or went on in a due epoch instead). Consul exports none of them.
+	// (or went on in a due epoch instead), a leader change. Consul exports
+	// none of them.
 	for _, f := range []struct {
 		name  string
 		count func() string
 	}{{"gc", gcs}, {"gc-cpu-ms", gcCPU}, {"slow-log-writes", slow}, {"snapshots", snaps},
-		{"checkpoint-waits", waits}, {"checkpoint-deferrals", deferrals}} {
+		{"checkpoint-waits", waits}, {"checkpoint-deferrals", deferrals}, {"leader-changes", leaders}} {
 		if v := f.count(); v != "" {
 			note += fmt.Sprintf(" %s=%s", f.name, v)
 		}
