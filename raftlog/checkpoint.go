@@ -225,6 +225,18 @@ func (l *Log) journalFits(pendFrom, last uint64, dataBytes int64, r *journalReco
 	return l.epochBounds(pendFrom, last, l.pendBytes+dataBytes)
 }
 
+// journalHolds reports whether a Save can go to the journal's current
+// epoch past the checkpoint bounds, while the previous epoch is being
+// folded: the record fits in the epoch's slot and the epoch's entries stay
+// within a quarter of the cache, which keeps every entry raft.db lacks in
+// memory, as journalFits does. The caller holds wmu.
+func (l *Log) journalHolds(pendFrom, last uint64, dataBytes int64, r *journalRecord) bool {
+	if l.jr == nil || l.cache.maxEntries <= 0 || !l.jr.fits(r.payloadLen()) {
+		return false
+	}
+	return withinBounds(pendFrom, last, l.pendBytes+dataBytes, l.cache.maxEntries/4, l.cache.maxBytes/4)
+}
+
 // epochFits reports whether a Save fits an empty epoch: the same bounds as
 // journalFits for its record and entries alone. One that does not is a
 // checkpoint of its own (a raft.db transaction on the Save path).
@@ -242,11 +254,17 @@ func (l *Log) epochFits(ents []raftpb.Entry, dataBytes int64, r *journalRecord) 
 // (pendFrom 0: none) of dataBytes Data bytes is within the checkpoint
 // bounds.
 func (l *Log) epochBounds(pendFrom, last uint64, dataBytes int64) bool {
-	maxEntries := min(l.opts.CheckpointEntries, l.cache.maxEntries/4)
+	return withinBounds(pendFrom, last, dataBytes,
+		min(l.opts.CheckpointEntries, l.cache.maxEntries/4), min(l.opts.CheckpointBytes, l.cache.maxBytes/4))
+}
+
+// withinBounds reports whether entries [pendFrom, last] (pendFrom 0: none)
+// of dataBytes Data bytes are at most maxEntries and maxBytes.
+func withinBounds(pendFrom, last uint64, dataBytes int64, maxEntries int, maxBytes int64) bool {
 	if pendFrom != 0 && last-pendFrom+1 > uint64(maxEntries) {
 		return false
 	}
-	return dataBytes <= min(l.opts.CheckpointBytes, l.cache.maxBytes/4)
+	return dataBytes <= maxBytes
 }
 
 // flushTx writes what the journal holds and raft.db lacks into tx: the

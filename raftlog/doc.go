@@ -147,11 +147,13 @@
 // the CPU. Every 256 entries (Options.CheckpointEntries) a checkpoint folds
 // the journal's current epoch into raft.db in one bbolt commit, in the
 // background: the Save that finds the epoch full hands it to the fold
-// goroutine (whose thread runs at nice 10) and writes to the journal's other
-// slot, under the next epoch. At most one fold runs; a Save due for the next
-// one while it still runs waits for it (Stats.CheckpointWaits,
-// checkpoint_waits_total), so the journal never holds more than two epochs
-// and the cache (which serves every entry not yet in raft.db) stays bounded.
+// goroutine and writes to the journal's other slot, under the next epoch.
+// At most one fold runs; a Save due for the next one while it still runs
+// goes on in the same epoch instead (Stats.CheckpointDeferrals), as long as
+// the epoch stays within its slot and a quarter of the cache, and waits for
+// the fold only past that (Stats.CheckpointWaits, checkpoint_waits_total),
+// so the journal never holds more than two epochs and the cache (which
+// serves every entry not yet in raft.db) stays bounded.
 // Every other write (CreateSnapshot, ApplySnapshot, Compact, Close, a
 // rotation's catch-up) first waits for the fold, then folds the current
 // epoch with its own commit (FORMAT.md "Journal"). WaitCheckpoint waits for

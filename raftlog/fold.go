@@ -2,7 +2,6 @@ package raftlog
 
 import (
 	"fmt"
-	"runtime"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -13,8 +12,10 @@ import (
 // due for one, Save hands the epoch to the fold goroutine and writes on in
 // the other slot, under the next epoch; the goroutine folds the handed-over
 // epoch into raft.db in one transaction. At most one fold runs: a Save that
-// is due for the next one while it still runs waits for it (counted in
-// checkpoint_waits_total), so the journal never holds more than two epochs.
+// is due for the next one while it still runs writes to the same epoch
+// instead (checkpoint_deferrals_total) and waits for it only when the epoch
+// has no more room (checkpoint_waits_total), so the journal never holds more
+// than two epochs.
 // Until the fold commits, the entries it carries are served from the cache,
 // which the checkpoint bounds keep covering both epochs (journalFits).
 // FORMAT.md "Journal" has the order of writes and every crash case.
@@ -26,10 +27,6 @@ const (
 	stepFoldCommitted = "fold-committed" // committed; the Log has not seen it yet
 	stepSlotSwitched  = "slot-switched"  // a Save switched epochs, before its first record
 )
-
-// foldNice is the niceness of the fold goroutine's thread: the fold yields
-// the CPU to Saves and the server, which wait for fdatasyncs, not for it.
-const foldNice = 10
 
 // fold is one epoch of the journal handed to the fold goroutine. Everything
 // but err and took is fixed when Save hands it over.
@@ -53,14 +50,14 @@ type fold struct {
 
 // foldLoop runs folds one at a time until foldCh is closed. Open starts it
 // when the journal is on.
+//
+// NB: an ordinary goroutine, at the process's priority. A thread of lower
+// priority does not yield the CPU to the Saves: a Go thread runs Go code
+// only while it holds a P, and on a busy core the kernel leaves such a
+// thread waiting while it holds one; with GOMAXPROCS 1 (a server pinned to
+// one CPU) every goroutine of the process then waits with it.
 func (l *Log) foldLoop() {
 	defer l.foldWG.Done()
-	// NB: the thread stays locked to the end, so that its lowered priority
-	// dies with it instead of passing to other goroutines.
-	runtime.LockOSThread()
-	if err := lowerThreadPriority(foldNice); err != nil {
-		l.logger.Warn("raftlog: cannot lower the priority of the checkpoint thread", "err", err)
-	}
 	for f := range l.foldCh {
 		start := time.Now()
 		f.err = l.runFold(f)

@@ -25,14 +25,18 @@ import (
 
 // TestCheckpointRunsInBackground holds a fold inside its transaction and
 // checks what the Log promises meanwhile: Saves go on in the other slot,
-// every entry reads back (the folding epoch from the cache), the next Save
-// due for a checkpoint waits and is counted, and once the fold is released
-// everything lands in raft.db.
+// every entry reads back (the folding epoch from the cache), Saves due for
+// the next checkpoint go on in the same epoch up to a quarter of the cache
+// (counted), the first one past it waits (counted), a crash meanwhile
+// loses none of them, and once the fold is released everything lands in
+// raft.db.
 func TestCheckpointRunsInBackground(t *testing.T) {
 	release := make(chan struct{})
 	held := make(chan struct{}, 16)
 	var holdOnce sync.Once
-	opts := raftlog.Options{CheckpointEntries: 4, RotateFreeRatio: -1}
+	// NB: a quarter of the cache is 8 entries: the hard bound of an epoch
+	// while a fold runs.
+	opts := raftlog.Options{CheckpointEntries: 4, CacheEntries: 32, RotateFreeRatio: -1}
 	opts = raftlog.WithFoldHook(opts, func(step string) {
 		if step != "fold-written" {
 			return
@@ -65,10 +69,26 @@ func TestCheckpointRunsInBackground(t *testing.T) {
 	assertLogInvariants(t, l)
 	checkTerms(t, l, map[uint64]uint64{1: 1, 4: 1, 5: 2, 7: 2})
 
-	// The third epoch is due while the first fold still runs: this Save
-	// waits, counted.
+	// The second epoch is due while the first fold still runs: these
+	// Saves go on in it instead of waiting, up to 8 entries (5..12).
+	mustSave(t, l, hardState(2, 2, 6), mkEnts(8, 2, 2))
+	mustSave(t, l, hardState(2, 2, 7), mkEnts(10, 2, 2, 2))
+	if s := l.Stats(); s.CheckpointDeferrals != 2 || s.CheckpointWaits != 0 || s.Checkpoints != 0 {
+		t.Fatalf("with the fold held, past the checkpoint bound: Stats() = %+v, want 2 deferrals, no wait, no checkpoint", s)
+	}
+	// A crash now replays both epochs, the longer one whole.
+	crashed := mustOpen(t, crashCopy(t, dir), raftlog.Options{RotateFreeRatio: -1})
+	assertLogInvariants(t, crashed)
+	checkTerms(t, crashed, map[uint64]uint64{4: 1, 5: 2, 12: 2})
+	if last, _ := crashed.LastIndex(); last != 12 {
+		t.Fatalf("LastIndex after a crash with a deferred epoch = %d, want 12", last)
+	}
+	mustClose(t, crashed)
+
+	// A ninth entry would pass a quarter of the cache: this Save switches
+	// and so waits for the held fold, counted.
 	saved := make(chan error, 1)
-	go func() { saved <- l.Save(hardState(2, 2, 6), mkEnts(8, 2, 2)) }()
+	go func() { saved <- l.Save(hardState(2, 2, 8), mkEnts(13, 2)) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for l.Stats().CheckpointWaits == 0 {
 		if time.Now().After(deadline) {
@@ -88,24 +108,24 @@ func TestCheckpointRunsInBackground(t *testing.T) {
 	if err := l.WaitCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	if s := l.Stats(); s.CheckpointInProgress || s.Checkpoints != 2 || s.CheckpointWaits != 1 {
-		t.Fatalf("after the release: Stats() = %+v, want 2 checkpoints, 1 wait, none running", s)
+	if s := l.Stats(); s.CheckpointInProgress || s.Checkpoints != 2 || s.CheckpointWaits != 1 || s.CheckpointDeferrals != 2 {
+		t.Fatalf("after the release: Stats() = %+v, want 2 checkpoints, 1 wait, 2 deferrals, none running", s)
 	}
 	for name, want := range map[string]float64{
-		"checkpoint_waits_total": 1, "checkpoint_in_progress": 0, "checkpoint_duration_seconds": 2,
-		"checkpoints_total": 2,
+		"checkpoint_waits_total": 1, "checkpoint_deferrals_total": 2, "checkpoint_in_progress": 0,
+		"checkpoint_duration_seconds": 2, "checkpoints_total": 2,
 	} {
 		if got := gathered(t, reg, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
 	assertLogInvariants(t, l)
-	checkTerms(t, l, map[uint64]uint64{4: 1, 5: 2, 9: 2})
+	checkTerms(t, l, map[uint64]uint64{4: 1, 5: 2, 13: 2})
 
 	// A crash now replays only the third epoch: raft.db has the first two.
 	in, err := raftlog.Inspect(crashCopy(t, dir), time.Second)
-	if err != nil || in.Summary.LastIndex != 7 || in.JournalRecords != 1 {
-		t.Fatalf("Inspect: raft.db last index %d, %d journal records, %v; want 7, 1",
+	if err != nil || in.Summary.LastIndex != 12 || in.JournalRecords != 1 {
+		t.Fatalf("Inspect: raft.db last index %d, %d journal records, %v; want 12, 1",
 			in.Summary.LastIndex, in.JournalRecords, err)
 	}
 }

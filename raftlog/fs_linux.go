@@ -22,9 +22,3 @@ func preallocate(fd int, size int64) error {
 // datasync flushes the file's data (and only the metadata needed to read
 // it back) to stable storage.
 func datasync(fd int) error { return unix.Fdatasync(fd) }
-
-// lowerThreadPriority sets the niceness of the calling thread (Linux
-// applies setpriority's PRIO_PROCESS to a single thread by its id).
-func lowerThreadPriority(nice int) error {
-	return unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), nice)
-}

@@ -13,6 +13,3 @@ func preallocate(int, int64) error { return errors.ErrUnsupported }
 
 // datasync falls back to fsync where fdatasync is not available.
 func datasync(fd int) error { return syscall.Fsync(fd) }
-
-// lowerThreadPriority does nothing here: the fold runs at normal priority.
-func lowerThreadPriority(int) error { return nil }

@@ -94,6 +94,9 @@ type Log struct {
 	lastCommitWrite   atomic.Int64 // bytes bbolt wrote for the last Save
 	saveSeconds       prometheus.Histogram
 	commitWriteBytes  prometheus.Histogram
+	// checkpointDeferrals counts Saves that found the epoch due while the
+	// previous fold ran and wrote to the same epoch instead of waiting.
+	checkpointDeferrals atomic.Uint64
 
 	rotating         atomic.Bool
 	rotations        atomic.Uint64

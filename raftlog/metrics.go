@@ -17,6 +17,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //	saves_total                    counter    successful Saves
 //	checkpoints_total              counter    folds of the journal (raft.wal) into raft.db
 //	checkpoint_waits_total         counter    Saves that waited for the previous background checkpoint
+//	checkpoint_deferrals_total     counter    Saves that went on in a due epoch while the previous checkpoint ran
 //	checkpoint_in_progress         gauge      1 while a checkpoint runs in the background
 //	checkpoint_duration_seconds    histogram  time of each background checkpoint
 //	journal_bytes                  gauge      bytes of raft.wal holding records raft.db lacks
@@ -48,6 +49,7 @@ var (
 	descSaves            = desc("saves_total", "Successful Saves (one per Ready with entries or a new hard state).")
 	descCheckpoints      = desc("checkpoints_total", "Folds of the journal (raft.wal) into raft.db, each one bbolt commit.")
 	descCheckpointWaits  = desc("checkpoint_waits_total", "Saves that found the journal due for a checkpoint while the previous one still ran in the background, and waited for it.")
+	descCheckpointDefer  = desc("checkpoint_deferrals_total", "Saves that found the journal due for a checkpoint while the previous one still ran in the background, and went on in the same epoch instead of waiting (up to its slot and a quarter of the log cache).")
 	descCheckpointActive = desc("checkpoint_in_progress", "1 while a checkpoint (a journal epoch folded into raft.db) runs in the background, else 0.")
 	descJournalBytes     = desc("journal_bytes", "Bytes of the journal (raft.wal) holding records raft.db lacks; replayed at the next Open.")
 	descFirstIndex       = desc("first_index", "First index available from the log (FirstIndex).")
@@ -70,7 +72,7 @@ var (
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		descEntriesAppended, descSaves, descCheckpoints, descCheckpointWaits, descCheckpointActive, descJournalBytes, descFirstIndex, descLastIndex, descSnapshotIndex,
+		descEntriesAppended, descSaves, descCheckpoints, descCheckpointWaits, descCheckpointDefer, descCheckpointActive, descJournalBytes, descFirstIndex, descLastIndex, descSnapshotIndex,
 		descCachedEntries, descFileBytes, descLiveBytes, descFreePages, descPendingPages, descFreeBytes,
 		descFreelistBytes, descLastCommitWrite, descRotations, descRotationFailures, descRotating,
 		descLastRotationTook,
@@ -96,6 +98,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descSaves, float64(s.Commits))
 	counter(descCheckpoints, float64(s.Checkpoints))
 	counter(descCheckpointWaits, float64(s.CheckpointWaits))
+	counter(descCheckpointDefer, float64(s.CheckpointDeferrals))
 	checkpointing := 0.0
 	if s.CheckpointInProgress {
 		checkpointing = 1

@@ -115,8 +115,10 @@ type Options struct {
 	// CheckpointEntries and CheckpointBytes bound what one journal epoch
 	// holds that raft.db lacks: entries, and their Data bytes. 0 means
 	// DefaultCheckpointEntries (256) and DefaultCheckpointBytes (1 MiB).
-	// A checkpoint is one bbolt commit in the background; a Save waits for
-	// it only when the next epoch is due before it is over
+	// A checkpoint is one bbolt commit in the background; while it runs,
+	// an epoch due for the next one grows past these bounds
+	// (Stats.CheckpointDeferrals), and a Save waits for it only when the
+	// epoch would pass its slot or a quarter of the cache
 	// (Stats.CheckpointWaits). Raising them makes checkpoints rarer but
 	// each one longer (measured here, 300-byte entries: ~1.4 ms at 256,
 	// ~4.5 ms at 1024, ~26 ms at 4096), and holds more in memory and in

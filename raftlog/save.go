@@ -117,6 +117,14 @@ func (l *Log) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 		return err
 	}
 	fits := l.journalFits(pendFrom, newLast, dataBytes, &rec)
+	if !fits && l.folding != nil && l.journalHolds(pendFrom, newLast, dataBytes, &rec) {
+		// NB: the epoch is due, but the previous fold still runs, and
+		// switching now would wait for it: a whole bbolt commit on the
+		// write path. The epoch grows instead (the next fold is the larger
+		// for it), and the first Save after the fold switches.
+		l.checkpointDeferrals.Add(1)
+		fits = true
+	}
 	if !fits && l.epochFits(ents, dataBytes, &rec) {
 		// The epoch is due for a checkpoint: fold it in the background and
 		// write this record to the other slot, once the previous fold has

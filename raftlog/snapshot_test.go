@@ -5,13 +5,17 @@ import (
 	"errors"
 	"hash/crc32"
 	"io"
+	"path/filepath"
 	"runtime"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"weak"
 
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/lodestone-kv/lodestone/raftlog"
+	"github.com/lodestone-kv/lodestone/raftlog/raftlogtest"
 )
 
 // TestSnapshotDataNotRetained: neither CreateSnapshot nor ApplySnapshot
@@ -94,6 +98,51 @@ func TestCreateSnapshotFromStreams(t *testing.T) {
 	n, err := io.Copy(h, r)
 	if err != nil || n != size || h.Sum32() != crc {
 		t.Fatalf("read back %d bytes, crc %#x, %v; want %d, %#x", n, h.Sum32(), err, size, crc)
+	}
+}
+
+// TestSnapshotFileSyncsInSteps: a large snapshot data file is fsynced as
+// it is written, not only at the end, and a failed fsync on the way fails
+// the snapshot and changes nothing.
+func TestSnapshotFileSyncsInSteps(t *testing.T) {
+	const size = 10 << 20
+	ffs := &raftlogtest.FaultFS{}
+	dir := t.TempDir()
+	l := mustOpen(t, dir, raftlog.Options{FS: ffs})
+	defer mustClose(t, l)
+	mustSave(t, l, hardState(1, 1, 8), mkEnts(1, 1, 1, 1, 1, 1, 1, 1, 1))
+	chunk := bytes.Repeat([]byte{0x5a}, 64<<10)
+	write := func(w io.Writer) error {
+		for range size / len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var syncs atomic.Int64
+	snapDir := filepath.Join(dir, "snap")
+	ffs.Fail = func(op raftlogtest.Op, path string) error {
+		if op == raftlogtest.OpSync && strings.HasPrefix(path, snapDir) {
+			if syncs.Add(1) == 2 {
+				return errInjected
+			}
+		}
+		return nil
+	}
+	if _, err := l.CreateSnapshotFrom(4, cs123, write); !errors.Is(err, errInjected) {
+		t.Fatalf("CreateSnapshotFrom with its second fsync failing: %v, want the injected error", err)
+	}
+	if s, err := l.Snapshot(); err != nil || s.Metadata.Index != 0 {
+		t.Fatalf("after the failed snapshot: Snapshot() = %d, %v; want none", s.Metadata.Index, err)
+	}
+	syncs.Store(10) // no more failures
+	if _, err := l.CreateSnapshotFrom(8, cs123, write); err != nil {
+		t.Fatal(err)
+	}
+	// 10 MiB: fsyncs after 4 and 8 MiB, then the final one.
+	if got := syncs.Load() - 10; got != 3 {
+		t.Errorf("a %d-byte snapshot file was fsynced %d times, want 3", size, got)
 	}
 }
 

@@ -52,9 +52,14 @@ type Stats struct {
 	// runs.
 	CheckpointWaits      uint64
 	CheckpointInProgress bool
-	EntriesAppended      uint64        // entries written by Save since Open
-	LastCommitDuration   time.Duration // time the last Save took to become durable (journal record or checkpoint)
-	LastCommitBytes      int64         // encoded entry bytes written by the last Save
+	// CheckpointDeferrals is how many Saves since Open found the epoch due
+	// for a checkpoint while the previous one still ran, and wrote to the
+	// same epoch instead of waiting, as long as it had room (FORMAT.md
+	// "Journal").
+	CheckpointDeferrals uint64
+	EntriesAppended     uint64        // entries written by Save since Open
+	LastCommitDuration  time.Duration // time the last Save took to become durable (journal record or checkpoint)
+	LastCommitBytes     int64         // encoded entry bytes written by the last Save
 	// LastCommitWriteBytes is what the last Save wrote: the raft.wal space
 	// its record takes (whole 4 KiB pages) or, if it was a checkpoint, its
 	// raft.db commit's dirty pages plus one meta page. It stays near the
@@ -107,6 +112,7 @@ func (l *Log) Stats() Stats {
 	s.Checkpoints = l.checkpoints.Load()
 	s.JournalBytes = l.journalBytes.Load()
 	s.CheckpointWaits = l.checkpointWaits.Load()
+	s.CheckpointDeferrals = l.checkpointDeferrals.Load()
 	s.CheckpointInProgress = l.foldActive.Load()
 	s.EntriesAppended = l.appended.Load()
 	s.LastCommitDuration = time.Duration(l.lastCommitNanos.Load())

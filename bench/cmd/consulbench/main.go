@@ -43,6 +43,7 @@ var (
 	flagRoot       = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep       = flag.Bool("keep", false, "keep binaries, data dirs and server logs after the run")
 	flagWorkloads  = flag.String("workloads", "all", "workloads to run, in their fixed order: all, or a comma-separated list of kv-put, kv-get, catalog-register")
+	flagWindows    = flag.Duration("windows", 0, "if > 0, print each workload's p99 per window of this length as well (a stall shows as one slow window; a uniform tail as none)")
 	flagPprof      = flag.String("pprof", "", "directory for CPU and allocation profiles of every server of both systems over each window (ROLE-SYSTEM-WORKLOAD-rREP.pprof, .allocs-base.pprof, .allocs.pprof; Consul runs with enable_debug for it); a profiled run's figures are not the benchmark's")
 )
 
@@ -296,14 +297,25 @@ func runWorkload(ctx context.Context, c *cluster, w workload, name string) (_ ha
 		rand.Read(values[i])
 	}
 	logf("driving %s %s: %d clients to leader %s for %s + %s warm-up", c.system, w.name, *flagClients, c.leaderURL(), *flagDuration, *flagWarmup)
+	urls, roles := c.metricsURLs(), c.roles()
+	gcs := harness.StartGCCount(ctx, urls, roles)
+	gcCPU := harness.StartGCCPU(ctx, urls, roles)
+	slow := harness.StartSlowLogWrites(ctx, urls, roles)
+	snaps := harness.StartCounter(ctx, urls, roles, "lodestone_snapshots_total")
+	waits := harness.StartCounter(ctx, urls, roles, "lodestone_raftlog_checkpoint_waits_total")
+	deferrals := harness.StartCounter(ctx, urls, roles, "lodestone_raftlog_checkpoint_deferrals_total")
+	leaders := harness.StartCounter(ctx, urls, roles, "lodestone_leader_changes_total")
 	cpu0 := c.cpuTime()
 	self0, selfErr := harness.CPUTime(os.Getpid())
 	prof := harness.WaitAll()
 	if c.profiles {
 		prof = profileAfter(ctx, c, *flagWarmup, *flagDuration, name)
 	}
-	res, err := harness.Drive(ctx, harness.DriveConfig{Clients: *flagClients, Warmup: *flagWarmup, Duration: *flagDuration},
-		w.op(cs, values, *flagValueSize, *flagGetKeys))
+	cfg := harness.DriveConfig{Clients: *flagClients, Warmup: *flagWarmup, Duration: *flagDuration}
+	if *flagWindows > 0 {
+		cfg.Classes, cfg.Class = windowClasses(time.Now().Add(*flagWarmup), *flagDuration, *flagWindows)
+	}
+	res, err := harness.Drive(ctx, cfg, w.op(cs, values, *flagValueSize, *flagGetKeys))
 	if perr := prof(); perr != nil && err == nil {
 		err = fmt.Errorf("profile: %w", perr)
 	}
@@ -322,6 +334,22 @@ func runWorkload(ctx context.Context, c *cluster, w workload, name string) (_ ha
 		wall := (*flagWarmup + *flagDuration).Seconds()
 		note += fmt.Sprintf(" client-cpu=%.0fus/op (%.2f cores)", float64((self1-self0).Microseconds())/ops, (self1-self0).Seconds()/wall)
 	}
+	// NB: what can make a put's tail, per server: a GC cycle, a log write
+	// over 12.8 ms, a snapshot, a log write that waited for a checkpoint
+	// (or went on in a due epoch instead), a leader change. Consul exports
+	// none of them.
+	for _, f := range []struct {
+		name  string
+		count func() string
+	}{{"gc", gcs}, {"gc-cpu-ms", gcCPU}, {"slow-log-writes", slow}, {"snapshots", snaps},
+		{"checkpoint-waits", waits}, {"checkpoint-deferrals", deferrals}, {"leader-changes", leaders}} {
+		if v := f.count(); v != "" {
+			note += fmt.Sprintf(" %s=%s", f.name, v)
+		}
+	}
+	if len(res.ByClass) > 0 {
+		note += " window-p99s=" + windowP99s(res.ByClass)
+	}
 	if res.Errors > 0 {
 		note += fmt.Sprintf(" first-error=%q", res.FirstErr.Error())
 	}
@@ -329,6 +357,25 @@ func runWorkload(ctx context.Context, c *cluster, w workload, name string) (_ ha
 		return res, 0, "", fmt.Errorf("%w%s", err, c.logTails())
 	}
 	return res, serverCPU, note, nil
+}
+
+// windowClasses splits a window of dur from from into windows of length
+// each, as harness.Drive's classes: an op falls in the window it
+// completed in (Drive calls Class when an op completes).
+func windowClasses(from time.Time, dur, each time.Duration) (int, func(client, seq int) int) {
+	n := int((dur + each - 1) / each)
+	return n, func(int, int) int {
+		return min(max(int(time.Since(from)/each), 0), n-1)
+	}
+}
+
+// windowP99s formats each window's p99 in ms, comma-separated.
+func windowP99s(byWindow [][]time.Duration) string {
+	out := make([]string, len(byWindow))
+	for i, lat := range byWindow { // NB: Drive sorts each class
+		out[i] = harness.FormatValue(harness.Millis(harness.Percentile(lat, 99)))
+	}
+	return strings.Join(out, ",")
 }
 
 // profileAfter waits out the warm-up, then profiles every member over

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 )
 
 // TestLines pins the four BENCH lines' names, order, medians and targets
@@ -126,5 +127,36 @@ func TestCPULine(t *testing.T) {
 	want := "cpu: kv-get server-cpu per op, medians: lodestone=28us consul=46us (consul/lodestone 1.64); no target"
 	if got != want {
 		t.Errorf("cpuLine:\n got: %s\nwant: %s", got, want)
+	}
+}
+
+// TestWindows checks that an op lands in the window it completed in,
+// clamped to the first and last, and that each window's p99 is printed
+// in order.
+func TestWindows(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		from time.Time
+		want int
+	}{
+		{now.Add(-1500 * time.Millisecond), 1},
+		{now.Add(time.Hour), 0},  // before the window: its first
+		{now.Add(-time.Hour), 3}, // after it: its last
+	} {
+		n, class := windowClasses(c.from, 4*time.Second, time.Second)
+		if n != 4 {
+			t.Fatalf("windowClasses(4s, 1s) made %d windows, want 4", n)
+		}
+		if got := class(0, 0); got != c.want {
+			t.Errorf("an op completing %v after the window's start is in window %d, want %d", now.Sub(c.from), got, c.want)
+		}
+	}
+	if n, _ := windowClasses(now, 2500*time.Millisecond, time.Second); n != 3 {
+		t.Errorf("a 2.5s window in 1s windows made %d, want 3 (the last one short)", n)
+	}
+	ms := time.Millisecond
+	got := windowP99s([][]time.Duration{{ms, 2 * ms}, {30 * ms}, nil})
+	if want := "2,30,0"; got != want {
+		t.Errorf("windowP99s = %q, want %q", got, want)
 	}
 }

@@ -100,6 +100,12 @@ func StartSlowLogWrites(ctx context.Context, urls, roles []string) func() string
 	}, logWritesMetric, logWritesFastBucket)
 }
 
+// StartCounter is StartGCCount for any one counter, named as in the text
+// format (labels included).
+func StartCounter(ctx context.Context, urls, roles []string, metric string) func() string {
+	return startCount(ctx, urls, roles, func(m map[string]float64) float64 { return m[metric] }, metric)
+}
+
 // startCount reads count(the named metrics) of each server at urls and
 // returns a func that reports how much each one's rose since, as
 // "ROLE=N,..." (roles[i] names urls[i]); "" if a server lacks a metric.
