@@ -21,26 +21,33 @@ func (e kvEntry) MarshalJSON() ([]byte, error) { return e.appendJSON(nil), nil }
 
 // appendJSON appends e as encoding/json encodes it.
 func (e *kvEntry) appendJSON(b []byte) []byte {
+	return appendKVObject(b, e.LockIndex, e.Key, e.Flags, e.Value, e.CreateIndex, e.ModifyIndex, e.Session)
+}
+
+// appendKVObject appends one KV entry's JSON object: kvEntry's encoding,
+// for a key held as a string or as the bytes of a KeyValue (so a
+// single-key read need not copy it). A nil value is null.
+func appendKVObject[K string | []byte](b []byte, lockIndex uint64, key K, flags uint64, value []byte, createIndex, modifyIndex uint64, session string) []byte {
 	b = append(b, `{"LockIndex":`...)
-	b = strconv.AppendUint(b, e.LockIndex, 10)
+	b = strconv.AppendUint(b, lockIndex, 10)
 	b = append(b, `,"Key":`...)
-	b = appendJSONString(b, e.Key)
+	b = appendJSONString(b, key)
 	b = append(b, `,"Flags":`...)
-	b = strconv.AppendUint(b, e.Flags, 10)
-	if e.Value == nil {
+	b = strconv.AppendUint(b, flags, 10)
+	if value == nil {
 		b = append(b, `,"Value":null`...)
 	} else {
 		b = append(b, `,"Value":"`...)
-		b = base64.StdEncoding.AppendEncode(b, e.Value)
+		b = base64.StdEncoding.AppendEncode(b, value)
 		b = append(b, '"')
 	}
 	b = append(b, `,"CreateIndex":`...)
-	b = strconv.AppendUint(b, e.CreateIndex, 10)
+	b = strconv.AppendUint(b, createIndex, 10)
 	b = append(b, `,"ModifyIndex":`...)
-	b = strconv.AppendUint(b, e.ModifyIndex, 10)
-	if e.Session != "" {
+	b = strconv.AppendUint(b, modifyIndex, 10)
+	if session != "" {
 		b = append(b, `,"Session":`...)
-		b = appendJSONString(b, e.Session)
+		b = appendJSONString(b, session)
 	}
 	return append(b, '}')
 }
@@ -51,22 +58,13 @@ func (e *kvEntry) appendJSON(b []byte) []byte {
 // object per read for the collector.
 func writeKVPair(w http.ResponseWriter, kv *lodestonepb.KeyValue) {
 	bp := answerBuffers.Get().(*[]byte)
-	b := append((*bp)[:0], `[{"LockIndex":`...)
-	b = strconv.AppendUint(b, kv.LockIndex, 10)
-	b = append(b, `,"Key":`...)
-	b = appendJSONString(b, kv.Key)
-	b = append(b, `,"Flags":`...)
-	b = strconv.AppendUint(b, kv.Flags, 10)
-	b = appendValue(b, kv.Value)
-	b = append(b, `,"CreateIndex":`...)
-	b = strconv.AppendUint(b, kv.CreateIndex, 10)
-	b = append(b, `,"ModifyIndex":`...)
-	b = strconv.AppendUint(b, kv.ModifyIndex, 10)
-	if kv.Session != "" {
-		b = append(b, `,"Session":`...)
-		b = appendJSONString(b, kv.Session)
+	value := kv.Value
+	if len(value) == 0 {
+		value = nil // null when empty, as toEntry
 	}
-	b = append(b, "}]\n"...)
+	b := append((*bp)[:0], '[')
+	b = appendKVObject(b, kv.LockIndex, kv.Key, kv.Flags, value, kv.CreateIndex, kv.ModifyIndex, kv.Session)
+	b = append(b, "]\n"...)
 	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(http.StatusOK)
 	// NB: the status line is out; a write error can only be a broken
@@ -84,18 +82,6 @@ func writeKVPair(w http.ResponseWriter, kv *lodestonepb.KeyValue) {
 const maxPooledAnswer = 16 << 10
 
 var answerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
-
-// appendValue appends a kvEntry's "Value" field, from its leading comma:
-// null when empty, as Consul.
-func appendValue(b, value []byte) []byte {
-	b = append(b, `,"Value":`...)
-	if len(value) == 0 {
-		return append(b, "null"...)
-	}
-	b = append(b, '"')
-	b = base64.StdEncoding.AppendEncode(b, value)
-	return append(b, '"')
-}
 
 // writeKVEntries answers with entries as writeJSON would.
 func writeKVEntries(w http.ResponseWriter, entries []kvEntry) {
