@@ -116,6 +116,14 @@ type Config struct {
 	// (it must also have been heard from within a few heartbeats).
 	// Default 64 entries.
 	AutoPromoteLag uint64
+	// ReadyApplyLag is how far this member's applied index may trail the
+	// commit index it knows while it stays ready (Ready, /readyz), once it
+	// has first caught up. A member applies each entry just after it
+	// commits, so under writes a gap of a few entries is normal; without
+	// this slack a busy member's readiness would flap. Before its first
+	// catch-up a member is ready only once it has applied the commit
+	// index it knew when it first saw a leader. Default 1000 entries.
+	ReadyApplyLag uint64
 
 	// MaxBatchProposals caps how many proposals share one Ready (and so one
 	// fsync). Default 1024.
@@ -320,6 +328,7 @@ func DefaultConfig() Config {
 		RaftLogCacheBytes:           raftlog.DefaultCacheBytes,
 		CatchUpEntries:              5000,
 		AutoPromoteLag:              64,
+		ReadyApplyLag:               1000,
 		MaxBatchProposals:           1024,
 		MaxRequestBytes:             4 << 20,
 		MaxConnections:              10000,

@@ -33,6 +33,7 @@ type core struct {
 	authz          *authz // authz.go
 	holdMetrics    *holdMetrics
 	stable         stableSince // consulops.go: members' health changes
+	applyGate      applyGate   // http.go: the applied-index half of Ready
 
 	peerAddr, grpcAddr, httpAddr string // as bound
 	advertiseGRPC, advertiseHTTP string // as published for clients (advertise.go)

@@ -10,7 +10,7 @@
 // a raftnode.Node to a peer.Transport and serves both; it reaches the
 // Raft loop only through the raftnode face, and the peer port only
 // through peer.Port. Server.Ready is the one readiness rule (a leader
-// known, every committed entry applied): /readyz answers with it, and so
+// known, what was committed applied): /readyz answers with it, and so
 // does the systemd readiness notice of cmd/lodestone.
 //
 // # Requests

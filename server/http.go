@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -56,8 +57,9 @@ var (
 
 // Ready is the one rule for whether this member takes client traffic,
 // which /readyz and a service manager's readiness notice both follow: nil
-// once its Raft loop runs, a leader is known and it has applied every
-// entry it knows committed; otherwise ErrRaftStopped, ErrNoLeader or
+// once its Raft loop runs, a leader is known and it has applied what was
+// committed when it first saw a leader, and since then trails the commit
+// index by at most Config.ReadyApplyLag entries (applyGate); otherwise ErrRaftStopped, ErrNoLeader or
 // ErrApplying.
 func (s *Server) Ready() error {
 	_, _, err := s.readiness()
@@ -84,10 +86,39 @@ func (s *core) readiness() (st raftnode.Status, applied uint64, err error) {
 		err = ErrRaftStopped
 	case st.Lead == 0:
 		err = ErrNoLeader
-	case applied < st.Commit:
+	case !s.applyGate.caughtUp(st.Commit, applied, s.cfg.ReadyApplyLag):
 		err = ErrApplying
 	}
 	return st, applied, err
+}
+
+// applyGate decides whether a member with a leader has applied enough to
+// be ready. A member applies each entry just after it commits, so under
+// writes applied trails commit by a few entries at any instant; asking
+// for applied == commit made a busy member's readiness flap. The gate
+// asks instead for the commit index known when a leader was first seen
+// (so a restarted member serves only once it holds what was acknowledged
+// before), and from then on for applied within lag of commit.
+type applyGate struct {
+	mu     sync.Mutex
+	target uint64 // the first commit index seen with a leader
+	set    bool   // target is set
+	caught bool   // applied has reached target
+}
+
+func (g *applyGate) caughtUp(commit, applied, lag uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.caught {
+		if !g.set {
+			g.target, g.set = commit, true
+		}
+		if applied < g.target {
+			return false
+		}
+		g.caught = true
+	}
+	return applied+lag >= commit
 }
 
 // routeFaults serves the fault hooks when Config.Faults is set:

@@ -1,11 +1,17 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
 
 // TestReadyFollowsTheQuorum: Ready and /readyz say the same, ready with
@@ -43,5 +49,68 @@ func TestReadyFollowsTheQuorum(t *testing.T) {
 	}
 	if err := s.Healthy(); err != nil {
 		t.Errorf("Healthy = %v, want nil while the Raft loop runs", err)
+	}
+}
+
+// TestReadyHoldsUnderWrites: a member applies each entry just after it
+// commits, so under writes applied trails commit at most instants. Ready
+// must not flap then: with the old rule (applied == commit) the leader
+// read ErrApplying in the gaps between commit and apply.
+func TestReadyHoldsUnderWrites(t *testing.T) {
+	c := newTestCluster(t, 3)
+	lead := c.waitLeader()
+	s := c.servers[lead]
+	waitFor(t, 5*time.Second, func() bool { return s.Ready() == nil })
+	kv := c.kv(lead)
+	ctx, cancel := context.WithCancel(context.Background())
+	var writers sync.WaitGroup
+	var puts atomic.Int64
+	for w := range 16 {
+		writers.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				_, err := kv.Put(ctx, &lodestonepb.PutRequest{Key: []byte(fmt.Sprintf("ready/%d/%d", w, i)), Value: []byte("v")})
+				if err == nil {
+					puts.Add(1)
+				}
+			}
+		})
+	}
+	var checks, notReady int
+	var last error
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) || puts.Load() < 200; checks++ {
+		if err := s.Ready(); err != nil {
+			notReady, last = notReady+1, err
+		}
+	}
+	cancel()
+	writers.Wait()
+	if notReady > 0 {
+		t.Errorf("leader under %d puts: not ready in %d of %d checks (last: %v)", puts.Load(), notReady, checks, last)
+	}
+}
+
+// TestApplyGate: before its first catch-up a member waits for the commit
+// index it first saw; afterwards it tolerates a gap of up to lag entries.
+func TestApplyGate(t *testing.T) {
+	var g applyGate
+	steps := []struct {
+		commit, applied uint64
+		want            bool
+	}{
+		{100, 10, false},  // restarted: 90 entries to apply; target is 100
+		{150, 99, false},  // the target stays the first commit seen
+		{160, 100, true},  // target reached: 60 behind is within the lag
+		{160, 159, true},  // the usual gap under writes
+		{300, 199, false}, // fell more than lag (100) behind
+		{300, 200, true},
+	}
+	for i, st := range steps {
+		if got := g.caughtUp(st.commit, st.applied, 100); got != st.want {
+			t.Errorf("step %d: caughtUp(commit %d, applied %d) = %v, want %v", i, st.commit, st.applied, got, st.want)
+		}
+	}
+	var strict applyGate
+	if strict.caughtUp(5, 4, 0) || !strict.caughtUp(5, 5, 0) || strict.caughtUp(6, 5, 0) {
+		t.Error("lag 0 must ask for every committed entry applied")
 	}
 }

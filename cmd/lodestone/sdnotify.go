@@ -20,8 +20,8 @@ import (
 //
 //   - STATUS= while it waits ("waiting for a leader") and once it serves;
 //   - READY=1 once its Ready holds, as /readyz says: for a server, its
-//     ports serve, a leader is known and it has applied what is
-//     committed; for a gateway, it has a routing table;
+//     ports serve, a leader is known and it has caught up applying
+//     what is committed; for a gateway, it has a routing table;
 //   - RELOADING=1, then READY=1, around a reload (SIGHUP) once ready;
 //   - STOPPING=1 when shutdown begins;
 //   - WATCHDOG=1 every half $WATCHDOG_USEC while Healthy holds (a
