@@ -104,10 +104,10 @@ func TestAdminTokenGuardsTheUI(t *testing.T) {
 	n, _ := io.ReadAtLeast(resp.Body, b, 1)
 	for !strings.Contains(string(b[:n]), "event: stop") && n < len(b) {
 		m, err := resp.Body.Read(b[n:])
+		n += m // NB: the last bytes may come with io.EOF
 		if err != nil {
 			break
 		}
-		n += m
 	}
 	resp.Body.Close()
 	if !strings.Contains(string(b[:n]), "event: stop") {
