@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -27,6 +28,7 @@ type serverOptions struct {
 	faultHooks     bool
 	faultDiskDelay time.Duration
 	heapFloorMiB   int
+	minProcs       int
 	aclDefault     string
 	dns            dnsOptions
 }
@@ -75,6 +77,7 @@ re-reads them and applies what can change live (docs/configuration.md).`,
 	f.StringVar(&o.cfg.ClusterToken, "cluster-token", "", "with --initial-cluster, makes a new cluster's id unique: give every founding member the same token, and each cluster its own (a one-member cluster without one gets a random id)")
 	f.Int64Var(&o.cfg.MaxPeerSnapshotBytes, "max-peer-snapshot-bytes", o.cfg.MaxPeerSnapshotBytes, "largest snapshot a peer may stream to this member (held in memory to be checked); raise it above the state's snapshot size")
 	f.IntVar(&o.cfg.MaxPeerSnapshotChunks, "max-peer-snapshot-chunks", o.cfg.MaxPeerSnapshotChunks, "most chunks (1 MiB each from a sender) one peer snapshot stream may have")
+	f.IntVar(&o.minProcs, "min-procs", minProcsDefault, "run Go with at least this many Ps (GOMAXPROCS) when the CPU set or quota gives it fewer, so a log fsync in progress never stalls the whole process (0: Go's choice; a GOMAXPROCS in the environment wins)")
 	f.IntVar(&o.heapFloorMiB, "gc-heap-floor-mib", 512, "let the Go heap grow to this many MiB before a garbage collection, however small the live heap (0: GOGC alone); fewer GC cycles stall fewer writes")
 	addTuningFlags(cmd, &o.cfg)
 	addHoldFlag(cmd, &o.cfg.RPCHoldTimeout)
@@ -215,6 +218,7 @@ func runServer(ctx context.Context, src serverSource, stderr io.Writer) error {
 	}
 	cfg := r.cfg
 	cfg.Logger = logger
+	raiseProcs(r.opts.minProcs, os.Getenv("GOMAXPROCS"), logger)
 	if mib := r.opts.heapFloorMiB; mib > 0 {
 		defer heapfloor.Start(uint64(mib) << 20)()
 		logger.Info("garbage collection waits for a heap floor", "floor_mib", mib)

@@ -105,6 +105,9 @@ func (o *serverOptions) serverConfig(getenv func(string) string) (server.Config,
 	if len(cfg.InitialCluster) == 0 && !cfg.Join {
 		cfg.InitialCluster = map[string]string{cfg.Name: cmp.Or(cfg.AdvertisePeer, cfg.ListenPeer)}
 	}
+	if err := checkMinProcs(o.minProcs); err != nil {
+		errs = append(errs, err)
+	}
 	if o.heapFloorMiB < 0 {
 		errs = append(errs, fmt.Errorf("--gc-heap-floor-mib %d: use 0 (off) or a size in MiB", o.heapFloorMiB))
 	}
