@@ -217,24 +217,21 @@ func (l *Log) journalPending() bool {
 // pending in the epoch afterwards (from pendFrom to last) stay within the
 // checkpoint bounds and a quarter of the cache. With the epoch being folded
 // bounded the same way, every entry raft.db lacks is still served from
-// memory. The caller holds wmu.
-func (l *Log) journalFits(pendFrom, last uint64, dataBytes int64, r *journalRecord) bool {
+// memory. While the previous epoch is being folded, an epoch past the
+// checkpoint bounds still takes the Save up to a quarter of the cache
+// (deferred): switching would wait for that fold, a bbolt commit on the
+// write path, and the next fold is the larger for it instead. The caller
+// holds wmu.
+func (l *Log) journalFits(pendFrom, last uint64, dataBytes int64, r *journalRecord) (fits, deferred bool) {
 	if l.jr == nil || l.cache.maxEntries <= 0 || !l.jr.fits(r.payloadLen()) {
-		return false
+		return false, false
 	}
-	return l.epochBounds(pendFrom, last, l.pendBytes+dataBytes)
-}
-
-// journalHolds reports whether a Save can go to the journal's current
-// epoch past the checkpoint bounds, while the previous epoch is being
-// folded: the record fits in the epoch's slot and the epoch's entries stay
-// within a quarter of the cache, which keeps every entry raft.db lacks in
-// memory, as journalFits does. The caller holds wmu.
-func (l *Log) journalHolds(pendFrom, last uint64, dataBytes int64, r *journalRecord) bool {
-	if l.jr == nil || l.cache.maxEntries <= 0 || !l.jr.fits(r.payloadLen()) {
-		return false
+	pending := l.pendBytes + dataBytes
+	if l.epochBounds(pendFrom, last, pending) {
+		return true, false
 	}
-	return withinBounds(pendFrom, last, l.pendBytes+dataBytes, l.cache.maxEntries/4, l.cache.maxBytes/4)
+	deferred = l.folding != nil && withinBounds(pendFrom, last, pending, l.cache.maxEntries/4, l.cache.maxBytes/4)
+	return deferred, deferred
 }
 
 // epochFits reports whether a Save fits an empty epoch: the same bounds as

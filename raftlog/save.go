@@ -116,14 +116,11 @@ func (l *Log) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 	if err := l.reapFoldLocked(false, false); err != nil {
 		return err
 	}
-	fits := l.journalFits(pendFrom, newLast, dataBytes, &rec)
-	if !fits && l.folding != nil && l.journalHolds(pendFrom, newLast, dataBytes, &rec) {
-		// NB: the epoch is due, but the previous fold still runs, and
-		// switching now would wait for it: a whole bbolt commit on the
-		// write path. The epoch grows instead (the next fold is the larger
-		// for it), and the first Save after the fold switches.
+	fits, deferred := l.journalFits(pendFrom, newLast, dataBytes, &rec)
+	if deferred {
+		// NB: the epoch is due, but the previous fold still runs; the
+		// first Save after it switches.
 		l.checkpointDeferrals.Add(1)
-		fits = true
 	}
 	if !fits && l.epochFits(ents, dataBytes, &rec) {
 		// The epoch is due for a checkpoint: fold it in the background and
