@@ -84,3 +84,40 @@ func originResponse(req originRequest, small, big *[2][]byte) []byte {
 	}
 	return resp[0]
 }
+
+// originStream is the parse state of one connection's input buffer:
+// in[r:w] is read and not parsed, and skip request body bytes are still
+// to discard. Both origin loops (origin_net.go, origin_epoll.go) use it.
+type originStream struct {
+	r, w, skip int
+}
+
+// room makes space at the end of in for the next read, moving what is
+// unparsed to the front; false when a header fills the whole buffer.
+func (s *originStream) room(in []byte) bool {
+	if s.r == s.w {
+		s.r, s.w = 0, 0
+	} else if s.w == len(in) {
+		s.w = copy(in, in[s.r:s.w])
+		s.r = 0
+	}
+	return s.w < len(in)
+}
+
+// next consumes the next whole request in in[s.r:s.w] and returns its
+// response, and whether it asked to close; ok is false while none is
+// whole yet.
+func (s *originStream) next(in []byte, small, big *[2][]byte) (resp []byte, closing, ok bool) {
+	d := min(s.skip, s.w-s.r)
+	s.r, s.skip = s.r+d, s.skip-d
+	if s.skip > 0 {
+		return nil, false, false
+	}
+	req, ok := parseOriginRequest(in[s.r:s.w])
+	if !ok {
+		return nil, false, false
+	}
+	s.r += req.size
+	s.skip = req.body
+	return originResponse(req, small, big), req.closing, true
+}

@@ -102,9 +102,8 @@ type originLoop struct {
 type originConn struct {
 	fd      int
 	in      []byte
-	r, w    int      // in[r:w] is read and not parsed
-	skip    int      // request body bytes still to discard
-	out     [][]byte // responses to send: out[head] from sent on, then the rest
+	stream  originStream // what of in is parsed
+	out     [][]byte     // responses to send: out[head] from sent on, then the rest
 	head    int
 	sent    int
 	writing bool // waiting for EPOLLOUT
@@ -169,17 +168,11 @@ func (l *originLoop) event(fd int) {
 		l.serve(c) // requests that came meanwhile
 		return
 	}
-	if c.r == c.w {
-		c.r, c.w = 0, 0
-	} else if c.w == len(c.in) {
-		c.w = copy(c.in, c.in[c.r:c.w])
-		c.r = 0
-	}
-	if c.w == len(c.in) {
+	if !c.stream.room(c.in) {
 		l.close(c) // a header longer than the buffer
 		return
 	}
-	p := c.in[c.w:]
+	p := c.in[c.stream.w:]
 	n, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), 0, 0, 0)
 	switch {
 	case e == unix.EAGAIN || e == unix.EINTR:
@@ -188,7 +181,7 @@ func (l *originLoop) event(fd int) {
 		l.close(c)
 		return
 	}
-	c.w += int(n)
+	c.stream.w += int(n)
 	l.serve(c)
 }
 
@@ -196,19 +189,12 @@ func (l *originLoop) event(fd int) {
 // the answers; when they do not all fit in the socket, c waits for room.
 func (l *originLoop) serve(c *originConn) {
 	for !c.closing {
-		d := min(c.skip, c.w-c.r)
-		c.r, c.skip = c.r+d, c.skip-d
-		if c.skip > 0 {
-			break
-		}
-		req, ok := parseOriginRequest(c.in[c.r:c.w])
+		resp, closing, ok := c.stream.next(c.in, &l.small, &l.big)
 		if !ok {
 			break
 		}
-		c.r += req.size
-		c.skip = req.body
-		c.closing = req.closing
-		c.out = append(c.out, originResponse(req, &l.small, &l.big))
+		c.closing = closing
+		c.out = append(c.out, resp)
 	}
 	if !c.flush() {
 		l.close(c)

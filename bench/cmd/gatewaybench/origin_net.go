@@ -36,34 +36,24 @@ func serveOrigin(ctx context.Context, addr string, size int) error {
 func serveOriginConn(c net.Conn, small, big *[2][]byte) {
 	defer c.Close()
 	buf := make([]byte, 16<<10)
-	r, w, skip := 0, 0, 0
+	var s originStream
 	for {
-		if r == w {
-			r, w = 0, 0
-		} else if w == len(buf) {
-			w = copy(buf, buf[r:w])
-			r = 0
-		}
-		if w == len(buf) {
+		if !s.room(buf) {
 			return // a header longer than the buffer
 		}
-		n, err := c.Read(buf[w:])
+		n, err := c.Read(buf[s.w:])
 		if err != nil {
 			return
 		}
-		w += n
+		s.w += n
 		var out []byte
 		for {
-			d := min(skip, w-r)
-			r, skip = r+d, skip-d
-			req, ok := parseOriginRequest(buf[r:w])
-			if skip > 0 || !ok {
+			resp, closing, ok := s.next(buf, small, big)
+			if !ok {
 				break
 			}
-			r += req.size
-			skip = req.body
-			out = append(out, originResponse(req, small, big)...)
-			if req.closing {
+			out = append(out, resp...)
+			if closing {
 				c.Write(out)
 				return
 			}
