@@ -63,6 +63,7 @@ func TestReadyHoldsUnderWrites(t *testing.T) {
 	waitFor(t, 5*time.Second, func() bool { return s.Ready() == nil })
 	kv := c.kv(lead)
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // NB: ends the writers if the test fails early
 	var writers sync.WaitGroup
 	var puts atomic.Int64
 	for w := range 16 {
@@ -77,7 +78,11 @@ func TestReadyHoldsUnderWrites(t *testing.T) {
 	}
 	var checks, notReady int
 	var last error
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) || puts.Load() < 200; checks++ {
+	start := time.Now()
+	for ; time.Since(start) < 2*time.Second || puts.Load() < 200; checks++ {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("only %d puts in 30s", puts.Load())
+		}
 		if err := s.Ready(); err != nil {
 			notReady, last = notReady+1, err
 		}
