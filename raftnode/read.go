@@ -157,11 +157,10 @@ func (n *Node) expireReads() {
 // failReads fails every read in flight or waiting for a round. A read
 // that joins after it sees the loop stopped (doneC).
 func (n *Node) failReads(err error) {
-	for i, r := range n.confirmed {
-		r.answer(0, err)
-		n.confirmed[i] = nil
+	for _, r := range n.confirmed {
+		r.index, r.err = 0, err
 	}
-	n.confirmed = n.confirmed[:0]
+	n.answerReads()
 	for seq, r := range n.pendingReads {
 		r.answer(0, err)
 		delete(n.pendingReads, seq)
