@@ -313,13 +313,7 @@ const (
 const metricTimeout = 30 * time.Second
 
 // metricsURLs are the members' /metrics, in process order.
-func (c *cluster) metricsURLs() []string {
-	urls := make([]string, len(c.https))
-	for i, base := range c.https {
-		urls[i] = base + "/metrics"
-	}
-	return urls
-}
+func (c *cluster) metricsURLs() []string { return harness.MetricsURLs(c.https) }
 
 // metricValue reads one metric from the server at base.
 func metricValue(ctx context.Context, base, metric string) (float64, error) {

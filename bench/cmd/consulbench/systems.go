@@ -36,13 +36,7 @@ func (c *cluster) roles() []string { return harness.Roles(len(c.procs), c.leader
 
 // metricsURLs are the members' /metrics (Consul's answer there is not
 // Prometheus text: counts read from it come out empty).
-func (c *cluster) metricsURLs() []string {
-	urls := make([]string, len(c.https))
-	for i, base := range c.https {
-		urls[i] = base + "/metrics"
-	}
-	return urls
-}
+func (c *cluster) metricsURLs() []string { return harness.MetricsURLs(c.https) }
 
 // cpuTime is the user+system CPU time all servers have used so far.
 func (c *cluster) cpuTime() time.Duration {

@@ -136,3 +136,13 @@ func startCount(ctx context.Context, urls, roles []string, count func(map[string
 		return strings.Join(parts, ",")
 	}
 }
+
+// MetricsURLs returns each server's /metrics URL, from its base URL
+// (http://host:port), in the same order.
+func MetricsURLs(bases []string) []string {
+	urls := make([]string, len(bases))
+	for i, base := range bases {
+		urls[i] = base + "/metrics"
+	}
+	return urls
+}
