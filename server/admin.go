@@ -86,8 +86,8 @@ func (a *adminService) SetAdmission(ctx context.Context, req *lodestonepb.SetAdm
 	if r := p.GetRampPercentPerMin(); r < 0 || r > 100 || math.IsNaN(r) {
 		return nil, status.Errorf(codes.InvalidArgument, "ramp %v%%/min: want 0 (no ramp) to 100", r)
 	}
-	if p.GetEnabled() && p.GetReads() == 0 && p.GetWrites() == 0 && p.GetWatches() == 0 {
-		return nil, status.Error(codes.InvalidArgument, "an enabled policy needs a limit for reads, writes or watches")
+	if p.GetEnabled() && p.GetReads() == 0 && p.GetWrites() == 0 && p.GetWatches() == 0 && p.GetConnections() == 0 {
+		return nil, status.Error(codes.InvalidArgument, "an enabled policy needs a limit for reads, writes, watches or connections")
 	}
 	now := time.Now().UnixNano()
 	p.SetUnixNano = now

@@ -37,6 +37,15 @@ import (
 // RESOURCE_EXHAUSTED with a RetryInfo, HTTP 429 with Retry-After. The
 // Admin, Cluster and Peer services, /metrics, /healthz, /readyz and
 // /debug/ are never gated, so operators can always see and steer.
+//
+// New client gRPC connections are paced, not refused (acceptWait): when
+// every server restarts at once, each of thousands of clients opens a
+// connection in the same second, and their TLS handshakes and HTTP/2
+// setup took more than the servers' shared CPU for most of a second,
+// delaying the commits that let the cluster serve again. A refused
+// connection would come straight back; a paced one waits in the listen
+// backlog, costing nothing until its turn. The HTTP listener is not paced:
+// /metrics and the health endpoints share it.
 
 // Request classes.
 const (
@@ -63,13 +72,16 @@ type admission struct {
 
 	mu      sync.Mutex
 	buckets [numClasses]bucket
+	conns   bucket // new client gRPC connections (acceptWait)
 
 	// maxHint is the longest retry hint a refusal carries.
 	maxHint time.Duration
 
-	rejected *prometheus.CounterVec
-	capped   *prometheus.CounterVec
-	limit    *prometheus.GaugeVec
+	rejected      *prometheus.CounterVec
+	capped        *prometheus.CounterVec
+	limit         *prometheus.GaugeVec
+	acceptWaits   prometheus.Counter // accepts the connection rate delayed
+	acceptWaitFor prometheus.Counter // seconds they waited, summed
 }
 
 type cachedPolicy struct {
@@ -113,17 +125,29 @@ func newAdmission(st *store.Store, reg prometheus.Registerer, maxHint time.Durat
 		}, []string{"class"}),
 		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "lodestone", Name: "admission_limit_per_second",
-			Help: "Requests per second this server admits now, by class, ramp applied; 0 when the class is not gated.",
+			Help: "Requests (class connection: new client gRPC connections) per second this server admits now, by class, ramp applied; 0 when the class is not gated.",
 		}, []string{"class"}),
+		acceptWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "admission_accept_waits_total",
+			Help: "Accepts of client gRPC connections the admission policy's connection rate delayed (new connections wait in the listen backlog meanwhile).",
+		}),
+		acceptWaitFor: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "lodestone", Name: "admission_accept_wait_seconds_total",
+			Help: "Time the client gRPC listener spent waiting for the admission policy's connection rate.",
+		}),
 	}
 	for _, c := range classNames {
 		a.rejected.WithLabelValues(c)
 		a.capped.WithLabelValues(c)
 		a.limit.WithLabelValues(c)
 	}
-	reg.MustRegister(a.rejected, a.capped, a.limit)
+	a.limit.WithLabelValues(connectionClass)
+	reg.MustRegister(a.rejected, a.capped, a.limit, a.acceptWaits, a.acceptWaitFor)
 	return a
 }
+
+// connectionClass labels the connection rate in admission_limit_per_second.
+const connectionClass = "connection"
 
 // policy returns the policy in force (nil: none), re-reading the store at
 // most every admissionRefresh.
@@ -139,6 +163,7 @@ func (a *admission) policy(now time.Time) *lodestonepb.AdmissionPolicy {
 	for c := range numClasses {
 		a.limit.WithLabelValues(classNames[c]).Set(a.classRate(p, c, now))
 	}
+	a.limit.WithLabelValues(connectionClass).Set(a.rampedRate(p, p.GetConnections(), now))
 	return p
 }
 
@@ -162,8 +187,12 @@ func (a *admission) classRate(p *lodestonepb.AdmissionPolicy, c int, now time.Ti
 	if p == nil {
 		return 0
 	}
-	limit := [numClasses]uint64{p.GetReads(), p.GetWrites(), p.GetWatches()}[c]
-	if limit == 0 {
+	return a.rampedRate(p, [numClasses]uint64{p.GetReads(), p.GetWrites(), p.GetWatches()}[c], now)
+}
+
+// rampedRate is limit with p's ramp applied now; 0 means not gated.
+func (a *admission) rampedRate(p *lodestonepb.AdmissionPolicy, limit uint64, now time.Time) float64 {
+	if p == nil || limit == 0 {
 		return 0
 	}
 	return math.Max(float64(limit)*rampFraction(p, a.started, now), 1)
@@ -179,14 +208,7 @@ func (a *admission) admit(c int) (bool, time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	b := &a.buckets[c]
-	if b.last.IsZero() {
-		b.tokens = rate
-	} else {
-		b.tokens = math.Min(rate, b.tokens+now.Sub(b.last).Seconds()*rate)
-	}
-	b.last = now
-	if b.tokens >= 1 {
-		b.tokens--
+	if b.take(now, rate) {
 		return true, 0
 	}
 	a.rejected.WithLabelValues(classNames[c]).Inc()
@@ -195,6 +217,21 @@ func (a *admission) admit(c int) (bool, time.Duration) {
 		a.capped.WithLabelValues(classNames[c]).Inc()
 	}
 	return false, wait
+}
+
+// take refills b at rate up to now and takes a token if one is there.
+func (b *bucket) take(now time.Time, rate float64) bool {
+	if b.last.IsZero() {
+		b.tokens = rate
+	} else {
+		b.tokens = math.Min(rate, b.tokens+now.Sub(b.last).Seconds()*rate)
+	}
+	b.last = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return true
+	}
+	return false
 }
 
 // book gives a refused request the next free slot: the next token if
@@ -306,4 +343,50 @@ func (a *admission) http(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// acceptWait is how long the client gRPC listener must wait before it
+// accepts the next connection to keep to the policy's connection rate:
+// 0 takes a token (or the rate is not gated); otherwise wait that long and
+// ask again.
+func (a *admission) acceptWait() time.Duration {
+	now := a.now()
+	p := a.policy(now)
+	rate := a.rampedRate(p, p.GetConnections(), now)
+	if rate == 0 {
+		return 0
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.conns.take(now, rate) {
+		return 0
+	}
+	return time.Duration((1 - a.conns.tokens) / rate * float64(time.Second))
+}
+
+// paceAccept waits until the policy's connection rate lets the listener
+// accept one more connection; false if done closed first. The connections
+// waiting meanwhile sit in the kernel's listen backlog.
+func (a *admission) paceAccept(done <-chan struct{}) bool {
+	var waited time.Duration
+	defer func() {
+		if waited > 0 {
+			a.acceptWaits.Inc()
+			a.acceptWaitFor.Add(waited.Seconds())
+		}
+	}()
+	for {
+		d := a.acceptWait()
+		if d <= 0 {
+			return true
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+			waited += d
+		case <-done:
+			t.Stop()
+			return false
+		}
+	}
 }

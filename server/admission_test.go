@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -355,4 +356,116 @@ func retryHintOf(err error) time.Duration {
 		}
 	}
 	return 0
+}
+
+// TestAdmissionAcceptWait steps a fake clock through the connection rate:
+// a second's worth of accepts at once, then one per 1/rate, ramped like
+// the request classes.
+func TestAdmissionAcceptWait(t *testing.T) {
+	st := store.New()
+	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint)
+	clock := time.Unix(1000, 0)
+	a.now = func() time.Time { return clock }
+	a.started = clock.Add(-time.Hour)
+	accepted := func(n int) int {
+		ok := 0
+		for range n {
+			if a.acceptWait() == 0 {
+				ok++
+			}
+		}
+		return ok
+	}
+	if got := accepted(1000); got != 1000 {
+		t.Fatalf("no policy: %d of 1000 accepted at once, want all", got)
+	}
+	storePolicy(t, st, 1, &lodestonepb.AdmissionPolicy{Enabled: true, Reads: 5, SetUnixNano: clock.UnixNano()})
+	if got := accepted(1000); got != 1000 {
+		t.Fatalf("a policy without a connection rate: %d of 1000 accepted at once, want all", got)
+	}
+	storePolicy(t, st, 2, &lodestonepb.AdmissionPolicy{Enabled: true, Connections: 200, RampPercentPerMin: 10, SetUnixNano: clock.UnixNano()})
+	if got, want := accepted(100), 20; got != want {
+		t.Errorf("ramp at 10%% of 200/s: %d accepted at once, want %d", got, want)
+	}
+	if wait := a.acceptWait(); wait < 49*time.Millisecond || wait > 51*time.Millisecond {
+		t.Errorf("empty bucket at 20/s: wait %v, want 50ms", wait)
+	}
+	clock = clock.Add(50 * time.Millisecond)
+	if got, want := accepted(5), 1; got != want {
+		t.Errorf("50ms later at 20/s: %d accepted, want %d", got, want)
+	}
+	clock = clock.Add(time.Hour)
+	if got, want := accepted(1000), 200; got != want {
+		t.Errorf("ramp complete: %d accepted at once, want %d (a second of the full rate)", got, want)
+	}
+	if got := testutil.ToFloat64(a.limit.WithLabelValues(connectionClass)); got != 200 {
+		t.Errorf("admission_limit_per_second{class=connection} = %v, want 200", got)
+	}
+}
+
+// TestConnectionRatePacesAccepts dials a burst of real TCP connections at
+// a listener paced to 20 a second: a second's worth is accepted at once,
+// the rest wait in the backlog and come in one per 50ms, none refused;
+// closing the listener ends a paced wait.
+func TestConnectionRatePacesAccepts(t *testing.T) {
+	st := store.New()
+	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint)
+	storePolicy(t, st, 1, &lodestonepb.AdmissionPolicy{Enabled: true, Connections: 20, SetUnixNano: time.Now().UnixNano()})
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newConnLimit(inner, 100, prometheus.NewCounter(prometheus.CounterOpts{Name: "refused"}))
+	l.pace = a.paceAccept
+	defer l.Close()
+
+	const n = 30
+	var dialed []net.Conn
+	defer func() {
+		for _, c := range dialed {
+			c.Close()
+		}
+	}()
+	for range n {
+		c, err := net.Dial("tcp", inner.Addr().String())
+		if err != nil {
+			t.Fatalf("dial: %v (the backlog should hold a burst of %d)", err, n)
+		}
+		dialed = append(dialed, c)
+	}
+	start := time.Now()
+	var last time.Duration
+	for i := range n {
+		c, err := l.Accept()
+		if err != nil {
+			t.Fatalf("accept %d: %v", i, err)
+		}
+		defer c.Close()
+		last = time.Since(start)
+	}
+	// 10 over a second's worth, at 20/s: at least 500ms less the first
+	// token's refill.
+	if last < 450*time.Millisecond {
+		t.Errorf("%d connections at 20/s were all accepted within %v; want the last 10 paced over about 500ms", n, last)
+	}
+	if got := testutil.ToFloat64(a.acceptWaits); got < 9 {
+		t.Errorf("admission_accept_waits_total = %v, want at least 9", got)
+	}
+	t.Logf("%d connections at 20/s accepted in %v", n, last.Round(time.Millisecond))
+
+	// The bucket is empty now: the next accept waits, and Close ends it.
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Accept()
+		done <- err
+	}()
+	l.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Errorf("accept after close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a paced accept did not end when the listener closed")
+	}
 }

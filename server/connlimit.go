@@ -30,6 +30,9 @@ type connLimit struct {
 
 	caps    atomic.Pointer[clientCaps] // NB: swapped by Reload, read per accept
 	refused prometheus.Counter         // per-client refusals
+	// pace, if set, runs before each accept and waits for its turn
+	// (admission.paceAccept); false: the listener closed meanwhile.
+	pace func(done <-chan struct{}) bool
 	// byClient counts the open connections of each source IP not exempt
 	// at its accept, cap or no cap, so a cap set later counts from the
 	// truth.
@@ -64,6 +67,10 @@ func (l *connLimit) Accept() (net.Conn, error) {
 		select {
 		case l.slots <- struct{}{}:
 		case <-l.done:
+			return nil, net.ErrClosed
+		}
+		if l.pace != nil && !l.pace(l.done) {
+			<-l.slots
 			return nil, net.ErrClosed
 		}
 		c, err := l.Listener.Accept()

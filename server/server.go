@@ -275,6 +275,7 @@ func (s *Server) Start() {
 	def := DefaultConfig()
 	s.httpConns = newConnLimit(s.httpLis, positiveOr(s.cfg.MaxHTTPConnections, def.MaxHTTPConnections), s.metrics.refusedConns.WithLabelValues("http", "per_client"))
 	s.grpcConns = newConnLimit(s.grpcLis, positiveOr(s.cfg.MaxConnections, def.MaxConnections), s.metrics.refusedConns.WithLabelValues("grpc", "per_client"))
+	s.grpcConns.pace = s.adm.paceAccept
 	s.applyConnCaps(s.live())
 	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "lodestone_http_connections", Help: "Open connections on the HTTP listener (at most --max-http-connections).",

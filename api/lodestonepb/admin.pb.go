@@ -229,7 +229,11 @@ type AdmissionPolicy struct {
 	RampPercentPerMin float64 `protobuf:"fixed64,5,opt,name=ramp_percent_per_min,json=rampPercentPerMin,proto3" json:"ramp_percent_per_min,omitempty"`
 	// set_unix_nano is when the proposing server accepted the policy; the ramp
 	// is measured from it.
-	SetUnixNano   int64 `protobuf:"varint,6,opt,name=set_unix_nano,json=setUnixNano,proto3" json:"set_unix_nano,omitempty"`
+	SetUnixNano int64 `protobuf:"varint,6,opt,name=set_unix_nano,json=setUnixNano,proto3" json:"set_unix_nano,omitempty"`
+	// connections: new client gRPC connections accepted per second per
+	// server, ramped like the rest. Connections over it are not refused: they
+	// wait in the listen backlog, before their TLS handshake, until their turn.
+	Connections   uint64 `protobuf:"varint,7,opt,name=connections,proto3" json:"connections,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -302,6 +306,13 @@ func (x *AdmissionPolicy) GetRampPercentPerMin() float64 {
 func (x *AdmissionPolicy) GetSetUnixNano() int64 {
 	if x != nil {
 		return x.SetUnixNano
+	}
+	return 0
+}
+
+func (x *AdmissionPolicy) GetConnections() uint64 {
+	if x != nil {
+		return x.Connections
 	}
 	return 0
 }
@@ -507,14 +518,15 @@ const file_lodestone_v1_admin_proto_rawDesc = "" +
 	"\x12SavedSnapshotChunk\x129\n" +
 	"\x06header\x18\x01 \x01(\v2!.lodestone.v1.SavedSnapshotHeaderR\x06header\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\fR\x06sha256\"\xc8\x01\n" +
+	"\x06sha256\x18\x03 \x01(\fR\x06sha256\"\xea\x01\n" +
 	"\x0fAdmissionPolicy\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12\x14\n" +
 	"\x05reads\x18\x02 \x01(\x04R\x05reads\x12\x16\n" +
 	"\x06writes\x18\x03 \x01(\x04R\x06writes\x12\x18\n" +
 	"\awatches\x18\x04 \x01(\x04R\awatches\x12/\n" +
 	"\x14ramp_percent_per_min\x18\x05 \x01(\x01R\x11rampPercentPerMin\x12\"\n" +
-	"\rset_unix_nano\x18\x06 \x01(\x03R\vsetUnixNano\"L\n" +
+	"\rset_unix_nano\x18\x06 \x01(\x03R\vsetUnixNano\x12 \n" +
+	"\vconnections\x18\a \x01(\x04R\vconnections\"L\n" +
 	"\x13SetAdmissionRequest\x125\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1d.lodestone.v1.AdmissionPolicyR\x06policy\"c\n" +
 	"\x14SetAdmissionResponse\x125\n" +

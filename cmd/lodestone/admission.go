@@ -20,8 +20,9 @@ func newAdmissionCmd() *cobra.Command {
 		Long: `Admission control lets clients back in gradually after an outage. The policy
 is replicated, so every server enforces it: over a limit a request is refused
 at once with RESOURCE_EXHAUSTED (HTTP 429 on the Consul API) and a retry-after,
-which the Go client honours with jittered backoff. Admin, cluster, health and
-metrics endpoints are never limited.`,
+which the Go client honours with jittered backoff. A connection limit paces
+new client gRPC connections instead: they wait in the listen backlog for their
+turn. Admin, cluster, health and metrics requests are never limited.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: groupRunE,
 	}
@@ -30,18 +31,22 @@ metrics endpoints are never limited.`,
 }
 
 type admissionSetOptions struct {
-	Reads, Writes, Watches uint64
-	Ramp                   string
+	Reads, Writes, Watches, Connections uint64
+	Ramp                                string
 }
 
 func newAdmissionSetCmd() *cobra.Command {
 	var o admissionSetOptions
 	cmd := &cobra.Command{
-		Use:   "set [--reads R] [--writes W] [--watches C] [--ramp PERCENT/MIN]",
+		Use:   "set [--reads R] [--writes W] [--watches C] [--connections N] [--ramp PERCENT/MIN]",
 		Short: "Set per-server limits (requests per second; 0 leaves a class unlimited)",
 		Long: `Set replaces the admission policy. --reads and --writes are requests per second
 per server, --watches new watch streams (and blocking queries) per second per
-server; 0 leaves that class unlimited. With --ramp 10/min the limits start at
+server; 0 leaves that class unlimited. --connections paces new client gRPC
+connections per second per server: the ones over it are not refused but wait
+in the kernel's listen backlog, before their TLS handshake, so a fleet
+reconnecting at once does not crowd out the servers' commits (an operator's
+own connection waits its turn too). With --ramp 10/min the limits start at
 10% and rise by 10% each minute until they reach 100%; a server that restarts
 ramps up again from its own start.`,
 		Args: noArgs,
@@ -50,14 +55,14 @@ ramps up again from its own start.`,
 			if err != nil {
 				return err
 			}
-			if o.Reads == 0 && o.Writes == 0 && o.Watches == 0 {
-				return usagef(cmd, "give at least one of --reads, --writes, --watches (or use 'admission off')")
+			if o.Reads == 0 && o.Writes == 0 && o.Watches == 0 && o.Connections == 0 {
+				return usagef(cmd, "give at least one of --reads, --writes, --watches, --connections (or use 'admission off')")
 			}
 			ramp, err := parseRamp(o.Ramp)
 			if err != nil {
 				return usagef(cmd, "--ramp %q: %v", o.Ramp, err)
 			}
-			p := &lodestonepb.AdmissionPolicy{Enabled: true, Reads: o.Reads, Writes: o.Writes, Watches: o.Watches, RampPercentPerMin: ramp}
+			p := &lodestonepb.AdmissionPolicy{Enabled: true, Reads: o.Reads, Writes: o.Writes, Watches: o.Watches, Connections: o.Connections, RampPercentPerMin: ramp}
 			return setAdmission(cmd.Context(), co, p, cmd.OutOrStdout())
 		},
 	}
@@ -65,6 +70,7 @@ ramps up again from its own start.`,
 	f.Uint64Var(&o.Reads, "reads", 0, "reads per second per server (0: unlimited)")
 	f.Uint64Var(&o.Writes, "writes", 0, "writes per second per server (0: unlimited)")
 	f.Uint64Var(&o.Watches, "watches", 0, "new watch streams per second per server (0: unlimited)")
+	f.Uint64Var(&o.Connections, "connections", 0, "new client gRPC connections accepted per second per server; the rest wait (0: unlimited)")
 	f.StringVar(&o.Ramp, "ramp", "", "start at PERCENT of the limits and add PERCENT each minute, e.g. 10/min")
 	return cmd
 }
@@ -130,7 +136,7 @@ func newAdmissionShowCmd() *cobra.Command {
 				if output == outputJSON {
 					p := resp.GetPolicy()
 					return writeJSON(cmd.OutOrStdout(), map[string]any{
-						"enabled": p.GetEnabled(), "reads": p.GetReads(), "writes": p.GetWrites(), "watches": p.GetWatches(),
+						"enabled": p.GetEnabled(), "reads": p.GetReads(), "writes": p.GetWrites(), "watches": p.GetWatches(), "connections": p.GetConnections(),
 						"ramp_percent_per_min": p.GetRampPercentPerMin(), "current_percent": resp.GetCurrentPercent(),
 					})
 				}
@@ -155,7 +161,11 @@ func describePolicy(p *lodestonepb.AdmissionPolicy, current float64) string {
 		}
 		return fmt.Sprintf("%d/s", v)
 	}
-	s := fmt.Sprintf("admission control is on: reads %s, writes %s, watches %s per server", lim(p.GetReads()), lim(p.GetWrites()), lim(p.GetWatches()))
+	s := fmt.Sprintf("admission control is on: reads %s, writes %s, watches %s", lim(p.GetReads()), lim(p.GetWrites()), lim(p.GetWatches()))
+	if n := p.GetConnections(); n > 0 {
+		s += fmt.Sprintf(", new connections %d/s", n)
+	}
+	s += " per server"
 	if r := p.GetRampPercentPerMin(); r > 0 {
 		s += fmt.Sprintf(", ramping %g%%/min", r)
 		if current >= 0 {

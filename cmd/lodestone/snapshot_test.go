@@ -39,6 +39,7 @@ func TestAdmissionDescribe(t *testing.T) {
 		{&lodestonepb.AdmissionPolicy{}, -1, "admission control is off"},
 		{&lodestonepb.AdmissionPolicy{Enabled: true, Writes: 500}, -1, "admission control is on: reads unlimited, writes 500/s, watches unlimited per server"},
 		{&lodestonepb.AdmissionPolicy{Enabled: true, Reads: 2000, Writes: 500, Watches: 200, RampPercentPerMin: 10}, 30, "admission control is on: reads 2000/s, writes 500/s, watches 200/s per server, ramping 10%/min (now at 30%)"},
+		{&lodestonepb.AdmissionPolicy{Enabled: true, Connections: 400, RampPercentPerMin: 25}, -1, "admission control is on: reads unlimited, writes unlimited, watches unlimited, new connections 400/s per server, ramping 25%/min"},
 	} {
 		if got := describePolicy(tc.p, tc.current); got != tc.want {
 			t.Errorf("describePolicy = %q, want %q", got, tc.want)

@@ -65,6 +65,7 @@ type options struct {
 	interval               time.Duration
 	steady, settle         time.Duration
 	reads, writes, watches uint64
+	connections            uint64
 	ramp                   float64
 	mode                   string
 	limit                  time.Duration
@@ -93,6 +94,7 @@ func main() {
 	flag.Uint64Var(&o.reads, "reads", 3000, "admission limit: reads per second per server")
 	flag.Uint64Var(&o.writes, "writes", 400, "admission limit: writes per second per server")
 	flag.Uint64Var(&o.watches, "watches", 100, "admission limit: new watch streams per second per server")
+	flag.Uint64Var(&o.connections, "connections", 1400, "admission limit: new client connections accepted per second per server (0: unpaced)")
 	flag.Float64Var(&o.ramp, "ramp", 25, "admission ramp, percent per minute")
 	flag.StringVar(&o.mode, "mode", "both", "ramp, noramp or both")
 	flag.DurationVar(&o.limit, "limit", 5*time.Minute, "give up on full service after this long")
@@ -391,9 +393,19 @@ func drill(ctx context.Context, bin string, o options, ramp bool, rep int, log i
 		// NB: set before the outage: the policy is in the replicated state,
 		// and each restarted server ramps up again from its own start, so
 		// it holds the storm back from the first request on.
-		pol := &lodestonepb.AdmissionPolicy{Enabled: true, Reads: o.reads, Writes: o.writes, Watches: o.watches, RampPercentPerMin: o.ramp}
-		if _, err := admin.SetAdmission(ctx, pol); err != nil {
+		pol := &lodestonepb.AdmissionPolicy{Enabled: true, Reads: o.reads, Writes: o.writes, Watches: o.watches, Connections: o.connections, RampPercentPerMin: o.ramp}
+		set, err := admin.SetAdmission(ctx, pol)
+		if err != nil {
 			return res, fmt.Errorf("set admission: %w", err)
+		}
+		// An operator sets the policy ahead of an outage, not in its last
+		// millisecond: killed right after the commit, no member may have
+		// persisted that the policy's entry is committed, and the
+		// restarted servers would admit the storm until their new leader
+		// commits it again. So wait until every member applied a tick
+		// written after it.
+		if err := waitApplied(ctx, c, set.GetIndex(), &tickIndex, 30*time.Second); err != nil {
+			return res, fmt.Errorf("admission policy at index %d: %w", set.GetIndex(), err)
 		}
 	}
 	// The outage: every node dies at once; clients keep trying.

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -140,5 +141,28 @@ func waitIdle(ctx context.Context, c *cluster, limit time.Duration) (bool, error
 			return false, nil
 		}
 		prev = now
+	}
+}
+
+// waitApplied waits until every server has applied a tick written after
+// index: each then holds index as committed in its own state.
+func waitApplied(ctx context.Context, c *cluster, index uint64, tick *atomic.Uint64, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		if t := tick.Load(); t > index {
+			applied := true
+			for _, m := range c.scrapeAll() {
+				applied = applied && m[appliedIndex] >= float64(t)
+			}
+			if applied {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not applied by every server within %v", limit)
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
 	}
 }
