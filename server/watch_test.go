@@ -827,7 +827,7 @@ func TestWatchGroupedSlowReaderGetsEverything(t *testing.T) {
 // of the interval's rounds (a message per round on every stream of the
 // server).
 func TestWatchTimerProgressComesPerStream(t *testing.T) {
-	const interval = 320 * time.Millisecond // one round per 20 ms, past the 5 ms delivery grid
+	const interval = 320 * time.Millisecond // a stream's watches share one of the interval's rounds
 	c := newTestCluster(t, 1, func(cfg *Config) {
 		cfg.Watch.Shards = 1
 		cfg.Watch.ProgressInterval = interval
@@ -861,7 +861,7 @@ func TestWatchTimerProgressComesPerStream(t *testing.T) {
 	}
 	// One response per stream and interval; a second if an index came
 	// between the creates and split them by what they had heard. By
-	// watcher, the 20 watches took 16 rounds' responses.
+	// watcher, the 20 watches took a response each.
 	if responses > 3 {
 		t.Fatalf("the stream's %d quiet watches were told the index in %d responses, want them together", watches, responses)
 	}

@@ -20,7 +20,7 @@ type Ready struct {
 	// takes progress notifications (Watcher.slice), so the timer tells
 	// all of one consumer's quiet watchers in one round: one message on
 	// a gRPC stream per interval, not one per round. Immutable.
-	slice uint8
+	slice uint16
 }
 
 // readies numbers the Ready lists, to deal them out over the progress
@@ -29,7 +29,7 @@ var readies atomic.Uint32
 
 // NewReady returns an empty list.
 func NewReady() *Ready {
-	return &Ready{c: make(chan struct{}, 1), slice: uint8((readies.Add(1) - 1) % progressSlices)}
+	return &Ready{c: make(chan struct{}, 1), slice: uint16((readies.Add(1) - 1) % progressSlices)}
 }
 
 // C receives a value when the list became non-empty.

@@ -453,13 +453,29 @@ func (s *shard) tickListed(listed map[*Watcher]struct{}) {
 
 // progressSlices is how many slices a timer round is cut into: the hub's
 // timer fires every ProgressInterval/progressSlices and each firing
-// visits the watchers of one slice, so the notifications of 100k quiet
-// watchers go out as 16 small bursts per interval instead of one large
-// one. A watcher's slice is its Ready list's (Watcher.slice): sliced by
-// watcher id, every firing told a few watchers of every gRPC stream, so
-// every stream sent a message per firing; sliced by stream, a stream
-// sends one per interval.
-const progressSlices = 16
+// visits the watchers of one slice, so the notifications of quiet
+// watchers go out as many small bursts per interval instead of one large
+// one. Events woken behind a burst wait for it, so a burst must stay
+// small at a million watchers: a sixteenth of them per firing set the
+// delivery-lag tail there. A watcher's slice is its Ready list's
+// (Watcher.slice): sliced by watcher id, every firing told a few
+// watchers of every gRPC stream, so every stream sent a message per
+// firing; sliced by stream, a stream sends one per interval.
+const progressSlices = 256
+
+// sliceSet is a set of progress slices.
+type sliceSet [progressSlices / 64]uint64
+
+func (m *sliceSet) add(i uint64)      { m[i/64] |= 1 << (i % 64) }
+func (m *sliceSet) has(i uint64) bool { return m[i/64]&(1<<(i%64)) != 0 }
+
+// allSlices holds every slice.
+var allSlices = func() (m sliceSet) {
+	for i := range m {
+		m[i] = ^uint64(0)
+	}
+	return m
+}()
 
 // tick is a progress round (see roundIdle and roundAll): an idle watcher
 // (empty buffer) whose last reported Index is behind the shard's
@@ -480,19 +496,19 @@ func (s *shard) tick(mode uint32, fired uint64) {
 	}
 	s.mu.Lock()
 	processed := s.processed.Load()
-	var slices uint32 // bit i: slice i's timer round is due
+	var slices sliceSet // the slices whose timer round is due
 	if mode&roundIdle != 0 {
 		for r := max(s.slicesDone, fired-min(fired, progressSlices)); r < fired; r++ {
-			slices |= 1 << (r % progressSlices)
+			slices.add(r % progressSlices)
 		}
 		s.slicesDone = fired
 	}
 	all := mode&roundAll != 0
 	if all {
-		slices = 1<<progressSlices - 1
+		slices = allSlices
 	}
 	occ := s.h.metrics.occupancy
-	s.eachIn(slices, func(w *Watcher) {
+	s.eachIn(&slices, func(w *Watcher) {
 		slice := w.slice()
 		if c := w.watchCtx(); c != nil && c.Err() != nil {
 			s.unlink(w)
@@ -516,8 +532,8 @@ func (s *shard) tick(mode uint32, fired uint64) {
 		}
 		w.mu.Unlock()
 	})
-	for i := range progressSlices {
-		if slices&(1<<i) != 0 {
+	for i := range uint64(progressSlices) {
+		if slices.has(i) {
 			s.lastRound[i] = processed
 		}
 	}
@@ -528,15 +544,14 @@ func (s *shard) tick(mode uint32, fired uint64) {
 // each calls f for every linked watcher; f may unlink the watcher it is
 // given. The caller holds s.mu.
 func (s *shard) each(f func(*Watcher)) {
-	s.eachIn(1<<progressSlices-1, f)
+	s.eachIn(&allSlices, f)
 }
 
-// eachIn calls f for every linked watcher of the progress slices whose bits
-// are set in mask; f may unlink the watcher it is given. The caller holds
-// s.mu.
-func (s *shard) eachIn(mask uint32, f func(*Watcher)) {
-	for i := range progressSlices {
-		if mask&(1<<i) == 0 {
+// eachIn calls f for every linked watcher of the progress slices in set;
+// f may unlink the watcher it is given. The caller holds s.mu.
+func (s *shard) eachIn(set *sliceSet, f func(*Watcher)) {
+	for i := range uint64(progressSlices) {
+		if !set.has(i) {
 			continue
 		}
 		for w := s.slices[i]; w != nil; {
