@@ -89,9 +89,7 @@ func main() {
 	}
 }
 
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "gatewaybench: "+format+"\n", args...)
-}
+var logf = harness.NewLogf("gatewaybench")
 
 // measurement is one system's numbers in one repetition.
 type measurement struct {

@@ -575,8 +575,4 @@ func parseInts(s string) ([]int, error) {
 	return out, nil
 }
 
-var started = time.Now()
-
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "watchbench: %5.1fs "+format+"\n", append([]any{time.Since(started).Seconds()}, args...)...)
-}
+var logf = harness.NewLogf("watchbench")
