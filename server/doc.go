@@ -48,9 +48,9 @@
 // (Config.WatchDeliveryInterval, --watch-delivery-interval, 5 ms by
 // default), so a stream sends at most one message per interval and the
 // streams of a connection hand gRPC's writer their messages together. A
-// stream that sent less than --watch-busy-delivery-interval (20 ms) ago
+// stream that sent less than --watch-busy-delivery-interval (10 ms) ago
 // waits for that coarser grid instead: one fed by every write sends a
-// message per 20 ms, while one that sends now and then keeps 5 ms. A
+// message per 10 ms, while one that sends now and then keeps 5 ms. A
 // stream whose client set WatchCreate.grouped gets one response per round
 // with a group per woken watch; others get one response per watch and
 // batch.
