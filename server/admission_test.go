@@ -28,14 +28,21 @@ func storePolicy(t *testing.T, st *store.Store, index uint64, p *lodestonepb.Adm
 	}
 }
 
-// TestAdmissionBucketAndRamp steps a fake clock through a ramp: the
-// admitted rate starts at the ramp percent and grows each minute.
-func TestAdmissionBucketAndRamp(t *testing.T) {
+// fakeClockAdmission is an admission over a fresh store whose time is
+// *clock (tests move it), started an hour before it.
+func fakeClockAdmission(maxHint time.Duration) (*store.Store, *admission, *time.Time) {
 	st := store.New()
-	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint)
+	a := newAdmission(st, prometheus.NewRegistry(), maxHint)
 	clock := time.Unix(1000, 0)
 	a.now = func() time.Time { return clock }
 	a.started = clock.Add(-time.Hour)
+	return st, a, &clock
+}
+
+// TestAdmissionBucketAndRamp steps a fake clock through a ramp: the
+// admitted rate starts at the ramp percent and grows each minute.
+func TestAdmissionBucketAndRamp(t *testing.T) {
+	st, a, clock := fakeClockAdmission(DefaultConfig().AdmissionMaxRetryHint)
 	admitted := func(c, n int) int {
 		ok := 0
 		for range n {
@@ -56,23 +63,23 @@ func TestAdmissionBucketAndRamp(t *testing.T) {
 	if ok, wait := a.admit(classWrite); ok || wait < 4*time.Second || wait > 4200*time.Millisecond {
 		t.Errorf("over the limit behind 40 refused: admitted %v, retry after %v; want refused with about 4.1s", ok, wait)
 	}
-	clock = clock.Add(5 * time.Second) // the booked slots pass
+	*clock = clock.Add(5 * time.Second) // the booked slots pass
 	if got, want := admitted(classRead, 100), 100; got != want {
 		t.Errorf("reads have no limit: admitted %d, want %d", got, want)
 	}
-	clock = clock.Add(time.Minute - 5*time.Second) // a minute after the policy
-	if got := rampFraction(a.policy(clock), a.started, clock); got < 0.199 || got > 0.201 {
+	*clock = clock.Add(time.Minute - 5*time.Second) // a minute after the policy
+	if got := rampFraction(a.policy(*clock), a.started, *clock); got < 0.199 || got > 0.201 {
 		t.Errorf("one minute into a 10%%/min ramp: fraction %v, want 0.2", got)
 	}
 	if got, want := admitted(classWrite, 100), 20; got != want {
 		t.Errorf("after a minute: admitted %d, want %d", got, want)
 	}
-	clock = clock.Add(time.Hour)
+	*clock = clock.Add(time.Hour)
 	if got, want := admitted(classWrite, 200), 100; got != want {
 		t.Errorf("ramp complete: admitted %d, want %d (the full limit)", got, want)
 	}
 	// A server restarted long after the policy was set ramps up again.
-	a.started = clock
+	a.started = *clock
 	a.buckets = [numClasses]bucket{}
 	if got, want := admitted(classWrite, 200), 10; got != want {
 		t.Errorf("just restarted: admitted %d, want %d (the ramp starts again)", got, want)
@@ -89,19 +96,15 @@ func TestAdmissionBucketAndRamp(t *testing.T) {
 // rate, rather than all coming back at the next token and being refused
 // again and again. The hint never exceeds maxRetryHint.
 func TestAdmissionSpreadsRetries(t *testing.T) {
-	st := store.New()
-	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint)
-	clock := time.Unix(1000, 0)
-	a.now = func() time.Time { return clock }
-	a.started = clock.Add(-time.Hour)
+	st, a, clock := fakeClockAdmission(DefaultConfig().AdmissionMaxRetryHint)
 	storePolicy(t, st, 1, &lodestonepb.AdmissionPolicy{Enabled: true, Watches: 10, SetUnixNano: clock.UnixNano()})
 
 	const clients = 200
 	due := make([]time.Time, clients) // when each client tries next; zero: admitted
 	for i := range due {
-		due[i] = clock
+		due[i] = *clock
 	}
-	refusals, last := 0, clock
+	refusals, last := 0, *clock
 	for {
 		next := -1
 		for i, d := range due {
@@ -112,10 +115,10 @@ func TestAdmissionSpreadsRetries(t *testing.T) {
 		if next < 0 {
 			break
 		}
-		clock = due[next]
+		*clock = due[next]
 		ok, wait := a.admit(classWatch)
 		if ok {
-			due[next], last = time.Time{}, clock
+			due[next], last = time.Time{}, *clock
 			continue
 		}
 		refusals++
@@ -150,11 +153,7 @@ func TestAdmissionSpreadsRetries(t *testing.T) {
 // the burst never reaches counts none. The configured cap is validated.
 func TestAdmissionRetryHintCap(t *testing.T) {
 	burst := func(maxHint time.Duration) (capped float64, hints []time.Duration) {
-		st := store.New()
-		a := newAdmission(st, prometheus.NewRegistry(), maxHint)
-		clock := time.Unix(1000, 0)
-		a.now = func() time.Time { return clock }
-		a.started = clock.Add(-time.Hour)
+		st, a, clock := fakeClockAdmission(maxHint)
 		storePolicy(t, st, 1, &lodestonepb.AdmissionPolicy{Enabled: true, Writes: 10, SetUnixNano: clock.UnixNano()})
 		for range 100 {
 			if ok, wait := a.admit(classWrite); !ok {
@@ -362,11 +361,7 @@ func retryHintOf(err error) time.Duration {
 // a second's worth of accepts at once, then one per 1/rate, ramped like
 // the request classes.
 func TestAdmissionAcceptWait(t *testing.T) {
-	st := store.New()
-	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint)
-	clock := time.Unix(1000, 0)
-	a.now = func() time.Time { return clock }
-	a.started = clock.Add(-time.Hour)
+	st, a, clock := fakeClockAdmission(DefaultConfig().AdmissionMaxRetryHint)
 	accepted := func(n int) int {
 		ok := 0
 		for range n {
@@ -390,11 +385,11 @@ func TestAdmissionAcceptWait(t *testing.T) {
 	if wait := a.acceptWait(); wait < 49*time.Millisecond || wait > 51*time.Millisecond {
 		t.Errorf("empty bucket at 20/s: wait %v, want 50ms", wait)
 	}
-	clock = clock.Add(50 * time.Millisecond)
+	*clock = clock.Add(50 * time.Millisecond)
 	if got, want := accepted(5), 1; got != want {
 		t.Errorf("50ms later at 20/s: %d accepted, want %d", got, want)
 	}
-	clock = clock.Add(time.Hour)
+	*clock = clock.Add(time.Hour)
 	if got, want := accepted(1000), 200; got != want {
 		t.Errorf("ramp complete: %d accepted at once, want %d (a second of the full rate)", got, want)
 	}
