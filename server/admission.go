@@ -40,8 +40,8 @@ import (
 //
 // New client gRPC connections are paced, not refused (acceptWait): when
 // every server restarts at once, each of thousands of clients opens a
-// connection in the same second, and their TLS handshakes and HTTP/2
-// setup took more than the servers' shared CPU for most of a second,
+// connection in the same second, and their setup (TLS where used, then
+// HTTP/2) took more than the servers' shared CPU for most of a second,
 // delaying the commits that let the cluster serve again. A refused
 // connection would come straight back; a paced one waits in the listen
 // backlog, costing nothing until its turn. The HTTP listener is not paced:
@@ -184,9 +184,6 @@ func rampFraction(p *lodestonepb.AdmissionPolicy, started, now time.Time) float6
 
 // classRate is the admitted rate of class c now; 0 means not gated.
 func (a *admission) classRate(p *lodestonepb.AdmissionPolicy, c int, now time.Time) float64 {
-	if p == nil {
-		return 0
-	}
 	return a.rampedRate(p, [numClasses]uint64{p.GetReads(), p.GetWrites(), p.GetWatches()}[c], now)
 }
 
