@@ -448,12 +448,27 @@ func TestConnectionRatePacesAccepts(t *testing.T) {
 	}
 	t.Logf("%d connections at 20/s accepted in %v", n, last.Round(time.Millisecond))
 
-	// The bucket is empty now: the next accept waits, and Close ends it.
+	// With the clock stopped the bucket never refills, so the next accept
+	// waits until Close ends it; a connection already waits in the
+	// backlog, so an accept that skipped the wait would return it.
+	stopped := time.Now()
+	a.now = func() time.Time { return stopped }
+	c, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialed = append(dialed, c)
+	pacing := make(chan struct{})
+	l.pace = func(done <-chan struct{}) bool {
+		close(pacing)
+		return a.paceAccept(done)
+	}
 	done := make(chan error, 1)
 	go func() {
 		_, err := l.Accept()
 		done <- err
 	}()
+	<-pacing // NB: Close before the accept starts would end it at the slot instead
 	l.Close()
 	select {
 	case err := <-done:
