@@ -187,9 +187,10 @@ func (a *admission) classRate(p *lodestonepb.AdmissionPolicy, c int, now time.Ti
 	return a.rampedRate(p, [numClasses]uint64{p.GetReads(), p.GetWrites(), p.GetWatches()}[c], now)
 }
 
-// rampedRate is limit with p's ramp applied now; 0 means not gated.
+// rampedRate is limit with p's ramp applied now; 0 means not gated (a
+// nil p reads every limit as 0).
 func (a *admission) rampedRate(p *lodestonepb.AdmissionPolicy, limit uint64, now time.Time) float64 {
-	if p == nil || limit == 0 {
+	if limit == 0 {
 		return 0
 	}
 	return math.Max(float64(limit)*rampFraction(p, a.started, now), 1)
