@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"slices"
@@ -281,16 +280,19 @@ func (a *applier) acquire(key, value []byte, flags uint64, session string) (*lod
 	}
 	kv := &lodestonepb.KeyValue{Flags: flags, Session: session, ModifyIndex: a.index}
 	if len(value) > 0 {
-		kv.Value = bytes.Clone(value)
+		kv.Value = value // NB: the store's, as Apply says
 	}
+	// NB: the key is the command's, never cur's: a restored entry's key
+	// shares its allocation with its old value (decodeKV), which the new
+	// entry must not keep alive.
+	kv.Key = key
 	switch {
 	case cur == nil:
-		kv.Key = bytes.Clone(key) // the store never retains command slices
 		kv.CreateIndex, kv.LockIndex = a.index, 1
 	case cur.Session == session:
-		kv.Key, kv.CreateIndex, kv.LockIndex = cur.Key, cur.CreateIndex, cur.LockIndex
+		kv.CreateIndex, kv.LockIndex = cur.CreateIndex, cur.LockIndex
 	default:
-		kv.Key, kv.CreateIndex, kv.LockIndex = cur.Key, cur.CreateIndex, cur.LockIndex+1
+		kv.CreateIndex, kv.LockIndex = cur.CreateIndex, cur.LockIndex+1
 	}
 	a.write(kv)
 	return kv, lockOK, ""
@@ -306,10 +308,10 @@ func (a *applier) release(key, value []byte, flags uint64, session string) (*lod
 	case cur.Session != session:
 		return cur, lockNotHolder, fmt.Sprintf("key %q is not locked by session %q (held by %q)", key, session, cur.Session)
 	}
-	kv := &lodestonepb.KeyValue{Key: cur.Key, Flags: flags, CreateIndex: cur.CreateIndex,
+	kv := &lodestonepb.KeyValue{Key: key, Flags: flags, CreateIndex: cur.CreateIndex,
 		ModifyIndex: a.index, LockIndex: cur.LockIndex}
 	if len(value) > 0 {
-		kv.Value = bytes.Clone(value)
+		kv.Value = value
 	}
 	a.write(kv)
 	return kv, lockOK, ""
