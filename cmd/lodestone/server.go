@@ -135,7 +135,7 @@ func addTuningFlags(cmd *cobra.Command, cfg *server.Config) {
 	f.IntVar(&cfg.ElectionTicks, "election-ticks", cfg.ElectionTicks, "election timeout in ticks")
 	f.Uint64Var(&cfg.SnapshotEntries, "snapshot-entries", cfg.SnapshotEntries, "applied entries between snapshots")
 	f.Int64Var(&cfg.RaftLogCacheBytes, "raft-log-cache-bytes", cfg.RaftLogCacheBytes, "bytes of recent Raft entries kept in memory to feed followers; one further behind is fed from the log's file")
-	f.Uint64Var(&cfg.SnapshotBytes, "snapshot-bytes", cfg.SnapshotBytes, "applied entry bytes that also trigger a snapshot, once they reach the last snapshot's size too (0: --snapshot-entries alone)")
+	f.Uint64Var(&cfg.SnapshotBytes, "snapshot-bytes", cfg.SnapshotBytes, "applied entry bytes that also trigger a snapshot, once they reach the last snapshot's size too (default 256 MiB; 0: --snapshot-entries alone)")
 	f.Uint64Var(&cfg.ReadyApplyLag, "ready-apply-lag", cfg.ReadyApplyLag, "once caught up, stay ready (/readyz, systemd READY) while applying at most this many committed entries")
 	f.Uint64Var(&cfg.CatchUpEntries, "catch-up-entries", cfg.CatchUpEntries, "entries kept behind a snapshot for lagging followers")
 	f.Uint64Var(&cfg.AutoPromoteLag, "auto-promote-lag", cfg.AutoPromoteLag, "as leader, promote a learner added to become a voter once it is within this many entries of the leader's log and was heard from lately")
