@@ -160,6 +160,23 @@ func (c *entryCache) append(ents []raftpb.Entry) {
 	}
 }
 
+// window says how many of the newest entries an empty cache keeps when
+// entries of these data sizes, oldest first, are appended to it.
+func (c *entryCache) window(sizes []int) int {
+	if c.maxEntries <= 0 {
+		return 0
+	}
+	n, bytes := 0, int64(0)
+	for i := len(sizes) - 1; i >= 0 && n < c.maxEntries; i-- {
+		if bytes+int64(sizes[i]) > c.maxBytes && n > 0 {
+			break
+		}
+		bytes += int64(sizes[i])
+		n++
+	}
+	return n
+}
+
 // dropFront removes the first n cached entries.
 func (c *entryCache) dropFront(n int) {
 	for j := range n {

@@ -86,17 +86,24 @@ func encodeEntry(e *raftpb.Entry) []byte {
 // stays valid after the bbolt transaction that produced v ends.
 func decodeEntry(v []byte, want uint64) (raftpb.Entry, string, error) {
 	var e raftpb.Entry
+	detail, err := decodeEntryInto(&e, v, want)
+	return e, detail, err
+}
+
+// decodeEntryInto is decodeEntry into e, which must be empty but for the
+// capacity of its Data, which the decoding reuses.
+func decodeEntryInto(e *raftpb.Entry, v []byte, want uint64) (string, error) {
 	body, detail := checkCRC(v)
 	if detail != "" {
-		return e, detail, nil
+		return detail, nil
 	}
 	if err := e.Unmarshal(body); err != nil {
-		return e, "undecodable entry", err
+		return "undecodable entry", err
 	}
 	if e.Index != want {
-		return e, fmt.Sprintf("entry stored under index %d claims index %d", want, e.Index), nil
+		return fmt.Sprintf("entry stored under index %d claims index %d", want, e.Index), nil
 	}
-	return e, "", nil
+	return "", nil
 }
 
 // checkCRC splits a crc-prefixed value and verifies it. detail is empty when

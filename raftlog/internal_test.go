@@ -3,6 +3,7 @@ package raftlog
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -132,6 +133,26 @@ func TestEntryCache(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCacheWindowIsWhatAppendKeeps holds window, which Open uses to
+// decode only the entries its cache will keep, to what appending every
+// entry would have kept.
+func TestCacheWindowIsWhatAppendKeeps(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		maxEntries, maxBytes := rng.IntN(20)-1, int64(rng.IntN(200)+1)
+		sizes := make([]int, rng.IntN(40))
+		c := entryCache{maxEntries: maxEntries, maxBytes: maxBytes}
+		for i := range sizes {
+			sizes[i] = rng.IntN(60)
+			c.append(cacheEnts(uint64(i+1), 1, sizes[i]))
+		}
+		empty := entryCache{maxEntries: maxEntries, maxBytes: maxBytes}
+		if got := empty.window(sizes); got != len(c.ents) {
+			t.Fatalf("window(%v) with %d entries, %d bytes = %d; appending keeps %d", sizes, maxEntries, maxBytes, got, len(c.ents))
+		}
 	}
 }
 

@@ -465,8 +465,8 @@ func TestStatsAndMetrics(t *testing.T) {
 // TestCacheLimits checks the cache never holds more than its limits and that
 // reads beyond it are served from bbolt with the same answers.
 func TestCacheLimits(t *testing.T) {
-	l := mustOpen(t, t.TempDir(), raftlog.Options{CacheEntries: 16, CacheBytes: 1000})
-	defer mustClose(t, l)
+	dir, opts := t.TempDir(), raftlog.Options{CacheEntries: 16, CacheBytes: 1000}
+	l := mustOpen(t, dir, opts)
 	for i := uint64(1); i <= 200; i += 4 {
 		if err := l.Save(raftpb.HardState{}, mkEnts(i, 1, 1, 1, 1)); err != nil {
 			t.Fatal(err)
@@ -475,6 +475,18 @@ func TestCacheLimits(t *testing.T) {
 		if s.CachedEntries > 16 || (s.CachedBytes > 1000 && s.CachedEntries > 1) || s.CachedEntries == 0 {
 			t.Fatalf("after %d entries cache holds %d entries, %d bytes", i+3, s.CachedEntries, s.CachedBytes)
 		}
+	}
+	assertLogInvariants(t, l)
+	before := l.Stats()
+	mustClose(t, l)
+
+	// Open decodes into the cache only what it keeps: the same newest
+	// entries, with the same data.
+	l = mustOpen(t, dir, opts)
+	defer mustClose(t, l)
+	if after := l.Stats(); after.CachedEntries != before.CachedEntries || after.CachedBytes != before.CachedBytes {
+		t.Errorf("reopened cache holds %d entries, %d bytes; before close %d, %d",
+			after.CachedEntries, after.CachedBytes, before.CachedEntries, before.CachedBytes)
 	}
 	assertLogInvariants(t, l)
 }

@@ -143,6 +143,13 @@ func (l *Log) load(tx *bolt.Tx) error {
 	}
 	l.terms.reset(l.prev.index, l.prev.term)
 	next, lastTerm := l.prev.index+1, l.prev.term
+	// NB: every entry is checked, but only the newest, which the cache
+	// keeps, are decoded into entries of their own; the rest go through
+	// one reused Entry. Decoding each into its own let a restart allocate
+	// and copy the whole log, the catch-up entries behind the snapshot
+	// included, to keep the last CacheBytes of it.
+	var scratch raftpb.Entry
+	var sizes []int
 	c := tx.Bucket(bucketEntries).Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		i, ok := keyIndex(k)
@@ -156,18 +163,36 @@ func (l *Log) load(tx *bolt.Tx) error {
 		case i > next:
 			return l.corrupt("entry", next, fmt.Sprintf("entry missing (next stored index is %d)", i), nil)
 		}
+		scratch = raftpb.Entry{Data: scratch.Data[:0]}
+		if detail, err := decodeEntryInto(&scratch, v, i); detail != "" {
+			return l.corrupt("entry", i, detail, err)
+		}
+		if scratch.Term < lastTerm {
+			return l.corrupt("entry", i, fmt.Sprintf("term %d below previous term %d", scratch.Term, lastTerm), nil)
+		}
+		l.terms.append(i, scratch.Term)
+		sizes = append(sizes, len(scratch.Data))
+		next, lastTerm = i+1, scratch.Term
+	}
+	l.last = next - 1
+	return l.loadCache(c, l.cache.window(sizes))
+}
+
+// loadCache decodes the last n entries of the log, checked already, into
+// the cache.
+func (l *Log) loadCache(c *bolt.Cursor, n int) error {
+	if n == 0 {
+		return nil
+	}
+	from := l.last - uint64(n) + 1
+	for k, v := c.Seek(indexKey(from)); k != nil; k, v = c.Next() {
+		i, _ := keyIndex(k)
 		e, detail, err := decodeEntry(v, i)
 		if detail != "" {
 			return l.corrupt("entry", i, detail, err)
 		}
-		if e.Term < lastTerm {
-			return l.corrupt("entry", i, fmt.Sprintf("term %d below previous term %d", e.Term, lastTerm), nil)
-		}
-		l.terms.append(i, e.Term)
 		l.cache.append([]raftpb.Entry{e})
-		next, lastTerm = i+1, e.Term
 	}
-	l.last = next - 1
 	return nil
 }
 
