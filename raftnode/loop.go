@@ -54,6 +54,7 @@ func (n *Node) run() {
 		n.fatal.Store(&err)
 		return
 	}
+	n.advanceElection()
 	for {
 		var err error
 		select {

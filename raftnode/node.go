@@ -123,6 +123,7 @@ type Node struct {
 	readTerm       uint64
 	slow           *slowLeader   // slowleader.go
 	soloDone       bool          // campaignAlone has campaigned, or need not (solo.go)
+	restarted      bool          // started from a log or snapshot it had (advanceElection)
 	orphans        []orphanBatch // proposals in flight at a leader change (orphans.go)
 
 	leaderIdx *leaderIndexer // a follower's default-mode reads (leaderindex.go)
@@ -235,6 +236,7 @@ func (n *Node) init() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	n.rn = rn
+	n.restarted = !fresh
 	n.applied.advance(n.appliedIndex)
 
 	if fresh && !n.cfg.Join {
