@@ -111,5 +111,9 @@
 //   - A lone voter (solo.go) campaigns as soon as raft has applied what
 //     it committed at start, instead of waiting out an election timeout
 //     that no other member could end: a one-member cluster leads within
-//     a few log writes of Start.
+//     a few log writes of Start. A restarted voter of several (solo.go,
+//     advanceElection) moves its election clock ElectionTicks-2 ticks
+//     ahead once that is applied, as etcd does at boot, so a cluster
+//     restarted whole elects within a timeout instead of one to two;
+//     PreVote and CheckQuorum keep it from disturbing a live leader.
 package raftnode
