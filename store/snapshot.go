@@ -736,14 +736,15 @@ func decodeKV(b []byte) (*lodestonepb.KeyValue, error) {
 		if n < 0 {
 			return viaProto(b)
 		}
-		p = p[n:]
+		m := protowire.ConsumeFieldValue(num, typ, p[n:])
+		if m < 0 {
+			return viaProto(b)
+		}
+		field := p[n : n+m]
+		p = p[n+m:]
 		switch {
 		case typ == protowire.BytesType && (num == 1 || num == 2 || num == 7):
-			v, n := protowire.ConsumeBytes(p)
-			if n < 0 {
-				return viaProto(b)
-			}
-			p = p[n:]
+			v, _ := protowire.ConsumeBytes(field)
 			switch num {
 			case 1:
 				key = v
@@ -756,11 +757,7 @@ func decodeKV(b []byte) (*lodestonepb.KeyValue, error) {
 				session = v
 			}
 		case typ == protowire.VarintType && num >= 3 && num <= 6:
-			v, n := protowire.ConsumeVarint(p)
-			if n < 0 {
-				return viaProto(b)
-			}
-			p = p[n:]
+			v, _ := protowire.ConsumeVarint(field)
 			switch num {
 			case 3:
 				kv.CreateIndex = v
