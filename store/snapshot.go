@@ -183,7 +183,11 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	for _, m := range sn.members {
 		msg(recMember, m)
 	}
-	sn.kv.Ascend(func(it item) bool { return msg(recKV, it.kv) })
+	sn.kv.Ascend(func(it item) bool {
+		enc.kvRecord(it.kv)
+		counts[recKV]++
+		return enc.err == nil
+	})
 	t := sn.tab
 	t.nodes.ascend(func(_ string, n *lodestonepb.Node) bool { return msg(recNode, n) })
 	t.services.ascend(func(_ string, v *lodestonepb.Service) bool { return msg(recService, v) })
@@ -238,6 +242,12 @@ type encoder struct {
 	w   *bufio.Writer
 	crc uint32
 	err error
+	// head and tail are kvRecord's buffers for what comes before and
+	// after a value; hdr is a record's header. NB: in the encoder, since
+	// a header written through the buffered writer escapes: on the stack,
+	// an allocation per record.
+	head, tail []byte
+	hdr        [recHeaderLen]byte
 }
 
 func (e *encoder) write(p []byte) {
@@ -248,6 +258,51 @@ func (e *encoder) write(p []byte) {
 	e.crc = crc32.Update(e.crc, castagnoli, p)
 }
 
+// kvRecord writes kv as a KeyValue record whose payload is the bytes
+// proto's deterministic Marshal gives (the fields in number order, zero
+// values left out), the value written from where it lies. NB: marshaled
+// into a buffer first, every value was copied once more on its way to
+// the file, and a state of large values is mostly values.
+func (e *encoder) kvRecord(kv *lodestonepb.KeyValue) {
+	if e.err != nil {
+		return
+	}
+	head := e.head[:0]
+	if len(kv.Key) > 0 {
+		head = protowire.AppendBytes(protowire.AppendTag(head, 1, protowire.BytesType), kv.Key)
+	}
+	if len(kv.Value) > 0 {
+		head = protowire.AppendVarint(protowire.AppendTag(head, 2, protowire.BytesType), uint64(len(kv.Value)))
+	}
+	tail := e.tail[:0]
+	for i, v := range [...]uint64{kv.CreateIndex, kv.ModifyIndex, kv.LockIndex, kv.Flags} {
+		if v != 0 {
+			tail = protowire.AppendVarint(protowire.AppendTag(tail, protowire.Number(3+i), protowire.VarintType), v)
+		}
+	}
+	if kv.Session != "" {
+		tail = protowire.AppendString(protowire.AppendTag(tail, 7, protowire.BytesType), kv.Session)
+	}
+	e.head, e.tail = head, tail
+	n := len(head) + len(kv.Value) + len(tail)
+	if n > maxRecordPayload {
+		e.err = fmt.Errorf("record of %d bytes exceeds %d", n, maxRecordPayload)
+		return
+	}
+	h := &e.hdr
+	h[0] = recKV
+	binary.BigEndian.PutUint32(h[1:], uint32(n))
+	c := crc32.Update(0, castagnoli, h[:5])
+	c = crc32.Update(c, castagnoli, head)
+	c = crc32.Update(c, castagnoli, kv.Value)
+	c = crc32.Update(c, castagnoli, tail)
+	binary.BigEndian.PutUint32(h[5:], c)
+	e.write(h[:])
+	e.write(head)
+	e.write(kv.Value)
+	e.write(tail)
+}
+
 func (e *encoder) record(typ byte, payload []byte) {
 	if e.err != nil {
 		return
@@ -256,7 +311,7 @@ func (e *encoder) record(typ byte, payload []byte) {
 		e.err = fmt.Errorf("record of %d bytes exceeds %d", len(payload), maxRecordPayload)
 		return
 	}
-	var h [recHeaderLen]byte
+	h := &e.hdr
 	h[0] = typ
 	binary.BigEndian.PutUint32(h[1:], uint32(len(payload)))
 	c := crc32.Update(0, castagnoli, h[:5])
