@@ -284,50 +284,45 @@ func (e *encoder) kvRecord(kv *lodestonepb.KeyValue) {
 		tail = protowire.AppendString(protowire.AppendTag(tail, 7, protowire.BytesType), kv.Session)
 	}
 	e.head, e.tail = head, tail
-	n := len(head) + len(kv.Value) + len(tail)
+	e.record(recKV, head, kv.Value, tail)
+}
+
+// record writes one record whose payload is the parts, in order.
+func (e *encoder) record(typ byte, parts ...[]byte) {
+	if e.err != nil {
+		return
+	}
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
 	if n > maxRecordPayload {
 		e.err = fmt.Errorf("record of %d bytes exceeds %d", n, maxRecordPayload)
 		return
 	}
 	h := &e.hdr
-	h[0] = recKV
+	h[0] = typ
 	binary.BigEndian.PutUint32(h[1:], uint32(n))
 	c := crc32.Update(0, castagnoli, h[:5])
-	c = crc32.Update(c, castagnoli, head)
-	c = crc32.Update(c, castagnoli, kv.Value)
-	c = crc32.Update(c, castagnoli, tail)
-	binary.BigEndian.PutUint32(h[5:], c)
-	e.write(h[:])
-	e.write(head)
-	e.write(kv.Value)
-	e.write(tail)
-}
-
-func (e *encoder) record(typ byte, payload []byte) {
-	if e.err != nil {
-		return
+	for _, p := range parts {
+		c = crc32.Update(c, castagnoli, p)
 	}
-	if len(payload) > maxRecordPayload {
-		e.err = fmt.Errorf("record of %d bytes exceeds %d", len(payload), maxRecordPayload)
-		return
-	}
-	h := &e.hdr
-	h[0] = typ
-	binary.BigEndian.PutUint32(h[1:], uint32(len(payload)))
-	c := crc32.Update(0, castagnoli, h[:5])
-	c = crc32.Update(c, castagnoli, payload)
 	binary.BigEndian.PutUint32(h[5:], c)
 	if typ == recTrailer {
 		// The body CRC in the trailer covers everything before it; write
 		// without folding the trailer into it.
 		_, e.err = e.w.Write(h[:])
-		if e.err == nil {
-			_, e.err = e.w.Write(payload)
+		for _, p := range parts {
+			if e.err == nil {
+				_, e.err = e.w.Write(p)
+			}
 		}
 		return
 	}
 	e.write(h[:])
-	e.write(payload)
+	for _, p := range parts {
+		e.write(p)
+	}
 }
 
 // Restore replaces the whole state (keys, members, catalog, sessions,
