@@ -151,13 +151,19 @@ func (c *entryCache) append(ents []raftpb.Entry) {
 	}
 	c.ents = append(c.ents, ents...)
 	n, bytes := 0, c.bytes
-	for len(c.ents)-n > c.maxEntries || (bytes > c.maxBytes && len(c.ents)-n > 1) {
+	for !c.fits(len(c.ents)-n, bytes) {
 		bytes -= int64(len(c.ents[n].Data))
 		n++
 	}
 	if n > 0 {
 		c.dropFront(n)
 	}
+}
+
+// fits says whether the cache may hold n entries of these bytes: within
+// both limits, or a single entry of any size.
+func (c *entryCache) fits(n int, bytes int64) bool {
+	return n <= c.maxEntries && (bytes <= c.maxBytes || n <= 1)
 }
 
 // window says how many of the newest entries an empty cache keeps when
@@ -167,10 +173,7 @@ func (c *entryCache) window(sizes []int) int {
 		return 0
 	}
 	n, bytes := 0, int64(0)
-	for i := len(sizes) - 1; i >= 0 && n < c.maxEntries; i-- {
-		if bytes+int64(sizes[i]) > c.maxBytes && n > 0 {
-			break
-		}
+	for i := len(sizes) - 1; i >= 0 && c.fits(n+1, bytes+int64(sizes[i])); i-- {
 		bytes += int64(sizes[i])
 		n++
 	}

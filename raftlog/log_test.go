@@ -480,8 +480,8 @@ func TestCacheLimits(t *testing.T) {
 	before := l.Stats()
 	mustClose(t, l)
 
-	// Open decodes into the cache only what it keeps: the same newest
-	// entries, with the same data.
+	// Open decodes into the cache only what it keeps: as many of the
+	// newest entries, of as many bytes, as appending them all kept.
 	l = mustOpen(t, dir, opts)
 	defer mustClose(t, l)
 	if after := l.Stats(); after.CachedEntries != before.CachedEntries || after.CachedBytes != before.CachedBytes {
