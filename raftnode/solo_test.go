@@ -41,8 +41,9 @@ func ticksToCampaign(n *Node, limit int) int {
 // A restarted voter of several campaigns within ElectionTicks+1 ticks of
 // silence (raft draws its timeout from [ElectionTicks, 2*ElectionTicks),
 // so without the advance it would take at least ElectionTicks, and in
-// most draws more than ElectionTicks+1). Nodes it does not apply to take
-// at least ElectionTicks, as raft alone does.
+// most draws more than ElectionTicks+1). A fresh member and a lone voter
+// take at least ElectionTicks, as raft alone does. (A node outside the
+// voters is not tested: raft never lets it campaign, advanced or not.)
 func TestAdvanceElection(t *testing.T) {
 	for trial := range 20 {
 		n := advanceNode(t, []uint64{1, 2, 3}, true)
@@ -57,7 +58,6 @@ func TestAdvanceElection(t *testing.T) {
 		restarted bool
 	}{
 		{"fresh member", []uint64{1, 2, 3}, false},
-		{"restarted learner", []uint64{2, 3, 4}, true},
 		{"restarted lone voter", []uint64{1}, true},
 	} {
 		n := advanceNode(t, tc.voters, tc.restarted)
