@@ -44,7 +44,8 @@ type Gateway struct {
 	front              *h1.Server   // serves proxyLn
 	proxySrv, adminSrv *http.Server // proxySrv: what front hands off
 
-	connected  atomic.Bool
+	connMu     sync.Mutex   // orders SetConnected's transitions
+	connected  atomic.Bool  // read without connMu: staleSince is set first
 	staleSince atomic.Int64 // unix nanos (Clock) since the table is not known current
 	ready      atomic.Bool  // a table came from the registry or the state dir
 
@@ -402,17 +403,26 @@ func staticHas(static []*routeEntry, name string) bool {
 
 // SetConnected implements Sink.
 func (g *Gateway) SetConnected(connected bool, err error) {
-	was := g.connected.Swap(connected)
-	if was == connected {
+	g.connMu.Lock()
+	if g.connected.Load() == connected {
+		g.connMu.Unlock()
 		return
 	}
+	if !connected {
+		// NB: before connected goes false, so whoever sees the outage
+		// sees when it began: set after, a Staleness read in between
+		// measured from the outage before (or from start), and one read
+		// after the clock moved on measured from too late.
+		g.staleSince.Store(g.clock.Now().UnixNano())
+	}
+	g.connected.Store(connected)
+	g.connMu.Unlock()
 	defer g.notify()
 	if connected {
 		g.ready.Store(true)
 		g.log.Info("gateway: registry connected", "index", g.Index())
 		return
 	}
-	g.staleSince.Store(g.clock.Now().UnixNano())
 	g.log.Warn("gateway: registry unreachable; serving the last known good table", "index", g.Index(), "err", err)
 }
 
