@@ -80,9 +80,11 @@ func (l *connLimit) Accept() (net.Conn, error) {
 		}
 		client, ok := l.admit(c)
 		if !ok {
+			// Counted before the close, so a client that sees the close
+			// also sees the count.
+			l.refused.Inc()
 			c.Close()
 			<-l.slots
-			l.refused.Inc()
 			continue
 		}
 		l.open.Add(1)

@@ -276,8 +276,8 @@ func (l *tcpLimit) Accept() (net.Conn, error) {
 		}
 		if l.open.Add(1) > l.max {
 			l.open.Add(-1)
+			l.refused.Inc() // before the close a client can observe
 			c.Close()
-			l.refused.Inc()
 			continue
 		}
 		return &limitedConn{Conn: c, l: l}, nil
