@@ -169,7 +169,7 @@ func replayRecord(tx *bolt.Tx, path string, seq, prev uint64, r journalRecord) e
 	if len(r.vals) > 0 {
 		c := b.Cursor()
 		last := prev
-		if k, _ := c.Last(); k != nil {
+		if k := lastKey(c); k != nil {
 			last, _ = keyIndex(k)
 		}
 		if r.first > last+1 {

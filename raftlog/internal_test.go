@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"path/filepath"
 	"testing"
+	"time"
 
+	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -329,5 +332,79 @@ func TestWriteFailureIsSticky(t *testing.T) {
 	}
 	if err := l.Save(raftpb.HardState{Term: 1, Commit: 2}, []raftpb.Entry{{Index: 2, Term: 1}}); err != nil {
 		t.Fatalf("Save after reopen: %v", err)
+	}
+}
+
+// TestTrimEntriesEmptiesEveryPage: a trim that deletes every entry of a
+// bucket spanning many leaf pages returns, and one that keeps a middle
+// range keeps exactly it. bbolt's Cursor.Last never returned once the
+// deletes had emptied every page, which hung a rotation's catch-up after
+// a compaction past everything the new file held.
+func TestTrimEntriesEmptiesEveryPage(t *testing.T) {
+	const n = 4096
+	for _, tc := range []struct {
+		name       string
+		prev, last uint64
+	}{
+		{"everything compacted", n + 10, n + 10},
+		{"both ends", 1000, 3000},
+		{"only the tail", 0, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db, err := bolt.Open(filepath.Join(t.TempDir(), "raft.db"), 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = db.Update(func(tx *bolt.Tx) error {
+				b, err := tx.CreateBucket(bucketEntries)
+				if err != nil {
+					return err
+				}
+				for i := uint64(1); i <= n; i++ {
+					if err := b.Put(indexKey(i), encodeEntry(&raftpb.Entry{Index: i, Term: 1, Data: make([]byte, 100)})); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				done <- db.Update(func(tx *bolt.Tx) error { return trimEntries(tx, false, tc.prev, tc.last) })
+			}()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(30 * time.Second):
+				// NB: no Close, which would wait for the stuck transaction.
+				t.Fatal("trimEntries did not return in 30 s")
+			}
+			defer db.Close()
+			lo, hi := tc.prev+1, min(tc.last, n)
+			var kept []uint64
+			err = db.View(func(tx *bolt.Tx) error {
+				return tx.Bucket(bucketEntries).ForEach(func(k, _ []byte) error {
+					i, _ := keyIndex(k)
+					kept = append(kept, i)
+					return nil
+				})
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hi < lo {
+				if len(kept) != 0 {
+					t.Fatalf("kept %d entries (%d..%d), want none", len(kept), kept[0], kept[len(kept)-1])
+				}
+				return
+			}
+			if len(kept) != int(hi-lo+1) || kept[0] != lo || kept[len(kept)-1] != hi {
+				t.Fatalf("kept %d entries, want exactly [%d, %d]", len(kept), lo, hi)
+			}
+		})
 	}
 }

@@ -586,7 +586,7 @@ func trimEntries(tx *bolt.Tx, reset bool, prev, last uint64) error {
 			return fmt.Errorf("delete compacted entry: %w", err)
 		}
 	}
-	for k, _ := c.Last(); k != nil; k, _ = c.Last() {
+	for k := lastKey(c); k != nil; k = lastKey(c) {
 		if i, ok := keyIndex(k); !ok || i <= last {
 			break
 		}
@@ -595,6 +595,20 @@ func trimEntries(tx *bolt.Tx, reset bool, prev, last uint64) error {
 		}
 	}
 	return nil
+}
+
+// lastKey is the cursor's last key, nil if none. bbolt's Cursor.Last
+// never returns once a transaction's deletes have emptied every leaf
+// page of the bucket (it steps back over empty pages, and from the first
+// one starts over), as trimEntries does when a rotation's catch-up finds
+// everything compacted; First stops, so Last is asked only after First
+// found a key.
+func lastKey(c *bolt.Cursor) []byte {
+	if k, _ := c.First(); k == nil {
+		return nil
+	}
+	k, _ := c.Last()
+	return k
 }
 
 // readChunk reads up to maxEntries consecutive entries (and about maxBytes)
@@ -679,7 +693,7 @@ func copyMeta(src, dst *bolt.Tx) (int, error) {
 func checkBounds(tx *bolt.Tx, prev, last uint64) error {
 	c := tx.Bucket(bucketEntries).Cursor()
 	fk, _ := c.First()
-	lk, _ := c.Last()
+	lk := lastKey(c)
 	if prev == last {
 		if fk != nil {
 			return fmt.Errorf("new file holds entries, the log none")
