@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -73,12 +74,17 @@ func keyIndex(k []byte) (i uint64, ok bool) {
 //
 // crc is CRC-32C (Castagnoli) of bytes [4:4+n]. The Entry carries its own
 // Index and Term; decodeEntry checks that Index matches the key.
-func encodeEntry(e *raftpb.Entry) []byte {
-	buf := make([]byte, 4+e.Size())
-	n, err := e.MarshalToSizedBuffer(buf[4:])
-	assert(err == nil && n == len(buf)-4, "marshal entry %d: n=%d err=%v", e.Index, n, err)
-	binary.BigEndian.PutUint32(buf, checksum(buf[4:]))
-	return buf
+func encodeEntry(e *raftpb.Entry) []byte { return appendEntry(nil, e) }
+
+// appendEntry appends e's record (as encodeEntry) to dst.
+func appendEntry(dst []byte, e *raftpb.Entry) []byte {
+	n := 4 + e.Size()
+	dst = slices.Grow(dst, n)
+	rec := dst[len(dst) : len(dst)+n]
+	m, err := e.MarshalToSizedBuffer(rec[4:])
+	assert(err == nil && m == n-4, "marshal entry %d: n=%d err=%v", e.Index, m, err)
+	binary.BigEndian.PutUint32(rec, checksum(rec[4:]))
+	return dst[:len(dst)+n]
 }
 
 // decodeEntry decodes and verifies an entry value stored under index want.

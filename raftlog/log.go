@@ -68,6 +68,7 @@ type Log struct {
 	folding *fold
 	foldCh  chan *fold
 	foldWG  sync.WaitGroup
+	foldBuf []byte // the fold goroutine's record buffer (foldRecords)
 
 	closed bool             // wmu+mu
 	failed error            // wmu+mu: first failed write (journal record or raft.db transaction)
