@@ -123,6 +123,8 @@ func (l *Log) runFold(f *fold) (err error) {
 // records share one buffer, which the next fold reuses (the fold goroutine
 // alone touches it): one allocation per entry was the fold's largest, and
 // every entry is folded once. A buffer past foldBufKeep is not kept.
+// NB: sized up front, so a fold past foldBufKeep allocates once, exactly,
+// where growing by appends would allocate its doublings too.
 func (l *Log) foldRecords(ents []raftpb.Entry) []byte {
 	n := 0
 	for i := range ents {
