@@ -102,15 +102,54 @@ func (b *tab) must(what string, steps ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// text reads sel's innerText in one script. A live page replaces its
+// region's nodes whenever an event arrives; a node found by one call and
+// read by the next can be gone in between.
 func (b *tab) text(sel string) string {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	s, err := b.read(sel)
 	if err != nil {
 		b.t.Fatalf("text of %s: %v", sel, err)
 	}
 	return s
+}
+
+func (b *tab) read(sel string) (string, error) {
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); return e ? e.innerText : null; })()`, sel)
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[*string](js))
+	if err != nil {
+		return "", err
+	}
+	if s == nil {
+		return "", fmt.Errorf("no element matches %s", sel)
+	}
+	return *s, nil
+}
+
+// has waits up to 10 s for sel's text to hold every want: a live region
+// may show the figures of the sample before the one the test waits for.
+func (b *tab) has(what, sel string, wants ...string) {
+	b.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := b.read(sel)
+		missing := ""
+		for _, w := range wants {
+			if !strings.Contains(got, w) {
+				missing = w
+				break
+			}
+		}
+		if err == nil && missing == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("%s lacks %q (%v):\n%s", what, missing, err, got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // open loads a page and waits for sel and for its live stream.
@@ -266,14 +305,13 @@ func TestBrowserDrivesEveryPage(t *testing.T) {
 		b.open("/ui/cluster", `#members tr[data-member="n3"]`)
 		// The leader's append-ack figures arrive with its second sample.
 		b.must("leader row", chromedp.WaitVisible(chromedp.CSS(`#members tr[data-role="leader"]`)))
-		got := b.text("#members")
-		contains(t, "members", got, "n1", "n2", "n3", "leader", "follower", "this member")
+		b.has("members", "#members", "n1", "n2", "n3", "leader", "follower", "this member")
 		b.shot("01-cluster")
 	})
 	t.Run("raftlog", func(t *testing.T) {
 		b.open("/ui/raftlog", `#logs tr[data-member="n2"]`)
-		contains(t, "raft log", b.text("#logs"), "KiB", "done, 0 failed")
-		contains(t, "raft log", b.text("#live"), "No member's raft.db is past the rotation threshold")
+		b.has("raft log", "#logs", "KiB", "done, 0 failed")
+		b.has("raft log", "#live", "No member's raft.db is past the rotation threshold")
 		b.shot("02-raftlog")
 	})
 	t.Run("watches", func(t *testing.T) {
@@ -291,7 +329,7 @@ func TestBrowserDrivesEveryPage(t *testing.T) {
 	})
 	t.Run("services", func(t *testing.T) {
 		b.open("/ui/services", `#services tr[data-service="web"]`)
-		contains(t, "services", b.text(`#services tr[data-service="web"]`), "3", "2 passing", "1 critical")
+		b.has("services", `#services tr[data-service="web"]`, "3", "2 passing", "1 critical")
 		b.must("filter critical", chromedp.Navigate(n1+"/ui/services?state=critical&name=we"),
 			chromedp.WaitVisible(chromedp.CSS(`#nodes tr[data-node="web-3"]`)))
 		if nodes := b.text("#nodes"); strings.Contains(nodes, "web-1") {
@@ -300,15 +338,15 @@ func TestBrowserDrivesEveryPage(t *testing.T) {
 		b.open("/ui/services", `#services tr[data-service="web"]`)
 		b.shot("04-services")
 		b.open("/ui/services/web", `#instances tr[data-instance="web-3"]`)
-		contains(t, "service", b.text("#instances"), "connection refused", "passing")
+		b.has("service", "#instances", "connection refused", "passing")
 		b.shot("05-service")
 		b.open("/ui/nodes/web-3", `#checks tr[data-check="http"]`)
-		contains(t, "node", b.text("#checks"), "critical", "dial tcp 127.0.0.1:1: connect: connection refused")
+		b.has("node", "#checks", "critical", "dial tcp 127.0.0.1:1: connect: connection refused")
 		b.shot("06-node")
 	})
 	t.Run("kv edit is read back through the API", func(t *testing.T) {
 		b.open("/ui/kv?prefix=app/", `#keys tr[data-key="app/greeting"]`)
-		contains(t, "kv", b.text("#keys"), "db/", "jobs/")
+		b.has("kv", "#keys", "db/", "jobs/")
 		// A key written elsewhere appears without a reload: the live stream.
 		if _, err := f.api.KV().Put(&consul.KVPair{Key: "app/live", Value: []byte("pushed")}, nil); err != nil {
 			t.Fatal(err)
@@ -318,7 +356,7 @@ func TestBrowserDrivesEveryPage(t *testing.T) {
 		b.open("/ui/kv/edit?key=app/greeting", "#kv-value")
 		b.must("edit", chromedp.SetValue(chromedp.CSS("#kv-value"), "hello from the UI\nline 2"), chromedp.Click(chromedp.CSS("#kv-save")),
 			chromedp.WaitVisible(chromedp.CSS(".banner.ok")))
-		contains(t, "saved", b.text(".banner.ok"), "Saved at index")
+		b.has("saved", ".banner.ok", "Saved at index")
 		pair, _, err := f.api.KV().Get("app/greeting", &consul.QueryOptions{RequireConsistent: true})
 		if err != nil || pair == nil || string(pair.Value) != "hello from the UI\nline 2" {
 			t.Fatalf("read back through the API: %v %v", pair, err)
@@ -326,7 +364,7 @@ func TestBrowserDrivesEveryPage(t *testing.T) {
 		b.shot("08-kv-edit")
 		// The lock holder is shown on the key it holds.
 		b.open("/ui/kv/edit?key=app/jobs/nightly", "#kv-lock")
-		contains(t, "lock", b.text("#kv-lock"), f.sessionID, "nightly-job", "web-1")
+		b.has("lock", "#kv-lock", f.sessionID, "nightly-job", "web-1")
 		// An edit from a page loaded before another write is refused.
 		if _, err := f.api.KV().Put(&consul.KVPair{Key: "app/jobs/nightly", Value: []byte("changed"), Session: f.sessionID}, nil); err != nil {
 			t.Fatal(err)
@@ -334,7 +372,7 @@ func TestBrowserDrivesEveryPage(t *testing.T) {
 		b.must("changed notice", chromedp.WaitVisible(chromedp.CSS("#kv-changed")))
 		b.must("stale save", chromedp.SetValue(chromedp.CSS("#kv-value"), "stale"), chromedp.Click(chromedp.CSS("#kv-save")),
 			chromedp.WaitVisible(chromedp.CSS(".banner.bad")))
-		contains(t, "stale save", b.text(".banner.bad"), "Not saved", "changed since you loaded it")
+		b.has("stale save", ".banner.bad", "Not saved", "changed since you loaded it")
 		if pair, _, _ := f.api.KV().Get("app/jobs/nightly", nil); pair == nil || string(pair.Value) != "changed" {
 			t.Fatalf("a stale edit changed the key: %v", pair)
 		}
@@ -342,7 +380,7 @@ func TestBrowserDrivesEveryPage(t *testing.T) {
 	})
 	t.Run("sessions", func(t *testing.T) {
 		b.open("/ui/sessions", `#sessions tr[data-session="`+f.sessionID+`"]`)
-		contains(t, "sessions", b.text("#sessions"), "nightly-job", "app/jobs/nightly", "1m0s")
+		b.has("sessions", "#sessions", "nightly-job", "app/jobs/nightly", "1m0s")
 		b.shot("10-sessions")
 	})
 	t.Run("restricted token sees only its keys", func(t *testing.T) {
@@ -365,7 +403,7 @@ func TestBrowserDrivesEveryPage(t *testing.T) {
 		g.must("gateway login", chromedp.Navigate(g.base+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#token")),
 			chromedp.SendKeys(chromedp.CSS("#token"), f.gwToken), chromedp.Submit(chromedp.CSS("#token")),
 			chromedp.WaitVisible(chromedp.CSS(`#routes tr[data-route="web"]`)), chromedp.WaitVisible(chromedp.CSS("#live-status.on")))
-		contains(t, "gateway", g.text("main"), "connected", "web-1", "web-2", "in rotation")
+		g.has("gateway", "main", "connected", "web-1", "web-2", "in rotation")
 		if strings.Contains(g.text("main"), "web-3") {
 			t.Fatal("the gateway routes to web-3, whose check fails")
 		}
