@@ -418,6 +418,7 @@ func TestAgentEndpointsThroughConsulClient(t *testing.T) {
 	if err := ag.EnableServiceMaintenance("nope", ""); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("maintenance of an unknown service: %v", err)
 	}
+	waitFor(t, 10*time.Second, func() bool { return c.publishedOn(s) })
 	before := s.Store().Index()
 	for path, want := range map[string]string{
 		"/v1/agent/maintenance":                   "Missing value for enable",

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -367,6 +368,20 @@ func get(t *testing.T, kv lodestonepb.KVClient, key string, c lodestonepb.Consis
 }
 
 // waitFor polls cond until it holds or within passes.
+// publishedOn reports whether on's store holds every member's client
+// addresses: each member writes them once at start, an entry a test that
+// counts entries must let land first.
+func (c *testCluster) publishedOn(on *Server) bool {
+	members := on.Store().Members()
+	for _, s := range c.servers {
+		i := slices.IndexFunc(members, func(m *lodestonepb.Member) bool { return m.Id == s.raft.ID() })
+		if i < 0 || members[i].GrpcAddr != s.advertiseGRPC || members[i].HttpAddr != s.advertiseHTTP {
+			return false
+		}
+	}
+	return true
+}
+
 func waitFor(t *testing.T, within time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
