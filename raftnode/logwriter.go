@@ -89,9 +89,10 @@ type appendBatch struct {
 // message's entries replace every merged entry from their first index on
 // (a follower overwriting a conflicting suffix). Responses keep their
 // order. The entries of a single message are passed through; merged ones
-// are copied, never appended to raft's slices.
+// are copied once, never appended to raft's slices.
 func nextAppendBatch(msgs []raftpb.Message) (appendBatch, []raftpb.Message) {
 	var b appendBatch
+	owned := false // b.ents is a copy of our own, safe to append to
 	n := 0
 	for _, m := range msgs {
 		if m.Snapshot != nil && n > 0 {
@@ -104,7 +105,7 @@ func nextAppendBatch(msgs []raftpb.Message) (appendBatch, []raftpb.Message) {
 		if hs := (raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}); !raft.IsEmptyHardState(hs) {
 			b.hs = hs
 		}
-		b.ents = mergeEntries(b.ents, m.Entries)
+		b.ents, owned = mergeEntries(b.ents, m.Entries, owned)
 		if b.responses == nil {
 			// NB: clipped, so a later message's responses are appended
 			// to a copy and never to raft's slice.
@@ -120,21 +121,25 @@ func nextAppendBatch(msgs []raftpb.Message) (appendBatch, []raftpb.Message) {
 }
 
 // mergeEntries returns cur with next written over it from next's first
-// index. Either argument may be returned as is; a merge allocates.
-func mergeEntries(cur, next []raftpb.Entry) []raftpb.Entry {
+// index, and whether the result is a copy of our own. Either argument may
+// be returned as is. The first merge copies; later ones append to that
+// copy, so merging k messages costs O(k) copies, not O(k²).
+func mergeEntries(cur, next []raftpb.Entry, owned bool) ([]raftpb.Entry, bool) {
 	if len(next) == 0 {
-		return cur
+		return cur, owned
 	}
 	if len(cur) == 0 {
-		return next
+		return next, false
 	}
 	keep := kept(cur, next[0].Index)
-	// NB: a full copy every time: cur may be raft's unstable slice (the
-	// first message's), and appending to it could overwrite entries raft
-	// still holds. The merged slice is ours from then on.
-	out := make([]raftpb.Entry, 0, keep+len(next))
+	if owned {
+		return append(cur[:keep], next...), true
+	}
+	// NB: cur may be raft's unstable slice (the first message's), and
+	// appending to it could overwrite entries raft still holds.
+	out := make([]raftpb.Entry, 0, 2*(keep+len(next)))
 	out = append(out, cur[:keep]...)
-	return append(out, next...)
+	return append(out, next...), true
 }
 
 // kept returns how many of cur, consecutive entries, an append starting at

@@ -63,6 +63,12 @@ func TestNextAppendBatch(t *testing.T) {
 			wantResp: []uint64{6, 5},
 		},
 		{
+			name: "a third message overwrites the merged copy",
+			msgs: []raftpb.Message{app(ents(1, 1, 2), raftpb.HardState{}, nil), app(ents(1, 3, 4), raftpb.HardState{}, nil),
+				app(ents(2, 4, 5), raftpb.HardState{}, nil), app(ents(2, 6), raftpb.HardState{}, nil)},
+			wantEnts: append(ents(1, 1, 2, 3), ents(2, 4, 5, 6)...),
+		},
+		{
 			name:     "whole batch replaced",
 			msgs:     []raftpb.Message{app(ents(1, 4, 5), raftpb.HardState{}, nil), app(ents(2, 3, 4), raftpb.HardState{Term: 2}, nil)},
 			wantEnts: ents(2, 3, 4),
