@@ -122,14 +122,7 @@ func TestGossipReconcileAcrossLeaderChange(t *testing.T) {
 	})
 	// Each member publishes its client addresses once at start: a startup
 	// write, not liveness. Let those land before watching the index.
-	waitFor(t, 15*time.Second, func() bool {
-		for _, s := range c.servers {
-			if !s.selfPublished() {
-				return false
-			}
-		}
-		return true
-	})
+	waitFor(t, 15*time.Second, func() bool { return c.publishedOn(ls) })
 	assertIndexStill(t, c, 5)
 
 	if err := ap.Close(); err != nil { // a crash: no leave message

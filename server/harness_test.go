@@ -367,7 +367,6 @@ func get(t *testing.T, kv lodestonepb.KVClient, key string, c lodestonepb.Consis
 	return resp.Kv
 }
 
-// waitFor polls cond until it holds or within passes.
 // publishedOn reports whether on's store holds every member's client
 // addresses: each member writes them once at start, an entry a test that
 // counts entries must let land first.
@@ -382,6 +381,7 @@ func (c *testCluster) publishedOn(on *Server) bool {
 	return true
 }
 
+// waitFor polls cond until it holds or within passes.
 func waitFor(t *testing.T, within time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
