@@ -176,11 +176,8 @@ func replayRecord(tx *bolt.Tx, path string, seq, prev uint64, r journalRecord) e
 			return &CorruptError{Path: path, Record: "journal record", Index: seq,
 				Detail: fmt.Sprintf("entries from %d would leave a gap after stored index %d", r.first, last)}
 		}
-		end := r.first + uint64(len(r.vals)) - 1
-		for i := end + 1; i <= last; i++ {
-			if err := b.Delete(indexKey(i)); err != nil {
-				return fmt.Errorf("delete entry %d: %w", i, err)
-			}
+		if err := deleteEntries(b, r.first+uint64(len(r.vals)), last, "replaced"); err != nil {
+			return err
 		}
 	}
 	for k, v := range r.vals {

@@ -336,10 +336,11 @@ func TestWriteFailureIsSticky(t *testing.T) {
 }
 
 // TestTrimEntriesEmptiesEveryPage: a trim that deletes every entry of a
-// bucket spanning many leaf pages returns, and one that keeps a middle
-// range keeps exactly it. bbolt's Cursor.Last never returned once the
-// deletes had emptied every page, which hung a rotation's catch-up after
-// a compaction past everything the new file held.
+// bucket spanning many leaf pages returns, and so does the bounds check
+// after it in the same transaction; one that keeps a middle range keeps
+// exactly it. bbolt's Cursor.Last never returned once the deletes had
+// emptied every page, which hung a rotation's catch-up after a
+// compaction past everything the new file held.
 func TestTrimEntriesEmptiesEveryPage(t *testing.T) {
 	const n = 4096
 	for _, tc := range []struct {
@@ -372,7 +373,12 @@ func TestTrimEntriesEmptiesEveryPage(t *testing.T) {
 			}
 			done := make(chan error, 1)
 			go func() {
-				done <- db.Update(func(tx *bolt.Tx) error { return trimEntries(tx, false, tc.prev, tc.last) })
+				done <- db.Update(func(tx *bolt.Tx) error {
+					if err := trimEntries(tx, false, tc.prev, tc.last); err != nil {
+						return err
+					}
+					return checkBounds(tx, tc.prev, tc.last)
+				})
 			}()
 			select {
 			case err := <-done:
@@ -381,7 +387,7 @@ func TestTrimEntriesEmptiesEveryPage(t *testing.T) {
 				}
 			case <-time.After(30 * time.Second):
 				// NB: no Close, which would wait for the stuck transaction.
-				t.Fatal("trimEntries did not return in 30 s")
+				t.Fatal("the trim and its bounds check did not return in 30 s")
 			}
 			defer db.Close()
 			lo, hi := tc.prev+1, min(tc.last, n)

@@ -577,21 +577,31 @@ func trimEntries(tx *bolt.Tx, reset bool, prev, last uint64) error {
 		}
 		return nil
 	}
-	c := tx.Bucket(bucketEntries).Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.First() {
-		if i, ok := keyIndex(k); !ok || i > prev {
-			break
-		}
-		if err := c.Delete(); err != nil {
-			return fmt.Errorf("delete compacted entry: %w", err)
-		}
+	// NB: the bounds are read before any delete, and the deletes go by
+	// key. Re-reading First or Last after each delete walked the leaf pages
+	// the earlier deletes had emptied: quadratic in a large trim, and Last
+	// never returns once every page is empty (lastKey).
+	b := tx.Bucket(bucketEntries)
+	c := b.Cursor()
+	fk, _ := c.First()
+	lk, _ := c.Last()
+	first, okFirst := keyIndex(fk)
+	end, okLast := keyIndex(lk)
+	if !okFirst || !okLast {
+		return nil
 	}
-	for k := lastKey(c); k != nil; k = lastKey(c) {
-		if i, ok := keyIndex(k); !ok || i <= last {
-			break
-		}
-		if err := c.Delete(); err != nil {
-			return fmt.Errorf("delete truncated entry: %w", err)
+	if err := deleteEntries(b, first, min(prev, end), "compacted"); err != nil {
+		return err
+	}
+	return deleteEntries(b, max(last+1, first), end, "truncated")
+}
+
+// deleteEntries deletes the entries at indexes [from, to] from b; what
+// names them in an error.
+func deleteEntries(b *bolt.Bucket, from, to uint64, what string) error {
+	for i := from; i <= to; i++ {
+		if err := b.Delete(indexKey(i)); err != nil {
+			return fmt.Errorf("delete %s entry %d: %w", what, i, err)
 		}
 	}
 	return nil
@@ -600,9 +610,8 @@ func trimEntries(tx *bolt.Tx, reset bool, prev, last uint64) error {
 // lastKey is the cursor's last key, nil if none. bbolt's Cursor.Last
 // never returns once a transaction's deletes have emptied every leaf
 // page of the bucket (it steps back over empty pages, and from the first
-// one starts over), as trimEntries does when a rotation's catch-up finds
-// everything compacted; First stops, so Last is asked only after First
-// found a key.
+// one starts over), as a trim or a journal replay can leave it; First
+// stops, so Last is asked only after First found a key.
 func lastKey(c *bolt.Cursor) []byte {
 	if k, _ := c.First(); k == nil {
 		return nil
