@@ -123,7 +123,8 @@ func nextAppendBatch(msgs []raftpb.Message) (appendBatch, []raftpb.Message) {
 // mergeEntries returns cur with next written over it from next's first
 // index, and whether the result is a copy of our own. Either argument may
 // be returned as is. The first merge copies; later ones append to that
-// copy, so merging k messages costs O(k) copies, not O(k²).
+// copy, which grows as appends do, so merging k messages costs O(k)
+// copies, not O(k²).
 func mergeEntries(cur, next []raftpb.Entry, owned bool) ([]raftpb.Entry, bool) {
 	if len(next) == 0 {
 		return cur, owned
@@ -132,14 +133,13 @@ func mergeEntries(cur, next []raftpb.Entry, owned bool) ([]raftpb.Entry, bool) {
 		return next, false
 	}
 	keep := kept(cur, next[0].Index)
-	if owned {
-		return append(cur[:keep], next...), true
+	if !owned {
+		// NB: capped, so append copies: cur may be raft's unstable slice
+		// (the first message's), and appending to it could overwrite
+		// entries raft still holds.
+		cur = cur[:keep:keep]
 	}
-	// NB: cur may be raft's unstable slice (the first message's), and
-	// appending to it could overwrite entries raft still holds.
-	out := make([]raftpb.Entry, 0, 2*(keep+len(next)))
-	out = append(out, cur[:keep]...)
-	return append(out, next...), true
+	return append(cur[:keep], next...), true
 }
 
 // kept returns how many of cur, consecutive entries, an append starting at
