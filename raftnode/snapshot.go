@@ -97,6 +97,7 @@ func (n *Node) writeSnapshot(sn *store.Snapshot, cs raftpb.ConfState) snapResult
 		}
 		return nil
 	})
+	sn.Close() // NB: before compaction: the store may reuse value slots now
 	if err != nil {
 		if errors.Is(err, raft.ErrSnapOutOfDate) {
 			// A snapshot from the leader overtook this one.
@@ -240,7 +241,8 @@ func (n *Node) saveSnapshot(s snapResult) {
 }
 
 // LiveSnapshot is a copy-on-write view of the store taken in apply order,
-// with the Raft term and configuration at its index.
+// with the Raft term and configuration at its index. Close Snap once
+// written (store.Snapshot).
 type LiveSnapshot struct {
 	Snap *store.Snapshot
 	Term uint64

@@ -62,7 +62,9 @@ func (s *core) liveSnapshot(ctx context.Context) (*lodestonepb.SavedSnapshotHead
 		return nil, nil, rpcstatus.Of(err)
 	}
 	var buf bytes.Buffer
-	if _, err := ls.Snap.WriteTo(&buf); err != nil {
+	_, err = ls.Snap.WriteTo(&buf)
+	ls.Snap.Close()
+	if err != nil {
 		return nil, nil, rpcstatus.Of(fmt.Errorf("encode snapshot: %w", err))
 	}
 	data := buf.Bytes()

@@ -5,6 +5,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/internal/buildinfo"
 	"github.com/lodestone-kv/lodestone/store"
+	"github.com/lodestone-kv/lodestone/store/valuefile"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -103,4 +104,24 @@ func newSessionMetrics(reg prometheus.Registerer, st *store.Store) *sessionMetri
 	m.blocking.WithLabelValues("http")
 	reg.MustRegister(m.invalidated, m.blocking, active)
 	return m
+}
+
+// registerValueMetrics exports what the store's value file holds
+// (store/valuefile): its length, what its live values take, and the slots
+// waiting for reuse. A file far longer than its live slots after a burst
+// of deletes is expected (it never shrinks); pending bytes that only grow
+// mean a snapshot is held too long.
+func registerValueMetrics(reg prometheus.Registerer, st *store.Store) {
+	gauge := func(name, help string, v func(valuefile.Stats) uint64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "lodestone", Subsystem: "value_file", Name: name, Help: help},
+			func() float64 { return float64(v(st.ValueStats())) })
+	}
+	reg.MustRegister(
+		gauge("bytes", "Length of the value file, the peak of what it held.", func(s valuefile.Stats) uint64 { return s.FileBytes }),
+		gauge("values", "Values in the value file.", func(s valuefile.Stats) uint64 { return s.Values }),
+		gauge("value_bytes", "Bytes of the values in the value file.", func(s valuefile.Stats) uint64 { return s.ValueBytes }),
+		gauge("slot_bytes", "Bytes of the slots the values take.", func(s valuefile.Stats) uint64 { return s.SlotBytes }),
+		gauge("free_bytes", "Bytes of free slots, reused by values of their size.", func(s valuefile.Stats) uint64 { return s.FreeBytes }),
+		gauge("pending_bytes", "Bytes of slots freed while a snapshot was being written, reused once it is done.", func(s valuefile.Stats) uint64 { return s.PendingBytes }),
+	)
 }

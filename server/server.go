@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,7 @@ import (
 	"github.com/lodestone-kv/lodestone/server/httppark"
 	"github.com/lodestone-kv/lodestone/server/localagent"
 	"github.com/lodestone-kv/lodestone/store"
+	"github.com/lodestone-kv/lodestone/store/valuefile"
 	"github.com/lodestone-kv/lodestone/watch"
 )
 
@@ -53,6 +55,8 @@ type Server struct {
 	park *httppark.Lot
 	// local runs what /v1/agent registers on this server (agent.go).
 	local *localagent.Agent
+	// values is the store's value file, closed last.
+	values *valuefile.File
 	// left: this server left the cluster on request (agent.go).
 	left atomic.Bool
 	// httpConns and grpcConns limit the client listeners' connections.
@@ -78,7 +82,7 @@ type Server struct {
 }
 
 // New opens the node's data and binds its listeners; Start serves.
-func New(cfg Config) (*Server, error) {
+func New(cfg Config) (_ *Server, retErr error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -87,14 +91,23 @@ func New(cfg Config) (*Server, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("node", cfg.Name)
-	s := &Server{core: &core{cfg: cfg, logger: logger, metrics: newMetrics(), store: store.New()},
-		Mux: http.NewServeMux(), errC: make(chan error, 4)}
+	values, err := openValues(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			values.Close()
+		}
+	}()
+	s := &Server{core: &core{cfg: cfg, logger: logger, metrics: newMetrics(), store: store.NewWithValues(values)},
+		Mux: http.NewServeMux(), errC: make(chan error, 4), values: values}
+	registerValueMetrics(s.metrics.reg, s.store)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	live := cfg.Live()
 	s.liveCfg.Store(&live)
 	s.kv = &kvService{s: s.core}
 
-	var err error
 	listen := func(addr string) net.Listener {
 		if err != nil {
 			return nil
@@ -157,6 +170,20 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.Join(err, s.transport.Close(), s.log.Close(), s.hub.Close())
 	}
 	return s, nil
+}
+
+// openValues opens the store's value file in dataDir (store/valuefile):
+// the values live there, in the page cache, instead of on the Go heap. It
+// is rebuilt from the snapshot and the log at every start.
+func openValues(dataDir string) (*valuefile.File, error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	v, err := valuefile.Open(filepath.Join(dataDir, "values"))
+	if err != nil {
+		return nil, fmt.Errorf("open value file: %w", err)
+	}
+	return v, nil
 }
 
 // openRaft opens the Raft log and wires the Raft node to the peer
@@ -503,6 +530,7 @@ func (s *Server) Close() error {
 		// After the node: nothing publishes any more.
 		errs = append(errs, s.hub.Close())
 		s.wg.Wait()
+		errs = append(errs, s.values.Close()) // NB: last: nothing reads the store now
 		s.closeErr = errors.Join(errs...)
 		s.logger.Info("server stopped")
 	})

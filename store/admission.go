@@ -63,12 +63,16 @@ func (a *applier) setAdmission(p *lodestonepb.AdmissionPolicy) *lodestonepb.Comm
 // which no build writes, is removed and sets no policy.
 func migrateAdmission(st *decoded) {
 	it, ok := st.kv.Delete(item{key: []byte(legacyAdmissionKey)})
-	if !ok || it.kv.ModifyIndex == 0 {
+	if !ok {
+		return
+	}
+	st.dropped = append(st.dropped, it.r.value)
+	if it.r.ModifyIndex == 0 {
 		return
 	}
 	p := &lodestonepb.AdmissionPolicy{}
-	if err := proto.Unmarshal(it.kv.Value, p); err != nil {
+	if err := proto.Unmarshal(st.legacyAdmission, p); err != nil {
 		p = &lodestonepb.AdmissionPolicy{}
 	}
-	st.admission = &admissionState{policy: p, index: it.kv.ModifyIndex}
+	st.admission = &admissionState{policy: p, index: it.r.ModifyIndex}
 }

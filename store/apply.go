@@ -48,12 +48,16 @@ type Event struct {
 	PrevKV *lodestonepb.KeyValue
 }
 
-// change is one mutation of the tree, kept so a transaction can be undone
-// and so events can be derived: the key, the entry before the mutation and
-// the entry after it (nil: absent).
+// change is one mutation of the tree, kept so a transaction can be undone,
+// events derived and replaced values freed: the key, the row before the
+// mutation and the row after it (nil: absent), and cur's value bytes when
+// the command brought them (nil with hasValue false: read them from the
+// value file).
 type change struct {
 	key       []byte
-	prev, cur *lodestonepb.KeyValue
+	prev, cur *row
+	value     []byte
+	hasValue  bool
 }
 
 // applier executes one command against the store. s.mu is held
@@ -71,63 +75,70 @@ type applier struct {
 	derUndo *[]func()
 }
 
-func (a *applier) get(key []byte) *lodestonepb.KeyValue {
+func (a *applier) get(key []byte) *row {
 	it, _ := a.s.kv.Get(item{key: key})
-	return it.kv
+	return it.r
 }
 
-// set stores a new entry for key and returns it. It keeps key and value
-// (see Apply: the command's KV slices are the store's).
+// set stores value and flags under key, keeping an existing entry's
+// CreateIndex and lock fields, and returns the entry without its value.
+// It keeps the key slice (see Apply: the command's key is the store's).
 func (a *applier) set(key, value []byte, flags uint64) *lodestonepb.KeyValue {
-	kv := &lodestonepb.KeyValue{
-		Key:         key,
-		CreateIndex: a.index,
-		ModifyIndex: a.index,
-		Flags:       flags,
-	}
-	if len(value) > 0 {
-		kv.Value = value
-	}
-	old, replaced := a.s.kv.ReplaceOrInsert(itemOf(kv))
-	var prev *lodestonepb.KeyValue
+	r := &row{CreateIndex: a.index, ModifyIndex: a.index, Flags: flags, value: a.s.putValue(value)}
+	old, replaced := a.s.kv.ReplaceOrInsert(item{key: key, r: r})
+	var prev *row
 	if replaced {
-		// NB: kv is completed after insertion to save a second tree
+		// NB: r is completed after insertion to save a second tree
 		// walk; no reader can see it yet (the write lock is held).
-		prev = old.kv
-		kv.CreateIndex = prev.CreateIndex
-		kv.LockIndex = prev.LockIndex
-		kv.Session = prev.Session
+		prev = old.r
+		r.CreateIndex = prev.CreateIndex
+		r.LockIndex = prev.LockIndex
+		r.Session = prev.Session
 	}
-	a.changes = append(a.changes, change{key: kv.Key, prev: prev, cur: kv})
-	return kv
+	a.changes = append(a.changes, change{key: key, prev: prev, cur: r, value: value, hasValue: true})
+	return meta(key, r)
 }
 
-// write stores kv, complete with its indices, lock fields and key bytes
-// owned by the store, and records the change.
-func (a *applier) write(kv *lodestonepb.KeyValue) {
-	old, replaced := a.s.kv.ReplaceOrInsert(itemOf(kv))
-	var prev *lodestonepb.KeyValue
-	if replaced {
-		prev = old.kv
+// write stores r, complete with its indices and lock fields, under key,
+// with value as its new value, and records the change.
+func (a *applier) write(key []byte, r *row, value []byte) {
+	r.value = a.s.putValue(value)
+	a.replace(key, r, change{value: value, hasValue: true})
+}
+
+// keepValue stores r under key with the value its current entry has (a
+// session's release on invalidation changes the lock, not the value).
+func (a *applier) keepValue(key []byte, r *row) {
+	if cur := a.get(key); cur != nil {
+		r.value = cur.value
 	}
-	a.s.noteLock(prev, kv)
-	a.changes = append(a.changes, change{key: kv.Key, prev: prev, cur: kv})
+	a.replace(key, r, change{})
+}
+
+func (a *applier) replace(key []byte, r *row, c change) {
+	old, replaced := a.s.kv.ReplaceOrInsert(item{key: key, r: r})
+	if replaced {
+		c.prev = old.r
+	}
+	a.s.noteLock(key, c.prev, r)
+	c.key, c.cur = key, r
+	a.changes = append(a.changes, c)
 }
 
 // del removes key; it reports whether the key existed.
 func (a *applier) del(key []byte) bool {
 	prev, ok := a.s.kv.Delete(item{key: key})
 	if ok {
-		a.s.noteLock(prev.kv, nil)
-		a.changes = append(a.changes, change{key: prev.key, prev: prev.kv})
+		a.s.noteLock(prev.key, prev.r, nil)
+		a.changes = append(a.changes, change{key: prev.key, prev: prev.r})
 	}
 	return ok
 }
 
-// noteLock keeps der.sessionKeys exact when an entry changes from prev to
-// cur (either may be nil). set never changes Session, so only write, del,
-// delPrefix and undo call it.
-func (s *Store) noteLock(prev, cur *lodestonepb.KeyValue) {
+// noteLock keeps der.sessionKeys exact when key's entry changes from prev
+// to cur (either may be nil). set never changes Session, so only write,
+// del, delPrefix and undo call it.
+func (s *Store) noteLock(key []byte, prev, cur *row) {
 	var was, is string
 	if prev != nil {
 		was = prev.Session
@@ -139,10 +150,10 @@ func (s *Store) noteLock(prev, cur *lodestonepb.KeyValue) {
 		return
 	}
 	if was != "" {
-		delFromSet(s.der.sessionKeys, was, string(prev.Key))
+		delFromSet(s.der.sessionKeys, was, string(key))
 	}
 	if is != "" {
-		addToSet(s.der.sessionKeys, is, string(cur.Key))
+		addToSet(s.der.sessionKeys, is, string(key))
 	}
 }
 
@@ -160,24 +171,39 @@ func (a *applier) delPrefix(prefix []byte) uint64 {
 	// while it is being iterated.
 	for _, it := range doomed {
 		a.s.kv.Delete(it)
-		a.s.noteLock(it.kv, nil)
-		a.changes = append(a.changes, change{key: it.key, prev: it.kv})
+		a.s.noteLock(it.key, it.r, nil)
+		a.changes = append(a.changes, change{key: it.key, prev: it.r})
 	}
 	return uint64(len(doomed))
 }
 
-// undo reverts every change in reverse order.
+// undo reverts every change in reverse order and frees the values the
+// reverted changes stored.
 func (a *applier) undo() {
 	for i := len(a.changes) - 1; i >= 0; i-- {
 		c := a.changes[i]
 		if c.prev == nil {
 			a.s.kv.Delete(item{key: c.key})
 		} else {
-			a.s.kv.ReplaceOrInsert(itemOf(c.prev))
+			a.s.kv.ReplaceOrInsert(item{key: c.key, r: c.prev})
 		}
-		a.s.noteLock(c.cur, c.prev)
+		a.s.noteLock(c.key, c.cur, c.prev)
+		if c.cur != nil && (c.prev == nil || c.cur.value != c.prev.value) {
+			a.s.values.Free(c.cur.value)
+		}
 	}
 	a.changes = nil
+}
+
+// commit frees the values that the command's changes replaced or
+// deleted. NB: only once the command is done: an undo must find them, and
+// events read them.
+func (a *applier) commit() {
+	for _, c := range a.changes {
+		if c.prev != nil && (c.cur == nil || c.cur.value != c.prev.value) {
+			a.s.values.Free(c.prev.value)
+		}
+	}
 }
 
 // events derives the net change per key from a.changes (see Event): the
@@ -187,11 +213,7 @@ func (a *applier) events() []Event {
 	if len(a.changes) == 0 {
 		return nil
 	}
-	type net struct {
-		key       []byte
-		prev, cur *lodestonepb.KeyValue
-	}
-	nets := make([]net, 0, len(a.changes))
+	nets := make([]change, 0, len(a.changes))
 	var pos map[string]int
 	if len(a.changes) > 1 {
 		pos = make(map[string]int, len(a.changes))
@@ -199,22 +221,36 @@ func (a *applier) events() []Event {
 	for _, c := range a.changes {
 		if pos != nil {
 			if i, dup := pos[string(c.key)]; dup {
-				nets[i].cur = c.cur
+				prev := nets[i].prev
+				nets[i] = c
+				nets[i].prev = prev
 				continue
 			}
 			pos[string(c.key)] = len(nets)
 		}
-		nets = append(nets, net{key: c.key, prev: c.prev, cur: c.cur})
+		nets = append(nets, c)
 	}
 	evs := make([]Event, 0, len(nets))
 	for _, n := range nets {
+		var prev *lodestonepb.KeyValue
+		if n.prev != nil {
+			prev = a.s.entry(n.key, n.prev)
+		}
 		switch {
 		case n.cur != nil:
-			evs = append(evs, Event{Type: EventPut, KV: n.cur, PrevKV: n.prev})
+			cur := meta(n.key, n.cur)
+			if n.hasValue {
+				if len(n.value) > 0 {
+					cur.Value = n.value
+				}
+			} else if n.cur.value.Len() > 0 {
+				cur.Value = readValue(a.s.values, n.cur.value, nil)
+			}
+			evs = append(evs, Event{Type: EventPut, KV: cur, PrevKV: prev})
 		case n.prev != nil:
 			evs = append(evs, Event{Type: EventDelete,
 				KV:     &lodestonepb.KeyValue{Key: n.key, ModifyIndex: a.index},
-				PrevKV: n.prev})
+				PrevKV: prev})
 		}
 	}
 	return evs
@@ -240,12 +276,11 @@ func (a *applier) events() []Event {
 //     included; the server keeps no apply logic of its own. Conf-change
 //     entries, which are not Commands, go to ApplyConfChange.
 //   - Never panics on command content.
-//   - Apply keeps the key and value slices of cmd's KV operations (puts,
-//     transaction sets, lock puts) as the stored entry's: the caller hands
-//     them over and must not modify them afterwards. NB: the caller decodes
-//     each command afresh, so a copy here was a second one of every value
-//     (13% of a follower's CPU under 64 KiB puts). Nothing else of cmd is
-//     retained.
+//   - Apply keeps the key slices of cmd's KV operations (puts,
+//     transaction sets, lock puts) as the stored entry's, and their value
+//     slices in the events: the caller hands them over and must not modify
+//     them afterwards. The value itself is copied into the value file.
+//     Nothing else of cmd is retained.
 //
 // Results: Put → PutResponse.kv is the entry as stored, without value; on a
 // cas mismatch nothing changes, CasFailed is set and kv is the current
@@ -320,6 +355,7 @@ func (s *Store) Apply(index uint64, cmd *lodestonepb.Command) (*lodestonepb.Comm
 		res = &lodestonepb.CommandResult{}
 	}
 	evs := a.events()
+	a.commit()
 	if len(evs) > 0 {
 		s.kvIndex = index
 		s.recordTombstones(index, evs)
@@ -337,7 +373,7 @@ func (a *applier) put(p *lodestonepb.PutRequest) *lodestonepb.CommandResult {
 		cur := a.get(p.Key)
 		if why := casMismatch(p.Key, cur, *p.Cas); why != "" {
 			return &lodestonepb.CommandResult{
-				Result:    &lodestonepb.CommandResult_Put{Put: &lodestonepb.PutResponse{Kv: withoutValue(cur)}},
+				Result:    &lodestonepb.CommandResult_Put{Put: &lodestonepb.PutResponse{Kv: meta(p.Key, cur)}},
 				CasFailed: true,
 			}
 		}
@@ -347,7 +383,7 @@ func (a *applier) put(p *lodestonepb.PutRequest) *lodestonepb.CommandResult {
 	}
 	kv := a.set(p.Key, p.Value, p.Flags)
 	return &lodestonepb.CommandResult{
-		Result: &lodestonepb.CommandResult_Put{Put: &lodestonepb.PutResponse{Kv: withoutValue(kv)}},
+		Result: &lodestonepb.CommandResult_Put{Put: &lodestonepb.PutResponse{Kv: kv}},
 	}
 }
 
@@ -372,7 +408,7 @@ func (a *applier) delete(d *lodestonepb.DeleteRequest) *lodestonepb.CommandResul
 
 // casMismatch returns "" when cur matches want (want 0: key absent;
 // otherwise: ModifyIndex == want), else why not.
-func casMismatch(key []byte, cur *lodestonepb.KeyValue, want uint64) string {
+func casMismatch(key []byte, cur *row, want uint64) string {
 	switch {
 	case want == 0 && cur != nil:
 		return fmt.Sprintf("key %q exists with ModifyIndex %d, want absent", key, cur.ModifyIndex)
@@ -436,9 +472,9 @@ func (a *applier) txnKVOp(i int, o *lodestonepb.TxnOp, fail func(int, string)) *
 	r := &lodestonepb.TxnResult{}
 	switch o.Verb {
 	case lodestonepb.TxnOp_SET:
-		r.Kv = withoutValue(a.set(o.Key, o.Value, o.Flags))
+		r.Kv = a.set(o.Key, o.Value, o.Flags)
 	case lodestonepb.TxnOp_GET:
-		r.Kv = a.get(o.Key)
+		r.Kv = a.s.entry(o.Key, a.get(o.Key))
 	case lodestonepb.TxnOp_DELETE:
 		if a.del(o.Key) {
 			r.Deleted = 1
@@ -450,7 +486,7 @@ func (a *applier) txnKVOp(i int, o *lodestonepb.TxnOp, fail func(int, string)) *
 			fail(i, why)
 			return r
 		}
-		r.Kv = withoutValue(a.set(o.Key, o.Value, o.Flags))
+		r.Kv = a.set(o.Key, o.Value, o.Flags)
 	case lodestonepb.TxnOp_CHECK_INDEX:
 		cur := a.get(o.Key)
 		switch {
@@ -477,14 +513,14 @@ func (a *applier) txnKVOp(i int, o *lodestonepb.TxnOp, fail func(int, string)) *
 			fail(i, why)
 			return r
 		}
-		r.Kv = withoutValue(kv)
+		r.Kv = kv
 	case lodestonepb.TxnOp_UNLOCK:
 		kv, outcome, why := a.release(o.Key, o.Value, o.Flags, o.Session)
 		if outcome != lockOK {
 			fail(i, why)
 			return r
 		}
-		r.Kv = withoutValue(kv)
+		r.Kv = kv
 	case lodestonepb.TxnOp_CHECK_SESSION:
 		switch cur := a.get(o.Key); {
 		case cur == nil:

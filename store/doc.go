@@ -21,7 +21,20 @@
 // knows only the decoded conf-change data the server hands to
 // ApplyConfChange (raftpb.ConfChangeSingle). It starts no goroutines,
 // never calls time.Now, does no I/O except on the io.Reader/io.Writer handed
-// to Restore and Snapshot.WriteTo, and never panics on command content.
+// to Restore and Snapshot.WriteTo and on the value file it is given
+// (NewWithValues; New keeps values in memory), and never panics on command
+// content. It does panic when the value file fails a read or a write: that
+// is a failed disk, and the member stops as it does when its log cannot be
+// written (valuefile's doc).
+//
+// # Values
+//
+// The KV values are not on the Go heap: each key's row holds a
+// valuefile.Ref, and reads copy the value out of the file. A write frees
+// the slots of the values it replaced or deleted once the command is done
+// (a transaction undone frees the ones it took instead), and a Snapshot
+// pins the file so the slots its frozen tree names are not reused while it
+// is encoded: close it once written.
 // Time enters only as the command's time_unix_nano (the proposing server's
 // clock), so Apply stays deterministic; TTL expiry is decided by the leader
 // (ExpiredSessions), never by the store.
@@ -45,7 +58,8 @@
 // Snapshot).
 //
 // Entries and messages returned by reads, results and events are shared,
-// immutable values: callers must not modify them.
+// immutable values: callers must not modify them. (KV entries from Get and
+// Range are fresh copies, but their key bytes are the store's.)
 //
 // # Caller's duties, in order
 //

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/store/valuefile"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -110,10 +111,14 @@ func checkInvariants(t *testing.T, s *Store) {
 	defer s.mu.RUnlock()
 	var prev []byte
 	first := true
+	refs := map[valuefile.Ref]string{}
 	s.kv.Ascend(func(it item) bool {
-		kv := it.kv
-		if !bytes.Equal(it.key, kv.Key) {
-			t.Errorf("invariant: item key %q != entry key %q", it.key, kv.Key)
+		kv := meta(it.key, it.r)
+		if v := it.r.value; v.Len() > 0 {
+			if other, dup := refs[v]; dup {
+				t.Errorf("invariant: keys %q and %q share the %v", other, it.key, v)
+			}
+			refs[v] = string(it.key)
 		}
 		switch {
 		case len(kv.Key) == 0:
@@ -131,6 +136,9 @@ func checkInvariants(t *testing.T, s *Store) {
 		prev, first = kv.Key, false
 		return true
 	})
+	if st := s.values.Stats(); st.Pins == 0 && st.Values != uint64(len(refs)) {
+		t.Errorf("invariant: the value file holds %d values, the keys name %d", st.Values, len(refs))
+	}
 	if s.kvIndex > s.index || s.membersIndex > s.index {
 		t.Errorf("invariant: kvIndex %d / membersIndex %d above index %d", s.kvIndex, s.membersIndex, s.index)
 	}

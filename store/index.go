@@ -54,7 +54,7 @@ func (s *Store) KVIndexFor(key []byte, prefix bool) uint64 {
 	var m uint64
 	if !prefix {
 		if it, ok := s.kv.Get(item{key: key}); ok {
-			m = it.kv.ModifyIndex
+			m = it.r.ModifyIndex
 		}
 		if t, ok := s.tab.tombstones.get(string(key)); ok {
 			m = max(m, t)
@@ -65,7 +65,7 @@ func (s *Store) KVIndexFor(key []byte, prefix bool) uint64 {
 		if !bytes.HasPrefix(it.key, key) {
 			return false
 		}
-		m = max(m, it.kv.ModifyIndex)
+		m = max(m, it.r.ModifyIndex)
 		return true
 	})
 	s.tab.tombstones.ascendPrefix(string(key), func(_ string, t uint64) bool {

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 
@@ -41,16 +40,17 @@ func (a *applier) restoreState(r *lodestonepb.StateRestore) *lodestonepb.Command
 	}
 	out := &lodestonepb.StateRestoreResult{}
 	res := &lodestonepb.CommandResult{Result: &lodestonepb.CommandResult_Restore{Restore: out}}
-	d := &decoder{r: bufio.NewReaderSize(bytes.NewReader(r.State), 64<<10)}
-	st, err := d.decode()
+	st, err := decodeInto(bytes.NewReader(r.State), a.s.values)
 	if err != nil {
 		return a.reject(res, RejectRestore, "the snapshot does not decode: %v", err)
 	}
 	if why := restoreRefusal(st, a.s.ClusterID(), a.index); why != "" {
+		a.s.freeValues(st.kv)
 		return a.reject(res, RejectRestore, "%s", why)
 	}
 	s := &a.s.tab
 	*s = st.tab
+	a.s.freeValues(a.s.kv)
 	a.s.kv = st.kv
 	a.s.der = rebuildDerived(st.kv, st.tab)
 	acls := st.acls

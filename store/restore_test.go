@@ -17,7 +17,9 @@ func restoreCmd(state []byte) *lodestonepb.Command {
 func snapshotBytes(t *testing.T, s *Store) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	if _, err := s.Snapshot().WriteTo(&buf); err != nil {
+	sn := s.Snapshot()
+	defer sn.Close()
+	if _, err := sn.WriteTo(&buf); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()

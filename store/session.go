@@ -210,9 +210,9 @@ func (a *applier) invalidateSession(id string) bool {
 			a.del(key)
 			continue
 		}
-		kv := withoutSession(cur)
-		kv.ModifyIndex = a.index
-		a.write(kv)
+		r := *cur
+		r.Session, r.ModifyIndex = "", a.index
+		a.keepValue(key, &r)
 	}
 	a.markSession(id)
 	t.sessions.del(id)
@@ -239,19 +239,6 @@ func (a *applier) sweepLockDelays() {
 	}
 }
 
-// withoutSession returns a copy of kv with Session cleared; the value bytes
-// are shared (immutable).
-func withoutSession(kv *lodestonepb.KeyValue) *lodestonepb.KeyValue {
-	return &lodestonepb.KeyValue{
-		Key:         kv.Key,
-		Value:       kv.Value,
-		CreateIndex: kv.CreateIndex,
-		ModifyIndex: kv.ModifyIndex,
-		LockIndex:   kv.LockIndex,
-		Flags:       kv.Flags,
-	}
-}
-
 // lockOutcome is why an acquire or release did not take effect.
 type lockOutcome int
 
@@ -265,37 +252,30 @@ const (
 
 // acquire takes key for session (Consul's kvsLockTxn): it writes value and
 // flags, sets Session, and increments LockIndex unless the session already
-// held the key. On failure nothing changes and the current entry is
-// returned.
+// held the key. It returns the entry without its value: on failure the
+// current one (nothing changes), else the new one.
 func (a *applier) acquire(key, value []byte, flags uint64, session string) (*lodestonepb.KeyValue, lockOutcome, string) {
 	cur := a.get(key)
 	if _, ok := a.s.tab.sessions.get(session); !ok {
-		return cur, lockNoSession, fmt.Sprintf("session %q does not exist; create a session first (or it was invalidated)", session)
+		return meta(key, cur), lockNoSession, fmt.Sprintf("session %q does not exist; create a session first (or it was invalidated)", session)
 	}
 	if cur != nil && cur.Session != "" && cur.Session != session {
-		return cur, lockHeld, fmt.Sprintf("key %q is already locked by session %q", key, cur.Session)
+		return meta(key, cur), lockHeld, fmt.Sprintf("key %q is already locked by session %q", key, cur.Session)
 	}
 	if until, ok := a.s.tab.lockDelays.get(string(key)); ok && a.now < until {
-		return cur, lockDelayed, fmt.Sprintf("key %q is in its lock delay for another %v", key, time.Duration(until-a.now))
+		return meta(key, cur), lockDelayed, fmt.Sprintf("key %q is in its lock delay for another %v", key, time.Duration(until-a.now))
 	}
-	kv := &lodestonepb.KeyValue{Flags: flags, Session: session, ModifyIndex: a.index}
-	if len(value) > 0 {
-		kv.Value = value // NB: the store's, as Apply says
-	}
-	// NB: the key is the command's, never cur's: a restored entry's key
-	// shares its allocation with its old value (decodeKV), which the new
-	// entry must not keep alive.
-	kv.Key = key
+	r := &row{Flags: flags, Session: session, ModifyIndex: a.index}
 	switch {
 	case cur == nil:
-		kv.CreateIndex, kv.LockIndex = a.index, 1
+		r.CreateIndex, r.LockIndex = a.index, 1
 	case cur.Session == session:
-		kv.CreateIndex, kv.LockIndex = cur.CreateIndex, cur.LockIndex
+		r.CreateIndex, r.LockIndex = cur.CreateIndex, cur.LockIndex
 	default:
-		kv.CreateIndex, kv.LockIndex = cur.CreateIndex, cur.LockIndex+1
+		r.CreateIndex, r.LockIndex = cur.CreateIndex, cur.LockIndex+1
 	}
-	a.write(kv)
-	return kv, lockOK, ""
+	a.write(key, r, value)
+	return meta(key, r), lockOK, ""
 }
 
 // release gives key up for session (Consul's kvsUnlockTxn): if session
@@ -306,15 +286,11 @@ func (a *applier) release(key, value []byte, flags uint64, session string) (*lod
 	case cur == nil:
 		return nil, lockNotHolder, fmt.Sprintf("key %q does not exist, so session %q cannot release it", key, session)
 	case cur.Session != session:
-		return cur, lockNotHolder, fmt.Sprintf("key %q is not locked by session %q (held by %q)", key, session, cur.Session)
+		return meta(key, cur), lockNotHolder, fmt.Sprintf("key %q is not locked by session %q (held by %q)", key, session, cur.Session)
 	}
-	kv := &lodestonepb.KeyValue{Key: key, Flags: flags, CreateIndex: cur.CreateIndex,
-		ModifyIndex: a.index, LockIndex: cur.LockIndex}
-	if len(value) > 0 {
-		kv.Value = value
-	}
-	a.write(kv)
-	return kv, lockOK, ""
+	r := &row{Flags: flags, CreateIndex: cur.CreateIndex, ModifyIndex: a.index, LockIndex: cur.LockIndex}
+	a.write(key, r, value)
+	return meta(key, r), lockOK, ""
 }
 
 // lockPut runs a put with acquire or release.
@@ -329,7 +305,7 @@ func (a *applier) lockPut(p *lodestonepb.PutRequest) *lodestonepb.CommandResult 
 	} else {
 		kv, outcome, why = a.release(p.Key, p.Value, p.Flags, p.Session)
 	}
-	res := &lodestonepb.CommandResult{Result: &lodestonepb.CommandResult_Put{Put: &lodestonepb.PutResponse{Kv: withoutValue(kv)}}}
+	res := &lodestonepb.CommandResult{Result: &lodestonepb.CommandResult_Put{Put: &lodestonepb.PutResponse{Kv: kv}}}
 	switch outcome {
 	case lockOK:
 	case lockNoSession:

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"runtime"
 	"unicode/utf8"
 
 	"github.com/google/btree"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/internal/clusterid"
+	"github.com/lodestone-kv/lodestone/store/valuefile"
 )
 
 // Snapshot stream format, version 5 (versions 1 to 4 are still read).
@@ -112,7 +114,14 @@ var _ io.WriterTo = (*Snapshot)(nil)
 // B-tree nodes they touch instead of changing the shared ones, so the
 // snapshot's content (and encoding) never changes. WriteTo may be called
 // several times, even concurrently; each call writes the same bytes.
+//
+// A Snapshot pins the store's value file (valuefile.File.Pin): slots that
+// writes free meanwhile are not reused until it is closed. Close it once
+// written; one that is never closed is closed when the collector finds it
+// unreachable, but until then the value file only grows.
 type Snapshot struct {
+	values       *valuefile.File
+	unpin        func()
 	index        uint64
 	kvIndex      uint64
 	membersIndex uint64
@@ -134,7 +143,10 @@ func (s *Store) Snapshot() *Snapshot {
 	// NB: Clone must not run concurrently with another Clone or a write;
 	// the write lock guarantees it even if a caller breaks the one-writer
 	// rule.
-	return &Snapshot{
+	unpin := s.values.Pin()
+	sn := &Snapshot{
+		values:       s.values,
+		unpin:        unpin,
 		index:        s.index,
 		kvIndex:      s.kvIndex,
 		membersIndex: s.membersIndex,
@@ -145,7 +157,13 @@ func (s *Store) Snapshot() *Snapshot {
 		acls:         s.acls.Load(),
 		cluster:      s.ClusterID(),
 	}
+	runtime.AddCleanup(sn, func(unpin func()) { unpin() }, unpin)
+	return sn
 }
+
+// Close lets the store reuse the value slots freed since the snapshot was
+// taken. WriteTo must not be called after it; a second Close does nothing.
+func (sn *Snapshot) Close() { sn.unpin() }
 
 // Index returns the applied index the snapshot was taken at.
 func (sn *Snapshot) Index() uint64 { return sn.index }
@@ -183,8 +201,14 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	for _, m := range sn.members {
 		msg(recMember, m)
 	}
+	values := sn.values.NewReader()
 	sn.kv.Ascend(func(it item) bool {
-		enc.kvRecord(it.kv)
+		v, err := values.Read(it.r.value)
+		if err != nil {
+			enc.err = err
+			return false
+		}
+		enc.kvRecord(it.key, it.r, v)
 		counts[recKV]++
 		return enc.err == nil
 	})
@@ -258,21 +282,22 @@ func (e *encoder) write(p []byte) {
 	e.crc = crc32.Update(e.crc, castagnoli, p)
 }
 
-// kvRecord writes kv as a KeyValue record whose payload is the bytes
-// proto's deterministic Marshal gives (the fields in number order, zero
-// values left out), the value written from where it lies. NB: marshaled
-// into a buffer first, every value was copied once more on its way to
-// the file, and a state of large values is mostly values.
-func (e *encoder) kvRecord(kv *lodestonepb.KeyValue) {
+// kvRecord writes key's entry r with value as a KeyValue record whose
+// payload is the bytes proto's deterministic Marshal gives (the fields in
+// number order, zero values left out), the value written from where it
+// lies. NB: marshaled into a buffer first, every value was copied once
+// more on its way to the file, and a state of large values is mostly
+// values.
+func (e *encoder) kvRecord(key []byte, kv *row, value []byte) {
 	if e.err != nil {
 		return
 	}
 	head := e.head[:0]
-	if len(kv.Key) > 0 {
-		head = protowire.AppendBytes(protowire.AppendTag(head, 1, protowire.BytesType), kv.Key)
+	if len(key) > 0 {
+		head = protowire.AppendBytes(protowire.AppendTag(head, 1, protowire.BytesType), key)
 	}
-	if len(kv.Value) > 0 {
-		head = protowire.AppendVarint(protowire.AppendTag(head, 2, protowire.BytesType), uint64(len(kv.Value)))
+	if len(value) > 0 {
+		head = protowire.AppendVarint(protowire.AppendTag(head, 2, protowire.BytesType), uint64(len(value)))
 	}
 	tail := e.tail[:0]
 	for i, v := range [...]uint64{kv.CreateIndex, kv.ModifyIndex, kv.LockIndex, kv.Flags} {
@@ -284,7 +309,7 @@ func (e *encoder) kvRecord(kv *lodestonepb.KeyValue) {
 		tail = protowire.AppendString(protowire.AppendTag(tail, 7, protowire.BytesType), kv.Session)
 	}
 	e.head, e.tail = head, tail
-	e.record(recKV, head, kv.Value, tail)
+	e.record(recKV, head, value, tail)
 }
 
 // record writes one record whose payload is the parts, in order.
@@ -343,14 +368,14 @@ func (e *encoder) record(typ byte, parts ...[]byte) {
 // Restore reads r to the end of the snapshot and checks that nothing
 // follows.
 func (s *Store) Restore(r io.Reader) error {
-	d := &decoder{r: bufio.NewReaderSize(r, 64<<10)}
-	st, err := d.decode()
+	st, err := decodeInto(r, s.values)
 	if err != nil {
 		return err
 	}
 	der := rebuildDerived(st.kv, st.tab)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.freeValues(s.kv)
 	s.kv = st.kv
 	s.members = st.members
 	s.index = st.index
@@ -381,16 +406,42 @@ type SnapshotInfo struct {
 // keeps nothing, and says which cluster and index it holds. It lets a
 // receiver refuse a snapshot before anything else sees it.
 func VerifySnapshot(r io.Reader) (SnapshotInfo, error) {
-	d := &decoder{r: bufio.NewReaderSize(r, 64<<10)}
-	st, err := d.decode()
+	st, err := decodeInto(r, valuefile.Discard())
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
 	return SnapshotInfo{Index: st.index, Cluster: st.cluster}, nil
 }
 
+// decodeInto decodes the snapshot in r, its values into values: all of
+// them, or on an error none.
+func decodeInto(r io.Reader, values *valuefile.File) (*decoded, error) {
+	b := values.NewBatch()
+	d := &decoder{r: bufio.NewReaderSize(r, 64<<10), values: b}
+	st, err := d.decode()
+	if err != nil {
+		b.Abort()
+		return nil, err
+	}
+	for _, ref := range st.dropped {
+		values.Free(ref)
+	}
+	return st, nil
+}
+
+// freeValues frees every value in tree, a tree the store no longer holds.
+// A Snapshot that still holds it keeps its values readable (File.Pin).
+func (s *Store) freeValues(tree *btree.BTreeG[item]) {
+	tree.Ascend(func(it item) bool {
+		s.values.Free(it.r.value)
+		return true
+	})
+}
+
 type decoded struct {
 	kv                           *btree.BTreeG[item]
+	legacyAdmission              []byte          // the value of legacyAdmissionKey (versions 1 and 2)
+	dropped                      []valuefile.Ref // values decoded into the file but not kept
 	members                      map[uint64]*lodestonepb.Member
 	tab                          tables
 	admission                    *admissionState // nil: none
@@ -401,6 +452,7 @@ type decoded struct {
 
 type decoder struct {
 	r       *bufio.Reader
+	values  *valuefile.Batch // where the KV records' values go
 	off     int64
 	records int
 	crc     uint32
@@ -561,23 +613,28 @@ func (d *decoder) decode() (*decoded, error) {
 			if err != nil {
 				return nil, d.corrupt(recOff, fmt.Sprintf("record %d: decode key", d.records), err)
 			}
-			if len(kv.Key) == 0 {
+			if len(kv.key) == 0 {
 				return nil, bad("empty key")
 			}
 			// NB: keys are compared as bytes here, not through the string
 			// key below, to spare an allocation per key on a large restore.
-			if counts[recKV] > 0 && bytes.Compare(kv.Key, lastKV) <= 0 {
-				return nil, bad("key %q not after %q", kv.Key, lastKV)
+			if counts[recKV] > 0 && bytes.Compare(kv.key, lastKV) <= 0 {
+				return nil, bad("key %q not after %q", kv.key, lastKV)
 			}
-			lastKV = kv.Key
-			if len(kv.Value) == 0 {
-				kv.Value = nil
+			lastKV = bytes.Clone(kv.key)
+			if version < 3 && string(lastKV) == legacyAdmissionKey {
+				st.legacyAdmission = bytes.Clone(kv.value)
 			}
-			maxMod = max(maxMod, kv.ModifyIndex, kv.CreateIndex)
+			ref, err := d.values.Put(kv.value)
+			if err != nil {
+				return nil, err
+			}
+			maxMod = max(maxMod, kv.modifyIndex, kv.createIndex)
 			// Keys arrive sorted, so each insert goes to the rightmost leaf.
 			// NB: inserted here, not through insert: a closure per key
 			// was an allocation per key.
-			st.kv.ReplaceOrInsert(itemOf(kv))
+			st.kv.ReplaceOrInsert(item{key: lastKV, r: &row{CreateIndex: kv.createIndex, ModifyIndex: kv.modifyIndex,
+				LockIndex: kv.lockIndex, Flags: kv.flags, Session: kv.session, value: ref}})
 		case recNode:
 			v := &lodestonepb.Node{}
 			if err := proto.Unmarshal(payload, v); err != nil {
@@ -749,7 +806,7 @@ func (d *decoder) trailer(recOff int64, version uint32, p []byte, st *decoded, c
 	// Every lock must belong to a live session.
 	var orphan error
 	st.kv.Ascend(func(it item) bool {
-		if s := it.kv.Session; s != "" {
+		if s := it.r.Session; s != "" {
 			if _, ok := t.sessions.get(s); !ok {
 				orphan = d.corrupt(recOff, fmt.Sprintf("key %q held by unknown session %q", it.key, s), nil)
 				return false
@@ -772,15 +829,23 @@ func (d *decoder) trailer(recOff int64, version uint32, p []byte, st *decoded, c
 	return nil
 }
 
+// kvFields is a KeyValue record's content as decodeKV reads it: the byte
+// fields alias the payload, which the decoder reuses for the next record.
+type kvFields struct {
+	key, value                                 []byte
+	session                                    string
+	createIndex, modifyIndex, lockIndex, flags uint64
+}
+
 // decodeKV decodes a KeyValue record's payload as proto.Unmarshal does,
-// with the key and the value in one allocation. NB: by hand because
-// proto.Unmarshal and its three allocations per key were half of a
-// million-key restore's CPU. Anything this build does not write (an
-// unknown field, another wire type, a session that is not UTF-8) goes to
-// proto.Unmarshal, whose answer is then the one returned.
-func decodeKV(b []byte) (*lodestonepb.KeyValue, error) {
-	kv := &lodestonepb.KeyValue{}
-	var key, val, session []byte
+// without an allocation. NB: by hand because proto.Unmarshal and its
+// three allocations per key were half of a million-key restore's CPU.
+// Anything this build does not write (an unknown field, another wire
+// type, a session that is not UTF-8) goes to proto.Unmarshal, whose answer
+// is then the one returned.
+func decodeKV(b []byte) (kvFields, error) {
+	var f kvFields
+	var session []byte
 	for p := b; len(p) > 0; {
 		num, typ, n := protowire.ConsumeTag(p)
 		if n < 0 {
@@ -797,9 +862,9 @@ func decodeKV(b []byte) (*lodestonepb.KeyValue, error) {
 			v, _ := protowire.ConsumeBytes(field)
 			switch num {
 			case 1:
-				key = v
+				f.key = v
 			case 2:
-				val = v
+				f.value = v
 			default:
 				if !utf8.Valid(v) {
 					return viaProto(b) // NB: proto checks every occurrence
@@ -810,35 +875,30 @@ func decodeKV(b []byte) (*lodestonepb.KeyValue, error) {
 			v, _ := protowire.ConsumeVarint(field)
 			switch num {
 			case 3:
-				kv.CreateIndex = v
+				f.createIndex = v
 			case 4:
-				kv.ModifyIndex = v
+				f.modifyIndex = v
 			case 5:
-				kv.LockIndex = v
+				f.lockIndex = v
 			default:
-				kv.Flags = v
+				f.flags = v
 			}
 		default:
 			return viaProto(b)
 		}
 	}
-	// NB: a key's capacity ends at its length, so nothing appended to it
-	// can reach the value.
-	both := make([]byte, len(key)+len(val))
-	kv.Key = both[:copy(both, key):len(key)]
-	if len(val) > 0 {
-		kv.Value = both[len(key):]
-		copy(kv.Value, val)
+	if len(session) > 0 {
+		f.session = string(session)
 	}
-	kv.Session = string(session)
-	return kv, nil
+	return f, nil
 }
 
 // viaProto is decodeKV's way out for a payload it does not decode itself.
-func viaProto(b []byte) (*lodestonepb.KeyValue, error) {
+func viaProto(b []byte) (kvFields, error) {
 	kv := &lodestonepb.KeyValue{}
 	if err := proto.Unmarshal(b, kv); err != nil {
-		return nil, err
+		return kvFields{}, err
 	}
-	return kv, nil
+	return kvFields{key: kv.Key, value: kv.Value, session: kv.Session, createIndex: kv.CreateIndex,
+		modifyIndex: kv.ModifyIndex, lockIndex: kv.LockIndex, flags: kv.Flags}, nil
 }

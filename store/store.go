@@ -14,6 +14,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/internal/clusterid"
+	"github.com/lodestone-kv/lodestone/store/valuefile"
 )
 
 // btreeDegree is the B-tree fan-out. 32 keeps nodes within a few cache lines
@@ -46,10 +47,14 @@ type Store struct {
 	// done); readers hold it shared.
 	mu sync.RWMutex
 
-	// kv holds the entries ordered by key. Stored *KeyValue values are
-	// immutable: a write replaces the pointer, never edits the message, so
-	// readers, events and snapshots may share them.
+	// kv holds the entries ordered by key. Stored *row values are
+	// immutable: a write replaces the pointer, never edits the row, so
+	// snapshots may share them.
 	kv *btree.BTreeG[item]
+	// values holds the entries' value bytes, outside the Go heap when it
+	// is on disk (valuefile). Put and Free run under mu held exclusively;
+	// reads under mu shared, or under a Snapshot's pin.
+	values *valuefile.File
 	// members by id. Stored *Member values are immutable like kv entries.
 	members map[uint64]*lodestonepb.Member
 
@@ -65,13 +70,25 @@ type Store struct {
 	der derived
 }
 
-// item is one B-tree slot. NB: the key is held inline (it aliases kv.Key)
-// so a comparison reads the node's own array and the key bytes, not a
-// *KeyValue first: that halves the cache misses of a lookup, which
-// dominate Get and Apply on a large store. A probe needs no allocation.
+// item is one B-tree slot. NB: the key is held inline so a comparison
+// reads the node's own array and the key bytes, not a *row first: that
+// halves the cache misses of a lookup, which dominate Get and Apply on a
+// large store. A probe needs no allocation. The key is an allocation of
+// its own: nothing else may share it and be kept alive by it.
 type item struct {
 	key []byte
-	kv  *lodestonepb.KeyValue
+	r   *row
+}
+
+// row is one key's entry as the tree holds it: Consul's indices, flags and
+// lock holder, and where the value lies in the value file. The fields are
+// named as lodestonepb.KeyValue's. NB: not a *KeyValue: a protobuf message
+// costs twice a row's bytes, and at a million keys those headers were a
+// quarter of the live heap.
+type row struct {
+	CreateIndex, ModifyIndex, LockIndex, Flags uint64
+	Session                                    string
+	value                                      valuefile.Ref
 }
 
 func lessItem(a, b item) bool { return bytes.Compare(a.key, b.key) < 0 }
@@ -80,14 +97,21 @@ func newTree() *btree.BTreeG[item] {
 	return btree.NewG(btreeDegree, lessItem)
 }
 
-func itemOf(kv *lodestonepb.KeyValue) item { return item{key: kv.Key, kv: kv} }
+// New returns an empty store at index 0 whose values are held in process
+// memory (valuefile.Memory).
+func New() *Store { return NewWithValues(valuefile.Memory()) }
 
-// New returns an empty store at index 0.
-func New() *Store {
-	s := &Store{kv: newTree(), members: map[uint64]*lodestonepb.Member{}, tab: newTables(), der: newDerived()}
+// NewWithValues returns an empty store at index 0 that keeps its values
+// in v. The store owns v from now on but does not close it: the caller
+// closes it once nothing reads the store or a Snapshot of it.
+func NewWithValues(v *valuefile.File) *Store {
+	s := &Store{kv: newTree(), values: v, members: map[uint64]*lodestonepb.Member{}, tab: newTables(), der: newDerived()}
 	s.acls.Store(newACLState())
 	return s
 }
+
+// ValueStats says what the store's value file holds, for metrics.
+func (s *Store) ValueStats() valuefile.Stats { return s.values.Stats() }
 
 // ClusterID is the id of the cluster this state belongs to; zero when
 // it is not known yet.
@@ -145,14 +169,48 @@ func (s *Store) Advance(index uint64) {
 }
 
 // Get returns the entry for key, or nil, and the applied index the read was
-// made at. The returned entry is shared with the store and with other
-// readers: callers must not modify it (clone it with proto.Clone first if
-// they need to). Key validation is the caller's (Limits.ValidateKey).
+// made at. The entry is the caller's, but its key bytes are shared with
+// the store: callers must not modify them. Key validation is the caller's
+// (Limits.ValidateKey).
 func (s *Store) Get(key []byte) (*lodestonepb.KeyValue, uint64) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	it, _ := s.kv.Get(item{key: key})
-	return it.kv, s.index
+	return s.entry(it.key, it.r), s.index
+}
+
+// entry returns key's entry with its value read from the value file; nil
+// for a nil row. The caller holds mu (either way) or a pin.
+func (s *Store) entry(key []byte, r *row) *lodestonepb.KeyValue {
+	kv := meta(key, r)
+	if kv != nil && r.value.Len() > 0 {
+		kv.Value = readValue(s.values, r.value, nil)
+	}
+	return kv
+}
+
+// readValue reads ref from values, appended to dst[:0]. NB: it panics on
+// an error: the value file is the process's own, in the page cache, so a
+// failed read is a failed disk, and a member with a failed disk stops, as
+// it does when its log cannot be written; its state is rebuilt from the
+// snapshot and the log when it starts again (valuefile's doc).
+func readValue(values *valuefile.File, ref valuefile.Ref, dst []byte) []byte {
+	b, err := values.Read(ref, dst)
+	if err != nil {
+		panic(fmt.Sprintf("store: %v", err))
+	}
+	return b
+}
+
+// putValue stores v in the value file; it panics on an error, as
+// readValue does, since a replica that could not keep a value would
+// diverge from the others.
+func (s *Store) putValue(v []byte) valuefile.Ref {
+	ref, err := s.values.Put(v)
+	if err != nil {
+		panic(fmt.Sprintf("store: %v", err))
+	}
+	return ref
 }
 
 // Range returns, in key order, the entries whose key starts with prefix
@@ -162,10 +220,9 @@ func (s *Store) Get(key []byte) (*lodestonepb.KeyValue, uint64) {
 // the last one returned: page on with startAfter = last key. index is the
 // applied index the read was made at.
 //
-// With keysOnly the entries are fresh copies without Value; otherwise they
-// are shared with the store and must not be modified (see Get). The store's
-// read lock is held while the answer is collected, which delays Apply by at
-// most the time to walk limit keys.
+// With keysOnly the entries carry no Value. Key bytes are shared with the
+// store (see Get). The store's read lock is held while the answer is
+// collected, which delays Apply by at most the time to walk limit keys.
 func (s *Store) Range(prefix, startAfter []byte, limit int, keysOnly bool) (kvs []*lodestonepb.KeyValue, more bool, index uint64) {
 	start := prefix
 	skipEqual := false
@@ -184,33 +241,33 @@ func (s *Store) Range(prefix, startAfter []byte, limit int, keysOnly bool) (kvs 
 		if skipEqual && bytes.Equal(it.key, startAfter) {
 			return true
 		}
-		kv := it.kv
 		if limit > 0 && len(kvs) == limit {
 			more = true
 			return false
 		}
 		if keysOnly {
-			kv = withoutValue(kv)
+			kvs = append(kvs, meta(it.key, it.r))
+		} else {
+			kvs = append(kvs, s.entry(it.key, it.r))
 		}
-		kvs = append(kvs, kv)
 		return true
 	})
 	return kvs, more, s.index
 }
 
-// withoutValue returns a copy of kv's metadata without the value. Key bytes
-// are shared (they are immutable).
-func withoutValue(kv *lodestonepb.KeyValue) *lodestonepb.KeyValue {
-	if kv == nil {
+// meta returns key's entry without its value, nil for a nil row. Key
+// bytes are shared (they are immutable).
+func meta(key []byte, r *row) *lodestonepb.KeyValue {
+	if r == nil {
 		return nil
 	}
 	return &lodestonepb.KeyValue{
-		Key:         kv.Key,
-		CreateIndex: kv.CreateIndex,
-		ModifyIndex: kv.ModifyIndex,
-		LockIndex:   kv.LockIndex,
-		Flags:       kv.Flags,
-		Session:     kv.Session,
+		Key:         key,
+		CreateIndex: r.CreateIndex,
+		ModifyIndex: r.ModifyIndex,
+		LockIndex:   r.LockIndex,
+		Flags:       r.Flags,
+		Session:     r.Session,
 	}
 }
 

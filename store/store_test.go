@@ -48,9 +48,9 @@ func TestPutPreservesLockAndSession(t *testing.T) {
 	// Sessions are not implemented yet; plant a locked entry directly.
 	s.mu.Lock()
 	it, _ := s.kv.Get(item{key: []byte("a")})
-	locked := proto.CloneOf(it.kv)
+	locked := *it.r
 	locked.LockIndex, locked.Session = 3, "sess-1"
-	s.kv.ReplaceOrInsert(itemOf(locked))
+	s.kv.ReplaceOrInsert(item{key: it.key, r: &locked})
 	s.mu.Unlock()
 
 	res, _ := s.Apply(2, putCmd("a", "2"))
@@ -63,16 +63,22 @@ func TestPutPreservesLockAndSession(t *testing.T) {
 	}
 }
 
-// TestApplyKeepsCommandKVSlices pins Apply's contract: the entry stored is
-// the command's own key and value, not a copy of them.
-func TestApplyKeepsCommandKVSlices(t *testing.T) {
+// TestApplyKeepsCommandKey pins Apply's contract: the entry stored keeps
+// the command's own key, not a copy; the value goes to the value file, and
+// the event carries the command's value itself.
+func TestApplyKeepsCommandKey(t *testing.T) {
 	s := New()
 	cmd := putCmd("key", "value")
-	s.Apply(1, cmd)
+	_, evs := s.Apply(1, cmd)
 	kv, _ := s.Get([]byte("key"))
-	if unsafe.SliceData(kv.GetKey()) != unsafe.SliceData(cmd.GetPut().Key) ||
-		unsafe.SliceData(kv.GetValue()) != unsafe.SliceData(cmd.GetPut().Value) {
-		t.Errorf("stored entry %s holds copies of the command's key and value", fmtKV(kv))
+	if unsafe.SliceData(kv.GetKey()) != unsafe.SliceData(cmd.GetPut().Key) {
+		t.Errorf("stored entry %s holds a copy of the command's key", fmtKV(kv))
+	}
+	if unsafe.SliceData(kv.GetValue()) == unsafe.SliceData(cmd.GetPut().Value) || string(kv.GetValue()) != "value" {
+		t.Errorf("a read returned %q from the command's own value, not the value file", kv.GetValue())
+	}
+	if len(evs) != 1 || unsafe.SliceData(evs[0].KV.GetValue()) != unsafe.SliceData(cmd.GetPut().Value) {
+		t.Errorf("the put event does not carry the command's value: %v", evs)
 	}
 }
 
@@ -304,8 +310,8 @@ func TestPutEvents(t *testing.T) {
 		t.Errorf("overwrite events = %q, want %q", got, want)
 	}
 	stored, _ := d.s.Get([]byte("a"))
-	if evs[0].KV != stored {
-		t.Errorf("event KV is not the stored entry")
+	if !proto.Equal(evs[0].KV, stored) {
+		t.Errorf("event KV %s is not the stored entry %s", fmtKV(evs[0].KV), fmtKV(stored))
 	}
 }
 

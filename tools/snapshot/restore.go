@@ -86,7 +86,10 @@ func Restore(o RestoreOptions, out io.Writer) (Info, error) {
 		st.SetClusterID(cluster)
 	}
 	var buf bytes.Buffer
-	if _, err := st.Snapshot().WriteTo(&buf); err != nil {
+	sn := st.Snapshot()
+	_, err = sn.WriteTo(&buf)
+	sn.Close()
+	if err != nil {
 		return Info{}, fmt.Errorf("encode restored state: %w", err)
 	}
 

@@ -1,0 +1,259 @@
+package valuefile
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+func TestSlotSizeWastesAtMostAnEighth(t *testing.T) {
+	prev := uint64(0)
+	for n := uint64(1); n <= 1<<20; n++ {
+		s := slotSize(n)
+		if s < n || s < 16 {
+			t.Fatalf("slotSize(%d) = %d: smaller than the value or than 16", n, s)
+		}
+		if n > 16 && (s-n)*8 > n {
+			t.Fatalf("slotSize(%d) = %d wastes %d bytes, more than an eighth", n, s, s-n)
+		}
+		if s < prev {
+			t.Fatalf("slotSize(%d) = %d below slotSize(%d) = %d", n, s, n-1, prev)
+		}
+		prev = s
+	}
+	if got := slotSize(256); got != 256 {
+		t.Errorf("slotSize(256) = %d, want 256", got)
+	}
+	if got := slotSize(257); got != 288 {
+		t.Errorf("slotSize(257) = %d, want 288", got)
+	}
+}
+
+func files(t *testing.T) map[string]*File {
+	t.Helper()
+	f, err := Open(filepath.Join(t.TempDir(), "values"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return map[string]*File{"disk": f, "memory": Memory()}
+}
+
+func put(t *testing.T, f *File, v []byte) Ref {
+	t.Helper()
+	r, err := f.Put(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func read(t *testing.T, f *File, r Ref) []byte {
+	t.Helper()
+	b, err := f.Read(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestPutReadFreeReuse(t *testing.T) {
+	for name, f := range files(t) {
+		t.Run(name, func(t *testing.T) {
+			vals := [][]byte{[]byte("a"), bytes.Repeat([]byte("b"), 256), bytes.Repeat([]byte("c"), 300), bytes.Repeat([]byte("d"), 3<<20)}
+			refs := make([]Ref, len(vals))
+			for i, v := range vals {
+				refs[i] = put(t, f, v)
+			}
+			for i, r := range refs {
+				if got := read(t, f, r); !bytes.Equal(got, vals[i]) {
+					t.Fatalf("value %d read back %d bytes, want %d", i, len(got), len(vals[i]))
+				}
+			}
+			before := f.Stats()
+			f.Free(refs[1])
+			again := put(t, f, bytes.Repeat([]byte("e"), 250)) // the same 256 B class
+			if again.off != refs[1].off {
+				t.Errorf("a freed 256 B slot at %d was not reused: the new value went to %d", refs[1].off, again.off)
+			}
+			if after := f.Stats(); after.FileBytes != before.FileBytes {
+				t.Errorf("file grew from %d to %d bytes although a free slot fitted", before.FileBytes, after.FileBytes)
+			}
+			if got := read(t, f, refs[2]); !bytes.Equal(got, vals[2]) {
+				t.Error("a neighbour's value changed when a freed slot was reused")
+			}
+			empty := put(t, f, nil)
+			if empty != (Ref{}) || len(read(t, f, empty)) != 0 {
+				t.Errorf("an empty value took a slot: %v", empty)
+			}
+		})
+	}
+}
+
+func TestPinDelaysReuseUntilLastUnpin(t *testing.T) {
+	f := Memory()
+	old := put(t, f, []byte("frozen"))
+	unpinA := f.Pin()
+	unpinB := f.Pin()
+	f.Free(old)
+	fresh := put(t, f, []byte("thawed"))
+	if fresh.off == old.off {
+		t.Fatal("a slot freed while pinned was reused at once")
+	}
+	if got := read(t, f, old); string(got) != "frozen" {
+		t.Fatalf("pinned value reads %q", got)
+	}
+	if s := f.Stats(); s.PendingBytes != 16 || s.Pins != 2 {
+		t.Fatalf("stats with two pins: %+v", s)
+	}
+	unpinA()
+	unpinA() // a second call does nothing
+	if s := f.Stats(); s.PendingBytes != 16 || s.Pins != 1 {
+		t.Fatalf("stats with one pin left: %+v", s)
+	}
+	unpinB()
+	if s := f.Stats(); s.PendingBytes != 0 || s.FreeBytes != 16 || s.Values != 1 || s.ValueBytes != 6 {
+		t.Fatalf("stats after the last unpin: %+v", s)
+	}
+	if again := put(t, f, []byte("reused")); again.off != old.off {
+		t.Errorf("the slot freed under a pin was not reused after the last unpin")
+	}
+}
+
+func TestConcurrentReadsWhilePutAndFree(t *testing.T) {
+	for name, f := range files(t) {
+		t.Run(name, func(t *testing.T) {
+			stable := make([]Ref, 64)
+			for i := range stable {
+				stable[i] = put(t, f, []byte(fmt.Sprintf("stable-%03d-%s", i, bytes.Repeat([]byte("x"), i*7))))
+			}
+			var wg sync.WaitGroup
+			stop := make(chan struct{})
+			errs := make(chan error, 4)
+			for g := 0; g < 4; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var buf []byte
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						r := stable[i%len(stable)]
+						b, err := f.Read(r, buf)
+						if err != nil || !bytes.HasPrefix(b, []byte(fmt.Sprintf("stable-%03d-", i%len(stable)))) {
+							errs <- fmt.Errorf("read %v: %q, %v", r, b, err)
+							return
+						}
+						buf = b
+					}
+				}()
+			}
+			for i := 0; i < 5000; i++ {
+				r := put(t, f, bytes.Repeat([]byte{byte(i)}, 1+i%700))
+				f.Free(r)
+			}
+			close(stop)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func TestReadOfTruncatedFileFails(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "values")
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := put(t, f, bytes.Repeat([]byte("v"), 100))
+	if err := f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 50); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Read(r, nil); err == nil {
+		t.Fatal("reading a value cut short by a truncation succeeded")
+	}
+}
+
+func TestOpenTruncates(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "values")
+	if err := os.WriteFile(path, []byte("left by an earlier process"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+		t.Fatalf("Open kept an earlier file's content: %v, %v", fi.Size(), err)
+	}
+}
+
+func TestDiscardKeepsNothing(t *testing.T) {
+	f := Discard()
+	r := put(t, f, []byte("gone"))
+	if err := f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Read(r, nil); err == nil {
+		t.Fatal("a discarding file read a value back")
+	}
+}
+
+// countingBacking counts the writes that reach the backing.
+type countingBacking struct {
+	memory
+	writes int
+}
+
+func (c *countingBacking) WriteAt(p []byte, off int64) (int, error) {
+	c.writes++
+	return c.memory.WriteAt(p, off)
+}
+
+// Appends reach the backing a tail buffer at a time, and every value reads
+// back whether it is still buffered, just flushed or reused in place.
+func TestAppendsAreCombined(t *testing.T) {
+	b := &countingBacking{}
+	f := newFile(b, "")
+	const n = 10_000
+	refs := make([]Ref, n)
+	for i := range refs {
+		refs[i] = put(t, f, bytes.Repeat([]byte{byte(i)}, 256))
+	}
+	if b.writes > n*256/tailFlush+1 {
+		t.Errorf("%d appends of 256 B made %d writes, want at most %d", n, b.writes, n*256/tailFlush+1)
+	}
+	f.Free(refs[n-1]) // in the tail buffer still
+	reused := put(t, f, bytes.Repeat([]byte("r"), 256))
+	if reused.off != refs[n-1].off {
+		t.Fatal("the freed tail slot was not reused")
+	}
+	refs[n-1] = reused
+	rd := f.NewReader()
+	for i, r := range refs {
+		want := bytes.Repeat([]byte{byte(i)}, 256)
+		if i == n-1 {
+			want = bytes.Repeat([]byte("r"), 256)
+		}
+		if got := read(t, f, r); !bytes.Equal(got, want) {
+			t.Fatalf("value %d reads %q", i, got[:8])
+		}
+		if got, err := rd.Read(r); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("value %d through a Reader: %q, %v", i, got, err)
+		}
+	}
+}
