@@ -25,8 +25,8 @@ func (b *Batch) Put(v []byte) (Ref, error) {
 	if len(v) == 0 {
 		return Ref{}, nil
 	}
-	if uint64(len(v)) > MaxValue {
-		return Ref{}, fmt.Errorf("value file: a value of %d bytes exceeds the most a slot holds, %d", len(v), uint64(MaxValue))
+	if err := checkLen(v); err != nil {
+		return Ref{}, err
 	}
 	f := b.f
 	f.mu.Lock()

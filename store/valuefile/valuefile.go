@@ -102,8 +102,8 @@ func (f *File) Put(v []byte) (Ref, error) {
 	if len(v) == 0 {
 		return Ref{}, nil
 	}
-	if uint64(len(v)) > MaxValue {
-		return Ref{}, fmt.Errorf("value file: a value of %d bytes exceeds the most a slot holds, %d", len(v), uint64(MaxValue))
+	if err := checkLen(v); err != nil {
+		return Ref{}, err
 	}
 	size := slotSize(uint64(len(v)))
 	f.mu.Lock()
@@ -130,6 +130,13 @@ func (f *File) Put(v []byte) (Ref, error) {
 		return Ref{}, fmt.Errorf("value file: writing %s: %w", r, err)
 	}
 	return r, nil
+}
+
+func checkLen(v []byte) error {
+	if uint64(len(v)) > MaxValue {
+		return fmt.Errorf("value file: a value of %d bytes exceeds the most a slot holds, %d", len(v), uint64(MaxValue))
+	}
+	return nil
 }
 
 // tailFlush is how many appended bytes a File buffers before writing them.
