@@ -119,6 +119,24 @@ func (r *SnapshotReader) check() error {
 // Close closes the file.
 func (r *SnapshotReader) Close() error { return r.f.Close() }
 
+// OpenShared opens a second, read-only handle on the snapshot's data file
+// on the real filesystem, for a reader that keeps reading the data at
+// offsets after this reader is closed (the store leaves a restored
+// snapshot's values in it). The handle keeps the data readable after a
+// later snapshot removes the file. It is not checked: read this reader to
+// its end first. Behind an FS that is not the real filesystem it fails.
+func (r *SnapshotReader) OpenShared() (*os.File, error) {
+	f, err := os.Open(r.path)
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: open snapshot for shared reads: %w", err)
+	}
+	if fi, err := f.Stat(); err != nil || fi.Size() != r.size {
+		_ = f.Close()
+		return nil, fmt.Errorf("raftlog: open snapshot for shared reads: %s is not the file being read", r.path)
+	}
+	return f, nil
+}
+
 // ReadSnapshotData reads the whole data of the current snapshot into memory
 // and checks it, for callers that need it as one slice (tools, tests). The
 // Log keeps no copy.

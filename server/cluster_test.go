@@ -241,11 +241,15 @@ func TestRestartCatchesUpBySnapshot(t *testing.T) {
 		}
 	}
 	check(f)
-	// And it restarts from its own snapshot plus log.
+	// And it restarts from its own snapshot plus log, leaving the
+	// snapshot's values in its file rather than copying them.
 	c.stop(f)
 	c.start(f, false)
 	c.waitApplied(f, last)
 	check(f)
+	if st := c.servers[f].store.ValueStats(); st.BaseFiles != 1 || st.BaseBytes == 0 {
+		t.Errorf("%s restarted without reading its values from its snapshot file: %+v", f, st)
+	}
 }
 
 func TestMembershipChangesOnLiveCluster(t *testing.T) {

@@ -110,7 +110,9 @@ func newSessionMetrics(reg prometheus.Registerer, st *store.Store) *sessionMetri
 // (store/valuefile): its length, what its live values take, and the slots
 // waiting for reuse. A file far longer than its live slots after a burst
 // of deletes is expected (it never shrinks); pending bytes that only grow
-// mean a snapshot is held too long.
+// mean a snapshot is held too long. A base file is a snapshot a member
+// restored from: it stays open, even once removed from snap/, until no
+// key's value lies in it.
 func registerValueMetrics(reg prometheus.Registerer, st *store.Store) {
 	gauge := func(name, help string, v func(valuefile.Stats) uint64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "lodestone", Subsystem: "value_file", Name: name, Help: help},
@@ -123,5 +125,7 @@ func registerValueMetrics(reg prometheus.Registerer, st *store.Store) {
 		gauge("slot_bytes", "Bytes of the slots the values take.", func(s valuefile.Stats) uint64 { return s.SlotBytes }),
 		gauge("free_bytes", "Bytes of free slots, reused by values of their size.", func(s valuefile.Stats) uint64 { return s.FreeBytes }),
 		gauge("pending_bytes", "Bytes of slots freed while a snapshot was being written, reused once it is done.", func(s valuefile.Stats) uint64 { return s.PendingBytes }),
+		gauge("base_files", "Snapshot files held open because restored values still lie in them.", func(s valuefile.Stats) uint64 { return uint64(s.BaseFiles) }),
+		gauge("base_bytes", "Bytes of the values that lie in those snapshot files.", func(s valuefile.Stats) uint64 { return s.BaseBytes }),
 	)
 }

@@ -41,6 +41,9 @@ func FuzzDecodeKV(f *testing.F) {
 		case !proto.Equal(got, want):
 			t.Fatalf("decodeKV = %v, proto.Unmarshal = %v", got, want)
 		}
+		if f.valueAt >= 0 && !bytes.Equal(b[f.valueAt:f.valueAt+len(f.value)], f.value) {
+			t.Fatalf("valueAt %d does not point at the value %q in % x", f.valueAt, f.value, b)
+		}
 	})
 }
 

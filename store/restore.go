@@ -40,7 +40,7 @@ func (a *applier) restoreState(r *lodestonepb.StateRestore) *lodestonepb.Command
 	}
 	out := &lodestonepb.StateRestoreResult{}
 	res := &lodestonepb.CommandResult{Result: &lodestonepb.CommandResult_Restore{Restore: out}}
-	st, err := decodeInto(bytes.NewReader(r.State), a.s.values)
+	st, err := decodeInto(bytes.NewReader(r.State), a.s.values, 0)
 	if err != nil {
 		return a.reject(res, RejectRestore, "the snapshot does not decode: %v", err)
 	}

@@ -368,7 +368,22 @@ func (e *encoder) record(typ byte, parts ...[]byte) {
 // Restore reads r to the end of the snapshot and checks that nothing
 // follows.
 func (s *Store) Restore(r io.Reader) error {
-	st, err := decodeInto(r, s.values)
+	return s.restore(r, 0)
+}
+
+// RestoreShared restores the snapshot r streams as Restore does, but
+// leaves its values where they lie in base, a file that reads the same
+// bytes at the offsets r streams them from (the snapshot file r reads,
+// from its start). No value is copied, so a large restore is cheaper by
+// about the size of its values; base stays open until every value in it
+// is overwritten or deleted. The store owns base from the call on, in
+// every case.
+func (s *Store) RestoreShared(r io.Reader, base valuefile.Base) error {
+	return s.restore(r, s.values.AddBase(base))
+}
+
+func (s *Store) restore(r io.Reader, base uint32) error {
+	st, err := decodeInto(r, s.values, base)
 	if err != nil {
 		return err
 	}
@@ -406,7 +421,7 @@ type SnapshotInfo struct {
 // keeps nothing, and says which cluster and index it holds. It lets a
 // receiver refuse a snapshot before anything else sees it.
 func VerifySnapshot(r io.Reader) (SnapshotInfo, error) {
-	st, err := decodeInto(r, valuefile.Discard())
+	st, err := decodeInto(r, valuefile.Discard(), 0)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -414,19 +429,39 @@ func VerifySnapshot(r io.Reader) (SnapshotInfo, error) {
 }
 
 // decodeInto decodes the snapshot in r, its values into values: all of
-// them, or on an error none.
-func decodeInto(r io.Reader, values *valuefile.File) (*decoded, error) {
-	b := values.NewBatch()
-	d := &decoder{r: bufio.NewReaderSize(r, 64<<10), values: b}
+// them, or on an error none. With a non-zero base (valuefile.AddBase),
+// the values stay where they lie in it, at the offsets r streams them
+// from; on an error the base is dropped.
+func decodeInto(r io.Reader, values *valuefile.File, base uint32) (*decoded, error) {
+	sink := valueSink{f: values, batch: values.NewBatch(), base: base}
+	d := &decoder{r: bufio.NewReaderSize(r, 64<<10), values: sink}
 	st, err := d.decode()
 	if err != nil {
-		b.Abort()
+		sink.batch.Abort()
+		if base != 0 {
+			err = errors.Join(err, values.DropBase(base))
+		}
 		return nil, err
 	}
 	for _, ref := range st.dropped {
 		values.Free(ref)
 	}
 	return st, nil
+}
+
+// valueSink takes a decoded value: it counts one that lies in the base at
+// a known offset where it is, and copies any other into the slot file.
+type valueSink struct {
+	f     *valuefile.File
+	batch *valuefile.Batch
+	base  uint32
+}
+
+func (s valueSink) put(v []byte, at int64) (valuefile.Ref, error) {
+	if s.base != 0 && at >= 0 {
+		return s.f.BaseRef(s.base, at, len(v))
+	}
+	return s.batch.Put(v)
 }
 
 // freeValues frees every value in tree, a tree the store no longer holds.
@@ -452,7 +487,7 @@ type decoded struct {
 
 type decoder struct {
 	r       *bufio.Reader
-	values  *valuefile.Batch // where the KV records' values go
+	values  valueSink // where the KV records' values go
 	off     int64
 	records int
 	crc     uint32
@@ -625,7 +660,11 @@ func (d *decoder) decode() (*decoded, error) {
 			if version < 3 && string(lastKV) == legacyAdmissionKey {
 				st.legacyAdmission = bytes.Clone(kv.value)
 			}
-			ref, err := d.values.Put(kv.value)
+			at := int64(-1)
+			if kv.valueAt >= 0 {
+				at = recOff + recHeaderLen + int64(kv.valueAt)
+			}
+			ref, err := d.values.put(kv.value, at)
 			if err != nil {
 				return nil, err
 			}
@@ -833,6 +872,7 @@ func (d *decoder) trailer(recOff int64, version uint32, p []byte, st *decoded, c
 // fields alias the payload, which the decoder reuses for the next record.
 type kvFields struct {
 	key, value                                 []byte
+	valueAt                                    int // where value starts in the payload; -1: unknown
 	session                                    string
 	createIndex, modifyIndex, lockIndex, flags uint64
 }
@@ -844,7 +884,7 @@ type kvFields struct {
 // type, a session that is not UTF-8) goes to proto.Unmarshal, whose answer
 // is then the one returned.
 func decodeKV(b []byte) (kvFields, error) {
-	var f kvFields
+	f := kvFields{valueAt: -1}
 	var session []byte
 	for p := b; len(p) > 0; {
 		num, typ, n := protowire.ConsumeTag(p)
@@ -865,6 +905,7 @@ func decodeKV(b []byte) (kvFields, error) {
 				f.key = v
 			case 2:
 				f.value = v
+				f.valueAt = len(b) - len(p) - len(v)
 			default:
 				if !utf8.Valid(v) {
 					return viaProto(b) // NB: proto checks every occurrence
@@ -899,6 +940,6 @@ func viaProto(b []byte) (kvFields, error) {
 	if err := proto.Unmarshal(b, kv); err != nil {
 		return kvFields{}, err
 	}
-	return kvFields{key: kv.Key, value: kv.Value, session: kv.Session, createIndex: kv.CreateIndex,
+	return kvFields{key: kv.Key, value: kv.Value, valueAt: -1, session: kv.Session, createIndex: kv.CreateIndex,
 		modifyIndex: kv.ModifyIndex, lockIndex: kv.LockIndex, flags: kv.Flags}, nil
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -130,4 +131,88 @@ func TestCorruptRestoreLeavesValues(t *testing.T) {
 		t.Errorf("a failed restore changed the value file: %+v, was %+v", after, before)
 	}
 	checkInvariants(t, s)
+}
+
+// snapshotFile writes s's snapshot to a file and returns its path.
+func snapshotFile(t *testing.T, s *Store) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "snap")
+	if err := os.WriteFile(path, snapshotBytes(t, s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// RestoreShared copies no value: each stays in the snapshot file, which
+// the store closes once no key names a value in it.
+func TestRestoreSharedLeavesValuesInTheSnapshot(t *testing.T) {
+	src := New()
+	const n = 200
+	for i := range n {
+		src.Apply(uint64(i+1), putCmd(fmt.Sprintf("k%03d", i), value("snap", i)))
+	}
+	path := snapshotFile(t, src)
+	stream, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	base, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := onDisk(t)
+	if err := s.RestoreShared(stream, base); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.ValueStats(); st.BaseFiles != 1 || st.Values != n || st.SlotBytes != 0 || st.FileBytes != 0 {
+		t.Fatalf("after a shared restore: %+v, want every value in the base and none copied", st)
+	}
+	if got, want := dump(s), dump(src); got != want {
+		t.Fatalf("restored state differs:\n%s\nwant\n%s", got, want)
+	}
+	if again, orig := snapshotBytes(t, s), snapshotBytes(t, src); !bytes.Equal(again, orig) {
+		t.Error("a snapshot of the restored store differs from the one it was restored from")
+	}
+	checkInvariants(t, s)
+	for i := range n {
+		s.Apply(uint64(n+i+1), putCmd(fmt.Sprintf("k%03d", i), value("new", i)))
+	}
+	if st := s.ValueStats(); st.BaseFiles != 0 || st.BaseBytes != 0 {
+		t.Errorf("every key overwritten, the base is still held: %+v", st)
+	}
+	if _, err := base.Stat(); err == nil {
+		t.Error("the snapshot file is still open after its last value went")
+	}
+	checkInvariants(t, s)
+}
+
+// A shared restore that fails closes the base and changes nothing.
+func TestRestoreSharedOfCorruptSnapshot(t *testing.T) {
+	src := New()
+	src.Apply(1, putCmd("a", value("x", 1)))
+	path := snapshotFile(t, src)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := onDisk(t)
+	s.Apply(1, putCmd("kept", "v"))
+	before := s.ValueStats()
+	if err := s.RestoreShared(bytes.NewReader(data[:len(data)-2]), base); err == nil {
+		t.Fatal("a truncated snapshot restored")
+	}
+	if after := s.ValueStats(); after != before {
+		t.Errorf("a failed shared restore changed the value file: %+v, was %+v", after, before)
+	}
+	if _, err := base.Stat(); err == nil {
+		t.Error("the base of a failed restore is still open")
+	}
+	if kv, _ := s.Get([]byte("kept")); string(kv.GetValue()) != "v" {
+		t.Errorf("kept reads %q", kv.GetValue())
+	}
 }

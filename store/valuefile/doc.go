@@ -32,6 +32,15 @@
 // The file never shrinks: it holds the peak of each class, as bbolt's file
 // holds its peak. Free lists live in memory, 8 bytes per free slot.
 //
+// # Bases
+//
+// A restore need not copy its values: a Base is a read-only file that
+// already holds them, the snapshot file the store was restored from, and a
+// Ref may point into it (AddBase, BaseRef). Its values are freed like any
+// other, but their room is not reused; the File closes the base when its
+// last value is freed. Until then the snapshot's disk space stays in use
+// even after the Raft log removes the file from its directory.
+//
 // # Failures
 //
 // The file is derived state, not a record: it is truncated when opened,

@@ -5,18 +5,25 @@ import (
 	"io"
 )
 
-// Reader reads values in the order a snapshot walks them. Where one value's
-// slot follows the last one's, as after a restore, it reads ahead a window
-// at a time; elsewhere it reads the value alone. One goroutine uses it.
+// Reader reads values in the order a snapshot walks them. Where one value
+// lies a little after the last one in the same file, as after a restore,
+// it reads ahead a window at a time; elsewhere it reads the value alone.
+// One goroutine uses it.
 type Reader struct {
 	f    *File
 	buf  []byte
-	off  uint64 // the file offset of buf[0]
-	next uint64 // where the slot after the last value read starts
+	base uint32 // the file buf was read from
+	off  uint64 // the offset of buf[0] in it
+	next uint64 // where the last value read ends
 }
 
-// readAhead is the window a Reader reads where values lie in order.
-const readAhead = 256 << 10
+// readAhead is the window a Reader reads where values lie in order, and
+// nearGap how far past the last value the next may start to count as in
+// order (a snapshot's record headers and keys lie between its values).
+const (
+	readAhead = 256 << 10
+	nearGap   = 4 << 10
+)
 
 // NewReader returns a Reader of f.
 func (f *File) NewReader() *Reader { return &Reader{f: f} }
@@ -27,24 +34,37 @@ func (rd *Reader) Read(r Ref) ([]byte, error) {
 		return nil, nil
 	}
 	end := r.off + uint64(r.n)
-	sequential := r.off == rd.next
-	rd.next = r.off + slotSize(uint64(r.n))
-	if r.off >= rd.off && end <= rd.off+uint64(len(rd.buf)) {
+	inOrder := r.base == rd.base && r.off >= rd.next && r.off-rd.next <= nearGap
+	rd.next = end
+	if r.base == rd.base && r.off >= rd.off && end <= rd.off+uint64(len(rd.buf)) {
 		return rd.buf[r.off-rd.off : end-rd.off], nil
 	}
-	w := rd.f.written.Load()
-	if end > w {
-		return rd.f.Read(r, nil) // NB: in the tail buffer, or just flushed
+	rd.base = r.base
+	var src io.ReaderAt
+	limit := uint64(1<<63 - 1)
+	if r.base == 0 {
+		w := rd.f.written.Load()
+		if end > w {
+			rd.buf = rd.buf[:0]
+			return rd.f.Read(r, nil) // NB: in the tail buffer, or just flushed
+		}
+		src, limit = rd.f.b, w
+	} else {
+		b := (*rd.f.bases.Load())[r.base]
+		if b == nil {
+			return nil, fmt.Errorf("value file: reading %s: its base is closed", r)
+		}
+		src = b.b
 	}
 	want := int(r.n)
-	if sequential {
-		want = max(want, min(readAhead, int(w-r.off)))
+	if inOrder {
+		want = max(want, int(min(readAhead, limit-r.off)))
 	}
 	if cap(rd.buf) < want {
 		rd.buf = make([]byte, want)
 	}
 	rd.buf = rd.buf[:want]
-	n, err := rd.f.b.ReadAt(rd.buf, int64(r.off))
+	n, err := src.ReadAt(rd.buf, int64(r.off))
 	if n < int(r.n) {
 		rd.buf = rd.buf[:0]
 		if err == nil {

@@ -10,17 +10,24 @@ import (
 	"sync/atomic"
 )
 
-// Ref names one value in a File: where its slot starts and how long the
-// value is. The zero Ref is the empty value, which takes no slot.
+// Ref names one value in a File: where its slot starts (in the slot file,
+// or in a Base) and how long the value is. The zero Ref is the empty
+// value, which takes no slot.
 type Ref struct {
-	off uint64
-	n   uint32
+	off  uint64
+	n    uint32
+	base uint32 // 0: the slot file; else the id AddBase gave
 }
 
 // Len is the value's length in bytes.
 func (r Ref) Len() int { return int(r.n) }
 
-func (r Ref) String() string { return fmt.Sprintf("value of %d bytes at offset %d", r.n, r.off) }
+func (r Ref) String() string {
+	if r.base != 0 {
+		return fmt.Sprintf("value of %d bytes at offset %d of base %d", r.n, r.off, r.base)
+	}
+	return fmt.Sprintf("value of %d bytes at offset %d", r.n, r.off)
+}
 
 // MaxValue is the longest value a File holds.
 const MaxValue = 1<<32 - 1
@@ -39,9 +46,13 @@ type File struct {
 	// the rest of a million-key restart's replay.
 	tail    []byte
 	written atomic.Uint64 // everything below it is in the backing
-	pins    int
-	pending []Ref // freed while pinned
-	st      Stats
+	// bases are the read-only files values may lie in (base.go), by id;
+	// the map is replaced, never changed, so reads need no lock.
+	bases    atomic.Pointer[map[uint32]*base]
+	nextBase uint32
+	pins     int
+	pending  []Ref // freed while pinned
+	st       Stats
 }
 
 // Stats is what a File holds, for metrics.
@@ -53,6 +64,8 @@ type Stats struct {
 	PendingBytes uint64 // bytes of slots freed while a pin is held
 	FileBytes    uint64 // the file's length
 	Pins         int    // pins held
+	BaseFiles    int    // Base files held open (AddBase)
+	BaseBytes    uint64 // bytes of the values that lie in them
 }
 
 type backing interface {
@@ -80,7 +93,9 @@ func Memory() *File { return newFile(&memory{}, "") }
 func Discard() *File { return newFile(discard{}, "") }
 
 func newFile(b backing, path string) *File {
-	return &File{b: b, path: path, free: map[uint64][]uint64{}}
+	f := &File{b: b, path: path, free: map[uint64][]uint64{}}
+	f.bases.Store(&map[uint32]*base{})
+	return f
 }
 
 // Path is the file's path, "" when it is not on disk.
@@ -196,6 +211,12 @@ func (f *File) Read(r Ref, dst []byte) ([]byte, error) {
 	} else {
 		out = out[:r.n]
 	}
+	if r.base != 0 {
+		if err := f.readBase(r, out); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
 	if r.off+uint64(r.n) > f.written.Load() && f.readTail(r, out) {
 		return out, nil
 	}
@@ -230,14 +251,21 @@ func (f *File) Free(r Ref) {
 	defer f.mu.Unlock()
 	if f.pins > 0 {
 		f.pending = append(f.pending, r)
-		f.st.PendingBytes += slotSize(uint64(r.n))
+		if r.base == 0 {
+			f.st.PendingBytes += slotSize(uint64(r.n))
+		}
 		return
 	}
 	f.release(r)
 }
 
-// release puts r's slot on its free list. f.mu is held.
+// release puts r's slot on its free list, or uncounts it in its base.
+// f.mu is held.
 func (f *File) release(r Ref) {
+	if r.base != 0 {
+		f.releaseBase(r.base, r.n)
+		return
+	}
 	size := slotSize(uint64(r.n))
 	f.free[size] = append(f.free[size], r.off)
 	f.st.FreeBytes += size
@@ -281,9 +309,17 @@ func (f *File) Stats() Stats {
 	return s
 }
 
-// Close closes the backing file. The store's owner calls it once nothing
-// reads the File any more.
-func (f *File) Close() error { return f.b.Close() }
+// Close closes the backing file and every base. The store's owner calls it
+// once nothing reads the File any more.
+func (f *File) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var errs []error
+	for id := range *f.bases.Load() {
+		errs = append(errs, f.closeBase(id))
+	}
+	return errors.Join(append(errs, f.b.Close())...)
+}
 
 // memory is a backing in process memory, in chunks so that growing it
 // never moves what readers read.

@@ -257,3 +257,84 @@ func TestAppendsAreCombined(t *testing.T) {
 		}
 	}
 }
+
+// closeCounter is a Base that counts its closes.
+type closeCounter struct {
+	*bytes.Reader
+	closes int
+}
+
+func (c *closeCounter) Close() error { c.closes++; return nil }
+
+// A value left in a base reads from there; the base closes when its last
+// value is freed, and not while a pin taken before that free is held.
+func TestBaseValuesAndClose(t *testing.T) {
+	f := Memory()
+	data := []byte("head|alpha|beta|tail")
+	b := &closeCounter{Reader: bytes.NewReader(data)}
+	id := f.AddBase(b)
+	alpha, err := f.BaseRef(id, 5, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	beta, err := f.BaseRef(id, 11, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, f, alpha); string(got) != "alpha" {
+		t.Fatalf("base value reads %q", got)
+	}
+	rd := f.NewReader()
+	for _, c := range []struct {
+		r    Ref
+		want string
+	}{{alpha, "alpha"}, {beta, "beta"}} {
+		if got, err := rd.Read(c.r); err != nil || string(got) != c.want {
+			t.Fatalf("Reader on a base: %q, %v; want %q", got, err, c.want)
+		}
+	}
+	if s := f.Stats(); s.BaseFiles != 1 || s.BaseBytes != 9 || s.Values != 2 || s.SlotBytes != 0 {
+		t.Fatalf("stats with two base values: %+v", s)
+	}
+	f.Free(alpha)
+	unpin := f.Pin()
+	f.Free(beta)
+	if b.closes != 0 || string(read(t, f, beta)) != "beta" {
+		t.Fatalf("the base closed (%d) or lost its pinned value", b.closes)
+	}
+	unpin()
+	if s := f.Stats(); b.closes != 1 || s.BaseFiles != 0 || s.BaseBytes != 0 || s.Values != 0 || s.ValueBytes != 0 {
+		t.Fatalf("after its last value went: %d closes, %+v", b.closes, s)
+	}
+	if _, err := f.Read(beta, nil); err == nil {
+		t.Error("a value of a closed base read back")
+	}
+}
+
+// DropBase uncounts a failed restore's values; Close closes what is left.
+func TestDropBaseAndClose(t *testing.T) {
+	f := Memory()
+	dropped := &closeCounter{Reader: bytes.NewReader([]byte("0123456789"))}
+	id := f.AddBase(dropped)
+	for i := range 3 {
+		if _, err := f.BaseRef(id, int64(i*3), 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.DropBase(id); err != nil {
+		t.Fatal(err)
+	}
+	if s := f.Stats(); dropped.closes != 1 || s != (Stats{}) {
+		t.Fatalf("after DropBase: %d closes, %+v", dropped.closes, s)
+	}
+	if _, err := f.BaseRef(id, 0, 1); err == nil {
+		t.Error("a value was counted in a dropped base")
+	}
+	kept := &closeCounter{Reader: bytes.NewReader([]byte("xyz"))}
+	if _, err := f.BaseRef(f.AddBase(kept), 0, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil || kept.closes != 1 {
+		t.Fatalf("Close: %v, base closed %d times", err, kept.closes)
+	}
+}
