@@ -232,6 +232,7 @@ func (s *Store) Range(prefix, startAfter []byte, limit int, keysOnly bool) (kvs 
 	if limit > 0 && limit <= 1024 {
 		kvs = make([]*lodestonepb.KeyValue, 0, limit)
 	}
+	var refs []valuefile.Ref
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	s.kv.AscendGreaterOrEqual(item{key: start}, func(it item) bool {
@@ -245,13 +246,23 @@ func (s *Store) Range(prefix, startAfter []byte, limit int, keysOnly bool) (kvs 
 			more = true
 			return false
 		}
-		if keysOnly {
-			kvs = append(kvs, meta(it.key, it.r))
-		} else {
-			kvs = append(kvs, s.entry(it.key, it.r))
+		kvs = append(kvs, meta(it.key, it.r))
+		if !keysOnly {
+			refs = append(refs, it.r.value)
 		}
 		return true
 	})
+	if len(refs) > 0 {
+		vals, err := s.values.ReadEach(refs)
+		if err != nil {
+			panic(fmt.Sprintf("store: %v", err)) // NB: see readValue
+		}
+		for i, v := range vals {
+			if len(v) > 0 {
+				kvs[i].Value = v
+			}
+		}
+	}
 	return kvs, more, s.index
 }
 

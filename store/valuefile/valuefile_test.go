@@ -338,3 +338,54 @@ func TestDropBaseAndClose(t *testing.T) {
 		t.Fatalf("Close: %v, base closed %d times", err, kept.closes)
 	}
 }
+
+// readCounter counts the reads that reach a backing.
+type readCounter struct {
+	memory
+	reads int
+}
+
+func (c *readCounter) ReadAt(p []byte, off int64) (int, error) {
+	c.reads++
+	return c.memory.ReadAt(p, off)
+}
+
+// ReadEach reads neighbouring values in one read, and still reads each
+// value right: across gaps, from a base, from the tail buffer, empty ones.
+func TestReadEachCombinesNeighbours(t *testing.T) {
+	b := &readCounter{}
+	f := newFile(b, "")
+	var refs []Ref
+	var want [][]byte
+	for i := range 100 {
+		v := bytes.Repeat([]byte{byte('a' + i%26)}, 100+i)
+		refs = append(refs, put(t, f, v))
+		want = append(want, v)
+	}
+	if err := f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	far := put(t, f, bytes.Repeat([]byte("z"), 3000)) // in the tail buffer
+	base := f.AddBase(&closeCounter{Reader: bytes.NewReader([]byte("..base-one..base-two.."))})
+	b1, _ := f.BaseRef(base, 2, 8)
+	b2, _ := f.BaseRef(base, 12, 8)
+	refs = append(refs, far, Ref{}, b1, b2, refs[3])
+	want = append(want, bytes.Repeat([]byte("z"), 3000), nil, []byte("base-one"), []byte("base-two"), want[3])
+	b.reads = 0
+	got, err := f.ReadEach(refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range refs {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("value %d: %q, want %q", i, got[i], want[i])
+		}
+	}
+	if b.reads != 2 { // NB: the 100 neighbours, then refs[3] again
+		t.Errorf("%d reads of the slot file for 100 neighbours and one more, want 2", b.reads)
+	}
+	got[0] = append(got[0], 'X')
+	if !bytes.Equal(got[1], want[1]) {
+		t.Error("appending to one value changed its neighbour")
+	}
+}
