@@ -115,6 +115,8 @@ func (a *applier) keepValue(key []byte, r *row) {
 	a.replace(key, r, change{})
 }
 
+// replace stores r under key and records c, completed with the key and
+// both rows.
 func (a *applier) replace(key []byte, r *row, c change) {
 	old, replaced := a.s.kv.ReplaceOrInsert(item{key: key, r: r})
 	if replaced {
@@ -136,7 +138,7 @@ func (a *applier) del(key []byte) bool {
 }
 
 // noteLock keeps der.sessionKeys exact when key's entry changes from prev
-// to cur (either may be nil). set never changes Session, so only write,
+// to cur (either may be nil). set never changes Session, so only replace,
 // del, delPrefix and undo call it.
 func (s *Store) noteLock(key []byte, prev, cur *row) {
 	var was, is string
