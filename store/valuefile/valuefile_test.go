@@ -213,15 +213,20 @@ func TestDiscardKeepsNothing(t *testing.T) {
 	}
 }
 
-// countingBacking counts the writes that reach the backing.
+// countingBacking counts the reads and writes that reach the backing.
 type countingBacking struct {
 	memory
-	writes int
+	reads, writes int
 }
 
 func (c *countingBacking) WriteAt(p []byte, off int64) (int, error) {
 	c.writes++
 	return c.memory.WriteAt(p, off)
+}
+
+func (c *countingBacking) ReadAt(p []byte, off int64) (int, error) {
+	c.reads++
+	return c.memory.ReadAt(p, off)
 }
 
 // Appends reach the backing a tail buffer at a time, and every value reads
@@ -339,21 +344,10 @@ func TestDropBaseAndClose(t *testing.T) {
 	}
 }
 
-// readCounter counts the reads that reach a backing.
-type readCounter struct {
-	memory
-	reads int
-}
-
-func (c *readCounter) ReadAt(p []byte, off int64) (int, error) {
-	c.reads++
-	return c.memory.ReadAt(p, off)
-}
-
 // ReadEach reads neighbouring values in one read, and still reads each
 // value right: across gaps, from a base, from the tail buffer, empty ones.
 func TestReadEachCombinesNeighbours(t *testing.T) {
-	b := &readCounter{}
+	b := &countingBacking{}
 	f := newFile(b, "")
 	var refs []Ref
 	var want [][]byte
