@@ -27,6 +27,10 @@
 // is a failed disk, and the member stops as it does when its log cannot be
 // written (valuefile's doc).
 //
+// Time enters only as the command's time_unix_nano (the proposing server's
+// clock), so Apply stays deterministic; TTL expiry is decided by the leader
+// (ExpiredSessions), never by the store.
+//
 // # Values
 //
 // The KV values are not on the Go heap: each key's row holds a
@@ -34,16 +38,14 @@
 // the slots of the values it replaced or deleted once the command is done
 // (a transaction undone frees the ones it took instead), and a Snapshot
 // pins the file so the slots its frozen tree names are not reused while it
-// is encoded: close it once written.
-// Time enters only as the command's time_unix_nano (the proposing server's
-// clock), so Apply stays deterministic; TTL expiry is decided by the leader
-// (ExpiredSessions), never by the store.
+// is encoded: close it once written. RestoreShared leaves a restored
+// snapshot's values where they lie in its file instead of copying them.
 //
 // # Concurrency
 //
 // One goroutine, the server's apply loop, calls the mutating methods:
-// Apply, ApplyConfChange, Advance, SetMember, RemoveMember, Snapshot and
-// Restore. Any number of goroutines call the reads concurrently with it:
+// Apply, ApplyConfChange, Advance, SetMember, RemoveMember, Snapshot, Restore and
+// RestoreShared. Any number of goroutines call the reads concurrently with it:
 // Get, Range, Members, Admission, Index, KVIndex, MembersIndex, Len,
 // KVIndexFor, the catalog and session reads and the index getters.
 // Admission and the ACL reads (ACLIndex, TokenBySecret, Policy, Role and
@@ -85,9 +87,9 @@
 //     cas_failed and lock_failed are answers ("false"), not errors.
 //  4. To snapshot: call Snapshot on the apply goroutine, then WriteTo on any
 //     goroutine; record Snapshot.Index() as the Raft snapshot's index.
-//  5. On start or when Raft installs a snapshot: Restore, then replay the
-//     log entries after its index (replays at or below Index() are
-//     no-ops).
+//  5. On start or when Raft installs a snapshot: Restore (on start,
+//     RestoreShared with the snapshot's file), then replay the log entries
+//     after its index (replays at or below Index() are no-ops).
 //  6. Serve reads at Index(): a linearizable read waits until Index() has
 //     reached the ReadIndex, then calls Get/Range or a catalog read; a
 //     stale read just calls them. Both report the index they were read at.

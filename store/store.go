@@ -23,7 +23,7 @@ const btreeDegree = 32
 
 // Store is the replicated state machine. See the package doc for the
 // concurrency contract: one goroutine calls the mutating methods (Apply,
-// ApplyConfChange, Advance, SetMember, RemoveMember, Snapshot, Restore);
+// ApplyConfChange, Advance, SetMember, RemoveMember, Snapshot, Restore, RestoreShared);
 // any number of goroutines call the read methods (Get, Range, Members,
 // Admission, the catalog and session reads, the index getters)
 // concurrently with it.
