@@ -246,7 +246,7 @@ func (a *applier) events() []Event {
 					cur.Value = n.value
 				}
 			} else if n.cur.value.Len() > 0 {
-				cur.Value = readValue(a.s.values, n.cur.value, nil)
+				cur.Value = readValue(a.s.values, n.cur.value)
 			}
 			evs = append(evs, Event{Type: EventPut, KV: cur, PrevKV: prev})
 		case n.prev != nil:

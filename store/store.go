@@ -184,18 +184,18 @@ func (s *Store) Get(key []byte) (*lodestonepb.KeyValue, uint64) {
 func (s *Store) entry(key []byte, r *row) *lodestonepb.KeyValue {
 	kv := meta(key, r)
 	if kv != nil && r.value.Len() > 0 {
-		kv.Value = readValue(s.values, r.value, nil)
+		kv.Value = readValue(s.values, r.value)
 	}
 	return kv
 }
 
-// readValue reads ref from values, appended to dst[:0]. NB: it panics on
+// readValue reads ref from values. NB: it panics on
 // an error: the value file is the process's own, in the page cache, so a
 // failed read is a failed disk, and a member with a failed disk stops, as
 // it does when its log cannot be written; its state is rebuilt from the
 // snapshot and the log when it starts again (valuefile's doc).
-func readValue(values *valuefile.File, ref valuefile.Ref, dst []byte) []byte {
-	b, err := values.Read(ref, dst)
+func readValue(values *valuefile.File, ref valuefile.Ref) []byte {
+	b, err := values.Read(ref)
 	if err != nil {
 		panic(fmt.Sprintf("store: %v", err))
 	}

@@ -98,18 +98,3 @@ func (f *File) closeBase(id uint32) error {
 	f.st.BaseBytes -= b.bytes
 	return b.b.Close()
 }
-
-// readBase reads r from its base into out.
-func (f *File) readBase(r Ref, out []byte) error {
-	b := (*f.bases.Load())[r.base]
-	if b == nil {
-		return fmt.Errorf("value file: reading %s: its base is closed", r)
-	}
-	if n, err := b.b.ReadAt(out, int64(r.off)); n != len(out) {
-		if err == nil {
-			err = io.ErrUnexpectedEOF
-		}
-		return fmt.Errorf("value file: reading %s: %w", r, err)
-	}
-	return nil
-}

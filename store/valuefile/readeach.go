@@ -1,10 +1,5 @@
 package valuefile
 
-import (
-	"fmt"
-	"io"
-)
-
 // runGap is how far apart two values may lie and still be read in one
 // pread by ReadEach, and runMax the most one such read spans.
 const (
@@ -36,10 +31,7 @@ func (f *File) runEnd(refs []Ref, i int) int {
 		return i + 1
 	}
 	end := first.off + uint64(first.n)
-	limit := f.written.Load()
-	if first.base != 0 {
-		limit = ^uint64(0)
-	}
+	limit := f.readable(first.base)
 	if end > limit {
 		return i + 1 // NB: in the tail buffer: Read takes it from there
 	}
@@ -58,25 +50,18 @@ func (f *File) runEnd(refs []Ref, i int) int {
 // readRun reads refs, one run, into out.
 func (f *File) readRun(refs []Ref, out [][]byte) error {
 	if len(refs) == 1 {
-		v, err := f.Read(refs[0], nil)
+		v, err := f.Read(refs[0])
 		out[0] = v
 		return err
 	}
 	first, last := refs[0], refs[len(refs)-1]
 	buf := make([]byte, last.off+uint64(last.n)-first.off)
-	var src io.ReaderAt = f.b
-	if first.base != 0 {
-		b := (*f.bases.Load())[first.base]
-		if b == nil {
-			return fmt.Errorf("value file: reading %s: its base is closed", first)
-		}
-		src = b.b
+	src, err := f.source(first)
+	if err != nil {
+		return err
 	}
-	if n, err := src.ReadAt(buf, int64(first.off)); n != len(buf) {
-		if err == nil {
-			err = io.ErrUnexpectedEOF
-		}
-		return fmt.Errorf("value file: reading %d values from %s: %w", len(refs), first, err)
+	if _, err := readAtLeast(src, buf, first.off, len(buf), first); err != nil {
+		return err
 	}
 	for i, r := range refs {
 		at := r.off - first.off

@@ -1,10 +1,5 @@
 package valuefile
 
-import (
-	"fmt"
-	"io"
-)
-
 // Reader reads values in the order a snapshot walks them. Where one value
 // lies a little after the last one in the same file, as after a restore,
 // it reads ahead a window at a time; elsewhere it reads the value alone.
@@ -40,21 +35,14 @@ func (rd *Reader) Read(r Ref) ([]byte, error) {
 		return rd.buf[r.off-rd.off : end-rd.off], nil
 	}
 	rd.base = r.base
-	var src io.ReaderAt
-	limit := uint64(1<<63 - 1)
-	if r.base == 0 {
-		w := rd.f.written.Load()
-		if end > w {
-			rd.buf = rd.buf[:0]
-			return rd.f.Read(r, nil) // NB: in the tail buffer, or just flushed
-		}
-		src, limit = rd.f.b, w
-	} else {
-		b := (*rd.f.bases.Load())[r.base]
-		if b == nil {
-			return nil, fmt.Errorf("value file: reading %s: its base is closed", r)
-		}
-		src = b.b
+	limit := rd.f.readable(r.base)
+	if end > limit {
+		rd.buf = rd.buf[:0]
+		return rd.f.Read(r) // NB: in the tail buffer, or just flushed
+	}
+	src, err := rd.f.source(r)
+	if err != nil {
+		return nil, err
 	}
 	want := int(r.n)
 	if inOrder {
@@ -64,13 +52,10 @@ func (rd *Reader) Read(r Ref) ([]byte, error) {
 		rd.buf = make([]byte, want)
 	}
 	rd.buf = rd.buf[:want]
-	n, err := src.ReadAt(rd.buf, int64(r.off))
-	if n < int(r.n) {
+	n, err := readAtLeast(src, rd.buf, r.off, int(r.n), r)
+	if err != nil {
 		rd.buf = rd.buf[:0]
-		if err == nil {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, fmt.Errorf("value file: reading %s: %w", r, err)
+		return nil, err
 	}
 	rd.buf, rd.off = rd.buf[:n], r.off
 	return rd.buf[:r.n], nil

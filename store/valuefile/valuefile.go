@@ -34,8 +34,7 @@ const MaxValue = 1<<32 - 1
 
 // File is a heap of value slots; see the package doc.
 type File struct {
-	b    backing
-	path string // "" when not on disk
+	b backing
 
 	mu   sync.Mutex
 	end  uint64              // the file's length: where a new slot goes
@@ -81,25 +80,22 @@ func Open(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("value file: %w", err)
 	}
-	return newFile(fh, path), nil
+	return newFile(fh), nil
 }
 
 // Memory returns a File held in process memory: the same slots and rules,
 // for tests and tools that have no data directory.
-func Memory() *File { return newFile(&memory{}, "") }
+func Memory() *File { return newFile(&memory{}) }
 
 // Discard returns a File that keeps nothing: Put succeeds and Read fails.
 // It serves decoders that check a snapshot without keeping its values.
-func Discard() *File { return newFile(discard{}, "") }
+func Discard() *File { return newFile(discard{}) }
 
-func newFile(b backing, path string) *File {
-	f := &File{b: b, path: path, free: map[uint64][]uint64{}}
+func newFile(b backing) *File {
+	f := &File{b: b, free: map[uint64][]uint64{}}
 	f.bases.Store(&map[uint32]*base{})
 	return f
 }
-
-// Path is the file's path, "" when it is not on disk.
-func (f *File) Path() string { return f.path }
 
 // slotSize is the size class of a value of n > 0 bytes: n rounded up to a
 // multiple of an eighth of the power of two below it, at least 16.
@@ -200,33 +196,57 @@ func (f *File) count(v []byte, size uint64) {
 	f.st.SlotBytes += size
 }
 
-// Read returns r's bytes, appended to dst[:0] (dst may be nil).
-func (f *File) Read(r Ref, dst []byte) ([]byte, error) {
+// Read returns r's bytes in a new slice.
+func (f *File) Read(r Ref) ([]byte, error) {
 	if r.n == 0 {
-		return dst[:0], nil
+		return nil, nil
 	}
-	out := dst[:0]
-	if cap(out) < int(r.n) {
-		out = make([]byte, r.n)
-	} else {
-		out = out[:r.n]
-	}
-	if r.base != 0 {
-		if err := f.readBase(r, out); err != nil {
-			return nil, err
-		}
+	out := make([]byte, r.n)
+	if r.base == 0 && r.off+uint64(r.n) > f.readable(0) && f.readTail(r, out) {
 		return out, nil
 	}
-	if r.off+uint64(r.n) > f.written.Load() && f.readTail(r, out) {
-		return out, nil
+	src, err := f.source(r)
+	if err == nil {
+		_, err = readAtLeast(src, out, r.off, len(out), r)
 	}
-	if n, err := f.b.ReadAt(out, int64(r.off)); n != len(out) {
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// readable is how far reads of the file a Ref with this base lies in may
+// go: the written part of the slot file, or the whole of a base.
+func (f *File) readable(base uint32) uint64 {
+	if base != 0 {
+		return ^uint64(0)
+	}
+	return f.written.Load()
+}
+
+// source is the file r lies in: the backing or r's base.
+func (f *File) source(r Ref) (io.ReaderAt, error) {
+	if r.base == 0 {
+		return f.b, nil
+	}
+	b := (*f.bases.Load())[r.base]
+	if b == nil {
+		return nil, fmt.Errorf("value file: reading %s: its base is closed", r)
+	}
+	return b.b, nil
+}
+
+// readAtLeast reads p from src at off and fails, naming r, if fewer than
+// least bytes came.
+func readAtLeast(src io.ReaderAt, p []byte, off uint64, least int, r Ref) (int, error) {
+	n, err := src.ReadAt(p, int64(off))
+	if n < least {
 		if err == nil {
 			err = io.ErrUnexpectedEOF
 		}
-		return nil, fmt.Errorf("value file: reading %s: %w", r, err)
+		return n, fmt.Errorf("value file: reading %s: %w", r, err)
 	}
-	return out, nil
+	return n, nil
 }
 
 // readTail copies r from the tail buffer into out if it is there still.

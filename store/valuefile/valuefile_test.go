@@ -53,7 +53,7 @@ func put(t *testing.T, f *File, v []byte) Ref {
 
 func read(t *testing.T, f *File, r Ref) []byte {
 	t.Helper()
-	b, err := f.Read(r, nil)
+	b, err := f.Read(r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,6 @@ func TestConcurrentReadsWhilePutAndFree(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					var buf []byte
 					for i := 0; ; i++ {
 						select {
 						case <-stop:
@@ -145,12 +144,11 @@ func TestConcurrentReadsWhilePutAndFree(t *testing.T) {
 						default:
 						}
 						r := stable[i%len(stable)]
-						b, err := f.Read(r, buf)
+						b, err := f.Read(r)
 						if err != nil || !bytes.HasPrefix(b, []byte(fmt.Sprintf("stable-%03d-", i%len(stable)))) {
 							errs <- fmt.Errorf("read %v: %q, %v", r, b, err)
 							return
 						}
-						buf = b
 					}
 				}()
 			}
@@ -182,7 +180,7 @@ func TestReadOfTruncatedFileFails(t *testing.T) {
 	if err := os.Truncate(path, 50); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Read(r, nil); err == nil {
+	if _, err := f.Read(r); err == nil {
 		t.Fatal("reading a value cut short by a truncation succeeded")
 	}
 }
@@ -208,7 +206,7 @@ func TestDiscardKeepsNothing(t *testing.T) {
 	if err := f.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Read(r, nil); err == nil {
+	if _, err := f.Read(r); err == nil {
 		t.Fatal("a discarding file read a value back")
 	}
 }
@@ -233,7 +231,7 @@ func (c *countingBacking) ReadAt(p []byte, off int64) (int, error) {
 // back whether it is still buffered, just flushed or reused in place.
 func TestAppendsAreCombined(t *testing.T) {
 	b := &countingBacking{}
-	f := newFile(b, "")
+	f := newFile(b)
 	const n = 10_000
 	refs := make([]Ref, n)
 	for i := range refs {
@@ -311,7 +309,7 @@ func TestBaseValuesAndClose(t *testing.T) {
 	if s := f.Stats(); b.closes != 1 || s.BaseFiles != 0 || s.BaseBytes != 0 || s.Values != 0 || s.ValueBytes != 0 {
 		t.Fatalf("after its last value went: %d closes, %+v", b.closes, s)
 	}
-	if _, err := f.Read(beta, nil); err == nil {
+	if _, err := f.Read(beta); err == nil {
 		t.Error("a value of a closed base read back")
 	}
 }
@@ -348,7 +346,7 @@ func TestDropBaseAndClose(t *testing.T) {
 // value right: across gaps, from a base, from the tail buffer, empty ones.
 func TestReadEachCombinesNeighbours(t *testing.T) {
 	b := &countingBacking{}
-	f := newFile(b, "")
+	f := newFile(b)
 	var refs []Ref
 	var want [][]byte
 	for i := range 100 {
