@@ -51,8 +51,8 @@ type Event struct {
 // change is one mutation of the tree, kept so a transaction can be undone,
 // events derived and replaced values freed: the key, the row before the
 // mutation and the row after it (nil: absent), and cur's value bytes when
-// the command brought them (nil with hasValue false: read them from the
-// value file).
+// the command brought them (hasValue false: cur keeps a value already in
+// the value file).
 type change struct {
 	key       []byte
 	prev, cur *row
@@ -104,15 +104,6 @@ func (a *applier) set(key, value []byte, flags uint64) *lodestonepb.KeyValue {
 func (a *applier) write(key []byte, r *row, value []byte) {
 	r.value = a.s.putValue(value)
 	a.replace(key, r, change{value: value, hasValue: true})
-}
-
-// keepValue stores r under key with the value its current entry has (a
-// session's release on invalidation changes the lock, not the value).
-func (a *applier) keepValue(key []byte, r *row) {
-	if cur := a.get(key); cur != nil {
-		r.value = cur.value
-	}
-	a.replace(key, r, change{})
 }
 
 // replace stores r under key and records c, completed with the key and
@@ -245,6 +236,8 @@ func (a *applier) events() []Event {
 				if len(n.value) > 0 {
 					cur.Value = n.value
 				}
+			} else if n.prev != nil && n.prev.value == n.cur.value {
+				cur.Value = prev.Value // NB: read once for both
 			} else if n.cur.value.Len() > 0 {
 				cur.Value = readValue(a.s.values, n.cur.value)
 			}

@@ -210,9 +210,9 @@ func (a *applier) invalidateSession(id string) bool {
 			a.del(key)
 			continue
 		}
-		r := *cur
+		r := *cur // NB: the value stays where it is; only the lock goes
 		r.Session, r.ModifyIndex = "", a.index
-		a.keepValue(key, &r)
+		a.replace(key, &r, change{})
 	}
 	a.markSession(id)
 	t.sessions.del(id)
