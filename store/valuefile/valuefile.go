@@ -61,10 +61,12 @@ type Stats struct {
 	SlotBytes    uint64 // bytes of the slots they take
 	FreeBytes    uint64 // bytes of free slots, ready for reuse
 	PendingBytes uint64 // bytes of slots freed while a pin is held
-	FileBytes    uint64 // the file's length
-	Pins         int    // pins held
-	BaseFiles    int    // Base files held open (AddBase)
-	BaseBytes    uint64 // bytes of the values that lie in them
+	// PendingValues is how many of Values were freed while a pin is held.
+	PendingValues uint64
+	FileBytes     uint64 // the file's length
+	Pins          int    // pins held
+	BaseFiles     int    // Base files held open (AddBase)
+	BaseBytes     uint64 // bytes of the values that lie in them
 }
 
 type backing interface {
@@ -271,6 +273,7 @@ func (f *File) Free(r Ref) {
 	defer f.mu.Unlock()
 	if f.pins > 0 {
 		f.pending = append(f.pending, r)
+		f.st.PendingValues++
 		if r.base == 0 {
 			f.st.PendingBytes += slotSize(uint64(r.n))
 		}
@@ -316,7 +319,7 @@ func (f *File) unpin() {
 		f.release(r)
 	}
 	f.pending = nil
-	f.st.PendingBytes = 0
+	f.st.PendingBytes, f.st.PendingValues = 0, 0
 }
 
 // Stats returns what the File holds now.
