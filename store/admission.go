@@ -62,7 +62,7 @@ func (a *applier) setAdmission(p *lodestonepb.AdmissionPolicy) *lodestonepb.Comm
 // whole keyspace at most one spurious wake). A key with ModifyIndex 0,
 // which no build writes, is removed and sets no policy.
 func migrateAdmission(st *decoded) {
-	it, ok := st.kv.Delete(item{key: []byte(legacyAdmissionKey)})
+	it, ok := st.kv.Delete(probe([]byte(legacyAdmissionKey)))
 	if !ok {
 		return
 	}

@@ -76,7 +76,7 @@ type applier struct {
 }
 
 func (a *applier) get(key []byte) *row {
-	it, _ := a.s.kv.Get(item{key: key})
+	it, _ := a.s.kv.Get(probe(key))
 	return it.r
 }
 
@@ -85,15 +85,14 @@ func (a *applier) get(key []byte) *row {
 // It keeps the key slice (see Apply: the command's key is the store's).
 func (a *applier) set(key, value []byte, flags uint64) *lodestonepb.KeyValue {
 	r := &row{CreateIndex: a.index, ModifyIndex: a.index, Flags: flags, value: a.s.putValue(value)}
-	old, replaced := a.s.kv.ReplaceOrInsert(item{key: key, r: r})
+	old, replaced := a.s.kv.ReplaceOrInsert(keep(key, r))
 	var prev *row
 	if replaced {
 		// NB: r is completed after insertion to save a second tree
 		// walk; no reader can see it yet (the write lock is held).
 		prev = old.r
 		r.CreateIndex = prev.CreateIndex
-		r.LockIndex = prev.LockIndex
-		r.Session = prev.Session
+		r.lock = prev.lock
 	}
 	a.changes = append(a.changes, change{key: key, prev: prev, cur: r, value: value, hasValue: true})
 	return meta(key, r)
@@ -109,7 +108,7 @@ func (a *applier) write(key []byte, r *row, value []byte) {
 // replace stores r under key and records c, completed with the key and
 // both rows.
 func (a *applier) replace(key []byte, r *row, c change) {
-	old, replaced := a.s.kv.ReplaceOrInsert(item{key: key, r: r})
+	old, replaced := a.s.kv.ReplaceOrInsert(keep(key, r))
 	if replaced {
 		c.prev = old.r
 	}
@@ -120,10 +119,10 @@ func (a *applier) replace(key []byte, r *row, c change) {
 
 // del removes key; it reports whether the key existed.
 func (a *applier) del(key []byte) bool {
-	prev, ok := a.s.kv.Delete(item{key: key})
+	prev, ok := a.s.kv.Delete(probe(key))
 	if ok {
-		a.s.noteLock(prev.key, prev.r, nil)
-		a.changes = append(a.changes, change{key: prev.key, prev: prev.r})
+		a.s.noteLock(prev.key(), prev.r, nil)
+		a.changes = append(a.changes, change{key: prev.key(), prev: prev.r})
 	}
 	return ok
 }
@@ -134,10 +133,10 @@ func (a *applier) del(key []byte) bool {
 func (s *Store) noteLock(key []byte, prev, cur *row) {
 	var was, is string
 	if prev != nil {
-		was = prev.Session
+		was = prev.session()
 	}
 	if cur != nil {
-		is = cur.Session
+		is = cur.session()
 	}
 	if was == is {
 		return
@@ -153,8 +152,8 @@ func (s *Store) noteLock(key []byte, prev, cur *row) {
 // delPrefix removes every key starting with prefix and returns how many.
 func (a *applier) delPrefix(prefix []byte) uint64 {
 	var doomed []item
-	a.s.kv.AscendGreaterOrEqual(item{key: prefix}, func(it item) bool {
-		if !bytes.HasPrefix(it.key, prefix) {
+	a.s.kv.AscendGreaterOrEqual(probe(prefix), func(it item) bool {
+		if !bytes.HasPrefix(it.key(), prefix) {
 			return false
 		}
 		doomed = append(doomed, it)
@@ -164,8 +163,8 @@ func (a *applier) delPrefix(prefix []byte) uint64 {
 	// while it is being iterated.
 	for _, it := range doomed {
 		a.s.kv.Delete(it)
-		a.s.noteLock(it.key, it.r, nil)
-		a.changes = append(a.changes, change{key: it.key, prev: it.r})
+		a.s.noteLock(it.key(), it.r, nil)
+		a.changes = append(a.changes, change{key: it.key(), prev: it.r})
 	}
 	return uint64(len(doomed))
 }
@@ -176,9 +175,9 @@ func (a *applier) undo() {
 	for i := len(a.changes) - 1; i >= 0; i-- {
 		c := a.changes[i]
 		if c.prev == nil {
-			a.s.kv.Delete(item{key: c.key})
+			a.s.kv.Delete(probe(c.key))
 		} else {
-			a.s.kv.ReplaceOrInsert(item{key: c.key, r: c.prev})
+			a.s.kv.ReplaceOrInsert(keep(c.key, c.prev))
 		}
 		a.s.noteLock(c.key, c.cur, c.prev)
 		if c.cur != nil && (c.prev == nil || c.cur.value != c.prev.value) {
@@ -520,8 +519,8 @@ func (a *applier) txnKVOp(i int, o *lodestonepb.TxnOp, fail func(int, string)) *
 		switch cur := a.get(o.Key); {
 		case cur == nil:
 			fail(i, fmt.Sprintf("key %q does not exist, want it held by session %q", o.Key, o.Session))
-		case cur.Session != o.Session:
-			fail(i, fmt.Sprintf("key %q is held by session %q, want %q", o.Key, cur.Session, o.Session))
+		case cur.session() != o.Session:
+			fail(i, fmt.Sprintf("key %q is held by session %q, want %q", o.Key, cur.session(), o.Session))
 		}
 	}
 	return r

@@ -107,8 +107,8 @@ func rebuildDerived(kv *btree.BTreeG[item], t tables) derived {
 		return true
 	})
 	kv.Ascend(func(it item) bool {
-		if it.r.Session != "" {
-			addToSet(d.sessionKeys, it.r.Session, string(it.key))
+		if s := it.r.session(); s != "" {
+			addToSet(d.sessionKeys, s, string(it.key()))
 		}
 		return true
 	})

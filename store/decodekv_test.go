@@ -65,7 +65,7 @@ func FuzzKVRecord(f *testing.F) {
 		}
 		var out bytes.Buffer
 		enc := &encoder{w: bufio.NewWriter(&out)}
-		enc.kvRecord(kv.Key, &row{CreateIndex: create, ModifyIndex: modify, LockIndex: lock, Flags: flags, Session: session}, value)
+		enc.kvRecord(kv.Key, &row{CreateIndex: create, ModifyIndex: modify, Flags: flags, lock: &lockState{index: lock, session: session}}, value)
 		if enc.err != nil || enc.w.Flush() != nil {
 			t.Fatal(enc.err)
 		}

@@ -113,12 +113,12 @@ func checkInvariants(t *testing.T, s *Store) {
 	first := true
 	refs := map[valuefile.Ref]string{}
 	s.kv.Ascend(func(it item) bool {
-		kv := meta(it.key, it.r)
+		kv := meta(it.key(), it.r)
 		if v := it.r.value; v.Len() > 0 {
 			if other, dup := refs[v]; dup {
-				t.Errorf("invariant: keys %q and %q share the %v", other, it.key, v)
+				t.Errorf("invariant: keys %q and %q share the %v", other, it.key(), v)
 			}
-			refs[v] = string(it.key)
+			refs[v] = string(it.key())
 		}
 		switch {
 		case len(kv.Key) == 0:

@@ -53,7 +53,7 @@ func (s *Store) KVIndexFor(key []byte, prefix bool) uint64 {
 	}
 	var m uint64
 	if !prefix {
-		if it, ok := s.kv.Get(item{key: key}); ok {
+		if it, ok := s.kv.Get(probe(key)); ok {
 			m = it.r.ModifyIndex
 		}
 		if t, ok := s.tab.tombstones.get(string(key)); ok {
@@ -61,8 +61,8 @@ func (s *Store) KVIndexFor(key []byte, prefix bool) uint64 {
 		}
 		return atLeast1(m)
 	}
-	s.kv.AscendGreaterOrEqual(item{key: key}, func(it item) bool {
-		if !bytes.HasPrefix(it.key, key) {
+	s.kv.AscendGreaterOrEqual(probe(key), func(it item) bool {
+		if !bytes.HasPrefix(it.key(), key) {
 			return false
 		}
 		m = max(m, it.r.ModifyIndex)

@@ -198,7 +198,7 @@ func (a *applier) invalidateSession(id string) bool {
 	for _, k := range sortedSet(a.s.der.sessionKeys, id) {
 		key := []byte(k)
 		cur := a.get(key)
-		if cur == nil || cur.Session != id {
+		if cur == nil || cur.session() != id {
 			continue // NB: cannot happen while sessionKeys is exact
 		}
 		if delay > 0 {
@@ -211,7 +211,7 @@ func (a *applier) invalidateSession(id string) bool {
 			continue
 		}
 		r := *cur // NB: the value stays where it is; only the lock goes
-		r.Session, r.ModifyIndex = "", a.index
+		r.lock, r.ModifyIndex = &lockState{index: cur.lockIndex()}, a.index
 		a.replace(key, &r, change{})
 	}
 	a.markSession(id)
@@ -259,20 +259,20 @@ func (a *applier) acquire(key, value []byte, flags uint64, session string) (*lod
 	if _, ok := a.s.tab.sessions.get(session); !ok {
 		return meta(key, cur), lockNoSession, fmt.Sprintf("session %q does not exist; create a session first (or it was invalidated)", session)
 	}
-	if cur != nil && cur.Session != "" && cur.Session != session {
-		return meta(key, cur), lockHeld, fmt.Sprintf("key %q is already locked by session %q", key, cur.Session)
+	if cur != nil && cur.session() != "" && cur.session() != session {
+		return meta(key, cur), lockHeld, fmt.Sprintf("key %q is already locked by session %q", key, cur.session())
 	}
 	if until, ok := a.s.tab.lockDelays.get(string(key)); ok && a.now < until {
 		return meta(key, cur), lockDelayed, fmt.Sprintf("key %q is in its lock delay for another %v", key, time.Duration(until-a.now))
 	}
-	r := &row{Flags: flags, Session: session, ModifyIndex: a.index}
+	r := &row{Flags: flags, ModifyIndex: a.index}
 	switch {
 	case cur == nil:
-		r.CreateIndex, r.LockIndex = a.index, 1
-	case cur.Session == session:
-		r.CreateIndex, r.LockIndex = cur.CreateIndex, cur.LockIndex
+		r.CreateIndex, r.lock = a.index, &lockState{index: 1, session: session}
+	case cur.session() == session:
+		r.CreateIndex, r.lock = cur.CreateIndex, cur.lock
 	default:
-		r.CreateIndex, r.LockIndex = cur.CreateIndex, cur.LockIndex+1
+		r.CreateIndex, r.lock = cur.CreateIndex, &lockState{index: cur.lockIndex() + 1, session: session}
 	}
 	a.write(key, r, value)
 	return meta(key, r), lockOK, ""
@@ -285,10 +285,10 @@ func (a *applier) release(key, value []byte, flags uint64, session string) (*lod
 	switch {
 	case cur == nil:
 		return nil, lockNotHolder, fmt.Sprintf("key %q does not exist, so session %q cannot release it", key, session)
-	case cur.Session != session:
-		return meta(key, cur), lockNotHolder, fmt.Sprintf("key %q is not locked by session %q (held by %q)", key, session, cur.Session)
+	case cur.session() != session:
+		return meta(key, cur), lockNotHolder, fmt.Sprintf("key %q is not locked by session %q (held by %q)", key, session, cur.session())
 	}
-	r := &row{Flags: flags, CreateIndex: cur.CreateIndex, ModifyIndex: a.index, LockIndex: cur.LockIndex}
+	r := &row{Flags: flags, CreateIndex: cur.CreateIndex, ModifyIndex: a.index, lock: &lockState{index: cur.lockIndex()}}
 	a.write(key, r, value)
 	return meta(key, r), lockOK, ""
 }

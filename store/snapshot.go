@@ -208,7 +208,7 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 			enc.err = err
 			return false
 		}
-		enc.kvRecord(it.key, it.r, v)
+		enc.kvRecord(it.key(), it.r, v)
 		counts[recKV]++
 		return enc.err == nil
 	})
@@ -300,13 +300,13 @@ func (e *encoder) kvRecord(key []byte, kv *row, value []byte) {
 		head = protowire.AppendVarint(protowire.AppendTag(head, 2, protowire.BytesType), uint64(len(value)))
 	}
 	tail := e.tail[:0]
-	for i, v := range [...]uint64{kv.CreateIndex, kv.ModifyIndex, kv.LockIndex, kv.Flags} {
+	for i, v := range [...]uint64{kv.CreateIndex, kv.ModifyIndex, kv.lockIndex(), kv.Flags} {
 		if v != 0 {
 			tail = protowire.AppendVarint(protowire.AppendTag(tail, protowire.Number(3+i), protowire.VarintType), v)
 		}
 	}
-	if kv.Session != "" {
-		tail = protowire.AppendString(protowire.AppendTag(tail, 7, protowire.BytesType), kv.Session)
+	if kv.session() != "" {
+		tail = protowire.AppendString(protowire.AppendTag(tail, 7, protowire.BytesType), kv.session())
 	}
 	e.head, e.tail = head, tail
 	e.record(recKV, head, value, tail)
@@ -672,8 +672,11 @@ func (d *decoder) decode() (*decoded, error) {
 			// Keys arrive sorted, so each insert goes to the rightmost leaf.
 			// NB: inserted here, not through insert: a closure per key
 			// was an allocation per key.
-			st.kv.ReplaceOrInsert(item{key: lastKV, r: &row{CreateIndex: kv.createIndex, ModifyIndex: kv.modifyIndex,
-				LockIndex: kv.lockIndex, Flags: kv.flags, Session: kv.session, value: ref}})
+			r := &row{CreateIndex: kv.createIndex, ModifyIndex: kv.modifyIndex, Flags: kv.flags, value: ref}
+			if kv.lockIndex != 0 || kv.session != "" {
+				r.lock = &lockState{index: kv.lockIndex, session: kv.session}
+			}
+			st.kv.ReplaceOrInsert(keep(lastKV, r))
 		case recNode:
 			v := &lodestonepb.Node{}
 			if err := proto.Unmarshal(payload, v); err != nil {
@@ -845,9 +848,9 @@ func (d *decoder) trailer(recOff int64, version uint32, p []byte, st *decoded, c
 	// Every lock must belong to a live session.
 	var orphan error
 	st.kv.Ascend(func(it item) bool {
-		if s := it.r.Session; s != "" {
+		if s := it.r.session(); s != "" {
 			if _, ok := t.sessions.get(s); !ok {
-				orphan = d.corrupt(recOff, fmt.Sprintf("key %q held by unknown session %q", it.key, s), nil)
+				orphan = d.corrupt(recOff, fmt.Sprintf("key %q held by unknown session %q", it.key(), s), nil)
 				return false
 			}
 		}

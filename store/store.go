@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/google/btree"
 	"go.etcd.io/raft/v3/raftpb"
@@ -73,25 +74,68 @@ type Store struct {
 // item is one B-tree slot. NB: the key is held inline so a comparison
 // reads the node's own array and the key bytes, not a *row first: that
 // halves the cache misses of a lookup, which dominate Get and Apply on a
-// large store. A probe needs no allocation. The key is an allocation of
-// its own: nothing else may share it and be kept alive by it.
+// large store. The key is an allocation of its own: nothing else may
+// share it and be kept alive by it. It is held as a string, not a []byte,
+// for the 8 bytes of a slice's capacity in every slot of every node, but
+// its bytes are the []byte the store was given (keep) and the one it hands
+// out (key): the store never copies a key, and nobody writes to one.
 type item struct {
-	key []byte
-	r   *row
+	k string
+	r *row
 }
 
-// row is one key's entry as the tree holds it: Consul's indices, flags and
-// lock holder, and where the value lies in the value file. The fields are
-// named as lodestonepb.KeyValue's. NB: not a *KeyValue: a protobuf message
-// costs twice a row's bytes, and at a million keys those headers were a
-// quarter of the live heap.
+// keep is the slot for key and r. It takes key over: the caller must not
+// modify or reuse its bytes (Apply's keys are decoded commands'; Restore's
+// its own copies).
+func keep(key []byte, r *row) item {
+	return item{k: unsafe.String(unsafe.SliceData(key), len(key)), r: r}
+}
+
+// probe is a slot to look key up by, without copying key: the tree's Get,
+// Delete and Ascend calls compare with it and keep nothing of it.
+func probe(key []byte) item { return keep(key, nil) }
+
+// key is the slot's key, the bytes keep was given; shared, read-only.
+func (it item) key() []byte { return unsafe.Slice(unsafe.StringData(it.k), len(it.k)) }
+
+// row is one key's entry as the tree holds it: Consul's indices and flags,
+// where the value lies in the value file, and the lock state. The fields
+// are named as lodestonepb.KeyValue's. NB: not a *KeyValue: a protobuf
+// message costs twice a row's bytes, and at a million keys those headers
+// were a quarter of the live heap. For the same reason the lock fields,
+// which few keys ever use, sit behind a pointer: a row is a 48-byte
+// allocation, not 64.
 type row struct {
-	CreateIndex, ModifyIndex, LockIndex, Flags uint64
-	Session                                    string
-	value                                      valuefile.Ref
+	CreateIndex, ModifyIndex, Flags uint64
+	value                           valuefile.Ref
+	lock                            *lockState // nil: never acquired
 }
 
-func lessItem(a, b item) bool { return bytes.Compare(a.key, b.key) < 0 }
+// lockState is a key's lock fields: Consul's LockIndex (how many times a
+// session acquired the key) and the session holding it ("" once
+// released; LockIndex stays). Rows share it and never edit it.
+type lockState struct {
+	index   uint64
+	session string
+}
+
+// lockIndex is the row's LockIndex.
+func (r *row) lockIndex() uint64 {
+	if r.lock == nil {
+		return 0
+	}
+	return r.lock.index
+}
+
+// session is the id of the session holding the row's key, "" if none.
+func (r *row) session() string {
+	if r.lock == nil {
+		return ""
+	}
+	return r.lock.session
+}
+
+func lessItem(a, b item) bool { return a.k < b.k }
 
 func newTree() *btree.BTreeG[item] {
 	return btree.NewG(btreeDegree, lessItem)
@@ -175,8 +219,8 @@ func (s *Store) Advance(index uint64) {
 func (s *Store) Get(key []byte) (*lodestonepb.KeyValue, uint64) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	it, _ := s.kv.Get(item{key: key})
-	return s.entry(it.key, it.r), s.index
+	it, _ := s.kv.Get(probe(key))
+	return s.entry(it.key(), it.r), s.index
 }
 
 // entry returns key's entry with its value read from the value file; nil
@@ -235,18 +279,18 @@ func (s *Store) Range(prefix, startAfter []byte, limit int, keysOnly bool) (kvs 
 	var refs []valuefile.Ref
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	s.kv.AscendGreaterOrEqual(item{key: start}, func(it item) bool {
-		if !bytes.HasPrefix(it.key, prefix) {
+	s.kv.AscendGreaterOrEqual(probe(start), func(it item) bool {
+		if !bytes.HasPrefix(it.key(), prefix) {
 			return false
 		}
-		if skipEqual && bytes.Equal(it.key, startAfter) {
+		if skipEqual && bytes.Equal(it.key(), startAfter) {
 			return true
 		}
 		if limit > 0 && len(kvs) == limit {
 			more = true
 			return false
 		}
-		kvs = append(kvs, meta(it.key, it.r))
+		kvs = append(kvs, meta(it.key(), it.r))
 		if !keysOnly {
 			refs = append(refs, it.r.value)
 		}
@@ -276,9 +320,9 @@ func meta(key []byte, r *row) *lodestonepb.KeyValue {
 		Key:         key,
 		CreateIndex: r.CreateIndex,
 		ModifyIndex: r.ModifyIndex,
-		LockIndex:   r.LockIndex,
+		LockIndex:   r.lockIndex(),
 		Flags:       r.Flags,
-		Session:     r.Session,
+		Session:     r.session(),
 	}
 }
 

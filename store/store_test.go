@@ -47,10 +47,10 @@ func TestPutPreservesLockAndSession(t *testing.T) {
 	s.Apply(1, putCmd("a", "1"))
 	// Sessions are not implemented yet; plant a locked entry directly.
 	s.mu.Lock()
-	it, _ := s.kv.Get(item{key: []byte("a")})
+	it, _ := s.kv.Get(probe([]byte("a")))
 	locked := *it.r
-	locked.LockIndex, locked.Session = 3, "sess-1"
-	s.kv.ReplaceOrInsert(item{key: it.key, r: &locked})
+	locked.lock = &lockState{index: 3, session: "sess-1"}
+	s.kv.ReplaceOrInsert(keep(it.key(), &locked))
 	s.mu.Unlock()
 
 	res, _ := s.Apply(2, putCmd("a", "2"))

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"unsafe"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/store/valuefile"
@@ -214,5 +215,18 @@ func TestRestoreSharedOfCorruptSnapshot(t *testing.T) {
 	}
 	if kv, _ := s.Get([]byte("kept")); string(kv.GetValue()) != "v" {
 		t.Errorf("kept reads %q", kv.GetValue())
+	}
+}
+
+// TestRowAndSlotSizes holds the per-key heap cost down: a million keys
+// cost a million rows and slots, and each byte here is a megabyte there.
+// A row is one 48-byte allocation (the lock fields behind a pointer) and
+// a slot 24 bytes of a node's array (the key as a string).
+func TestRowAndSlotSizes(t *testing.T) {
+	if got := unsafe.Sizeof(row{}); got != 48 {
+		t.Errorf("row is %d bytes, want 48", got)
+	}
+	if got := unsafe.Sizeof(item{}); got != 24 {
+		t.Errorf("item is %d bytes, want 24", got)
 	}
 }
