@@ -8,7 +8,7 @@ import (
 // Defaults for the zero values of Options.
 const (
 	DefaultCacheEntries      = 8192
-	DefaultCacheBytes        = 64 << 20 // 64 MiB
+	DefaultCacheBytes        = 16 << 20 // 16 MiB
 	DefaultSnapshotsRetained = 2
 	DefaultLockTimeout       = time.Second
 	DefaultJournalBytes      = 8 << 20 // 8 MiB: two slots, each with room for CheckpointEntries one-page records and CheckpointBytes
@@ -46,9 +46,11 @@ type Options struct {
 	CacheEntries int
 
 	// CacheBytes caps the Entry.Data bytes the cache holds, in bytes. 0 means
-	// DefaultCacheBytes (64 MiB). The newest entry is always cached even if it
+	// DefaultCacheBytes (16 MiB). The newest entry is always cached even if it
 	// alone is larger. Lowering it trades memory for bbolt reads when a
-	// follower lags.
+	// follower lags. The default holds thousands of batched entries, more
+	// than a follower that keeps up is ever behind; each cached byte costs
+	// about two of resident memory (the GC's headroom).
 	CacheBytes int64
 
 	// SnapshotsRetained is how many snapshot data files are kept in dir/snap,

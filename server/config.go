@@ -106,7 +106,7 @@ type Config struct {
 	// keeps in memory to feed followers without reading its file
 	// (raftlog.Options.CacheBytes; lodestone_raftlog_cached_entries counts
 	// them). A follower further behind than the cache holds is fed from
-	// raft.db. At least MinRaftLogCacheBytes. Default 64 MiB.
+	// raft.db. At least MinRaftLogCacheBytes. Default 16 MiB.
 	RaftLogCacheBytes int64
 	// CatchUpEntries is how many entries are kept behind a snapshot so a
 	// slightly lagging follower catches up by log rather than by snapshot.
