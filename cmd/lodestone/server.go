@@ -78,7 +78,7 @@ re-reads them and applies what can change live (docs/configuration.md).`,
 	f.Int64Var(&o.cfg.MaxPeerSnapshotBytes, "max-peer-snapshot-bytes", o.cfg.MaxPeerSnapshotBytes, "largest snapshot a peer may stream to this member (held in memory to be checked); raise it above the state's snapshot size")
 	f.IntVar(&o.cfg.MaxPeerSnapshotChunks, "max-peer-snapshot-chunks", o.cfg.MaxPeerSnapshotChunks, "most chunks (1 MiB each from a sender) one peer snapshot stream may have")
 	f.IntVar(&o.minProcs, "min-procs", minProcsDefault, "run Go with at least this many Ps (GOMAXPROCS) when the CPU set or quota gives it fewer, so a log fsync in progress never stalls the whole process (0: Go's choice; a GOMAXPROCS in the environment wins)")
-	f.IntVar(&o.heapFloorMiB, "gc-heap-floor-mib", 512, "let the Go heap grow to this many MiB before a garbage collection, however small the live heap (0: GOGC alone); fewer GC cycles stall fewer writes")
+	f.IntVar(&o.heapFloorMiB, "gc-heap-floor-mib", 256, "let the Go heap grow to this many MiB before a garbage collection, however small the live heap (0: GOGC alone); fewer GC cycles stall fewer writes")
 	addTuningFlags(cmd, &o.cfg)
 	addHoldFlag(cmd, &o.cfg.RPCHoldTimeout)
 	f.DurationVar(&o.cfg.AdmissionMaxRetryHint, "admission-max-retry-hint", o.cfg.AdmissionMaxRetryHint, "longest retry hint an admission refusal carries (gRPC RetryInfo, HTTP Retry-After), 1s to 10m; refusals cut to it are counted")

@@ -200,7 +200,7 @@ func run(ctx context.Context) error {
 		"index handled as consul-template does: same index -> re-issue, lower -> reset to 0, higher -> take it; first requests spread over one wait), "+
 		"then queries closed again (control); each phase %s warm-up + %s window; %d reps, medians shown; latency from each write's intended start; "+
 		"wake = the query's receipt of a write's value minus that write's intended start; "+
-		"GC: servers at their default heap floor (--gc-heap-floor-mib 512), %s, this process (the queries) at a 2 GiB floor; "+
+		"GC: servers at their default heap floor (--gc-heap-floor-mib 256), %s, this process (the queries) at a 2 GiB floor; "+
 		"snapshots: every %d entries (--snapshot-entries), one per phase\n",
 		tmp, n, keyPrefix, *flagRate, valueSize, n, n, *flagPerProcess, where, flagWait.Milliseconds(), *flagWarmup, *flagDuration, *flagReps, gcBefore(), snapshotEntries())
 	fmt.Printf("pinning: %s\n", pinning)

@@ -65,7 +65,7 @@ func run(args []string) error {
 	keyFile := fs.String("tls-key-file", "", "key of --tls-cert-file")
 	verifyIncoming := fs.Bool("tls-verify-incoming", false, "require a client certificate from --tls-ca-file on the client port (the peer port always requires one with TLS)")
 	clientHTTP := fs.String("listen-client-http", "", "serve etcd's HTTP endpoints here instead of on --listen-client, which then serves gRPC only")
-	heapFloorMiB := fs.Uint64("gc-heap-floor-mib", 512, "let the Go heap grow to this many MiB before a garbage collection (0: GOGC alone), as lodestone server does")
+	heapFloorMiB := fs.Uint64("gc-heap-floor-mib", 256, "let the Go heap grow to this many MiB before a garbage collection (0: GOGC alone), as lodestone server does")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
