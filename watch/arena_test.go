@@ -202,3 +202,51 @@ func BenchmarkGCRetainedLog(b *testing.B) {
 		})
 	}
 }
+
+// TestHotEventsAreBounded: the decoded window is bounded by events as well
+// as entries, so big transactions do not keep the whole history decoded;
+// the newest entry stays decoded however big, and evictions keep the
+// count exact.
+func TestHotEventsAreBounded(t *testing.T) {
+	h := newManualHub(t, watch.Config{Shards: 1, RetainEvents: 60})
+	h.SetHotEntries(8) // at most 16 events
+	index := uint64(0)
+	publish := func(n int) {
+		index++
+		evs := make([]watch.Event, n)
+		for i := range evs {
+			evs[i] = put(fmt.Sprintf("k/%d/%d", index, i), "v")
+		}
+		h.Publish(index, evs)
+	}
+	check := func(what string, entries, events int) {
+		t.Helper()
+		e, n, counted := h.Hot()
+		if e != entries || n != events || counted != events {
+			t.Fatalf("%s: %d hot entries with %d events (counted %d), want %d with %d", what, e, n, counted, entries, events)
+		}
+	}
+	for range 10 {
+		publish(5)
+	}
+	check("ten entries of 5", 3, 15)
+	publish(40)
+	check("one entry of 40 after them", 1, 40)
+	for range 3 {
+		publish(1)
+	}
+	check("three of 1 after it", 3, 3)
+	for range 30 {
+		publish(3) // NB: evicts, 60 events retained at most
+	}
+	check("thirty of 3, with evictions", 5, 15)
+
+	// Evicted while still hot: retention below the decoded window.
+	h = newManualHub(t, watch.Config{Shards: 1, RetainEvents: 10})
+	h.SetHotEntries(8)
+	index = 0
+	for range 6 {
+		publish(3)
+	}
+	check("six of 3, ten events retained", 3, 9)
+}

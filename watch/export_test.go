@@ -44,7 +44,7 @@ func (h *Hub) TimerRounds(n int) {
 const ProgressSlices = progressSlices
 
 // SetHotEntries sets how many of the newest log entries stay decoded
-// (hotEntries by default); 0 encodes every entry as it is published, so
+// (hotEntries by default; at most twice as many events); 0 encodes every entry as it is published, so
 // every shard step and replay decodes. Call it before the first Publish.
 func (h *Hub) SetHotEntries(n int) {
 	h.log.mu.Lock()
@@ -61,3 +61,18 @@ func (h *Hub) ArenaChunks() int {
 
 // WatcherSize is the size of the struct every watcher pays for.
 const WatcherSize = unsafe.Sizeof(Watcher{})
+
+// Hot returns the hot entries and their events, counted afresh from the
+// ring, and the log's own count of hot events, which must agree.
+func (h *Hub) Hot() (entries, events, counted int) {
+	l := &h.log
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for seq := l.head; seq < l.next; seq++ {
+		if e := l.at(seq); e.hot {
+			entries++
+			events += e.count
+		}
+	}
+	return entries, events, l.hotCount
+}

@@ -57,21 +57,30 @@ type eventLog struct {
 	// The newest hot entries keep the []Event Publish was given, in
 	// hotEvents[seq&(len-1)]; older ones are encoded into arena
 	// (arena.go). Shards read the newest entries as soon as they are
-	// published, so they almost never decode.
+	// published, so they almost never decode. At most hot entries are
+	// hot, holding at most hotMax events (the newest entry stays hot
+	// whatever its size); the entries from hotHead on may be hot, and
+	// those that are hold hotCount events.
 	hot       int
+	hotMax    int
 	hotEvents [][]Event // len is a power of two ≥ hot
+	hotHead   uint64
+	hotCount  int
 	arena     arena
 	decoded   atomic.Uint64 // events decoded by view, for the metric
 }
 
 // hotEntries is how many of the newest entries stay decoded: seconds of
 // writes at thousands per second, far more than a shard lags by in
-// normal operation.
+// normal operation. Their events are bounded too, at twice as many. NB:
+// a decoded event costs about a third more memory than its encoding and
+// is several objects for the collector to mark; with transactions of 64
+// puts, 4096 hot entries were the whole retained history, decoded.
 const hotEntries = 4096
 
 func (l *eventLog) init(maxEvents int, maxBytes int64) {
 	l.ring = make([]logEntry, 64)
-	l.head, l.next = 1, 1
+	l.head, l.next, l.hotHead = 1, 1, 1
 	l.nextA.Store(1)
 	l.maxEvents, l.maxBytes = maxEvents, maxBytes
 	l.setHot(hotEntries)
@@ -80,7 +89,7 @@ func (l *eventLog) init(maxEvents int, maxBytes int64) {
 // setHot sets how many of the newest entries stay decoded; the log must be
 // empty.
 func (l *eventLog) setHot(n int) {
-	l.hot = n
+	l.hot, l.hotMax = n, 2*n
 	l.hotEvents = make([][]Event, 1<<bits.Len(uint(max(n, 1)-1)))
 }
 
@@ -102,11 +111,9 @@ func (l *eventLog) appendLocked(e logEntry, events []Event) {
 	}
 	e.seq = l.next
 	e.count = len(events)
-	// NB: freeze the entry that stops being hot first: with hot equal to
-	// len(hotEvents), its slot is the new entry's.
-	if seq := e.seq - uint64(l.hot); l.hot > 0 && seq >= l.head && seq < e.seq {
-		l.freeze(l.at(seq))
-	}
+	// NB: freeze the entries that stop being hot first: with hot equal to
+	// len(hotEvents), the oldest one's slot is the new entry's.
+	l.cool(e.seq, e.count)
 	switch {
 	case len(events) == 0:
 	case l.hot == 0:
@@ -114,6 +121,7 @@ func (l *eventLog) appendLocked(e logEntry, events []Event) {
 	default:
 		e.hot = true
 		*l.hotSlot(e.seq) = events
+		l.hotCount += e.count
 	}
 	*l.at(l.next) = e
 	l.next++
@@ -128,6 +136,7 @@ func (l *eventLog) appendLocked(e logEntry, events []Event) {
 		evicted = evicted || old.cold()
 		if old.hot {
 			*l.hotSlot(old.seq) = nil // NB: so a slow watcher's buffer is the only thing pinning them
+			l.hotCount -= old.count
 		}
 		*old = logEntry{}
 		l.head++
@@ -138,6 +147,17 @@ func (l *eventLog) appendLocked(e logEntry, events []Event) {
 	l.nextA.Store(l.next)
 }
 
+// cool freezes the oldest hot entries until the entry at seq, of count
+// events, can join them within hot entries and hotMax events.
+func (l *eventLog) cool(seq uint64, count int) {
+	for l.hotHead < seq && (seq-l.hotHead >= uint64(l.hot) || l.hotCount+count > l.hotMax) {
+		if l.hotHead >= l.head { // NB: an evicted entry's slot is another's now
+			l.freeze(l.at(l.hotHead))
+		}
+		l.hotHead++
+	}
+}
+
 // freeze moves a hot entry's events into the arena.
 func (l *eventLog) freeze(e *logEntry) {
 	if !e.hot {
@@ -146,6 +166,7 @@ func (l *eventLog) freeze(e *logEntry) {
 	slot := l.hotSlot(e.seq)
 	e.enc = l.arena.put(*slot)
 	e.hot = false
+	l.hotCount -= e.count
 	*slot = nil
 }
 
