@@ -314,3 +314,21 @@ func TestConfigRaftLogCacheBytes(t *testing.T) {
 		t.Errorf("raft-log-cache-bytes at the minimum: %v", err)
 	}
 }
+
+func TestConfigWatchHistory(t *testing.T) {
+	var ce *ConfigError
+	cfg := singleMemberConfig(t)
+	cfg.Watch.RetainEvents = -1
+	if err := cfg.Validate(); !errors.As(err, &ce) || ce.Field != "watch-history-events" {
+		t.Errorf("watch-history-events -1: %v", err)
+	}
+	cfg = singleMemberConfig(t)
+	cfg.Watch.RetainBytes = -1
+	if err := cfg.Validate(); !errors.As(err, &ce) || ce.Field != "watch-history-bytes" {
+		t.Errorf("watch-history-bytes -1: %v", err)
+	}
+	cfg.Watch.RetainBytes = 0
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("watch-history-bytes 0 (the default): %v", err)
+	}
+}

@@ -471,6 +471,12 @@ func (c *Config) Validate() error {
 	if err := c.SlowLeader.Validate(); err != nil {
 		return &ConfigError{Field: "slow-leader", Err: err}
 	}
+	if c.Watch.RetainEvents < 0 {
+		return bad("watch-history-events", "must be at least 0 (0: the default), got %d", c.Watch.RetainEvents)
+	}
+	if c.Watch.RetainBytes < 0 {
+		return bad("watch-history-bytes", "must be at least 0 (0: the default), got %d", c.Watch.RetainBytes)
+	}
 	if err := c.Watch.Validate(); err != nil {
 		return &ConfigError{Field: "watch", Err: err}
 	}

@@ -23,7 +23,9 @@ type Config struct {
 
 	// RetainBytes bounds the estimated bytes of events kept in the log (key,
 	// value, session, PrevKV and ~128 B of overhead each). Default (0):
-	// 64 MiB. Whichever of RetainEvents and RetainBytes is hit first evicts.
+	// 32 MiB. Whichever of RetainEvents and RetainBytes is hit first evicts.
+	// The log is on the heap, so with the GC's headroom it costs about
+	// twice this in resident memory once full.
 	RetainBytes int64
 
 	// WatcherBuffer is the number of events buffered per watcher before it
@@ -66,7 +68,7 @@ func DefaultConfig() Config {
 	return Config{
 		Shards:           2 * runtime.GOMAXPROCS(0), // matching runs in parallel on every core, with slack for skew
 		RetainEvents:     100_000,                   // ~minutes of heavy writes; resumes beyond this reload
-		RetainBytes:      64 << 20,                  // 64 MiB of retained events at most
+		RetainBytes:      32 << 20,                  // 32 MiB of retained events at most
 		WatcherBuffer:    1024,                      // a slow consumer may lag ~1k events before it is cut
 		ProgressInterval: 10 * time.Second,          // quiet watchers learn the index every 10s
 		Clock:            SystemClock(),

@@ -157,6 +157,8 @@ func addTuningFlags(cmd *cobra.Command, cfg *server.Config) {
 	f.DurationVar(&cfg.CommitNoticeHold, "commit-notice-hold", cfg.CommitNoticeHold, "how long the leader may hold an entry-less commit append for the next append to the same follower (0: send at once)")
 	f.DurationVar(&cfg.WatchDeliveryInterval, "watch-delivery-interval", cfg.WatchDeliveryInterval, "grid watch deliveries are aligned to: at most one message per stream per interval (0: send at once)")
 	f.DurationVar(&cfg.WatchBusyDeliveryInterval, "watch-busy-delivery-interval", cfg.WatchBusyDeliveryInterval, "coarser grid for a watch stream that sent less than this long ago, so a stream fed by every write sends less often (0 or at most --watch-delivery-interval: off)")
+	f.IntVar(&cfg.Watch.RetainEvents, "watch-history-events", cfg.Watch.RetainEvents, "most watch events kept for watchers that resume from an older index; one further behind is told its index was compacted and reloads")
+	f.Int64Var(&cfg.Watch.RetainBytes, "watch-history-bytes", cfg.Watch.RetainBytes, "most bytes of watch events kept for resuming watchers (each event's key, value and previous value, plus about 128 B)")
 	f.Uint32Var(&cfg.MaxStreamsPerConnection, "max-streams-per-connection", cfg.MaxStreamsPerConnection, "most concurrent requests per client connection")
 	f.IntVar(&cfg.GRPCStreamWorkers, "grpc-stream-workers", cfg.GRPCStreamWorkers, "goroutines kept to run gRPC calls, so their grown stacks are reused; a call finding all busy gets its own (0: the default, -1: a goroutine per call)")
 	f.BoolVar(&cfg.NoParking, "no-parking", cfg.NoParking, "serve waiting Consul blocking queries on a goroutine pair each, as net/http does, instead of parking them (more memory and GC work per query)")
