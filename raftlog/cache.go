@@ -192,3 +192,43 @@ func (c *entryCache) dropFront(n int) {
 	clear(c.ents[:n])
 	c.ents = c.ents[n:]
 }
+
+// Release tells the log that no one will read the entries up to index
+// soon: every member has them and this one has applied them. The cache
+// drops them, but for those raft.db does not hold yet (the journal's, which
+// the next checkpoint takes from the cache), and Entries reads any it is
+// asked for again from raft.db. NB: without it the cache stays full to its
+// bounds however well the followers keep up, and with batched writes its
+// bytes bound was a member's largest heap share after the keys.
+//
+// It returns how far the cache is released. It never waits: if a write
+// holds the log it does nothing and returns 0, and the caller tries again
+// later.
+func (l *Log) Release(index uint64) uint64 {
+	if !l.wmu.TryLock() {
+		return 0
+	}
+	defer l.wmu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return 0
+	}
+	upTo := min(index, l.onDiskThroughLocked())
+	l.cache.dropBefore(upTo + 1)
+	return upTo
+}
+
+// onDiskThroughLocked is the last index a raft.db read finds: the journal's
+// pending entries and those of a fold not yet reaped are not there yet.
+// The caller holds mu.
+func (l *Log) onDiskThroughLocked() uint64 {
+	upTo := l.last
+	if l.pendFrom != 0 {
+		upTo = min(upTo, l.pendFrom-1)
+	}
+	if f := l.folding; f != nil && len(f.ents) > 0 {
+		upTo = min(upTo, f.ents[0].Index-1)
+	}
+	return upTo
+}

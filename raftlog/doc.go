@@ -99,8 +99,9 @@
 // catch-up and the swap, so a Save may wait that long (Stats.
 // LastRotationPause). Term, FirstIndex,
 // LastIndex and InitialState never touch disk; Entries reads bbolt only for
-// entries older than the cache (a lagging follower), and waits for an
-// in-progress Save to finish when it does. CreateSnapshot writes its data
+// entries older than the cache (a lagging follower, or entries the caller
+// let go with Release), and waits for an in-progress Save to finish when
+// it does. Release never waits for one. CreateSnapshot writes its data
 // file without blocking Save, so it may run on a goroutine other than the
 // Ready loop's; Compact may make a concurrent Entries return
 // raft.ErrCompacted, which raft expects.
@@ -160,7 +161,7 @@
 // the background fold, for callers that measure. Because raft.db's freelist is never written
 // (NoFreelistSync) and allocation uses the hashmap freelist, a commit's cost
 // does not grow with the file's history. Memory: the entry cache (Options.CacheEntries,
-// Options.CacheBytes), never snapshot data (a SnapshotReader reads through
+// Options.CacheBytes; less once the caller Releases what it no longer needs), never snapshot data (a SnapshotReader reads through
 // the caller's buffer). Snapshot never touches disk. Open reads and checksums the
 // whole retained log and, since the freelist is not persisted, scans
 // raft.db's pages. A rotation reads and writes the live log once (plus what

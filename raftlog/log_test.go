@@ -286,6 +286,19 @@ func TestConcurrentReadsDuringWrites(t *testing.T) {
 					}
 				}()
 			}
+			// NB: one more goroutine releases cached entries at random, as
+			// the Raft loop does when members catch up.
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(9, 9))
+				for !stop.Load() {
+					if last, err := l.LastIndex(); err == nil && last > 0 {
+						l.Release(rng.Uint64N(last + 1))
+					}
+					runtime.Gosched()
+				}
+			}()
 			hs := raftpb.HardState{Term: 1}
 			last, term := uint64(0), uint64(1)
 			for i := range 250 {
@@ -658,4 +671,55 @@ func TestCompactInChunks(t *testing.T) {
 	l = mustOpen(t, dir, raftlog.Options{})
 	defer mustClose(t, l)
 	check(l)
+}
+
+// TestReleaseDropsOnlyWhatRaftDBHolds: Release empties the cache up to the
+// index it is given, never of the entries raft.db does not hold yet (the
+// journal's pending ones), and every entry still reads back, from raft.db
+// where it is no longer cached. With the journal off every entry is in
+// raft.db once saved.
+func TestReleaseDropsOnlyWhatRaftDBHolds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts raftlog.Options
+	}{
+		{"journal", raftlog.Options{CheckpointEntries: 16}},
+		{"no journal", raftlog.Options{JournalBytes: -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := mustOpen(t, t.TempDir(), tc.opts)
+			defer mustClose(t, l)
+			for i := uint64(1); i <= 100; i += 4 {
+				if err := l.Save(raftpb.HardState{Term: 1, Commit: i + 3}, mkEnts(i, 1, 1, 1, 1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := l.Stats().CachedEntries; got != 100 {
+				t.Fatalf("cache holds %d entries before any release, want 100", got)
+			}
+			if got := l.Release(40); got != 40 {
+				t.Fatalf("Release(40) with no write running released through %d", got)
+			}
+			if got := l.Stats().CachedEntries; got != 60 {
+				t.Fatalf("cache holds %d entries after Release(40), want 60 (41..100)", got)
+			}
+			l.Release(100)
+			pending := l.Stats().CachedEntries
+			if tc.opts.JournalBytes < 0 && pending != 0 {
+				t.Fatalf("without a journal, cache holds %d entries after Release(100), want 0", pending)
+			}
+			if tc.opts.JournalBytes >= 0 && (pending == 0 || pending > 60) {
+				t.Fatalf("with the journal, cache holds %d entries after Release(100), want the pending ones (1-16 at most a few epochs)", pending)
+			}
+			assertLogInvariants(t, l) // every entry reads back with its data
+			// Saves go on after a release: the cache takes the new entries.
+			if err := l.Save(raftpb.HardState{Term: 1, Commit: 104}, mkEnts(101, 1, 1, 1, 1)); err != nil {
+				t.Fatal(err)
+			}
+			if got := l.Stats().CachedEntries; got != pending+4 {
+				t.Fatalf("cache holds %d entries after a save of 4, want %d", got, pending+4)
+			}
+			assertLogInvariants(t, l)
+		})
+	}
 }

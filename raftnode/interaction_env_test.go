@@ -85,6 +85,7 @@ type envConfig struct {
 	catchUpEntries   uint64
 	slowLeader       SlowLeaderConfig
 	leaderChangeWait time.Duration
+	noJournal        bool // every log write a raft.db commit (raftlog.Options.JournalBytes < 0)
 }
 
 // envStart is the fake clock's reading when an environment starts.
@@ -242,7 +243,11 @@ func (env *interactionEnv) openNode(en *envNode, cluster map[string]string, join
 		}
 		return nil
 	}}
-	l, err := raftlog.Open(dir, raftlog.Options{FS: fs, RotateFreeRatio: -1})
+	opts := raftlog.Options{FS: fs, RotateFreeRatio: -1}
+	if env.cfg.noJournal {
+		opts.JournalBytes = -1
+	}
+	l, err := raftlog.Open(dir, opts)
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,7 @@ func (env *interactionEnv) handleAddNodes(t *testing.T, d *datadriven.TestData) 
 	d.MaybeScanArgs(t, "snapshot-entries", &env.cfg.snapshotEntries)
 	d.MaybeScanArgs(t, "snapshot-bytes", &env.cfg.snapshotBytes)
 	d.MaybeScanArgs(t, "catch-up", &env.cfg.catchUpEntries)
+	d.MaybeScanArgs(t, "no-journal", &env.cfg.noJournal)
 	env.cfg.tickInterval = env.durationArg(t, d, "tick", env.cfg.tickInterval)
 	env.cfg.slowLeader.Threshold = env.durationArg(t, d, "slow-threshold", 0)
 	env.cfg.slowLeader.Window = env.durationArg(t, d, "slow-window", env.cfg.slowLeader.Window)
@@ -275,6 +276,21 @@ func (env *interactionEnv) handleRaftState() {
 			line += " (stopped)"
 		}
 		env.printf("%s", line)
+	}
+}
+
+// handleLogCache prints the entries each node's log holds in memory
+// (releaseLog), and those the journal has yet to put into raft.db, which
+// stay cached whatever is released.
+func (env *interactionEnv) handleLogCache() {
+	for _, en := range env.nodes {
+		s := en.log.Stats()
+		last, _ := en.log.LastIndex()
+		line := fmt.Sprintf("%s: no entry cached", en.name)
+		if s.CachedEntries > 0 {
+			line = fmt.Sprintf("%s: entries %s cached", en.name, span(last-uint64(s.CachedEntries)+1, last))
+		}
+		env.printf("%s (log ends at %d)", line, last)
 	}
 }
 

@@ -124,6 +124,8 @@ func (env *interactionEnv) handle(t *testing.T, d *datadriven.TestData) string {
 		env.handleTransferLeader(t, d)
 	case "raft-state":
 		env.handleRaftState()
+	case "log-cache":
+		env.handleLogCache()
 	case "status":
 		env.handleStatus(t, d)
 	case "learners":

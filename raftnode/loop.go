@@ -8,6 +8,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 )
 
 type proposal struct {
@@ -220,6 +221,7 @@ func (n *Node) handleReadies() error {
 		if !n.campaignAlone() {
 			n.publishLearners()
 			n.answerReads()
+			n.releaseLog()
 			return nil
 		}
 	}
@@ -289,6 +291,26 @@ func (n *Node) handleReady() error {
 	n.maybeSnapshot()
 	n.metrics.readyLatency.Observe(n.clock.Now().Sub(start).Seconds())
 	return nil
+}
+
+// releaseLog lets the log's cache drop the entries no one reads again
+// soon: this member applied them and, on a leader, every other member has
+// them. A member that lags keeps what it still needs cached, up to the
+// cache's bounds. It runs after every input, since a follower's
+// acknowledgement need not make a Ready. A log busy with a write skips it;
+// the next input tries again.
+func (n *Node) releaseLog() {
+	upTo := n.appliedIndex
+	if n.status.Load().State == raft.StateLeader {
+		n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+			if id != n.id {
+				upTo = min(upTo, pr.Match)
+			}
+		})
+	}
+	if upTo > n.released {
+		n.released = max(n.released, n.log.Release(upTo))
+	}
 }
 
 // applyEarly applies the committed entries raft has not handed out yet
