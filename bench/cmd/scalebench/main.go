@@ -42,6 +42,8 @@ var (
 	flagRoot           = flag.String("root", "..", "the lodestone module root, relative to bench/")
 	flagKeep           = flag.Bool("keep", false, "keep binaries, data dirs and server logs after the run")
 	flagPprof          = flag.String("pprof", "", "directory for each member's heap profile at the settle (SYSTEM-LOAD-ROLE.heap.pprof), both systems")
+	flagRSSWindow      = flag.Duration("rss-window", 30*time.Second, "after the settle, how long to overwrite loaded keys while sampling RSS for the memory line (0: the settled RSS is the line, as before 2026-11-29)")
+	flagRSSWriteRate   = flag.Int("rss-write-rate", 2000, "keys a second overwritten during -rss-window, in transactions of -batch")
 	flagSettleTimeout  = flag.Duration("settle-timeout", 60*time.Second, "longest wait for the members' RSS to stop moving after the forced GC")
 	flagLodestoneArgs  = flag.String("lodestone-args", "", "extra flags for every Lodestone member, space-separated (e.g. \"--snapshot-entries 5000\"), to weigh a setting; a run with them is not the benchmark's")
 	flagRestartTimeout = flag.Duration("restart-timeout", 5*time.Minute, "longest wait for a restarted member to serve a read")
@@ -70,6 +72,8 @@ func checkFlags() error {
 		return errors.New("-catalog-nodes must be >= 0 and -catalog-instances at least -catalog-nodes")
 	case *flagSettleTimeout <= 0 || *flagRestartTimeout <= 0:
 		return errors.New("-settle-timeout and -restart-timeout must be > 0")
+	case *flagRSSWindow < 0 || *flagRSSWriteRate < 1:
+		return errors.New("-rss-window must be >= 0 and -rss-write-rate >= 1")
 	}
 	return nil
 }
@@ -144,11 +148,12 @@ func run(ctx context.Context) error {
 
 	fmt.Printf("setup: 3-node clusters, 3 processes each on 127.0.0.1 loopback, fsync on, each system's defaults otherwise, one cluster at a time; "+
 		"load: %s to the leader; RSS: one forced GC per member through the same call on both (GET /debug/pprof/heap?gc=1, runtime.GC), "+
-		"then /proc/PID/statm sampled each %s until every member's moved under 1%% over %d samples (at most %s), mean of the three members; "+
+		"then /proc/PID/statm sampled each %s until every member's moved under 1%% over %d samples (at most %s), then for %s while one client overwrites loaded keys at %d a second "+
+		"(transactions of %d, the values they were loaded with): the line is the mean of the samples of the window, averaged over the three members (the settled RSS and the window's peak are FIGUREs); "+
 		"snapshot: bytes of each system's operator snapshot stream from the leader (Lodestone Admin.SaveSnapshot, etcd Maintenance.Snapshot); "+
 		"restart-one: SIGTERM of a follower, start, time from its process start to its first linearizable read of the last key loaded "+
 		"(fresh connection per attempt, every %s); restart-all: the three stopped, started together, time until each has served one, the slowest; %d reps, medians\n",
-		keys, settleEvery, settleSamples, *flagSettleTimeout, pollInterval, *flagReps)
+		keys, settleEvery, settleSamples, *flagSettleTimeout, *flagRSSWindow, *flagRSSWriteRate, *flagBatch, pollInterval, *flagReps)
 	fmt.Printf("pinning: %s\n", pinning)
 	lode, okL := results["lodestone"]
 	peer, okP := results[peerName]
@@ -158,6 +163,9 @@ func run(ctx context.Context) error {
 		}
 		fmt.Println(figure(fmt.Sprintf("scale-%s-snapshot-size", keys.label()), "MiB",
 			[]string{"lodestone", peerName}, []float64{mib(lode.snapshot), mib(peer.snapshot)}))
+		for _, f := range rssFigures(keys.label(), lode, peer) {
+			fmt.Println(f)
+		}
 		for _, f := range cpuFigures(keys.label(), lode, peer) {
 			fmt.Println(f)
 		}
@@ -202,6 +210,19 @@ func lines(label string, lode, peer measured) []harness.Line {
 		{Name: "scale-" + label + "-restart-all", Unit: "s", Lodestone: harness.Median(secondsOf(lode.restartAll)),
 			PeerName: peerName, Peer: harness.Median(secondsOf(peer.restartAll)), Op: "<=", Target: restartTarget},
 	}
+}
+
+// rssFigures are the RSS figures beside the line's, each the mean over the
+// three members: after the settle, and each member's highest sample in
+// the write window.
+func rssFigures(label string, lode, peer measured) []string {
+	names := []string{"lodestone", peerName}
+	out := []string{figure("scale-"+label+"-rss-settled", "MiB", names, []float64{mib(mean(lode.rss)), mib(mean(peer.rss))})}
+	if lode.writes.peak != nil && peer.writes.peak != nil {
+		out = append(out, figure("scale-"+label+"-rss-peak-under-writes", "MiB", names,
+			[]float64{mib(mean(lode.writes.peak)), mib(mean(peer.writes.peak))}))
+	}
+	return out
 }
 
 // cpuFigures are the CPU time the restarted members used until they

@@ -16,6 +16,7 @@ import (
 type measured struct {
 	load          time.Duration
 	rss           []int64 // per member, after the settle
+	writes        window  // per member, under writes after the settle (key loads only)
 	snapshot      int64   // bytes of the operator snapshot
 	data          []int64 // per member, bytes of its data directory
 	restartOne    []time.Duration
@@ -24,12 +25,13 @@ type measured struct {
 	restartAllCPU []time.Duration // per rep, the three members' CPU time until each served
 }
 
+// rssPerMember is the members' mean RSS under writes, or after the
+// settle for a load without the write window (the catalog's).
 func (m measured) rssPerMember() float64 {
-	var sum int64
-	for _, v := range m.rss {
-		sum += v
+	if m.writes.mean != nil {
+		return float64(mean(m.writes.mean))
 	}
-	return float64(sum) / float64(len(m.rss))
+	return float64(mean(m.rss))
 }
 
 // settle forces one GC cycle on every member through the same runtime
@@ -118,6 +120,12 @@ func measure(ctx context.Context, c *cluster, spec loadSpec, label string) (meas
 		return m, err
 	}
 	logf("%s: RSS after settle %s", c.sys.name, mibs(m.rss))
+	if spec.nodes == 0 && *flagRSSWindow > 0 {
+		if m.writes, err = c.underWrites(ctx, spec, *flagRSSWindow, *flagRSSWriteRate); err != nil {
+			return m, fmt.Errorf("write window: %w", err)
+		}
+		logf("%s: RSS under %d writes over %s: mean %s, peak %s", c.sys.name, m.writes.writes, *flagRSSWindow, mibs(m.writes.mean), mibs(m.writes.peak))
+	}
 	conn, err := dial(c.clients[c.leader])
 	if err != nil {
 		return m, err
