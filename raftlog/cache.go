@@ -195,28 +195,33 @@ func (c *entryCache) dropFront(n int) {
 
 // Release tells the log that no one will read the entries up to index
 // soon: every member has them and this one has applied them. The cache
-// drops them, but for those raft.db does not hold yet (the journal's, which
-// the next checkpoint takes from the cache), and Entries reads any it is
-// asked for again from raft.db. NB: without it the cache stays full to its
+// drops them, and Entries reads any it is asked for again from raft.db.
+// Those raft.db does not hold yet (the journal's, which the next
+// checkpoint takes from the cache) stay until the checkpoint that writes
+// them, which drops them then. NB: without it the cache stays full to its
 // bounds however well the followers keep up, and with batched writes its
 // bytes bound was a member's largest heap share after the keys.
 //
-// It returns how far the cache is released. It never waits: if a write
-// holds the log it does nothing and returns 0, and the caller tries again
-// later.
-func (l *Log) Release(index uint64) uint64 {
+// It never waits: if a write holds the log it records nothing and reports
+// false, and the caller tries again later.
+func (l *Log) Release(index uint64) bool {
 	if !l.wmu.TryLock() {
-		return 0
+		return false
 	}
 	defer l.wmu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
-		return 0
-	}
-	upTo := min(index, l.onDiskThroughLocked())
-	l.cache.dropBefore(upTo + 1)
-	return upTo
+	l.released = max(l.released, index)
+	l.trimReleasedLocked()
+	return true
+}
+
+// trimReleasedLocked drops the released entries raft.db holds from the
+// cache: up to released, but not the journal's pending entries nor those
+// of a fold not yet reaped. The caller holds wmu and mu; Release and every
+// checkpoint that moves entries into raft.db call it.
+func (l *Log) trimReleasedLocked() {
+	l.cache.dropBefore(min(l.released, l.onDiskThroughLocked()) + 1)
 }
 
 // onDiskThroughLocked is the last index a raft.db read finds: the journal's

@@ -306,6 +306,7 @@ func (l *Log) flushedLocked(flushed bool) {
 		l.storeJournalBytes()
 	}
 	l.pendFrom, l.pendBytes, l.diskLast = 0, 0, l.last
+	l.trimReleasedLocked()
 }
 
 // commitTx runs one raft.db write transaction that carries what the

@@ -48,3 +48,10 @@ func (l *Log) FoldOutstanding() bool {
 	defer l.wmu.Unlock()
 	return l.folding != nil
 }
+
+// OnDiskThrough is the last index a raft.db read finds now.
+func (l *Log) OnDiskThrough() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.onDiskThroughLocked()
+}

@@ -203,6 +203,7 @@ func (l *Log) reapFoldLocked(wait, count bool) error {
 	l.folding = nil
 	if f.err == nil {
 		l.diskLast = f.last
+		l.trimReleasedLocked()
 	}
 	l.mu.Unlock()
 	if f.err != nil {

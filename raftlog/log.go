@@ -81,7 +81,10 @@ type Log struct {
 	last    uint64     // wmu+mu: LastIndex
 	terms   termIndex  // wmu+mu: terms of [prev.index, last]
 	cache   entryCache // wmu+mu: suffix of the log
-	snap    snapRecord // snapMu+wmu+mu: current snapshot (meta.Index 0: none)
+	// released is the highest index the caller let go of (Release): the
+	// cache holds no entry up to it that raft.db holds (wmu+mu).
+	released uint64
+	snap     snapRecord // snapMu+wmu+mu: current snapshot (meta.Index 0: none)
 
 	commits           atomic.Uint64 // successful Saves
 	checkpoints       atomic.Uint64 // journal folds into raft.db

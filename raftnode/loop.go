@@ -297,9 +297,13 @@ func (n *Node) handleReady() error {
 // soon: this member applied them and, on a leader, every other member has
 // them. A member that lags keeps what it still needs cached, up to the
 // cache's bounds. It runs after every input, since a follower's
-// acknowledgement need not make a Ready. A log busy with a write skips it;
-// the next input tries again.
+// acknowledgement need not make a Ready, and calls the log only when that
+// point moved. A log busy with a write skips it; the next input tries
+// again.
 func (n *Node) releaseLog() {
+	if n.appliedIndex <= n.released {
+		return
+	}
 	upTo := n.appliedIndex
 	if n.status.Load().State == raft.StateLeader {
 		n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
@@ -308,8 +312,8 @@ func (n *Node) releaseLog() {
 			}
 		})
 	}
-	if upTo > n.released {
-		n.released = max(n.released, n.log.Release(upTo))
+	if upTo > n.released && n.log.Release(upTo) {
+		n.released = upTo
 	}
 }
 

@@ -107,7 +107,7 @@ type Node struct {
 	appliedIndex   uint64
 	appliedTerm    uint64 // the term of the entry at appliedIndex, which the log may not hold yet (earlyapply.go)
 	snapIndex      uint64
-	released       uint64 // the log's cache was released up to here (releaseLog)
+	released       uint64 // the log was told its entries up to here are not needed (releaseLog)
 	durableCommit  uint64 // the commit index the log holds (log writer reports)
 	snapshotting   bool
 	snapWantedAt   uint64           // a snapshot at or after this index is due now (a member was added)
