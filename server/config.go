@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -363,6 +364,10 @@ func DefaultConfig() Config {
 	}
 }
 
+// watchFlags names the flags that set watch.Config's fields, so a bad
+// value is reported by the name the operator gave it.
+var watchFlags = map[string]string{"RetainEvents": "watch-history-events", "RetainBytes": "watch-history-bytes"}
+
 // Validate checks the configuration and returns a *ConfigError naming the
 // first bad field.
 func (c *Config) Validate() error {
@@ -471,13 +476,11 @@ func (c *Config) Validate() error {
 	if err := c.SlowLeader.Validate(); err != nil {
 		return &ConfigError{Field: "slow-leader", Err: err}
 	}
-	if c.Watch.RetainEvents < 0 {
-		return bad("watch-history-events", "must be at least 0 (0: the default), got %d", c.Watch.RetainEvents)
-	}
-	if c.Watch.RetainBytes < 0 {
-		return bad("watch-history-bytes", "must be at least 0 (0: the default), got %d", c.Watch.RetainBytes)
-	}
 	if err := c.Watch.Validate(); err != nil {
+		var we *watch.ConfigError
+		if errors.As(err, &we) && watchFlags[we.Field] != "" {
+			return bad(watchFlags[we.Field], "%s (0: the default)", we.Reason)
+		}
 		return &ConfigError{Field: "watch", Err: err}
 	}
 	if err := c.Limits.Validate(); err != nil {
