@@ -41,7 +41,7 @@ func (c *cluster) underWrites(ctx context.Context, spec loadSpec, d time.Duratio
 	defer samples.Stop()
 	end := time.After(d)
 	w := window{mean: make([]int64, members), peak: make([]int64, members)}
-	var sums []int64
+	sums := make([]int64, members)
 	n := 0
 	for {
 		select {
@@ -59,9 +59,6 @@ func (c *cluster) underWrites(ctx context.Context, spec loadSpec, d time.Duratio
 			cur, err := c.rss()
 			if err != nil {
 				return window{}, err
-			}
-			if sums == nil {
-				sums = make([]int64, members)
 			}
 			for i, v := range cur {
 				sums[i] += v
