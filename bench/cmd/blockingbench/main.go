@@ -202,7 +202,7 @@ func run(ctx context.Context) error {
 		"wake = the query's receipt of a write's value minus that write's intended start; "+
 		"GC: servers at their default heap floor (--gc-heap-floor-mib 256), %s, this process (the queries) at a 2 GiB floor; "+
 		"snapshots: every %d entries (--snapshot-entries), one per phase\n",
-		tmp, n, keyPrefix, *flagRate, valueSize, n, n, *flagPerProcess, where, flagWait.Milliseconds(), *flagWarmup, *flagDuration, *flagReps, gcBefore(), snapshotEntries())
+		tmp, n, keyPrefix, *flagRate, valueSize, n, n, *flagPerProcess, where, flagWait.Milliseconds(), *flagWarmup, *flagDuration, *flagReps, harness.CollectedNote(*flagGCBefore), snapshotEntries())
 	fmt.Printf("pinning: %s\n", pinning)
 	fmt.Printf("machine: load average %s before, %s after (shared with other work; read the control phase before trusting a ratio)\n", loadBefore, harness.LoadAvg())
 
@@ -511,14 +511,6 @@ func queryBusy(before, after map[int]harness.CPUTicks) string {
 		return "?"
 	}
 	return harness.CoreBusy(before, after, set)
-}
-
-// gcBefore says what the setup line says of -gc-before-phase.
-func gcBefore() string {
-	if *flagGCBefore {
-		return "each collected before every phase's warm-up"
-	}
-	return "not collected between phases"
 }
 
 func ms(d time.Duration) string { return harness.FormatValue(harness.Millis(d)) }

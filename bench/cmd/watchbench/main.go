@@ -60,6 +60,7 @@ var (
 	flagTrace       = flag.String("trace", "", "directory for execution traces (ROLE-PHASE.trace) of every Lodestone server during every phase, and the phase's writes at or over its p99 with when they were due (writes-PHASE.txt), to find what stalled them; tracing slows the servers, and DIR belongs on tmpfs (/dev/shm/...): traces written to disk are flushed ~30 s later, in a later phase, and stall the servers' fdatasyncs")
 	flagPprof       = flag.String("pprof", "", "directory for CPU and allocation profiles (ROLE-PHASE.pprof; ROLE-PHASE.allocs-base.pprof and .allocs.pprof at its start and end, see harness.Profile) of every Lodestone server during every phase, named leader-, f1-, f2- as in the CPU line (the servers always run with --enable-pprof: the memory figure uses it)")
 	flagWatchDisk   = flag.Duration("watch-member-disk-delay", 0, "Lodestone only: every log write of the members serving the watches waits this long first (the servers' --fault-hooks), as on a slow disk; 0 = none")
+	flagGCBefore    = flag.Bool("gc-before-phase", true, "force a GC cycle on every server before each phase's warm-up, so the cycles in a window are its own allocation's, not the rep's earlier phases' (README, \"Collections\")")
 	flagWatchMember = flag.String("watch-member", "follower", `members the watch streams go to: "follower" (one follower, where the Go client puts a three-member cluster's watches), "followers" (the connections spread over both) or "leader"; writes always go to the leader`)
 
 	// The broadcaster's own process runs this binary with these.
@@ -255,9 +256,9 @@ func run(ctx context.Context) error {
 		"watchers on the %s (-watch-member; one process for the broadcaster): N exact-key watchers (watcher j on key j mod %d, so a write wakes N/%d of them) plus %d prefix watchers that see every write, "+
 		"on %d streams over %d connections; phases with N = none (no streams), 0, %s; %d reps x (%s warm-up + %s window), medians shown; "+
 		"write latency from each write's intended start; delivery lag from the write's intended start to the watcher's receipt; "+
-		"memory = the watch members' live heap (summed; each the smallest go_memstats_heap_alloc_bytes right after GC cycles, forced through /debug/pprof/heap?gc=1) right after minus right before each attach step (no write in between), summed up to N=%d, over N\n",
+		"memory = the watch members' live heap (summed; each the smallest go_memstats_heap_alloc_bytes right after GC cycles, forced through /debug/pprof/heap?gc=1) right after minus right before each attach step (no write in between), summed up to N=%d, over N; servers %s\n",
 		*flagRate, valueSize, *flagKeys, *flagKeys / *flagRate, *flagWriteConns, *flagWatchMember, *flagKeys, *flagKeys, *flagPrefixes,
-		*flagStreams, *flagConns, strings.Trim(fmt.Sprint(counts), "[]"), *flagReps, *flagWarmup, *flagDuration, top)
+		*flagStreams, *flagConns, strings.Trim(fmt.Sprint(counts), "[]"), *flagReps, *flagWarmup, *flagDuration, top, harness.CollectedNote(*flagGCBefore))
 	fmt.Printf("pinning: %s\n", pinning)
 
 	lode := samples["lodestone"]
@@ -381,6 +382,11 @@ func runSystem(ctx context.Context, sys system, workDir string, counts []int, re
 	}
 	phaseID := byte(1)
 	phase := func(w *watchers) (phaseResult, error) {
+		if *flagGCBefore {
+			if err := harness.CollectAll(ctx, d.memberBases()); err != nil {
+				return phaseResult{}, fmt.Errorf("phase %d: %w", phaseID, err)
+			}
+		}
 		cpu := startCPU(d, wr.Proc())
 		delays := startDelays(ctx, d)
 		gcs := harness.StartGCCount(ctx, d.memberMetrics, d.roles())

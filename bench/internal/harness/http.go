@@ -82,6 +82,15 @@ func CollectAll(ctx context.Context, bases []string) error {
 	return nil
 }
 
+// CollectedNote says, for a setup line, whether the servers were made to
+// collect (CollectAll) before every phase.
+func CollectedNote(before bool) string {
+	if before {
+		return "each collected before every phase's warm-up"
+	}
+	return "not collected between phases"
+}
+
 // fetch starts copying the body of url to path and returns a func that
 // waits for it.
 func fetch(ctx context.Context, url, path string) func() error {
