@@ -86,4 +86,7 @@
 // Entry-less commit notices may wait up to Config.CommitNoticeHold for the
 // next append to the same peer, which carries the same news, and are then
 // dropped: under single writes that halves the Raft messages per write.
+// Appends to a learner (SetLearners) may wait up to
+// Config.LearnerAppendHold and go out folded into one (appendhold.go): a
+// learner is in no quorum, so none of its acknowledgements is waited for.
 package peer

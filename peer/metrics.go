@@ -5,10 +5,13 @@ import "github.com/prometheus/client_golang/prometheus"
 // metrics count, per peer, what the transport sent, dropped and merged,
 // and how often a peer's stream ended.
 type metrics struct {
-	peerSent       *prometheus.CounterVec
-	peerDropped    *prometheus.CounterVec
-	peerMerged     *prometheus.CounterVec
-	peerStreamEnds *prometheus.CounterVec
+	peerSent    *prometheus.CounterVec
+	peerDropped *prometheus.CounterVec
+	peerMerged  *prometheus.CounterVec
+	// learnerAppendsMerged counts appends folded into the one before
+	// them on a learner's stream (appendhold.go).
+	learnerAppendsMerged *prometheus.CounterVec
+	peerStreamEnds       *prometheus.CounterVec
 	// refused counts what the peer port refused, by reason (identity.go).
 	refused       *prometheus.CounterVec
 	snapshotBytes prometheus.Counter
@@ -23,6 +26,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		peerDropped: byPeer("peer_messages_dropped_total", "Raft messages dropped because the peer's queue was full."),
 		peerMerged: byPeer("peer_commit_notices_merged_total",
 			"Entry-less commit appends not sent because the next append to the peer carried the same news."),
+		learnerAppendsMerged: byPeer("peer_learner_appends_merged_total",
+			"Appends to a learner folded into the one held before them and sent with it (--learner-append-hold)."),
 		peerStreamEnds: byPeer("peer_stream_ends_total",
 			"Raft streams to a peer that failed or could not be opened, each followed by a redial with backoff; one that climbs steadily is a peer down, cut off or refusing."),
 	}
@@ -34,6 +39,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.snapshotBytes = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "lodestone", Name: "peer_snapshot_received_bytes_total",
 		Help: "Bytes of snapshots received from peers that passed every check and went to Raft."})
-	reg.MustRegister(m.peerSent, m.peerDropped, m.peerMerged, m.peerStreamEnds, m.refused, m.snapshotBytes)
+	reg.MustRegister(m.peerSent, m.peerDropped, m.peerMerged, m.learnerAppendsMerged, m.peerStreamEnds, m.refused, m.snapshotBytes)
 	return m
 }

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,7 +90,11 @@ type Transport struct {
 	node    Node
 	// commitHold is Config.CommitNoticeHold (0: never hold).
 	commitHold time.Duration
-	tls        *tls.Config // Config.TLS
+	// learnerHold is Config.LearnerAppendHold (0: never hold); learners
+	// are the peers it applies to (SetLearners).
+	learnerHold time.Duration
+	learners    atomic.Pointer[map[uint64]bool]
+	tls         *tls.Config // Config.TLS
 
 	removedMu sync.Mutex
 	removed   map[uint64]bool // members removed from the cluster
@@ -129,6 +134,9 @@ type Config struct {
 	// for the next append to the same peer, which carries the same news
 	// (0: never hold).
 	CommitNoticeHold time.Duration
+	// LearnerAppendHold is how long appends to a learner may wait to go
+	// out together (appendhold.go; 0: never hold).
+	LearnerAppendHold time.Duration
 	// Cluster is this member's cluster id. Zero only for a member that
 	// joins a cluster and has not learned it: it then learns it from the
 	// first Raft stream or verified snapshot of a member it was told of
@@ -168,6 +176,7 @@ func NewTransport(cfg Config) *Transport {
 		logger:        cfg.Logger,
 		metrics:       newMetrics(cfg.Registerer),
 		commitHold:    cfg.CommitNoticeHold,
+		learnerHold:   cfg.LearnerAppendHold,
 		node:          unset{},
 		ctx:           ctx,
 		cancel:        cancel,
@@ -246,6 +255,25 @@ func (t *Transport) SetPeer(id uint64, addr string) error {
 	}()
 	t.logger.Info("peer added", "peer", fmt.Sprintf("%x", id), "addr", addr)
 	return nil
+}
+
+// SetLearners says which members are learners now; the rest are voters.
+// The Raft loop calls it whenever its configuration changes.
+func (t *Transport) SetLearners(ids []uint64) {
+	set := make(map[uint64]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	t.learners.Store(&set)
+}
+
+// holdsAppends says whether appends to id wait to go out together.
+func (t *Transport) holdsAppends(id uint64) bool {
+	if t.learnerHold <= 0 {
+		return false
+	}
+	set := t.learners.Load()
+	return set != nil && (*set)[id]
 }
 
 // RemovePeer forgets a peer; its messages are refused from now on.
@@ -409,10 +437,12 @@ func (t *Transport) streamTo(ctx context.Context, p *peer) error {
 	}()
 	label := fmt.Sprintf("%x", p.id)
 	sentTotal, mergedTotal := t.metrics.peerSent.WithLabelValues(label), t.metrics.peerMerged.WithLabelValues(label)
+	appsMerged := t.metrics.learnerAppendsMerged.WithLabelValues(label)
 	var (
 		buf       []byte
-		msgs      []raftpb.Message
+		queued    []raftpb.Message
 		hold      noticeHold
+		apps      appendHold
 		holdTimer *time.Timer
 		holdC     <-chan time.Time
 	)
@@ -431,11 +461,11 @@ func (t *Transport) streamTo(ctx context.Context, p *peer) error {
 	}
 	defer stopHold()
 	for {
-		msgs = msgs[:0]
+		queued = queued[:0]
 		expired := false
 		select {
 		case m := <-p.queue:
-			msgs = drainQueue(p.queue, append(msgs, m))
+			queued = drainQueue(p.queue, append(queued, m))
 			// A small batch first lets whatever else is ready to run go,
 			// the Raft loop among it, and takes what that queued into the
 			// same write: under load, several Readies' messages per system
@@ -449,9 +479,9 @@ func (t *Transport) streamTo(ctx context.Context, p *peer) error {
 			// while four or more of its proposals were in flight kept
 			// that, and left the blocking-query write p99 as it was.
 			// A batch a read round waits on goes at once (waitsRead).
-			if batchBytes(msgs) < smallBatch && !waitsRead(msgs) {
+			if batchBytes(queued) < smallBatch && !waitsRead(queued) {
 				runtime.Gosched()
-				msgs = drainQueue(p.queue, msgs)
+				queued = drainQueue(p.queue, queued)
 			}
 		case <-holdC:
 			expired = true
@@ -460,18 +490,36 @@ func (t *Transport) streamTo(ctx context.Context, p *peer) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		wasHolding := hold.holding
-		msgs, merged := hold.next(msgs, expired, t.commitHold > 0)
+		wasHolding := hold.holding || apps.holding()
+		var msgs []raftpb.Message
+		var merged int
+		wait := t.commitHold
+		if t.holdsAppends(p.id) {
+			wait = t.learnerHold
+			if hold.holding { // NB: it became a learner while a notice waited
+				queued = slices.Insert(queued, 0, hold.msg)
+				hold.holding = false
+			}
+			var folded int
+			msgs, folded = apps.next(queued, expired)
+			appsMerged.Add(float64(folded))
+		} else {
+			if apps.holding() { // NB: promoted while appends waited
+				held, _ := apps.next(nil, true)
+				queued = slices.Insert(queued, 0, held...)
+			}
+			msgs, merged = hold.next(queued, expired, t.commitHold > 0)
+		}
 		if merged > 0 {
 			mergedTotal.Add(float64(merged))
 		}
 		switch {
-		case !hold.holding:
+		case !hold.holding && !apps.holding():
 			stopHold()
 		case !wasHolding:
-			// The hold's deadline runs from the first notice held, so a run
-			// of notices with nothing between them cannot delay the first.
-			holdTimer = time.NewTimer(t.commitHold)
+			// The hold's deadline runs from the first message held, so a
+			// run of them with nothing between them cannot delay the first.
+			holdTimer = time.NewTimer(wait)
 			holdC = holdTimer.C
 		}
 		if len(msgs) == 0 {

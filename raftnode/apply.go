@@ -19,6 +19,7 @@ func (n *Node) restoreSnapshot(snap raftpb.Snapshot) error {
 		return fmt.Errorf("restore snapshot at index %d: %w", snap.Metadata.Index, err)
 	}
 	n.confState = snap.Metadata.ConfState
+	n.sender.SetLearners(n.confState.Learners)
 	n.snapIndex = snap.Metadata.Index
 	n.snapAppliedBytes = n.appliedBytes
 	n.lastSnapBytes.Store(int64(len(snap.Data)))
@@ -151,6 +152,7 @@ func (n *Node) applyConfChange(index uint64, cc raftpb.ConfChangeV2) error {
 		}
 	}
 	n.confState = *n.rn.ApplyConfChange(cc)
+	n.sender.SetLearners(n.confState.Learners)
 	added, removed := n.store.ApplyConfChange(index, cc.Changes, cctx.Member)
 	for _, id := range removed {
 		n.sender.RemovePeer(id)

@@ -80,6 +80,10 @@ type Sender interface {
 	// SetPeer adds a member or changes its address; RemovePeer forgets it.
 	SetPeer(id uint64, addr string) error
 	RemovePeer(id uint64)
+	// SetLearners says which members are learners: in no quorum, so what
+	// goes to them may wait to go out together. Called at start and after
+	// every change of the configuration.
+	SetLearners(ids []uint64)
 }
 
 // Clock is the loop's view of time.

@@ -212,6 +212,10 @@ func (s envSender) SetPeer(id uint64, _ string) error {
 
 func (s envSender) RemovePeer(id uint64) { delete(s.node.peers, id) }
 
+// SetLearners does nothing: the environment delivers every message when
+// a command says so, and holds none.
+func (envSender) SetLearners([]uint64) {}
+
 // addNode creates a member and its log, store and hub, tells its Sender of
 // cluster as Start would, and leaves it stopped in the sense that no
 // goroutine runs it: the environment does.

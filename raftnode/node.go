@@ -197,6 +197,7 @@ func (n *Node) init() error {
 		n.lastSnapBytes.Store(size)
 		n.appliedIndex, n.appliedTerm = meta.Index, meta.Term
 		n.confState = meta.ConfState
+		n.sender.SetLearners(n.confState.Learners)
 		n.hub.Restore(meta.Index)
 		n.logger.Info("restored snapshot", "index", meta.Index, "bytes", size)
 	}

@@ -84,6 +84,14 @@ type Config struct {
 	// that much later, and each single write costs half the Raft messages.
 	// 0 sends every notice at once.
 	CommitNoticeHold time.Duration
+	// LearnerAppendHold is how long the leader may hold appends to a
+	// learner so that several go out as one (peer/appendhold.go). Default
+	// 10ms: a learner is in no quorum, so no write waits for it, and at
+	// 1,000 single writes/s it takes one append, one log write and one
+	// acknowledgement per hold instead of per write, on its side and the
+	// leader's. A learner applies, wakes blocking queries and serves
+	// reads up to that much later. 0 sends every append at once.
+	LearnerAppendHold time.Duration
 
 	// SnapshotEntries is how many applied entries trigger a state-machine
 	// snapshot and log truncation. Default 100000 (etcd's --snapshot-count):
@@ -326,6 +334,7 @@ func DefaultConfig() Config {
 		ElectionTicks:               10,
 		HeartbeatTicks:              1,
 		CommitNoticeHold:            2 * time.Millisecond,
+		LearnerAppendHold:           10 * time.Millisecond,
 		SnapshotEntries:             100000,
 		SnapshotBytes:               256 << 20,
 		RaftLogCacheBytes:           raftlog.DefaultCacheBytes,
@@ -427,6 +436,9 @@ func (c *Config) Validate() error {
 	}
 	if c.CommitNoticeHold < 0 || c.CommitNoticeHold >= c.TickInterval*time.Duration(c.HeartbeatTicks) {
 		return bad("commit-notice-hold", "must be at least 0 and below the heartbeat interval (%v), got %v", c.TickInterval*time.Duration(c.HeartbeatTicks), c.CommitNoticeHold)
+	}
+	if c.LearnerAppendHold < 0 || c.LearnerAppendHold >= c.TickInterval*time.Duration(c.HeartbeatTicks) {
+		return bad("learner-append-hold", "must be at least 0 and below the heartbeat interval (%v), got %v", c.TickInterval*time.Duration(c.HeartbeatTicks), c.LearnerAppendHold)
 	}
 	if c.SnapshotEntries == 0 {
 		return bad("snapshot-entries", "must be positive")

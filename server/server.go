@@ -199,7 +199,7 @@ func (s *Server) openRaft(founding map[string]string) error {
 		return errors.Join(err, lg.Close())
 	}
 	id := member.ID(s.cfg.Name)
-	s.transport = peer.NewTransport(peer.Config{Self: id, CommitNoticeHold: s.cfg.CommitNoticeHold,
+	s.transport = peer.NewTransport(peer.Config{Self: id, CommitNoticeHold: s.cfg.CommitNoticeHold, LearnerAppendHold: s.cfg.LearnerAppendHold,
 		OnLearn:          s.learnCluster,
 		MaxSnapshotBytes: s.cfg.MaxPeerSnapshotBytes, MaxSnapshotChunks: s.cfg.MaxPeerSnapshotChunks,
 		Logger: s.logger.With("component", "transport"), Registerer: s.metrics.reg, TLS: s.tls.dialConfig()})

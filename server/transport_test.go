@@ -1,8 +1,13 @@
 package server
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/internal/member"
 )
 
 // With heartbeats far apart, only the end of a hold can bring a follower
@@ -55,5 +60,81 @@ func TestCommitNoticesMergeUnderSteadyWrites(t *testing.T) {
 func TestConfigCommitNoticeHold(t *testing.T) {
 	// singleMemberConfig's heartbeat is one 100ms tick.
 	checkDurationField(t, "commit-notice-hold", func(c *Config, d time.Duration) { c.CommitNoticeHold = d },
+		[]time.Duration{0, 50 * time.Millisecond}, []time.Duration{-time.Millisecond, 100 * time.Millisecond})
+}
+
+// A learner's appends wait up to the hold and go out together: under
+// back-to-back writes the leader folds them, for the learner only, and
+// the learner still applies every write. With heartbeats a second apart,
+// only the hold's end brings it a lone write: it must apply it about a
+// hold after the ack, not a heartbeat later.
+func TestLearnerAppendsGoOutTogether(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.TickInterval = 50 * time.Millisecond
+		cfg.HeartbeatTicks = 20 // 1s
+		cfg.ElectionTicks = 40
+		cfg.LearnerAppendHold = 20 * time.Millisecond
+	})
+	lead := c.waitLeader()
+	addr := c.add("n4")
+	if err := retryUnavailable(t, func(ctx context.Context) error {
+		_, err := c.cluster(lead).AddMember(ctx, &lodestonepb.AddMemberRequest{Name: "n4", PeerAddr: addr, Learner: true})
+		return err
+	}); err != nil {
+		t.Fatalf("add learner n4: %v", err)
+	}
+	c.start("n4", true)
+	c.waitApplied("n4", put(t, c.kv(lead), "k", "v").Header.Index)
+
+	var last uint64
+	for range 50 {
+		last = put(t, c.kv(lead), "k", "v").Header.Index
+	}
+	c.waitApplied("n4", last)
+	merged := mergedByPeer(t, c.servers[lead])
+	if merged[member.ID("n4")] == 0 {
+		t.Fatalf("50 back-to-back puts folded no append to the learner (merged by peer: %v)", merged)
+	}
+	for _, n := range c.names {
+		if id := member.ID(n); n != "n4" && merged[id] != 0 {
+			t.Fatalf("appends to voter %s were held and folded (%v): a voter's appends must go at once", n, merged[id])
+		}
+	}
+
+	for i := range 5 {
+		resp := put(t, c.kv(lead), "k", "v")
+		acked := time.Now()
+		for c.servers["n4"].Store().Index() < resp.Header.Index {
+			if time.Since(acked) > 400*time.Millisecond {
+				t.Fatalf("put %d: learner at index %d, %v after the ack of index %d (hold 20ms, heartbeat 1s)",
+					i, c.servers["n4"].Store().Index(), time.Since(acked), resp.Header.Index)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// mergedByPeer reads lodestone_peer_learner_appends_merged_total by peer id.
+func mergedByPeer(t *testing.T, s *Server) map[uint64]float64 {
+	t.Helper()
+	out := map[uint64]float64{}
+	mf := family(t, s.Registry(), "lodestone_peer_learner_appends_merged_total")
+	if mf == nil {
+		return out
+	}
+	for _, m := range mf.GetMetric() {
+		for _, l := range m.GetLabel() {
+			var id uint64
+			if _, err := fmt.Sscanf(l.GetValue(), "%x", &id); l.GetName() == "peer" && err == nil {
+				out[id] += metricValue(m)
+			}
+		}
+	}
+	return out
+}
+
+func TestConfigLearnerAppendHold(t *testing.T) {
+	// singleMemberConfig's heartbeat is one 100ms tick.
+	checkDurationField(t, "learner-append-hold", func(c *Config, d time.Duration) { c.LearnerAppendHold = d },
 		[]time.Duration{0, 50 * time.Millisecond}, []time.Duration{-time.Millisecond, 100 * time.Millisecond})
 }

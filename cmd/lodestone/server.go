@@ -155,6 +155,7 @@ func addTuningFlags(cmd *cobra.Command, cfg *server.Config) {
 	f.IntVar(&cfg.MaxWatchesPerStream, "max-watches-per-stream", cfg.MaxWatchesPerStream, "most watches on one Watch stream")
 	f.IntVar(&cfg.MaxWatchesPerConnection, "max-watches-per-connection", cfg.MaxWatchesPerConnection, "most watches over all streams of one client connection")
 	f.DurationVar(&cfg.CommitNoticeHold, "commit-notice-hold", cfg.CommitNoticeHold, "how long the leader may hold an entry-less commit append for the next append to the same follower (0: send at once)")
+	f.DurationVar(&cfg.LearnerAppendHold, "learner-append-hold", cfg.LearnerAppendHold, "how long the leader may hold appends to a learner to send them as one (a learner is in no quorum; it applies up to this much later; 0: send at once)")
 	f.DurationVar(&cfg.WatchDeliveryInterval, "watch-delivery-interval", cfg.WatchDeliveryInterval, "grid watch deliveries are aligned to: at most one message per stream per interval (0: send at once)")
 	f.DurationVar(&cfg.WatchBusyDeliveryInterval, "watch-busy-delivery-interval", cfg.WatchBusyDeliveryInterval, "coarser grid for a watch stream that sent less than this long ago, so a stream fed by every write sends less often (0 or at most --watch-delivery-interval: off)")
 	f.IntVar(&cfg.Watch.RetainEvents, "watch-history-events", cfg.Watch.RetainEvents, "most watch events kept for watchers that resume from an older index; one further behind is told its index was compacted and reloads")
