@@ -1,6 +1,10 @@
 package peer
 
-import "go.etcd.io/raft/v3/raftpb"
+import (
+	"slices"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
 
 // A learner is in no quorum: no commit waits for its acknowledgement, so an
 // append to it may wait. A leader sends every follower an append per Ready,
@@ -26,6 +30,9 @@ const appendHoldBytes = 1 << 20
 type appendHold struct {
 	held  []raftpb.Message
 	bytes int
+	// owned says that the last held append's entries are a copy of the
+	// hold's own, which further folds may grow in place.
+	owned bool
 	out   []raftpb.Message // what next returned last; reused
 }
 
@@ -44,39 +51,51 @@ func (h *appendHold) next(msgs []raftpb.Message, expired bool) (_ []raftpb.Messa
 		for _, e := range m.Entries {
 			h.bytes += len(e.Data)
 		}
-		if n := len(h.held); n > 0 && foldAppend(&h.held[n-1], m) {
+		if h.fold(m) {
 			merged++
 			continue
 		}
 		h.held = append(h.held, m)
+		h.owned = false
 	}
 	if !flush && h.bytes < appendHoldBytes {
 		return nil, merged
 	}
 	h.out = append(h.out[:0], h.held...)
 	clear(h.held)
-	h.held, h.bytes = h.held[:0], 0
+	h.held, h.bytes, h.owned = h.held[:0], 0, false
 	return h.out, merged
 }
 
-// foldAppend adds b to a when b is an append that continues a: same term,
-// its previous entry a's last. It never writes into a's entry slice, which
-// raft may still hold.
-func foldAppend(a *raftpb.Message, b raftpb.Message) bool {
+// fold adds m to the last held append if it continues it. The first fold
+// copies that append's entries, which raft may still hold: the hold never
+// writes into raft's slices, and later folds append to its copy.
+func (h *appendHold) fold(m raftpb.Message) bool {
+	n := len(h.held)
+	if n == 0 || !continues(h.held[n-1], m) {
+		return false
+	}
+	last := &h.held[n-1]
+	if len(m.Entries) > 0 {
+		if !h.owned {
+			last.Entries = slices.Clip(last.Entries)
+			h.owned = true
+		}
+		last.Entries = append(last.Entries, m.Entries...)
+	}
+	last.Commit = max(last.Commit, m.Commit)
+	return true
+}
+
+// continues says whether b is an append that continues a: same term and
+// peer, its previous entry a's last.
+func continues(a, b raftpb.Message) bool {
 	if a.Type != raftpb.MsgApp || b.Type != raftpb.MsgApp || a.Term != b.Term || a.To != b.To {
 		return false
 	}
-	n := len(a.Entries)
 	lastIndex, lastTerm := a.Index, a.LogTerm
-	if n > 0 {
+	if n := len(a.Entries); n > 0 {
 		lastIndex, lastTerm = a.Entries[n-1].Index, a.Entries[n-1].Term
 	}
-	if b.Index != lastIndex || b.LogTerm != lastTerm {
-		return false
-	}
-	if len(b.Entries) > 0 {
-		a.Entries = append(a.Entries[:n:n], b.Entries...)
-	}
-	a.Commit = max(a.Commit, b.Commit)
-	return true
+	return b.Index == lastIndex && b.LogTerm == lastTerm
 }

@@ -97,19 +97,26 @@ func TestAppendHoldSendsAFullRun(t *testing.T) {
 	}
 }
 
-// Folding never writes into the first append's entry slice: raft hands
-// the transport slices of its own log.
-func TestFoldAppendLeavesRaftsSliceAlone(t *testing.T) {
+// Folding never writes into a held append's entry slice: raft hands the
+// transport slices of its own log.
+func TestAppendHoldLeavesRaftsSlicesAlone(t *testing.T) {
 	backing := make([]raftpb.Entry, 1, 8)
 	backing[0] = raftpb.Entry{Term: 2, Index: 5}
-	a := raftpb.Message{Type: raftpb.MsgApp, To: 4, Term: 2, LogTerm: 2, Index: 4, Entries: backing[:1]}
-	if !foldAppend(&a, appendAt(6, 6, 5)) {
-		t.Fatal("the continuing append was not folded")
+	first := raftpb.Message{Type: raftpb.MsgApp, To: 4, Term: 2, LogTerm: 2, Index: 4, Entries: backing[:1]}
+	second := appendAt(6, 6, 5)
+	secondBacking := second.Entries[:1:1]
+	var h appendHold
+	if _, merged := h.next([]raftpb.Message{first, second, appendAt(7, 7, 6)}, false); merged != 2 {
+		t.Fatalf("folded %d appends, want 2", merged)
 	}
 	if spare := backing[:2][1]; spare.Index != 0 {
 		t.Fatalf("raft's slice was written past its length: %v", spare)
 	}
-	if len(a.Entries) != 2 || a.Entries[1].Index != 6 || a.Commit != 5 {
-		t.Fatalf("folded append %v, want entries 5 and 6 with commit 5", a)
+	if secondBacking[0].Index != 6 {
+		t.Fatalf("the second append's entries changed: %v", secondBacking)
+	}
+	got, _ := h.next(nil, true)
+	if len(got) != 1 || len(got[0].Entries) != 3 || got[0].Entries[2].Index != 7 || got[0].Commit != 6 {
+		t.Fatalf("sent %v, want one append of entries 5 to 7 with commit 6", got)
 	}
 }
