@@ -275,14 +275,7 @@ func TestMembershipChangesOnLiveCluster(t *testing.T) {
 	waitFor(t, 20*c.electionTimeout(), func() bool { return !memberNamed(t, c, via, "n4").Learner })
 
 	// A non-voter, then its promotion.
-	addr = c.add("n5")
-	if err := retryUnavailable(t, func(ctx context.Context) error {
-		_, err := c.cluster(via).AddMember(ctx, &lodestonepb.AddMemberRequest{Name: "n5", PeerAddr: addr, Learner: true})
-		return err
-	}); err != nil {
-		t.Fatalf("add learner n5: %v", err)
-	}
-	c.start("n5", true)
+	c.addLearner(via, "n5")
 	last = put(t, c.kv(via), "after-n5", "x").Header.Index
 	c.waitApplied("n5", last)
 	if got := get(t, c.kv("n5"), "after-n5", lodestonepb.Consistency_STALE); got == nil {
@@ -475,14 +468,7 @@ func TestMemberAddedAfterSnapshotCatchesUp(t *testing.T) {
 	if first := c.servers[lead].log.Stats().FirstIndex; first <= 2 {
 		t.Fatalf("leader log first index %d: want it truncated by snapshots", first)
 	}
-	addr := c.add("n4")
-	if err := retryUnavailable(t, func(ctx context.Context) error {
-		_, err := c.cluster(lead).AddMember(ctx, &lodestonepb.AddMemberRequest{Name: "n4", PeerAddr: addr, Learner: true})
-		return err
-	}); err != nil {
-		t.Fatalf("add n4: %v", err)
-	}
-	c.start("n4", true)
+	c.addLearner(lead, "n4")
 	last := put(t, c.kv(lead), "after-n4", "x").Header.Index
 	c.waitApplied("n4", last)
 	if got := get(t, c.kv("n4"), "k042", lodestonepb.Consistency_STALE); string(got.GetValue()) != "42" {

@@ -177,6 +177,19 @@ func (c *testCluster) start(name string, join bool) *Server {
 	return s
 }
 
+// addLearner adds name as a learner through via and starts it.
+func (c *testCluster) addLearner(via, name string) {
+	c.t.Helper()
+	addr := c.add(name)
+	if err := retryUnavailable(c.t, func(ctx context.Context) error {
+		_, err := c.cluster(via).AddMember(ctx, &lodestonepb.AddMemberRequest{Name: name, PeerAddr: addr, Learner: true})
+		return err
+	}); err != nil {
+		c.t.Fatalf("add learner %s: %v", name, err)
+	}
+	c.start(name, true)
+}
+
 // add prepares a new member's address and data dir without starting it.
 func (c *testCluster) add(name string) string {
 	c.names = append(c.names, name)
@@ -334,7 +347,7 @@ func (c *testCluster) waitApplied(name string, index uint64) {
 	}
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
@@ -395,7 +408,7 @@ func waitFor(t *testing.T, within time.Duration, cond func() bool) {
 
 // retryUnavailable runs call until it returns something other than
 // Unavailable (which promises nothing was applied), as a client would.
-func retryUnavailable(t *testing.T, call func(ctx context.Context) error) error {
+func retryUnavailable(t testing.TB, call func(ctx context.Context) error) error {
 	t.Helper()
 	ctx := ctxT(t)
 	for {

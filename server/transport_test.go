@@ -1,12 +1,10 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/internal/member"
 )
 
@@ -15,9 +13,7 @@ import (
 // later, not a heartbeat later.
 func TestHeldCommitNoticeReachesFollowers(t *testing.T) {
 	c := newTestCluster(t, 3, func(cfg *Config) {
-		cfg.TickInterval = 50 * time.Millisecond
-		cfg.HeartbeatTicks = 20 // 1s
-		cfg.ElectionTicks = 40
+		farHeartbeats(cfg)
 		cfg.CommitNoticeHold = 20 * time.Millisecond
 	})
 	lead := c.waitLeader()
@@ -28,13 +24,7 @@ func TestHeldCommitNoticeReachesFollowers(t *testing.T) {
 			if n == lead {
 				continue
 			}
-			for c.servers[n].Store().Index() < resp.Header.Index {
-				if time.Since(acked) > 400*time.Millisecond {
-					t.Fatalf("put %d: follower %s at index %d, %v after the ack of index %d (hold 20ms, heartbeat 1s)",
-						i, n, c.servers[n].Store().Index(), time.Since(acked), resp.Header.Index)
-				}
-				time.Sleep(time.Millisecond)
-			}
+			c.appliedWithinHold(n, resp.Header.Index, acked, i)
 		}
 	}
 }
@@ -63,6 +53,28 @@ func TestConfigCommitNoticeHold(t *testing.T) {
 		[]time.Duration{0, 50 * time.Millisecond}, []time.Duration{-time.Millisecond, 100 * time.Millisecond})
 }
 
+// farHeartbeats puts a cluster's heartbeats a second apart, so that only
+// the end of a 20ms hold can bring a member the last write soon.
+func farHeartbeats(cfg *Config) {
+	cfg.TickInterval = 50 * time.Millisecond
+	cfg.HeartbeatTicks = 20 // 1s
+	cfg.ElectionTicks = 40
+}
+
+// appliedWithinHold waits for name to apply index, the ack of put i at
+// acked, and fails if that takes 400ms: far more than a 20ms hold, far
+// less than a heartbeat.
+func (c *testCluster) appliedWithinHold(name string, index uint64, acked time.Time, i int) {
+	c.t.Helper()
+	for c.servers[name].Store().Index() < index {
+		if time.Since(acked) > 400*time.Millisecond {
+			c.t.Fatalf("put %d: %s at index %d, %v after the ack of index %d (hold 20ms, heartbeat 1s)",
+				i, name, c.servers[name].Store().Index(), time.Since(acked), index)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // A learner's appends wait up to the hold and go out together: under
 // back-to-back writes the leader folds them, for the learner only, and
 // the learner still applies every write. With heartbeats a second apart,
@@ -70,20 +82,11 @@ func TestConfigCommitNoticeHold(t *testing.T) {
 // hold after the ack, not a heartbeat later.
 func TestLearnerAppendsGoOutTogether(t *testing.T) {
 	c := newTestCluster(t, 3, func(cfg *Config) {
-		cfg.TickInterval = 50 * time.Millisecond
-		cfg.HeartbeatTicks = 20 // 1s
-		cfg.ElectionTicks = 40
+		farHeartbeats(cfg)
 		cfg.LearnerAppendHold = 20 * time.Millisecond
 	})
 	lead := c.waitLeader()
-	addr := c.add("n4")
-	if err := retryUnavailable(t, func(ctx context.Context) error {
-		_, err := c.cluster(lead).AddMember(ctx, &lodestonepb.AddMemberRequest{Name: "n4", PeerAddr: addr, Learner: true})
-		return err
-	}); err != nil {
-		t.Fatalf("add learner n4: %v", err)
-	}
-	c.start("n4", true)
+	c.addLearner(lead, "n4")
 	c.waitApplied("n4", put(t, c.kv(lead), "k", "v").Header.Index)
 
 	var last uint64
@@ -104,13 +107,7 @@ func TestLearnerAppendsGoOutTogether(t *testing.T) {
 	for i := range 5 {
 		resp := put(t, c.kv(lead), "k", "v")
 		acked := time.Now()
-		for c.servers["n4"].Store().Index() < resp.Header.Index {
-			if time.Since(acked) > 400*time.Millisecond {
-				t.Fatalf("put %d: learner at index %d, %v after the ack of index %d (hold 20ms, heartbeat 1s)",
-					i, c.servers["n4"].Store().Index(), time.Since(acked), resp.Header.Index)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		c.appliedWithinHold("n4", resp.Header.Index, acked, i)
 	}
 }
 
