@@ -185,7 +185,7 @@ bench-watch:
 # see bench/cmd/watchbench/README.md, "The 1M phase".
 .PHONY: bench-watch-1m
 bench-watch-1m:
-	cd bench && $(GO) run ./cmd/watchbench -systems lodestone -watchers 1000000 -streams 10000 -conns 20 $(WATCHBENCH_FLAGS)
+	cd bench && $(GO) run ./cmd/watchbench -systems lodestone -watchers 1000000 -streams 10000 -conns 20 -gc-before-phase=false $(WATCHBENCH_FLAGS)
 
 # 10k Consul-style blocking queries on distinct keys plus 1,000 writes/s
 # through the Consul HTTP KV API: write p99 with them vs without, every
