@@ -501,8 +501,9 @@ func (t *Transport) streamTo(ctx context.Context, p *peer) error {
 				hold.holding = false
 			}
 			var folded int
-			msgs, folded = apps.next(queued, expired)
-			appsMerged.Add(float64(folded))
+			if msgs, folded = apps.next(queued, expired); folded > 0 {
+				appsMerged.Add(float64(folded))
+			}
 		} else {
 			if apps.holding() { // NB: promoted while appends waited
 				held, _ := apps.next(nil, true)

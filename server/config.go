@@ -434,11 +434,14 @@ func (c *Config) Validate() error {
 	if c.HeartbeatTicks <= 0 || c.ElectionTicks <= c.HeartbeatTicks {
 		return bad("election-ticks", "must be larger than heartbeat-ticks (%d), got %d", c.HeartbeatTicks, c.ElectionTicks)
 	}
-	if c.CommitNoticeHold < 0 || c.CommitNoticeHold >= c.TickInterval*time.Duration(c.HeartbeatTicks) {
-		return bad("commit-notice-hold", "must be at least 0 and below the heartbeat interval (%v), got %v", c.TickInterval*time.Duration(c.HeartbeatTicks), c.CommitNoticeHold)
-	}
-	if c.LearnerAppendHold < 0 || c.LearnerAppendHold >= c.TickInterval*time.Duration(c.HeartbeatTicks) {
-		return bad("learner-append-hold", "must be at least 0 and below the heartbeat interval (%v), got %v", c.TickInterval*time.Duration(c.HeartbeatTicks), c.LearnerAppendHold)
+	heartbeat := c.TickInterval * time.Duration(c.HeartbeatTicks)
+	for _, h := range []struct {
+		flag string
+		d    time.Duration
+	}{{"commit-notice-hold", c.CommitNoticeHold}, {"learner-append-hold", c.LearnerAppendHold}} {
+		if h.d < 0 || h.d >= heartbeat {
+			return bad(h.flag, "must be at least 0 and below the heartbeat interval (%v), got %v", heartbeat, h.d)
+		}
 	}
 	if c.SnapshotEntries == 0 {
 		return bad("snapshot-entries", "must be positive")
