@@ -109,6 +109,7 @@ type Node struct {
 	snapIndex      uint64
 	released       uint64 // the log was told its entries up to here are not needed (releaseLog)
 	durableCommit  uint64 // the commit index the log holds (log writer reports)
+	startCommit    uint64 // the commit index the log held at start
 	snapshotting   bool
 	snapWantedAt   uint64           // a snapshot at or after this index is due now (a member was added)
 	leaderGuard    uint64           // conf changes wait until this index is applied
@@ -211,6 +212,7 @@ func (n *Node) init() error {
 	}
 	fresh := raft.IsEmptyHardState(hs) && last == 0 && meta.Index == 0
 	n.durableCommit = max(hs.Commit, n.snapIndex)
+	n.startCommit = n.durableCommit
 
 	rc := &raft.Config{
 		ID:              n.id,
@@ -312,6 +314,11 @@ func (n *Node) Status() Status { return *n.status.Load() }
 
 // Applied is the index applied to the store.
 func (n *Node) Applied() uint64 { return n.applied.current() }
+
+// CommittedAtStart is the commit index the log held when the node was
+// made: what this member knew committed before it stopped. The loop
+// applies up to it from the log alone, without a leader.
+func (n *Node) CommittedAtStart() uint64 { return n.startCommit }
 
 // LeaderChanged returns a channel closed at the next leader change.
 func (n *Node) LeaderChanged() <-chan struct{} {

@@ -38,6 +38,12 @@ import (
 // Admin, Cluster and Peer services, /metrics, /healthz, /readyz and
 // /debug/ are never gated, so operators can always see and steer.
 //
+// A restarted server holds gated requests until it has applied what its
+// log held committed when it started (replay). Until then its store may
+// lack the policy in force (set after the snapshot it restored), and with
+// no policy every request of the reconnecting fleet got in at once: the
+// storm the ramp is for.
+//
 // New client gRPC connections are paced, not refused (acceptWait): when
 // every server restarts at once, each of thousands of clients opens a
 // connection in the same second, and their setup (TLS where used, then
@@ -77,6 +83,11 @@ type admission struct {
 	// maxHint is the longest retry hint a refusal carries.
 	maxHint time.Duration
 
+	// replayed closes once the server has applied what its log held
+	// committed when it started (replay).
+	replayed  chan struct{}
+	replaying prometheus.Gauge
+
 	rejected      *prometheus.CounterVec
 	capped        *prometheus.CounterVec
 	limit         *prometheus.GaugeVec
@@ -115,6 +126,11 @@ const minRetryHint = 50 * time.Millisecond
 func newAdmission(st *store.Store, reg prometheus.Registerer, maxHint time.Duration) *admission {
 	a := &admission{
 		store: st, now: time.Now, started: time.Now(), maxHint: max(maxHint, minRetryHint),
+		replayed: make(chan struct{}),
+		replaying: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "lodestone", Name: "admission_replaying",
+			Help: "1 while this server, just started, applies what its log held committed; gated requests wait meanwhile.",
+		}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "lodestone", Name: "admission_rejected_total",
 			Help: "Client requests refused by admission control, by class (read, write, watch).",
@@ -142,8 +158,41 @@ func newAdmission(st *store.Store, reg prometheus.Registerer, maxHint time.Durat
 		a.limit.WithLabelValues(c)
 	}
 	a.limit.WithLabelValues(connectionClass)
-	reg.MustRegister(a.rejected, a.capped, a.limit, a.acceptWaits, a.acceptWaitFor)
+	a.replaying.Set(1)
+	reg.MustRegister(a.rejected, a.capped, a.limit, a.acceptWaits, a.acceptWaitFor, a.replaying)
 	return a
+}
+
+// replayLog is what replay needs of the Raft node.
+type replayLog interface {
+	CommittedAtStart() uint64
+	WaitApplied(ctx context.Context, index uint64) error
+}
+
+// replay lets gated requests in once r has applied what its log held
+// committed at start; it returns early, leaving them held, if ctx ends or
+// the node stops.
+func (a *admission) replay(ctx context.Context, r replayLog) {
+	if err := r.WaitApplied(ctx, r.CommittedAtStart()); err != nil {
+		return
+	}
+	a.replaying.Set(0)
+	close(a.replayed)
+}
+
+// waitReplay waits until replay is done (true) or done closes (false).
+func (a *admission) waitReplay(done <-chan struct{}) bool {
+	select {
+	case <-a.replayed:
+		return true
+	default:
+	}
+	select {
+	case <-a.replayed:
+		return true
+	case <-done:
+		return false
+	}
 }
 
 // connectionClass labels the connection rate in admission_limit_per_second.
@@ -293,7 +342,7 @@ func grpcClass(method string) int {
 
 func (a *admission) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if c := grpcClass(info.FullMethod); c >= 0 {
-		if err := a.check(c); err != nil {
+		if err := a.checkRPC(ctx, c); err != nil {
 			return nil, err
 		}
 	}
@@ -302,11 +351,19 @@ func (a *admission) unary(ctx context.Context, req any, info *grpc.UnaryServerIn
 
 func (a *admission) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if c := grpcClass(info.FullMethod); c >= 0 {
-		if err := a.check(c); err != nil {
+		if err := a.checkRPC(ss.Context(), c); err != nil {
 			return err
 		}
 	}
 	return handler(srv, ss)
+}
+
+// checkRPC is check after waitReplay.
+func (a *admission) checkRPC(ctx context.Context, c int) error {
+	if !a.waitReplay(ctx.Done()) {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return a.check(c)
 }
 
 // httpClass maps a Consul-API request to its class; -1: never gated.
@@ -331,6 +388,10 @@ func httpClass(r *http.Request) int {
 func (a *admission) http(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c := httpClass(r); c >= 0 {
+			if !a.waitReplay(r.Context().Done()) {
+				http.Error(w, "server starting: "+r.Context().Err().Error(), http.StatusServiceUnavailable)
+				return
+			}
 			if ok, wait := a.admit(c); !ok {
 				secs := int(math.Ceil(wait.Seconds()))
 				w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
@@ -365,6 +426,10 @@ func (a *admission) acceptWait() time.Duration {
 // paceAccept waits until the policy's connection rate lets the listener
 // accept one more connection; false if done closed first. The connections
 // waiting meanwhile sit in the kernel's listen backlog.
+//
+// NB: it does not wait for replay. Accepts held until then went on all at
+// once when it ended, with no policy to pace them: the connection setup
+// that overlapped the election before moved onto the first commits.
 func (a *admission) paceAccept(done <-chan struct{}) bool {
 	var waited time.Duration
 	defer func() {

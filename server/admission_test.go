@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -28,11 +30,19 @@ func storePolicy(t *testing.T, st *store.Store, index uint64, p *lodestonepb.Adm
 	}
 }
 
+// replayedAdmission is an admission over st whose server has replayed
+// its log.
+func replayedAdmission(st *store.Store, maxHint time.Duration) *admission {
+	a := newAdmission(st, prometheus.NewRegistry(), maxHint)
+	close(a.replayed)
+	return a
+}
+
 // fakeClockAdmission is an admission over a fresh store whose time is
 // *clock (tests move it), started an hour before it.
 func fakeClockAdmission(maxHint time.Duration) (*store.Store, *admission, *time.Time) {
 	st := store.New()
-	a := newAdmission(st, prometheus.NewRegistry(), maxHint)
+	a := replayedAdmission(st, maxHint)
 	clock := time.Unix(1000, 0)
 	a.now = func() time.Time { return clock }
 	a.started = clock.Add(-time.Hour)
@@ -317,13 +327,23 @@ func TestAdmissionReplicated(t *testing.T) {
 	}
 	t.Logf("15 client writes at 5/s took %v", time.Since(start).Round(time.Millisecond))
 
-	// A restarted member reads the policy from its snapshot.
+	// A restarted member reads the policy from its snapshot, and lets
+	// gated requests in once it has applied what its log held committed.
 	c.stop("n3")
 	c.start("n3", false)
 	waitFor(t, 10*time.Second, func() bool {
 		p := c.servers["n3"].adm.policy(time.Now().Add(time.Hour))
 		return p != nil && p.GetWrites() == 5
 	})
+	n3 := c.servers["n3"]
+	select {
+	case <-n3.adm.replayed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("restarted n3 never finished replaying its log")
+	}
+	if at, applied := n3.raft.CommittedAtStart(), n3.raft.Applied(); at == 0 || applied < at {
+		t.Errorf("restarted n3: committed at start %d, applied %d; want a nonzero index, applied", at, applied)
+	}
 
 	c.waitLeader()
 	// Setting a policy is idempotent: retried also when a leader change
@@ -404,7 +424,7 @@ func TestAdmissionAcceptWait(t *testing.T) {
 // closing the listener ends a paced wait.
 func TestConnectionRatePacesAccepts(t *testing.T) {
 	st := store.New()
-	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint)
+	a := replayedAdmission(st, DefaultConfig().AdmissionMaxRetryHint)
 	storePolicy(t, st, 1, &lodestonepb.AdmissionPolicy{Enabled: true, Connections: 20, SetUnixNano: time.Now().UnixNano()})
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -477,5 +497,84 @@ func TestConnectionRatePacesAccepts(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a paced accept did not end when the listener closed")
+	}
+}
+
+// replayGate is a replayLog whose apply the test releases.
+type replayGate struct {
+	committed uint64
+	asked     chan uint64
+	release   chan error
+}
+
+func (g *replayGate) CommittedAtStart() uint64 { return g.committed }
+
+func (g *replayGate) WaitApplied(ctx context.Context, index uint64) error {
+	g.asked <- index
+	return <-g.release
+}
+
+// TestAdmissionHoldsUntilReplayed: a restarted server holds gated
+// requests until it has applied what its log held committed, then holds
+// them to the policy that log carried; the never gated services and
+// client accepts pass meanwhile.
+func TestAdmissionHoldsUntilReplayed(t *testing.T) {
+	st := store.New()
+	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint)
+	gate := &replayGate{committed: 42, asked: make(chan uint64, 1), release: make(chan error)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.replay(context.Background(), gate)
+	}()
+	if got := <-gate.asked; got != 42 {
+		t.Fatalf("replay waited for index %d, want the commit index at start, 42", got)
+	}
+	if got := testutil.ToFloat64(a.replaying); got != 1 {
+		t.Errorf("admission_replaying = %v while replaying, want 1", got)
+	}
+
+	served := 0
+	handler := func(context.Context, any) (any, error) { served++; return nil, nil }
+	put := &grpc.UnaryServerInfo{FullMethod: "/lodestone.v1.KV/Put"}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := a.unary(gone, nil, put, handler); status.Code(err) != codes.Canceled || served != 0 {
+		t.Fatalf("a put whose caller left while replaying: err %v, served %d; want Canceled, not served", err, served)
+	}
+	if _, err := a.unary(gone, nil, &grpc.UnaryServerInfo{FullMethod: "/lodestone.v1.Cluster/Status"}, handler); err != nil || served != 1 {
+		t.Fatalf("Cluster.Status while replaying: err %v, served %d; want served at once", err, served)
+	}
+	rec := httptest.NewRecorder()
+	a.http(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequestWithContext(gone, http.MethodPut, "/v1/kv/a", nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("an HTTP write whose caller left while replaying: %d, want 503", rec.Code)
+	}
+	closed := make(chan struct{})
+	close(closed)
+	if !a.paceAccept(closed) {
+		t.Error("paceAccept waited while replaying (no policy is known to pace by)")
+	}
+
+	// The replayed log carries a policy of one write a second.
+	storePolicy(t, st, 7, &lodestonepb.AdmissionPolicy{Enabled: true, Writes: 1, SetUnixNano: time.Now().UnixNano()})
+	held := make(chan error, 1)
+	go func() {
+		_, err := a.unary(context.Background(), nil, put, handler)
+		held <- err
+	}()
+	gate.release <- nil
+	<-done
+	if err := <-held; err != nil {
+		t.Fatalf("the held put after replay: %v", err)
+	}
+	if _, err := a.unary(context.Background(), nil, put, handler); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a second put at one a second after replay: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if served != 2 {
+		t.Errorf("served %d, want 2 (the status call and the held put)", served)
+	}
+	if got := testutil.ToFloat64(a.replaying); got != 0 {
+		t.Errorf("admission_replaying = %v after replay, want 0", got)
 	}
 }

@@ -342,6 +342,11 @@ func (s *Server) Start() {
 	if err := s.raft.Start(); err != nil {
 		s.errC <- fmt.Errorf("start raft: %w", err)
 	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.adm.replay(s.ctx, s.raft)
+	}()
 	if g, err := openGossip(s.core); err != nil {
 		s.errC <- err // NB: a pool that cannot bind stops the server through Done
 	} else if g != nil {
