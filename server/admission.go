@@ -84,9 +84,12 @@ type admission struct {
 	maxHint time.Duration
 
 	// replayed closes once the server has applied what its log held
-	// committed when it started (replay).
-	replayed  chan struct{}
-	replaying prometheus.Gauge
+	// committed when it started (replay); replayDone is set just before, so
+	// that requests after it read a flag instead of taking the closed
+	// channel's lock.
+	replayed   chan struct{}
+	replayDone atomic.Bool
+	replaying  prometheus.GaugeFunc
 
 	rejected      *prometheus.CounterVec
 	capped        *prometheus.CounterVec
@@ -127,10 +130,6 @@ func newAdmission(st *store.Store, reg prometheus.Registerer, maxHint time.Durat
 	a := &admission{
 		store: st, now: time.Now, started: time.Now(), maxHint: max(maxHint, minRetryHint),
 		replayed: make(chan struct{}),
-		replaying: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "lodestone", Name: "admission_replaying",
-			Help: "1 while this server, just started, applies what its log held committed; gated requests wait meanwhile.",
-		}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "lodestone", Name: "admission_rejected_total",
 			Help: "Client requests refused by admission control, by class (read, write, watch).",
@@ -158,7 +157,15 @@ func newAdmission(st *store.Store, reg prometheus.Registerer, maxHint time.Durat
 		a.limit.WithLabelValues(c)
 	}
 	a.limit.WithLabelValues(connectionClass)
-	a.replaying.Set(1)
+	a.replaying = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "lodestone", Name: "admission_replaying",
+		Help: "1 while this server, just started, applies what its log held committed; gated requests wait meanwhile.",
+	}, func() float64 {
+		if a.replayDone.Load() {
+			return 0
+		}
+		return 1
+	})
 	reg.MustRegister(a.rejected, a.capped, a.limit, a.acceptWaits, a.acceptWaitFor, a.replaying)
 	return a
 }
@@ -176,16 +183,14 @@ func (a *admission) replay(ctx context.Context, r replayLog) {
 	if err := r.WaitApplied(ctx, r.CommittedAtStart()); err != nil {
 		return
 	}
-	a.replaying.Set(0)
+	a.replayDone.Store(true)
 	close(a.replayed)
 }
 
 // waitReplay waits until replay is done (true) or done closes (false).
 func (a *admission) waitReplay(done <-chan struct{}) bool {
-	select {
-	case <-a.replayed:
+	if a.replayDone.Load() {
 		return true
-	default:
 	}
 	select {
 	case <-a.replayed:
