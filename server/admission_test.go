@@ -30,19 +30,11 @@ func storePolicy(t *testing.T, st *store.Store, index uint64, p *lodestonepb.Adm
 	}
 }
 
-// replayedAdmission is an admission over st whose server has replayed
-// its log.
-func replayedAdmission(st *store.Store, maxHint time.Duration) *admission {
-	a := newAdmission(st, prometheus.NewRegistry(), maxHint)
-	close(a.replayed)
-	return a
-}
-
 // fakeClockAdmission is an admission over a fresh store whose time is
 // *clock (tests move it), started an hour before it.
 func fakeClockAdmission(maxHint time.Duration) (*store.Store, *admission, *time.Time) {
 	st := store.New()
-	a := replayedAdmission(st, maxHint)
+	a := newAdmission(st, prometheus.NewRegistry(), maxHint)
 	clock := time.Unix(1000, 0)
 	a.now = func() time.Time { return clock }
 	a.started = clock.Add(-time.Hour)
@@ -424,7 +416,7 @@ func TestAdmissionAcceptWait(t *testing.T) {
 // closing the listener ends a paced wait.
 func TestConnectionRatePacesAccepts(t *testing.T) {
 	st := store.New()
-	a := replayedAdmission(st, DefaultConfig().AdmissionMaxRetryHint)
+	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint)
 	storePolicy(t, st, 1, &lodestonepb.AdmissionPolicy{Enabled: true, Connections: 20, SetUnixNano: time.Now().UnixNano()})
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
