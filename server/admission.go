@@ -425,7 +425,9 @@ func (a *admission) acceptWait() time.Duration {
 	if a.conns.take(now, rate) {
 		return 0
 	}
-	return time.Duration((1 - a.conns.tokens) / rate * float64(time.Second))
+	// NB: at least 1ns: a bucket a rounding error short of a token read
+	// as 0, which paceAccept took for a token.
+	return max(time.Duration(math.Ceil((1-a.conns.tokens)/rate*float64(time.Second))), 1)
 }
 
 // paceAccept waits until the policy's connection rate lets the listener

@@ -408,6 +408,19 @@ func TestAdmissionAcceptWait(t *testing.T) {
 	if got := testutil.ToFloat64(a.limit.WithLabelValues(connectionClass)); got != 200 {
 		t.Errorf("admission_limit_per_second{class=connection} = %v, want 200", got)
 	}
+	// At 100/s a millisecond refills a tenth of a token, and ten tenths
+	// add up to a hair under one: that must wait, not pass for a token.
+	storePolicy(t, st, 3, &lodestonepb.AdmissionPolicy{Enabled: true, Connections: 100, SetUnixNano: clock.UnixNano()})
+	for accepted(1) == 1 {
+	}
+	n := 0
+	for range 1000 {
+		*clock = clock.Add(time.Millisecond)
+		n += accepted(1)
+	}
+	if n < 99 || n > 100 {
+		t.Errorf("one accept a millisecond at 100/s for 1s: %d accepted, want 100 (99 if rounding lost a token)", n)
+	}
 }
 
 // TestConnectionRatePacesAccepts dials a burst of real TCP connections at
