@@ -183,9 +183,12 @@ func invoke[R any](ctx context.Context, c *Client, spec callSpec,
 				}
 			}
 			round++
-			if spec.only != "" {
+			switch {
+			case spec.only != "":
 				plan = []string{spec.only}
-			} else {
+			case refusedWithSlot(last.err):
+				plan = []string{lastEP} // back to the slot it booked
+			default:
 				c.mu.Lock()
 				plan = c.book.plan()
 				c.mu.Unlock()
@@ -218,11 +221,17 @@ func invoke[R any](ctx context.Context, c *Client, spec callSpec,
 			return zero, c.newError(spec, ep, last, attempts, v, prev, ctx.Err())
 		}
 		prev = ep + ": " + status.Convert(err).Message()
-		c.log.Debug("client: retrying on next endpoint", "op", spec.op, "endpoint", ep,
-			"attempt", attempts, "sent", last.sent, "from_server", last.responded, "err", err)
-		c.mu.Lock()
-		c.book.failed(ep)
-		c.mu.Unlock()
+		if refusedWithSlot(err) {
+			c.log.Debug("client: refused by admission control; retrying there when told", "op", spec.op, "endpoint", ep,
+				"attempt", attempts, "err", err)
+			plan = nil
+		} else {
+			c.log.Debug("client: retrying on next endpoint", "op", spec.op, "endpoint", ep,
+				"attempt", attempts, "sent", last.sent, "from_server", last.responded, "err", err)
+			c.mu.Lock()
+			c.book.failed(ep)
+			c.mu.Unlock()
+		}
 		if c.cfg.MaxAttempts > 0 && attempts >= c.cfg.MaxAttempts {
 			return zero, c.newError(spec, ep, last, attempts, verdict{}, "", nil)
 		}

@@ -372,6 +372,46 @@ func TestRetryInfoHint(t *testing.T) {
 	}
 }
 
+// refusal is admission control's answer: RESOURCE_EXHAUSTED with the
+// slot it booked the caller.
+func refusal(hint time.Duration) error {
+	st, _ := status.New(codes.ResourceExhausted, "admission control: retry later").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(hint)})
+	return st.Err()
+}
+
+// TestAdmissionRefusalRetriedWhereBooked: a server that refuses with a
+// retry hint booked the caller a slot there, so the call waits the hint
+// and goes back to it, asking no other endpoint meanwhile.
+func TestAdmissionRefusalRetriedWhereBooked(t *testing.T) {
+	t.Parallel()
+	const hint = 150 * time.Millisecond
+	var refusedAt atomic.Int64
+	m := clienttest.NewMemory(&lodestonepb.Member{Name: "a"})
+	f := m.Funcs()
+	get := f.Get
+	f.Get = func(ctx context.Context, r *lodestonepb.GetRequest) (*lodestonepb.GetResponse, error) {
+		if refusedAt.CompareAndSwap(0, time.Now().UnixNano()) {
+			return nil, refusal(hint)
+		}
+		return get(ctx, r)
+	}
+	a := clienttest.Start(t, f)
+	b, _ := memoryServer(t, "b")
+	c := newTestClient(t, fastRetry(a.Addr, b.Addr))
+	if _, err := c.Get(testCtx(t, 5*time.Second), "k"); err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if got := time.Since(time.Unix(0, refusedAt.Load())); got < hint {
+		t.Errorf("retried %v after the refusal, want at least the hinted %v", got, hint)
+	}
+	if got, want := a.Calls("Get"), 2; got != want {
+		t.Errorf("Get calls on the refusing server = %d, want %d (the refusal, then its booked slot)", got, want)
+	}
+	if got := b.Calls("Get"); got != 0 {
+		t.Errorf("Get calls on the other server = %d, want 0", got)
+	}
+}
+
 func TestClosed(t *testing.T) {
 	t.Parallel()
 	s, _ := memoryServer(t, "a")

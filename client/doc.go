@@ -33,6 +33,10 @@
 //     (exponential, jittered, [Config.BackoffBase] to [Config.BackoffMax])
 //     before the next round, and never sleeps past the ctx deadline: when
 //     the backoff would, the call returns the last error instead.
+//     An admission refusal (ResourceExhausted with a RetryInfo) ends the
+//     round: the server booked the call a slot, so the call waits the hint
+//     (and at least the backoff) and goes back to that server alone. A
+//     watch stream refused so resumes the same way.
 //  4. Reads (Get, Range, Members, Status) retry on any Unavailable answer,
 //     any transport failure and a server-side DeadlineExceeded.
 //     Writes (Put, Delete, Txn and the membership changes) retry only when

@@ -115,6 +115,18 @@ func hintDelay(hint time.Duration, rnd func(n int64) int64) time.Duration {
 	return hint + time.Duration(rnd(int64(hint/2)+1))
 }
 
+// refusedWithSlot reports whether err is an admission refusal: the
+// server refused before doing anything, booked the caller the next free
+// slot and said when it is (RetryInfo). The caller waits for it and comes
+// back to that server alone. Asking the others meanwhile cost each of
+// them a refusal and a booked slot no one came for, and a connection
+// when the caller had none there: in a whole fleet's return to service
+// (make drill) each server refused every returning watcher several times
+// over within a second, while it should have been committing.
+func refusedWithSlot(err error) bool {
+	return status.Code(err) == codes.ResourceExhausted && retryHint(err) > 0
+}
+
 // retryHint returns the delay a server asked for in a RetryInfo detail of
 // its status, or 0.
 func retryHint(err error) time.Duration {

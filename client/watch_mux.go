@@ -153,7 +153,11 @@ func (m *watchMux) run() {
 				}
 			}
 			round++
-			plan = m.plan()
+			if refusedWithSlot(lastErr) {
+				plan = []string{lastEP} // back to the slot it booked
+			} else {
+				plan = m.plan()
+			}
 		}
 		ep := plan[0]
 		plan = plan[1:]
@@ -175,6 +179,13 @@ func (m *watchMux) run() {
 			continue
 		}
 		lastEP, lastErr = ep, err
+		if refusedWithSlot(err) {
+			m.c.log.Debug("client: watch stream refused by admission control; resuming there when told",
+				"endpoint", ep, "served", served, "err", err)
+			plan = nil
+			m.expire(downSince, lastEP, lastErr)
+			continue
+		}
 		m.c.log.Debug("client: watch stream ended; resuming on the next endpoint",
 			"endpoint", ep, "served", served, "err", err)
 		m.c.mu.Lock()

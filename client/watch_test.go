@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,6 +230,49 @@ func TestWatchFailsOverToAnotherEndpoint(t *testing.T) {
 	same(t, got, want)
 	if got := c.Endpoints()[0]; got != b.Addr {
 		t.Errorf("preferred endpoint after failover = %s, want %s", got, b.Addr)
+	}
+}
+
+// A watch stream refused by admission control resumes on the server that
+// refused it, once the hinted slot is due, without trying the others.
+func TestWatchRefusedResumesWhereBooked(t *testing.T) {
+	const hint = 100 * time.Millisecond
+	l := clienttest.NewWatchLog()
+	var streams [2]atomic.Int32
+	var refusedAt, resumedAt [2]atomic.Int64
+	var servers [2]*clienttest.Server
+	for i := range servers {
+		f := l.Funcs()
+		serve := f.Watch
+		f.Watch = func(s lodestonepb.Watch_WatchServer) error {
+			if streams[i].Add(1) == 1 {
+				refusedAt[i].Store(time.Now().UnixNano())
+				return refusal(hint)
+			}
+			resumedAt[i].CompareAndSwap(0, time.Now().UnixNano())
+			return serve(s)
+		}
+		servers[i] = clienttest.Start(t, f)
+	}
+	c := newWatchClient(t, Config{Endpoints: []string{servers[0].Addr, servers[1].Addr}})
+	writeMix(l, 0, 12)
+	start := l.Index()
+	w := c.Watch(context.Background(), "svc/", WatchPrefix(), FromIndex(start))
+	defer w.Close()
+	writeMix(l, 12, 30)
+	same(t, collect(t, w, len(l.Events("svc/", true, start))), keysOf(l.Events("svc/", true, start)))
+	first := 0
+	if streams[1].Load() > 0 && (streams[0].Load() == 0 || refusedAt[1].Load() < refusedAt[0].Load()) {
+		first = 1
+	}
+	if got := streams[first].Load(); got != 2 {
+		t.Errorf("streams opened on the refusing server = %d, want 2 (the refusal, then its booked slot)", got)
+	}
+	if got := streams[1-first].Load(); got != 0 {
+		t.Errorf("streams opened on the other server = %d, want 0", got)
+	}
+	if got := time.Duration(resumedAt[first].Load() - refusedAt[first].Load()); got < hint {
+		t.Errorf("resumed %v after the refusal, want at least the hinted %v", got, hint)
 	}
 }
 
