@@ -77,7 +77,9 @@ func TestHTTPConnectionLimit(t *testing.T) {
 // served once it closes (the same connLimit as the HTTP listener's).
 func TestGRPCConnectionLimit(t *testing.T) {
 	c := newTestCluster(t, 1, func(cfg *Config) { cfg.MaxConnections = 1 })
-	addr := c.servers[c.waitLeader()].GRPCAddr()
+	s := c.servers[c.waitLeader()]
+	addr := s.GRPCAddr()
+	open := func() float64 { return counterValue(t, s.Registry(), "lodestone_grpc_connections", nil) }
 	get := func(conn *grpc.ClientConn, within time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), within)
 		defer cancel()
@@ -102,10 +104,15 @@ func TestGRPCConnectionLimit(t *testing.T) {
 	if err := get(second, 300*time.Millisecond); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("second client over a limit of 1: %v, want DeadlineExceeded", err)
 	}
+	if n := open(); n != 1 {
+		t.Errorf("lodestone_grpc_connections = %v with one accepted and one waiting, want 1", n)
+	}
 	// The second client's connection waits in the listen queue, and is
 	// accepted once the first one's slot is free.
 	first.Close()
 	if err := get(second, 10*time.Second); err != nil {
 		t.Fatalf("second client after the first closed: %v", err)
 	}
+	second.Close()
+	waitFor(t, 10*time.Second, func() bool { return open() == 0 })
 }

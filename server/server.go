@@ -307,6 +307,9 @@ func (s *Server) Start() {
 	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "lodestone_http_connections", Help: "Open connections on the HTTP listener (at most --max-http-connections).",
 	}, func() float64 { return float64(s.httpConns.Open()) }))
+	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lodestone_grpc_connections", Help: "Open client connections on the gRPC listener (at most --max-connections).",
+	}, func() float64 { return float64(s.grpcConns.Open()) }))
 	httpLis := s.tls.httpListener(s.httpConns)
 	// NB: the mux until the Consul API below takes the KV reads ahead of it.
 	routes := &lateHandler{h: s.Mux}
