@@ -352,16 +352,8 @@ func TestRetryInfoHint(t *testing.T) {
 	t.Parallel()
 	const hint = 200 * time.Millisecond
 	var first atomic.Int64
-	m := clienttest.NewMemory(&lodestonepb.Member{Name: "a"})
-	f := m.Funcs()
-	put := f.Put
-	f.Put = func(ctx context.Context, r *lodestonepb.PutRequest) (*lodestonepb.PutResponse, error) {
-		if first.CompareAndSwap(0, time.Now().UnixNano()) {
-			st, _ := status.New(codes.Unavailable, "leader election in progress").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(hint)})
-			return nil, st.Err()
-		}
-		return put(ctx, r)
-	}
+	f := clienttest.NewMemory(&lodestonepb.Member{Name: "a"}).Funcs()
+	f.Put = failFirst(f.Put, withRetryInfo(codes.Unavailable, "leader election in progress", hint), &first)
 	a := clienttest.Start(t, f)
 	c := newTestClient(t, fastRetry(a.Addr))
 	if _, err := c.Put(testCtx(t, 5*time.Second), "k", nil); err != nil {
@@ -372,11 +364,28 @@ func TestRetryInfoHint(t *testing.T) {
 	}
 }
 
+// withRetryInfo is a server's error with a retry hint.
+func withRetryInfo(c codes.Code, msg string, hint time.Duration) error {
+	st, _ := status.New(c, msg).WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(hint)})
+	return st.Err()
+}
+
 // refusal is admission control's answer: RESOURCE_EXHAUSTED with the
 // slot it booked the caller.
 func refusal(hint time.Duration) error {
-	st, _ := status.New(codes.ResourceExhausted, "admission control: retry later").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(hint)})
-	return st.Err()
+	return withRetryInfo(codes.ResourceExhausted, "admission control: retry later", hint)
+}
+
+// failFirst answers the first call with err, noting when in at, and
+// every later one with call.
+func failFirst[Req, Resp any](call func(context.Context, Req) (Resp, error), err error, at *atomic.Int64) func(context.Context, Req) (Resp, error) {
+	return func(ctx context.Context, r Req) (Resp, error) {
+		if at.CompareAndSwap(0, time.Now().UnixNano()) {
+			var zero Resp
+			return zero, err
+		}
+		return call(ctx, r)
+	}
 }
 
 // TestAdmissionRefusalRetriedWhereBooked: a server that refuses with a
@@ -386,15 +395,8 @@ func TestAdmissionRefusalRetriedWhereBooked(t *testing.T) {
 	t.Parallel()
 	const hint = 150 * time.Millisecond
 	var refusedAt atomic.Int64
-	m := clienttest.NewMemory(&lodestonepb.Member{Name: "a"})
-	f := m.Funcs()
-	get := f.Get
-	f.Get = func(ctx context.Context, r *lodestonepb.GetRequest) (*lodestonepb.GetResponse, error) {
-		if refusedAt.CompareAndSwap(0, time.Now().UnixNano()) {
-			return nil, refusal(hint)
-		}
-		return get(ctx, r)
-	}
+	f := clienttest.NewMemory(&lodestonepb.Member{Name: "a"}).Funcs()
+	f.Get = failFirst(f.Get, refusal(hint), &refusedAt)
 	a := clienttest.Start(t, f)
 	b, _ := memoryServer(t, "b")
 	c := newTestClient(t, fastRetry(a.Addr, b.Addr))
