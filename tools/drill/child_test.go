@@ -128,8 +128,24 @@ func TestPopulationProcess(t *testing.T) {
 	if cl, _, err := p.served(since, index); err != nil || cl != 4 {
 		t.Errorf("after a bad command: %d clients, %v; want 4 (nothing changed)", cl, err)
 	}
-	if cpu, err := p.cpu(); err != nil || cpu <= 0 {
-		t.Errorf("child CPU %v, %v; want some", cpu, err)
+	// NB: /proc counts CPU in clock ticks (10ms each), so a child that
+	// has done little yet reads 0; each tick's events keep its watchers
+	// working until one is counted.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		cpu, err := p.cpu()
+		if err != nil {
+			t.Fatalf("child CPU: %v", err)
+		}
+		if cpu > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child CPU still %v after 10s of ticks; want some", cpu)
+		}
+		if _, err := admin.Put(ctx, "drill/tick/now", []byte("3")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	p.stop()
 	select {
