@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +21,7 @@ const (
 	appliedIndex  = "lodestone_raft_applied_index"
 	commitIndex   = "lodestone_raft_commit_index"
 	rejected      = "lodestone_admission_rejected_total"
+	grpcConns     = "lodestone_grpc_connections"
 	schedLatency  = "lodestone_runtime_sched_latency_seconds"
 	goroutines    = "go_goroutines"
 )
@@ -91,14 +91,17 @@ func (m *measured) sample(slow float64, log io.Writer) {
 
 func rejects(ms []metrics) float64 {
 	var t float64
-	for _, m := range ms {
-		for k, v := range m {
-			if strings.HasPrefix(k, rejected) {
-				t += v
-			}
-		}
+	for _, c := range refusalClasses {
+		t += classRejects(ms, c)
 	}
 	return t
+}
+
+// refusalClasses are admission control's request classes.
+var refusalClasses = [...]string{"read", "write", "watch"}
+
+func classRejects(ms []metrics, class string) float64 {
+	return sum(ms, rejected+`{class="`+class+`"}`)
 }
 
 func (m *measured) end() window {
@@ -106,11 +109,16 @@ func (m *measured) end() window {
 	m.done.Wait()
 	last := m.c.scrapeAll()
 	h0, h1 := histogram(m.first, commitLatency), histogram(last, commitLatency)
-	return window{
+	w := window{
 		dur: time.Since(m.start), commits: count(h0, h1), p99: p99(h0, h1),
 		saveP99: p99(histogram(m.first, saveDuration), histogram(last, saveDuration)),
 		cpu:     sum(last, cpuSeconds) - sum(m.first, cpuSeconds), rejects: rejects(last) - rejects(m.first),
+		conns: sum(last, grpcConns),
 	}
+	for i, c := range refusalClasses {
+		w.rejectsBy[i] = classRejects(last, c) - classRejects(m.first, c)
+	}
+	return w
 }
 
 // waitIdle waits until the cluster is idle of catch-up: every member has
