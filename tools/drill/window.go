@@ -112,8 +112,7 @@ func (m *measured) end() window {
 	w := window{
 		dur: time.Since(m.start), commits: count(h0, h1), p99: p99(h0, h1),
 		saveP99: p99(histogram(m.first, saveDuration), histogram(last, saveDuration)),
-		cpu:     sum(last, cpuSeconds) - sum(m.first, cpuSeconds), rejects: rejects(last) - rejects(m.first),
-		conns: sum(last, grpcConns),
+		cpu:     sum(last, cpuSeconds) - sum(m.first, cpuSeconds), conns: sum(last, grpcConns),
 	}
 	for i, c := range refusalClasses {
 		w.rejectsBy[i] = classRejects(last, c) - classRejects(m.first, c)
