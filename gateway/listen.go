@@ -19,13 +19,22 @@ var clientKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, 
 // (listen_linux.go) and net is told not to set them again on each
 // accepted connection: four setsockopt calls per connection, a share of
 // the accept path worth saving for clients that open a connection per
-// request. Elsewhere net sets them per connection as usual.
+// request. Elsewhere net sets them per connection as usual. For the same
+// clients the listener is plain TCP, not the Multipath TCP that net
+// listens with by default: a Multipath TCP listener takes no TCP_QUICKACK
+// (see delayFirstAck), and no proxied client speaks it.
 func listenProxy(addr string) (net.Listener, error) {
 	lc := net.ListenConfig{KeepAliveConfig: clientKeepAlive}
+	lc.SetMultipathTCP(false)
 	if inheritKeepAlive {
 		lc.KeepAlive = -1
 		lc.KeepAliveConfig = net.KeepAliveConfig{}
 		lc.Control = setListenerKeepAlive
 	}
-	return lc.Listen(context.Background(), "tcp", addr)
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	delayFirstAck(ln.(*net.TCPListener))
+	return ln, nil
 }

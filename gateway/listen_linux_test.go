@@ -7,8 +7,9 @@ import (
 )
 
 // An accepted client connection has the keep-alive the listener set,
-// though net set none on it.
-func TestListenProxyAcceptedConnKeepsAlive(t *testing.T) {
+// though net set none on it, and starts with quick ACKs off: the listener
+// is plain TCP, so it took TCP_QUICKACK.
+func TestListenProxyAcceptedConnOptions(t *testing.T) {
 	ln, err := listenProxy("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -33,6 +34,7 @@ func TestListenProxyAcceptedConnKeepsAlive(t *testing.T) {
 		"TCP_KEEPIDLE":  {syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE, int(clientKeepAlive.Idle.Seconds())},
 		"TCP_KEEPINTVL": {syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL, int(clientKeepAlive.Interval.Seconds())},
 		"TCP_KEEPCNT":   {syscall.IPPROTO_TCP, syscall.TCP_KEEPCNT, clientKeepAlive.Count},
+		"TCP_QUICKACK":  {syscall.IPPROTO_TCP, syscall.TCP_QUICKACK, 0},
 	}
 	for name, o := range want {
 		var got int
