@@ -63,7 +63,13 @@ type ServerConfig struct {
 	IdleTimeout time.Duration
 	// Logger gets the panics of handlers; nil discards them.
 	Logger *slog.Logger
+	// WorkerIdle is how long a goroutine that served a connection waits
+	// for another before it ends (see work). Zero: DefaultWorkerIdle.
+	WorkerIdle time.Duration
 }
+
+// DefaultWorkerIdle is ServerConfig.WorkerIdle's default.
+const DefaultWorkerIdle = 2 * time.Second
 
 // Server serves HTTP/1.1 client connections from a listener, handing
 // those it does not serve to the net/http server on HandedOff.
@@ -77,16 +83,21 @@ type Server struct {
 	cancel context.CancelFunc
 
 	shutdown atomic.Bool
+	quit     chan struct{} // closed by the first beginShutdown: idle workers end
+	idle     chan *conn    // idle workers wait here for a connection (work)
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
-	wg       sync.WaitGroup // serveConn goroutines
+	wg       sync.WaitGroup // workers
 }
 
 // NewServer returns a Server for ln; it starts no goroutine.
 func NewServer(ln net.Listener, cfg ServerConfig) *Server {
-	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, conns: map[*conn]struct{}{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, conns: map[*conn]struct{}{}, quit: make(chan struct{}), idle: make(chan *conn)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.cfg.WorkerIdle <= 0 {
+		s.cfg.WorkerIdle = DefaultWorkerIdle
 	}
 	s.slow = handback.New(ln.Addr())
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -128,7 +139,35 @@ func (s *Server) Serve() error {
 			c.Close()
 			continue
 		}
-		s.wg.Go(func() { s.serveConn(sc) })
+		select {
+		case s.idle <- sc:
+		default:
+			s.wg.Go(func() { s.work(sc) })
+		}
+	}
+}
+
+// work serves c, then each connection Serve hands it while it waits idle,
+// until it waited WorkerIdle or the server shuts down.
+//
+// NB: a new goroutine per connection grew its stack in the middle of its
+// first request (the proxy's call chain is deep), and for clients that
+// open a connection per request copying it was a large share of the
+// gateway's CPU. A worker that served a connection already has the stack
+// the next one needs.
+func (s *Server) work(c *conn) {
+	t := time.NewTimer(s.cfg.WorkerIdle)
+	defer t.Stop()
+	for {
+		s.serveConn(c)
+		t.Reset(s.cfg.WorkerIdle)
+		select {
+		case c = <-s.idle:
+		case <-t.C:
+			return
+		case <-s.quit:
+			return
+		}
 	}
 }
 
@@ -166,7 +205,9 @@ func (s *Server) Close() {
 // beginShutdown stops accepting and closes the idle connections; busy
 // ones close after their response.
 func (s *Server) beginShutdown() {
-	s.shutdown.Store(true)
+	if !s.shutdown.Swap(true) {
+		close(s.quit)
+	}
 	s.ln.Close()
 	s.mu.Lock()
 	for c := range s.conns {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -473,4 +474,78 @@ func TestServerShutdown(t *testing.T) {
 		s.srv.Close() // returns once the stuck request has ended
 		expectClosed(t, br)
 	})
+}
+
+// TestServerWorkers: a connection accepted while a worker waits idle is
+// served by that worker; an idle worker ends after WorkerIdle, and at once
+// when the Server shuts down.
+func TestServerWorkers(t *testing.T) {
+	served := make(chan string, 1)
+	h := func(w http.ResponseWriter, r *http.Request) bool {
+		served <- goroutineID()
+		return echo(w, r)
+	}
+	once := func(t *testing.T, addr string) string {
+		t.Helper()
+		c, br := dial(t, addr)
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		readAnswer(t, br, "GET")
+		expectClosed(t, br)
+		return <-served
+	}
+	t.Run("reused", func(t *testing.T) {
+		s := serve(t, h, func(c *h1.ServerConfig) { c.WorkerIdle = time.Hour })
+		first := once(t, s.addr)
+		waitWorkers(t, 1)
+		if second := once(t, s.addr); second != first {
+			t.Errorf("the second connection was served by goroutine %s, want the idle worker %s", second, first)
+		}
+		waitWorkers(t, 1)
+	})
+	t.Run("idle ends", func(t *testing.T) {
+		s := serve(t, h, func(c *h1.ServerConfig) { c.WorkerIdle = 20 * time.Millisecond })
+		once(t, s.addr)
+		waitWorkers(t, 0)
+	})
+	t.Run("shutdown ends idle", func(t *testing.T) {
+		s := serve(t, h, func(c *h1.ServerConfig) { c.WorkerIdle = time.Hour })
+		once(t, s.addr)
+		waitWorkers(t, 1)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.srv.Shutdown(ctx); err != nil {
+			t.Fatalf("Shutdown with an idle worker: %v", err)
+		}
+		waitWorkers(t, 0)
+	})
+}
+
+// goroutineID is the calling goroutine's number, from its stack header.
+func goroutineID() string {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return ""
+	}
+	return f[1]
+}
+
+// waitWorkers waits up to 10 s until exactly n goroutines are in a
+// Server's worker loop, and fails the test if they never are.
+func waitWorkers(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b := make([]byte, 1<<20)
+		b = b[:runtime.Stack(b, true)]
+		got := strings.Count(string(b), "h1.(*Server).work(")
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines in a worker loop, want %d", got, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
