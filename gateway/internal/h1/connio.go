@@ -64,6 +64,7 @@ type connIO struct {
 
 	readFn, writeFn func(fd uintptr) bool // made once: a method value per call would allocate
 	sendFn          func(fd uintptr) bool
+	more            bool          // writes go with MSG_MORE (flushLast)
 	sendW           *bufio.Writer // what sendFn flushes, and how it went
 	sent            bool
 	sendErr         error
@@ -176,6 +177,27 @@ func (x *connIO) writeTwo(a, b []byte) error {
 		return err
 	}
 	return nil
+}
+
+// flushLast flushes w, a writer onto x, for the last time, then shuts
+// x's write side. NB: on Linux the bytes go with MSG_MORE, so the kernel
+// holds their tail until the shutdown adds the FIN to it: a response that
+// ends its connection leaves as one packet, response and FIN, where it
+// took two, and the client acknowledges both at once. For clients that
+// open a connection per request that is two packets fewer on each side.
+// The shutdown, unlike a close, also sends what is held when the client
+// sent more than it was answered (close would reset the connection).
+func (x *connIO) flushLast(w *bufio.Writer) error {
+	if x.rc == nil || x.fd < 0 {
+		return w.Flush()
+	}
+	x.more = true
+	err := w.Flush()
+	x.more = false
+	if err != nil {
+		return err
+	}
+	return x.shutWrite()
 }
 
 // flushAwait flushes w, a writer onto x, and waits until x has something

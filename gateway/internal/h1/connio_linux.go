@@ -60,8 +60,12 @@ func (x *connIO) readRaw(fd uintptr) bool {
 // writeRaw is RawConn.Write's callback: it writes all of wp, waiting for
 // room (false) when the socket's buffer is full.
 func (x *connIO) writeRaw(fd uintptr) bool {
+	flags := uintptr(sendFlags)
+	if x.more {
+		flags |= msgMore
+	}
 	for x.wn < len(x.wp) {
-		n, _, e := syscall.RawSyscall6(sysSend, fd, uintptr(unsafe.Pointer(&x.wp[x.wn])), uintptr(len(x.wp)-x.wn), sendFlags, 0, 0)
+		n, _, e := syscall.RawSyscall6(sysSend, fd, uintptr(unsafe.Pointer(&x.wp[x.wn])), uintptr(len(x.wp)-x.wn), flags, 0, 0)
 		switch e {
 		case 0:
 			x.wn += int(n)
@@ -78,6 +82,14 @@ func (x *connIO) writeRaw(fd uintptr) bool {
 }
 
 func syscallError(op string, e syscall.Errno) error { return os.NewSyscallError(op, e) }
+
+// shutWrite shuts the write side of x's socket (x.fd), sending the FIN.
+func (x *connIO) shutWrite() error {
+	if err := syscall.Shutdown(x.fd, syscall.SHUT_WR); err != nil {
+		return &net.OpError{Op: "shutdown", Net: "tcp", Source: x.c.LocalAddr(), Addr: x.c.RemoteAddr(), Err: os.NewSyscallError("shutdown", err)}
+	}
+	return nil
+}
 
 // sendv sends the buffers iov names with one writev. NB: writev has no
 // MSG_NOSIGNAL; a closed peer raises SIGPIPE, which the runtime ignores

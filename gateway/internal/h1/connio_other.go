@@ -21,4 +21,7 @@ func readFD(fd uintptr, p []byte) (int, syscall.Errno) { return 0, syscall.EINVA
 // sendv is never called: without rawIO no connIO has a RawConn.
 func sendv(fd uintptr, iov []syscall.Iovec) (int, syscall.Errno) { return 0, syscall.EINVAL }
 
+// shutWrite is never called: without rawIO no connIO has a RawConn.
+func (x *connIO) shutWrite() error { return nil }
+
 func syscallError(op string, e syscall.Errno) error { return os.NewSyscallError(op, e) }

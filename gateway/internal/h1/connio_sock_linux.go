@@ -15,4 +15,5 @@ const (
 	sysRecv   = syscall.SYS_RECVFROM
 	sysSend   = syscall.SYS_SENDTO
 	sendFlags = syscall.MSG_NOSIGNAL
+	msgMore   = syscall.MSG_MORE
 )

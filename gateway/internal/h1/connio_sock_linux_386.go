@@ -8,4 +8,5 @@ const (
 	sysRecv   = syscall.SYS_READ
 	sysSend   = syscall.SYS_WRITE
 	sendFlags = 0
+	msgMore   = 0 // write takes no flags: the shutdown sends the FIN alone
 )

@@ -549,3 +549,29 @@ func waitWorkers(t *testing.T, n int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestServerClosingResponseBeforeUnreadBytes: a response that ends its
+// connection reaches the client whole though the client sent more bytes,
+// which the server never reads, while the request ran (closing a socket
+// with unread bytes resets the connection, and a reset drops what the
+// kernel still holds unsent).
+func TestServerClosingResponseBeforeUnreadBytes(t *testing.T) {
+	arrived, sent := make(chan struct{}), make(chan struct{})
+	h := func(w http.ResponseWriter, r *http.Request) bool {
+		close(arrived)
+		<-sent
+		return echo(w, r)
+	}
+	s := serve(t, h, nil)
+	c, br := dial(t, s.addr)
+	io.WriteString(c, "GET /last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	// NB: the handler runs once the request was read, so these bytes
+	// stay in the server's socket.
+	<-arrived
+	io.WriteString(c, "GET /unread HTTP/1.1\r\nHost: x\r\n\r\n")
+	close(sent)
+	resp, body := readAnswer(t, br, "GET")
+	if !resp.Close || !strings.HasPrefix(body, "GET /last via=h1") {
+		t.Fatalf("answer %q (close %v), want the whole answer to GET /last and Connection: close", body, resp.Close)
+	}
+}

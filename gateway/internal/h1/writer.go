@@ -368,5 +368,8 @@ func (w *ResponseWriter) finish() error {
 		}
 		bw.WriteString("\r\n")
 	}
+	if w.close {
+		return w.c.io.flushLast(bw)
+	}
 	return bw.Flush()
 }
