@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -15,7 +16,9 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/prometheus/client_golang/prometheus"
@@ -257,5 +260,68 @@ func TestRaftStreamUserTimeout(t *testing.T) {
 	}
 	if want := int(raftStreamUserTimeout.Milliseconds()); got != want {
 		t.Fatalf("TCP_USER_TIMEOUT: got %d ms, want %d", got, want)
+	}
+}
+
+// blockingIndexPeer answers LeaderIndex once release closes, after saying
+// on entered that a call arrived.
+type blockingIndexPeer struct {
+	lodestonepb.UnimplementedPeerServer
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (p blockingIndexPeer) LeaderIndex(ctx context.Context, _ *lodestonepb.LeaderIndexRequest) (*lodestonepb.LeaderIndexResponse, error) {
+	p.entered <- struct{}{}
+	select {
+	case <-p.release:
+		return &lodestonepb.LeaderIndexResponse{Index: 42}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// TestRemovedPeerAnswersCallsInFlight: a call in flight to a peer when it
+// is removed still gets its answer (a follower that forwarded the
+// removal of the leader applies it before the leader's answer arrives);
+// the peer's connection closes once that call ended.
+func TestRemovedPeerAnswersCallsInFlight(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	blocking := blockingIndexPeer{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	lodestonepb.RegisterPeerServer(srv, blocking)
+	go srv.Serve(ln)
+	defer srv.Stop()
+
+	tr := newTestTransport(2, testNode{}, nil)
+	defer tr.Close()
+	if err := tr.SetPeer(1, ln.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	c, ok := tr.Client(1)
+	if !ok {
+		t.Fatal("no client for peer 1")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	answer := make(chan error, 1)
+	go func() {
+		resp, err := c.LeaderIndex(ctx, &lodestonepb.LeaderIndexRequest{})
+		if err == nil && resp.Index != 42 {
+			err = fmt.Errorf("index %d, want 42", resp.Index)
+		}
+		answer <- err
+	}()
+	<-blocking.entered
+	tr.RemovePeer(1)
+	close(blocking.release)
+	if err := <-answer; err != nil {
+		t.Fatalf("the call in flight when its peer was removed: %v, want its answer", err)
+	}
+	if _, err := c.LeaderIndex(ctx, &lodestonepb.LeaderIndexRequest{}); status.Code(err) != codes.Canceled {
+		t.Fatalf("a call after the removed peer's last one ended: %v, want Canceled (connection closed)", err)
 	}
 }

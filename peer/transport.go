@@ -125,6 +125,47 @@ type peer struct {
 	conn   *grpc.ClientConn
 	queue  chan raftpb.Message
 	cancel context.CancelFunc
+
+	// calls counts the unary calls in flight on conn (a forwarded
+	// membership change, a leader's index). A retired peer's conn closes
+	// when the last one ends. NB: a member that forwards the removal of
+	// the leader applies it, and retires the leader, while the leader's
+	// answer is on its way; closing conn at once cancelled that answer.
+	callsMu sync.Mutex
+	calls   int
+	retired bool
+	closed  bool
+}
+
+// countCall is a unary interceptor of p.conn that counts its calls.
+func (p *peer) countCall(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	p.callsMu.Lock()
+	p.calls++
+	p.callsMu.Unlock()
+	defer func() {
+		p.callsMu.Lock()
+		p.calls--
+		last := p.retired && p.calls == 0 && !p.closed
+		p.closed = p.closed || last
+		p.callsMu.Unlock()
+		if last {
+			p.conn.Close()
+		}
+	}()
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// retire closes p.conn now, or when its last unary call ends.
+func (p *peer) retire() error {
+	p.callsMu.Lock()
+	p.retired = true
+	now := p.calls == 0 && !p.closed
+	p.closed = p.closed || now
+	p.callsMu.Unlock()
+	if now {
+		return p.conn.Close()
+	}
+	return nil
 }
 
 // Config configures a Transport.
@@ -229,11 +270,12 @@ func (t *Transport) SetPeer(id uint64, addr string) error {
 	if t.tls != nil {
 		creds = credentials.NewTLS(t.tls)
 	}
+	p := &peer{id: id, addr: addr, queue: make(chan raftpb.Message, peerQueueLen)}
 	conn, err := grpc.NewClient(addr, append(grpcopt.PeerDialOptions(),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)),
 		// Every call names this member's cluster (identity.go).
-		grpc.WithChainUnaryInterceptor(t.unarySend), grpc.WithChainStreamInterceptor(t.streamSend),
+		grpc.WithChainUnaryInterceptor(p.countCall, t.unarySend), grpc.WithChainStreamInterceptor(t.streamSend),
 		// NB: gRPC's default reconnect backoff grows to two minutes; a
 		// member that restarts must hear heartbeats within an election.
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -246,7 +288,7 @@ func (t *Transport) SetPeer(id uint64, addr string) error {
 		return fmt.Errorf("dial peer %x at %s: %w", id, addr, err)
 	}
 	ctx, cancel := context.WithCancel(t.ctx)
-	p := &peer{id: id, addr: addr, conn: conn, queue: make(chan raftpb.Message, peerQueueLen), cancel: cancel}
+	p.conn, p.cancel = conn, cancel
 	t.peers[id] = p
 	t.wg.Add(1)
 	go func() {
@@ -276,7 +318,9 @@ func (t *Transport) holdsAppends(id uint64) bool {
 	return set != nil && (*set)[id]
 }
 
-// RemovePeer forgets a peer; its messages are refused from now on.
+// RemovePeer forgets a peer; its messages are refused from now on. Its
+// Raft streams end at once; a unary call in flight to it still gets its
+// answer, and its connection closes when the last such call ends.
 func (t *Transport) RemovePeer(id uint64) {
 	t.removedMu.Lock()
 	t.removed[id] = true
@@ -292,7 +336,7 @@ func (t *Transport) RemovePeer(id uint64) {
 
 func (t *Transport) stopPeerLocked(p *peer) {
 	p.cancel()
-	if err := p.conn.Close(); err != nil {
+	if err := p.retire(); err != nil {
 		t.logger.Debug("close peer connection", "peer", fmt.Sprintf("%x", p.id), "err", err)
 	}
 }
