@@ -1,8 +1,10 @@
 package raftlog
 
 import (
+	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 )
 
 // FS is the seam under every file of the log directory except raft.db: the
@@ -142,14 +144,40 @@ func (OSFS) SyncDir(dir string) error {
 }
 
 // osRandomFile is OSFS's RandomFile: an *os.File plus the two calls the os
-// package lacks (fs_linux.go, fs_other.go).
+// package lacks (fs_linux.go, fs_other.go), its fdatasync waited for
+// without holding a thread where the kernel allows (diskwait_aio.go).
 type osRandomFile struct {
 	*os.File
-	fd int
+	fd   int
+	wait diskWait
 }
 
 // Allocate implements RandomFile.
 func (f *osRandomFile) Allocate(size int64) error { return preallocate(f.fd, size) }
 
 // Datasync implements RandomFile.
-func (f *osRandomFile) Datasync() error { return datasync(f.fd) }
+func (f *osRandomFile) Datasync() error { return f.wait.datasync(f.fd) }
+
+// Close implements RandomFile.
+func (f *osRandomFile) Close() error { return errors.Join(f.wait.close(), f.File.Close()) }
+
+// DatasyncParks reports whether a Log in dir waits for its fdatasyncs
+// parked in Go's poller, holding no thread (diskwait_aio.go), rather than
+// inside a blocking system call. It tries one on dir, or on its nearest
+// ancestor that exists.
+func DatasyncParks(dir string) bool {
+	for {
+		d, err := os.Open(dir)
+		if err == nil {
+			defer d.Close()
+			var w diskWait
+			defer w.close()
+			return w.datasync(int(d.Fd())) == nil && w.usesAIO()
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return false
+		}
+		dir = up
+	}
+}
