@@ -6,19 +6,28 @@ import (
 	"runtime"
 )
 
-// A server runs Go with at least --min-procs Ps (GOMAXPROCS), even when
-// its CPU set or quota gives Go fewer. Why: the log's fdatasync is a
-// blocking system call, taken several hundred times a second under
-// writes. With one P, the goroutine in it holds the P, and until the
-// runtime hands the P to another thread no request is read, no commit
-// is answered and no network input is noticed. A second P lets the
-// process go on during every fsync; the two share the CPU the kernel
-// allows. Measured on the Consul API puts with every server pinned to
-// one CPU (figures in the commit that added it): more puts per second
-// and a lower p99 with 2 Ps than with 1.
+// A server on one CPU (a pinned process, or a one-CPU quota, which Go
+// reads for GOMAXPROCS) runs one P, unless its log's fdatasync would hold
+// that P. The log waits for the disk parked in Go's poller where the
+// kernel offers Linux AIO (raftlog.DatasyncParks); there one P is the
+// faster setting, with no second thread contending for the CPU on every
+// other request. Where it cannot, the fdatasync is a blocking system call,
+// taken several hundred times a second under writes, and with one P no
+// request is read and no commit answered until the runtime hands the P
+// on: such a server runs two Ps. --min-procs sets the floor by hand.
+// Figures for both settings are in the commits that made them.
 
-// minProcsDefault is --min-procs's default.
-const minProcsDefault = 2
+// minProcsDefault is --min-procs's default: automatic.
+const minProcsDefault = 0
+
+// autoMinProcs is the floor --min-procs 0 stands for: 2 where the log's
+// fdatasync blocks a thread, 1 (Go's choice) where it parks.
+func autoMinProcs(datasyncParks bool) int {
+	if datasyncParks {
+		return 1
+	}
+	return 2
+}
 
 // raiseProcs raises GOMAXPROCS to floor when Go chose fewer and the
 // environment did not set it (an explicit GOMAXPROCS wins), and logs it.
@@ -41,7 +50,7 @@ func procsFor(current, floor int, env string) int {
 
 func checkMinProcs(n int) error {
 	if n < 0 || n > 256 {
-		return fmt.Errorf("--min-procs %d: use 0 (Go's choice) or 1 to 256", n)
+		return fmt.Errorf("--min-procs %d: use 0 (automatic) or 1 to 256", n)
 	}
 	return nil
 }

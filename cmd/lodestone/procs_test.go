@@ -6,10 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/lodestone-kv/lodestone/internal/testnet"
+	"github.com/lodestone-kv/lodestone/raftlog"
 )
 
 func TestProcsFor(t *testing.T) {
@@ -21,8 +23,9 @@ func TestProcsFor(t *testing.T) {
 		{1, 2, "", 2},  // one CPU: raised
 		{4, 2, "", 4},  // enough already
 		{1, 2, "1", 1}, // the operator's GOMAXPROCS wins
-		{1, 0, "", 1},  // --min-procs 0: Go's choice
-		{1, 1, "", 1},
+		{1, 1, "", 1},  // Go's choice
+		{1, autoMinProcs(true), "", 1},
+		{1, autoMinProcs(false), "", 2},
 	} {
 		if got := procsFor(c.current, c.floor, c.env); got != c.want {
 			t.Errorf("procsFor(%d, %d, %q) = %d, want %d", c.current, c.floor, c.env, got, c.want)
@@ -35,10 +38,12 @@ func TestProcsFor(t *testing.T) {
 	}
 }
 
-// TestServerOnOneCPURunsTwoProcs runs a real server confined to one CPU,
-// where Go alone would run one P, and reads its GOMAXPROCS off /metrics:
-// 2 by default, 1 when the environment sets GOMAXPROCS=1.
-func TestServerOnOneCPURunsTwoProcs(t *testing.T) {
+// TestServerOnOneCPUProcs runs a real server confined to one CPU, where
+// Go alone would run one P, and reads its GOMAXPROCS off /metrics: by
+// default 1 where the log's fdatasync parks (Linux AIO) and 2 where it
+// would block the P; 2 with --min-procs 2, unless the environment sets
+// GOMAXPROCS=1.
+func TestServerOnOneCPUProcs(t *testing.T) {
 	t.Parallel()
 	taskset, err := exec.LookPath("taskset")
 	if err != nil {
@@ -46,10 +51,10 @@ func TestServerOnOneCPURunsTwoProcs(t *testing.T) {
 	}
 	bin := stampedBinary(t)
 	gauge := regexp.MustCompile(`(?m)^go_sched_gomaxprocs_threads (\d+)$`)
-	procs := func(env ...string) string {
+	procs := func(minProcs string, env ...string) string {
 		httpAddr := testnet.FreeAddr(t)
 		cmd := exec.Command(taskset, "-c", "0", bin, "server", "--name", "p", "--data-dir", t.TempDir(),
-			"--listen-peer", testnet.FreeAddr(t), "--listen-grpc", testnet.FreeAddr(t), "--listen-http", httpAddr, "--listen-dns", "")
+			"--listen-peer", testnet.FreeAddr(t), "--listen-grpc", testnet.FreeAddr(t), "--listen-http", httpAddr, "--listen-dns", "", "--min-procs", minProcs)
 		cmd.Env = append(os.Environ(), env...)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -72,10 +77,14 @@ func TestServerOnOneCPURunsTwoProcs(t *testing.T) {
 		t.Fatal("no go_sched_gomaxprocs_threads on /metrics within 20s")
 		return ""
 	}
-	if got := procs("GOMAXPROCS="); got != "2" {
-		t.Errorf("on one CPU: GOMAXPROCS %s, want 2", got)
+	parks := raftlog.DatasyncParks(t.TempDir())
+	if got, want := procs("0", "GOMAXPROCS="), strconv.Itoa(autoMinProcs(parks)); got != want {
+		t.Errorf("on one CPU, log fdatasync parks %v: GOMAXPROCS %s, want %s", parks, got, want)
 	}
-	if got := procs("GOMAXPROCS=1"); got != "1" {
-		t.Errorf("on one CPU with GOMAXPROCS=1 set: GOMAXPROCS %s, want 1", got)
+	if got := procs("2", "GOMAXPROCS="); got != "2" {
+		t.Errorf("on one CPU with --min-procs 2: GOMAXPROCS %s, want 2", got)
+	}
+	if got := procs("2", "GOMAXPROCS=1"); got != "1" {
+		t.Errorf("on one CPU with --min-procs 2 and GOMAXPROCS=1 set: GOMAXPROCS %s, want 1", got)
 	}
 }

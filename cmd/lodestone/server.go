@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/lodestone-kv/lodestone/internal/heapfloor"
+	"github.com/lodestone-kv/lodestone/raftlog"
 	"github.com/lodestone-kv/lodestone/server"
 	"github.com/lodestone-kv/lodestone/tlsutil"
 )
@@ -77,7 +78,7 @@ re-reads them and applies what can change live (docs/configuration.md).`,
 	f.StringVar(&o.cfg.ClusterToken, "cluster-token", "", "with --initial-cluster, makes a new cluster's id unique: give every founding member the same token, and each cluster its own (a one-member cluster without one gets a random id)")
 	f.Int64Var(&o.cfg.MaxPeerSnapshotBytes, "max-peer-snapshot-bytes", o.cfg.MaxPeerSnapshotBytes, "largest snapshot a peer may stream to this member (held in memory to be checked); raise it above the state's snapshot size")
 	f.IntVar(&o.cfg.MaxPeerSnapshotChunks, "max-peer-snapshot-chunks", o.cfg.MaxPeerSnapshotChunks, "most chunks (1 MiB each from a sender) one peer snapshot stream may have")
-	f.IntVar(&o.minProcs, "min-procs", minProcsDefault, "run Go with at least this many Ps (GOMAXPROCS) when the CPU set or quota gives it fewer, so a log fsync in progress never stalls the whole process (0: Go's choice; a GOMAXPROCS in the environment wins)")
+	f.IntVar(&o.minProcs, "min-procs", minProcsDefault, "run Go with at least this many Ps (GOMAXPROCS) when the CPU set or quota gives it fewer (0: 2 where the log's fdatasync would block a thread, that is without Linux AIO, else Go's choice; a GOMAXPROCS in the environment wins)")
 	f.IntVar(&o.heapFloorMiB, "gc-heap-floor-mib", 256, "let the Go heap grow to this many MiB before a garbage collection, however small the live heap (0: GOGC alone); fewer GC cycles stall fewer writes")
 	addTuningFlags(cmd, &o.cfg)
 	addHoldFlag(cmd, &o.cfg.RPCHoldTimeout)
@@ -221,7 +222,13 @@ func runServer(ctx context.Context, src serverSource, stderr io.Writer) error {
 	}
 	cfg := r.cfg
 	cfg.Logger = logger
-	raiseProcs(r.opts.minProcs, os.Getenv("GOMAXPROCS"), logger)
+	floor := r.opts.minProcs
+	if floor == 0 {
+		parks := raftlog.DatasyncParks(cfg.DataDir)
+		floor = autoMinProcs(parks)
+		logger.Info("chose the floor of GOMAXPROCS", "log_datasync_parks", parks, "min_procs", floor)
+	}
+	raiseProcs(floor, os.Getenv("GOMAXPROCS"), logger)
 	if mib := r.opts.heapFloorMiB; mib > 0 {
 		defer heapfloor.Start(uint64(mib) << 20)()
 		logger.Info("garbage collection waits for a heap floor", "floor_mib", mib)
