@@ -91,7 +91,7 @@ func (m *watchMux) session(ep string) (served bool, err error) {
 	probed := make(chan error, 1)
 	for {
 		if err := m.sync(s); err != nil {
-			return s.served, err
+			return s.served, s.ended(m.ctx, err)
 		}
 		select {
 		case <-m.ctx.Done():
@@ -112,10 +112,7 @@ func (m *watchMux) session(ep string) (served bool, err error) {
 				}
 			}
 			if inErr != nil {
-				if errors.Is(inErr, io.EOF) {
-					inErr = status.Error(codes.Unavailable, "watch stream closed by the server")
-				}
-				return s.served, inErr
+				return s.served, streamEnd(inErr)
 			}
 		case <-tick.C:
 			if len(s.byID) == 0 || probing || time.Since(lastRecv) < interval {
@@ -129,6 +126,39 @@ func (m *watchMux) session(ep string) (served bool, err error) {
 				return s.served, err
 			}
 			lastRecv = time.Now()
+		}
+	}
+}
+
+// streamEnd is the error a stream's Recv ended with, io.EOF (a stream the
+// server closed without a status) made Unavailable.
+func streamEnd(err error) error {
+	if errors.Is(err, io.EOF) {
+		return status.Error(codes.Unavailable, "watch stream closed by the server")
+	}
+	return err
+}
+
+// ended is why the stream failed, given the error a Send failed with.
+// NB: a Send on a stream the server has ended fails with io.EOF, and gRPC
+// gives the server's status to Recv alone: a refusal with a booked slot
+// that came back before the creates went out would otherwise read as a
+// broken stream, and the watches would leave the server that booked them.
+func (s *session) ended(ctx context.Context, sendErr error) error {
+	if !errors.Is(sendErr, io.EOF) {
+		return sendErr
+	}
+	for {
+		s.inMu.Lock()
+		err := s.inErr
+		s.inMu.Unlock()
+		if err != nil {
+			return streamEnd(err)
+		}
+		select {
+		case <-s.inSig:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }
