@@ -14,11 +14,12 @@
 // # Server: the client side
 //
 // A Server accepts from its listener and serves each connection on one
-// goroutine, a worker that then waits up to WorkerIdle to be handed the
-// next accepted connection (so a new connection finds a goroutine whose
-// stack has already grown to what serving takes): read a request header, call the Handler with a reused
+// goroutine: read a request header, call the Handler with a reused
 // *ResponseWriter and *http.Request, write the response, read the next
-// (pipelined requests are served in order). It serves a request only if
+// (pipelined requests are served in order). That goroutine then waits up
+// to WorkerIdle to be handed the next accepted connection, so a new
+// connection finds a goroutine whose stack has already grown to what
+// serving takes. It serves a request only if
 // its header fits the connection's read buffer (bufSize) and it is
 // HTTP/1.1, origin-form, with CRLF line ends, exactly one valid Host,
 // valid field names and values without obs-fold, no body (no
