@@ -58,7 +58,8 @@ func (d *diskWait) datasync(fd int) error {
 	return err
 }
 
-// usesAIO reports whether the last datasync went through AIO.
+// usesAIO reports whether datasync goes through AIO: a context is open
+// and the kernel has not refused it.
 func (d *diskWait) usesAIO() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -151,8 +152,8 @@ func (a *aioContext) fdatasync(fd int) (submitted bool, err error) {
 			return true, fmt.Errorf("wait for fdatasync: %w", err)
 		}
 		var ev ioEvent
-		var now unix.Timespec
-		got, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, a.id, 1, 1, uintptr(unsafe.Pointer(&ev)), uintptr(unsafe.Pointer(&now)), 0)
+		var noWait unix.Timespec // the eventfd said it is there
+		got, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, a.id, 1, 1, uintptr(unsafe.Pointer(&ev)), uintptr(unsafe.Pointer(&noWait)), 0)
 		if e != 0 {
 			return true, fmt.Errorf("io_getevents: %w", e)
 		}
