@@ -62,7 +62,10 @@ type connIO struct {
 	// the last read (flushAwait): the next read tries the syscall first.
 	ready bool
 
-	readFn, writeFn func(fd uintptr) bool // made once: a method value per call would allocate
+	// Made once, as a method value per call would allocate; readFn and
+	// sendFn on first use, since a client connection seldom or never
+	// uses them and one that carries a single request pays for each.
+	readFn, writeFn func(fd uintptr) bool
 	sendFn          func(fd uintptr) bool
 	more            bool          // writes go with MSG_MORE (flushLast)
 	sendW           *bufio.Writer // what sendFn flushes, and how it went
@@ -84,7 +87,7 @@ func newConnIO(c, raw net.Conn) *connIO {
 		if sc, ok := raw.(syscall.Conn); ok {
 			if rc, err := sc.SyscallConn(); err == nil {
 				x.rc = rc
-				x.readFn, x.writeFn, x.sendFn = x.readRaw, x.writeRaw, x.sendThenWait
+				x.writeFn = x.writeRaw
 			}
 		}
 	}
@@ -214,6 +217,9 @@ func (x *connIO) flushAwait(w *bufio.Writer) error {
 		return w.Flush()
 	}
 	x.sendW, x.sent, x.sendErr = w, false, nil
+	if x.sendFn == nil {
+		x.sendFn = x.sendThenWait
+	}
 	err := x.rc.Read(x.sendFn)
 	x.sendW = nil
 	x.drained = false

@@ -17,6 +17,9 @@ func (x *connIO) read(p []byte) (int, error) {
 	x.rp, x.rn, x.rerr = p, 0, 0
 	var err error
 	if !x.ready || x.fd < 0 || !x.readRaw(uintptr(x.fd)) {
+		if x.readFn == nil {
+			x.readFn = x.readRaw
+		}
 		err = x.rc.Read(x.readFn)
 	}
 	x.ready = false

@@ -6,3 +6,6 @@ const BufSize = bufSize
 
 // WatchDelay is the client-gone watch's period.
 const WatchDelay = watchDelay
+
+// RemoteAddr is how a client connection's RemoteAddr is spelled.
+var RemoteAddr = remoteAddr

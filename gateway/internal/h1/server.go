@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"runtime"
 	"sync"
@@ -88,6 +89,8 @@ type Server struct {
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	wg       sync.WaitGroup // workers
+
+	date atomic.Pointer[dateValue] // see httpDate
 }
 
 // NewServer returns a Server for ln; it starts no goroutine.
@@ -196,6 +199,7 @@ func (s *Server) Close() {
 	s.cancel()
 	s.mu.Lock()
 	for c := range s.conns {
+		c.abandon()
 		c.c.Close()
 	}
 	s.mu.Unlock()
@@ -238,10 +242,7 @@ type conn struct {
 	req    *http.Request
 	url    url.URL
 	w      ResponseWriter
-	hook   ClientHook // aborts the running exchange when ctx ends
-
-	dateSec int64 // unix second of date
-	date    []byte
+	hook   ClientHook // aborts the running exchange when c is abandoned
 
 	// rdl is the read deadline set on c (zero: none known), kept while it
 	// is within deadlineSlack after the one wanted (see readDeadline).
@@ -312,7 +313,7 @@ func (c *conn) watchTick() {
 		n := c.watchReq.Load()
 		if n > 0 {
 			if c.watchSeen.Swap(n) == n && peerclosed.Closed(c.c) {
-				c.cancel()
+				c.abandon()
 				return // NB: stays armed: the connection is ending
 			}
 			c.watchT.Reset(watchDelay)
@@ -349,7 +350,10 @@ func (c *conn) readDeadline(d time.Duration, now time.Time) {
 }
 
 func (s *Server) track(nc net.Conn) *conn {
-	ctx, cancel := context.WithCancel(s.ctx)
+	// NB: not derived from s.ctx: Close ends each tracked connection's
+	// context itself (abandon), and a child of s.ctx cost a registration
+	// in its map and a removal for every connection.
+	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{s: s, c: nc, ctx: ctx, cancel: cancel}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -368,11 +372,18 @@ func (s *Server) untrack(c *conn) {
 	c.cancel()
 }
 
+// abandon ends c's context and aborts the exchange its request is
+// running, if any: the client has gone, or the server is closing. NB: the
+// two are one call, not an AfterFunc on the context, which cost three
+// allocations and a registration for every connection.
+func (c *conn) abandon() {
+	c.cancel()
+	c.hook.fire()
+}
+
 func (s *Server) serveConn(c *conn) {
 	handedOff, reuse := false, false
-	stopHook := context.AfterFunc(c.ctx, c.hook.fire)
 	defer func() {
-		stopHook()
 		if c.watchT != nil {
 			c.watchT.Stop()
 		}
@@ -400,7 +411,7 @@ func (s *Server) serveConn(c *conn) {
 	c.watchT.Stop()
 	c.req = (&http.Request{}).WithContext(c.ctx)
 	c.req.Header = make(http.Header, 8)
-	c.req.RemoteAddr = c.c.RemoteAddr().String()
+	c.req.RemoteAddr = remoteAddr(c.c)
 	if tc, ok := c.c.(*tls.Conn); ok {
 		// NB: handshake before the first read, so every request carries
 		// its state (r.TLS: X-Forwarded-Proto), within the header timeout.
@@ -620,15 +631,40 @@ func (s *Server) handoff(c *conn) bool {
 	return s.slow.Hand(c.c, bytes.Clone(c.in.buffered()), s.ctx.Done())
 }
 
-// httpDate returns the Date header value, formatted once a second, for
-// now (the zero time: read the clock).
+// dateValue is a Date header value and the unix second it names.
+type dateValue struct {
+	sec int64
+	b   []byte
+}
+
+// httpDate returns the Date header value for now (the zero time: read the
+// clock), formatted once a second for the whole server: a client that
+// opens a connection per request would otherwise cost a formatting and
+// its allocations on every request. The value is never modified once
+// stored, so it may be written to a connection as is.
 func (c *conn) httpDate(now time.Time) []byte {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	if s := now.Unix(); s != c.dateSec || c.date == nil {
-		c.dateSec = s
-		c.date = now.UTC().AppendFormat(c.date[:0], http.TimeFormat)
+	sec := now.Unix()
+	if d := c.s.date.Load(); d != nil && d.sec == sec {
+		return d.b
 	}
-	return c.date
+	d := &dateValue{sec: sec, b: now.UTC().AppendFormat(nil, http.TimeFormat)}
+	c.s.date.Store(d)
+	return d.b
+}
+
+// remoteAddr is nc's remote address as net.TCPAddr.String spells it, in
+// one allocation instead of its four.
+func remoteAddr(nc net.Conn) string {
+	ta, ok := nc.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return nc.RemoteAddr().String()
+	}
+	ap := ta.AddrPort()
+	if !ap.Addr().IsValid() {
+		return ta.String()
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
 }

@@ -417,6 +417,51 @@ func TestServerClientGone(t *testing.T) {
 	}
 }
 
+// TestServerCloseEndsRequests: Close ends the context of every request
+// still running, as it closes their connections.
+func TestServerCloseEndsRequests(t *testing.T) {
+	arrived := make(chan struct{}, 2)
+	ended := make(chan error, 2)
+	release := make(chan struct{}) // a failed test's handlers end too
+	s := serve(t, func(w http.ResponseWriter, r *http.Request) bool {
+		arrived <- struct{}{}
+		select {
+		case <-r.Context().Done():
+			ended <- r.Context().Err()
+		case <-release:
+		}
+		return false
+	}, nil)
+	t.Cleanup(func() { close(release) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 2 {
+		c, _ := dial(t, s.addr)
+		fmt.Fprintf(c, "GET /slow/%d HTTP/1.1\r\nHost: x\r\n\r\n", i)
+		select {
+		case <-arrived:
+		case <-ctx.Done():
+			t.Fatal("a request never reached the handler")
+		}
+	}
+	closed := make(chan struct{})
+	go func() { // NB: Close waits for the handlers
+		s.srv.Close()
+		close(closed)
+	}()
+	for range 2 {
+		select {
+		case err := <-ended:
+			if err != context.Canceled {
+				t.Errorf("context ended with %v, want context.Canceled", err)
+			}
+		case <-ctx.Done():
+			t.Fatal("a request's context still open 10s after Close")
+		}
+	}
+	<-closed
+}
+
 // TestServerShutdown: Shutdown closes idle connections at once, lets a
 // running request finish and write its whole answer, then closes its
 // connection; Close aborts a request that does not end by itself.
@@ -573,5 +618,61 @@ func TestServerClosingResponseBeforeUnreadBytes(t *testing.T) {
 	resp, body := readAnswer(t, br, "GET")
 	if !resp.Close || !strings.HasPrefix(body, "GET /last via=h1") {
 		t.Fatalf("answer %q (close %v), want the whole answer to GET /last and Connection: close", body, resp.Close)
+	}
+}
+
+// addrConn is a net.Conn that reports a given remote address.
+type addrConn struct {
+	net.Conn
+	ra net.Addr
+}
+
+func (c addrConn) RemoteAddr() net.Addr { return c.ra }
+
+// TestRemoteAddrSpelledAsNet: r.RemoteAddr (which X-Forwarded-For takes
+// its host from) reads as net.TCPAddr.String writes it, for IPv4, IPv4
+// mapped into IPv6, IPv6 with and without a zone, and non-TCP addresses.
+func TestRemoteAddrSpelledAsNet(t *testing.T) {
+	for _, a := range []net.Addr{
+		&net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 80},
+		&net.TCPAddr{IP: net.IPv4(10, 0, 0, 1).To4(), Port: 80},
+		&net.TCPAddr{IP: net.ParseIP("::ffff:192.0.2.7"), Port: 65535},
+		&net.TCPAddr{IP: net.ParseIP("2001:db8::1"), Port: 443},
+		&net.TCPAddr{IP: net.ParseIP("fe80::1"), Port: 8080, Zone: "eth0"},
+		&net.UnixAddr{Name: "/run/gw.sock", Net: "unix"},
+	} {
+		if got, want := h1.RemoteAddr(addrConn{ra: a}), a.String(); got != want {
+			t.Errorf("remote address %#v: got %q, want %q", a, got, want)
+		}
+	}
+}
+
+// TestDateAndRemoteAddrPerConnection: connections that each carry one
+// request (the server shares one Date value among them) get a Date that is
+// the current second in HTTP's format, and the handler sees each one's own
+// address.
+func TestDateAndRemoteAddrPerConnection(t *testing.T) {
+	s := serve(t, func(w http.ResponseWriter, r *http.Request) bool {
+		io.WriteString(w, r.RemoteAddr)
+		return false
+	}, nil)
+	for i := range 5 {
+		c, br := dial(t, s.addr)
+		before := time.Now().Truncate(time.Second)
+		fmt.Fprintf(c, "GET /%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", i)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		after := time.Now()
+		if got, want := string(body), c.LocalAddr().String(); got != want {
+			t.Errorf("connection %d: RemoteAddr %q, want the client's %q", i, got, want)
+		}
+		d, err := http.ParseTime(resp.Header.Get("Date"))
+		if err != nil || d.Before(before) || d.After(after) {
+			t.Errorf("connection %d: Date %q (%v), want a second in [%v, %v]", i, resp.Header.Get("Date"), err, before, after)
+		}
+		c.Close()
 	}
 }
