@@ -95,6 +95,12 @@ func report(sh shape, results map[string][]measurement, systems []string) {
 		}
 		if peer, v := best(func(s string) float64 { return med(s, rps) }, true); peer != "" {
 			line("gateway-small-rps-vs-best", "req/s", med("lodestone", rps), peer, v, ">=", targetSmallRPS)
+			// NB: with keep-alive, wrk and the origin spend at least
+			// direct's CPU per request on their core whatever proxy sits
+			// between, so direct's requests/s bound every proxy's: the
+			// ratio a proxy could reach at most.
+			d := med("direct", rps)
+			fmt.Printf("ceiling shape=small direct=%.0freq/s %s=%.0freq/s most=%.2f target=%.2f reachable=%v\n", d, peer, v, d/v, targetSmallRPS, d/v >= targetSmallRPS)
 		}
 		if peer, v := best(func(s string) float64 { return added(s, p99) }, false); peer != "" {
 			line("gateway-small-added-p99-vs-best", "ms", added("lodestone", p99), peer, v, "<=", targetSmallP99)
