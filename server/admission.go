@@ -105,7 +105,8 @@ type cachedPolicy struct {
 }
 
 // bucket is a token bucket refilled at the class's current rate, holding
-// at most one second of it.
+// at most one second of it, or setupBurst of it for the classes whose
+// every admission sets something up (burstFor).
 //
 // booked is when the last refused request was told to come back: each
 // refusal books the next free slot after it, one per token, so a burst
@@ -260,7 +261,7 @@ func (a *admission) admit(c int) (bool, time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	b := &a.buckets[c]
-	if b.take(now, rate) {
+	if b.take(now, rate, burstFor(rate, c == classWatch)) {
 		return true, 0
 	}
 	a.rejected.WithLabelValues(classNames[c]).Inc()
@@ -271,12 +272,29 @@ func (a *admission) admit(c int) (bool, time.Duration) {
 	return false, wait
 }
 
-// take refills b at rate up to now and takes a token if one is there.
-func (b *bucket) take(now time.Time, rate float64) bool {
+// setupBurst is how much of its rate the bucket of new connections and
+// the one of watch creates hold. NB: a second's worth at the start of the
+// reconnect ramp let a server take a few hundred connections (or dozens
+// of watch replays) at once, and their setup queued the Raft loop's
+// goroutine behind it: commits in the storm's first second took 100 ms.
+const setupBurst = 50 * time.Millisecond
+
+// burstFor is the most tokens a bucket refilled at rate holds: a second's
+// worth, or setupBurst's for setup (never less than one token).
+func burstFor(rate float64, setup bool) float64 {
+	if !setup {
+		return rate
+	}
+	return max(rate*setupBurst.Seconds(), 1)
+}
+
+// take refills b at rate up to now, holding at most burst tokens, and
+// takes a token if one is there.
+func (b *bucket) take(now time.Time, rate, burst float64) bool {
 	if b.last.IsZero() {
-		b.tokens = rate
+		b.tokens = burst
 	} else {
-		b.tokens = math.Min(rate, b.tokens+now.Sub(b.last).Seconds()*rate)
+		b.tokens = math.Min(burst, b.tokens+now.Sub(b.last).Seconds()*rate)
 	}
 	b.last = now
 	if b.tokens >= 1 {
@@ -422,7 +440,7 @@ func (a *admission) acceptWait() time.Duration {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.conns.take(now, rate) {
+	if a.conns.take(now, rate, burstFor(rate, true)) {
 		return 0
 	}
 	// NB: at least 1ns: a bucket a rounding error short of a token read

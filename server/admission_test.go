@@ -92,6 +92,27 @@ func TestAdmissionBucketAndRamp(t *testing.T) {
 	}
 }
 
+// TestAdmissionWatchBurst: watch creates, each a replay to set up, come
+// setupBurst's worth at once; reads and writes a second's worth.
+func TestAdmissionWatchBurst(t *testing.T) {
+	st, a, _ := fakeClockAdmission(DefaultConfig().AdmissionMaxRetryHint)
+	storePolicy(t, st, 1, &lodestonepb.AdmissionPolicy{Enabled: true, Reads: 400, Writes: 400, Watches: 400, SetUnixNano: 1})
+	for _, tc := range []struct {
+		class int
+		want  int
+	}{{classRead, 400}, {classWrite, 400}, {classWatch, 20}} {
+		ok := 0
+		for range 1000 {
+			if yes, _ := a.admit(tc.class); yes {
+				ok++
+			}
+		}
+		if ok != tc.want {
+			t.Errorf("%s at 400/s: %d admitted at once, want %d", classNames[tc.class], ok, tc.want)
+		}
+	}
+}
+
 // TestAdmissionSpreadsRetries refuses a burst of clients that each come
 // back when told, on a fake clock: every refused client books its own
 // slot, so each is refused about once and all get in at the admitted
@@ -370,8 +391,8 @@ func retryHintOf(err error) time.Duration {
 }
 
 // TestAdmissionAcceptWait steps a fake clock through the connection rate:
-// a second's worth of accepts at once, then one per 1/rate, ramped like
-// the request classes.
+// setupBurst's worth of accepts at once (at least one), then one per
+// 1/rate, ramped like the request classes.
 func TestAdmissionAcceptWait(t *testing.T) {
 	st, a, clock := fakeClockAdmission(DefaultConfig().AdmissionMaxRetryHint)
 	accepted := func(n int) int {
@@ -391,8 +412,8 @@ func TestAdmissionAcceptWait(t *testing.T) {
 		t.Fatalf("a policy without a connection rate: %d of 1000 accepted at once, want all", got)
 	}
 	storePolicy(t, st, 2, &lodestonepb.AdmissionPolicy{Enabled: true, Connections: 200, RampPercentPerMin: 10, SetUnixNano: clock.UnixNano()})
-	if got, want := accepted(100), 20; got != want {
-		t.Errorf("ramp at 10%% of 200/s: %d accepted at once, want %d", got, want)
+	if got, want := accepted(100), 1; got != want {
+		t.Errorf("ramp at 10%% of 200/s: %d accepted at once, want %d (50ms of 20/s, at least one)", got, want)
 	}
 	if wait := a.acceptWait(); wait < 49*time.Millisecond || wait > 51*time.Millisecond {
 		t.Errorf("empty bucket at 20/s: wait %v, want 50ms", wait)
@@ -402,8 +423,12 @@ func TestAdmissionAcceptWait(t *testing.T) {
 		t.Errorf("50ms later at 20/s: %d accepted, want %d", got, want)
 	}
 	*clock = clock.Add(time.Hour)
-	if got, want := accepted(1000), 200; got != want {
-		t.Errorf("ramp complete: %d accepted at once, want %d (a second of the full rate)", got, want)
+	if got, want := accepted(1000), 10; got != want {
+		t.Errorf("ramp complete: %d accepted at once, want %d (50ms of the full rate)", got, want)
+	}
+	*clock = clock.Add(time.Second)
+	if got, want := accepted(1000), 10; got != want {
+		t.Errorf("a second idle: %d accepted at once, want %d (the bucket holds 50ms)", got, want)
 	}
 	if got := testutil.ToFloat64(a.limit.WithLabelValues(connectionClass)); got != 200 {
 		t.Errorf("admission_limit_per_second{class=connection} = %v, want 200", got)
@@ -424,9 +449,9 @@ func TestAdmissionAcceptWait(t *testing.T) {
 }
 
 // TestConnectionRatePacesAccepts dials a burst of real TCP connections at
-// a listener paced to 20 a second: a second's worth is accepted at once,
-// the rest wait in the backlog and come in one per 50ms, none refused;
-// closing the listener ends a paced wait.
+// a listener paced to 20 a second: one is accepted at once (setupBurst of
+// 20/s, at least one), the rest wait in the backlog and come in one per
+// 50ms, none refused; closing the listener ends a paced wait.
 func TestConnectionRatePacesAccepts(t *testing.T) {
 	st := store.New()
 	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint)
@@ -439,7 +464,7 @@ func TestConnectionRatePacesAccepts(t *testing.T) {
 	l.pace = a.paceAccept
 	defer l.Close()
 
-	const n = 30
+	const n = 12
 	var dialed []net.Conn
 	defer func() {
 		for _, c := range dialed {
@@ -463,13 +488,13 @@ func TestConnectionRatePacesAccepts(t *testing.T) {
 		defer c.Close()
 		last = time.Since(start)
 	}
-	// 10 over a second's worth, at 20/s: at least 500ms less the first
-	// token's refill.
-	if last < 450*time.Millisecond {
-		t.Errorf("%d connections at 20/s were all accepted within %v; want the last 10 paced over about 500ms", n, last)
+	// 11 after the first, at 20/s: at least 550ms less a token's
+	// rounding.
+	if last < 500*time.Millisecond {
+		t.Errorf("%d connections at 20/s were all accepted within %v; want the last 11 paced over about 550ms", n, last)
 	}
-	if got := testutil.ToFloat64(a.acceptWaits); got < 9 {
-		t.Errorf("admission_accept_waits_total = %v, want at least 9", got)
+	if got := testutil.ToFloat64(a.acceptWaits); got < 10 {
+		t.Errorf("admission_accept_waits_total = %v, want at least 10", got)
 	}
 	t.Logf("%d connections at 20/s accepted in %v", n, last.Round(time.Millisecond))
 
