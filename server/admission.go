@@ -82,6 +82,9 @@ type admission struct {
 
 	// maxHint is the longest retry hint a refusal carries.
 	maxHint time.Duration
+	// setupBurst is how much of their rate the buckets of new connections
+	// and watch creates hold (burstFor).
+	setupBurst time.Duration
 
 	// replayed closes once the server has applied what its log held
 	// committed when it started (replay); replayDone is set just before, so
@@ -105,8 +108,8 @@ type cachedPolicy struct {
 }
 
 // bucket is a token bucket refilled at the class's current rate, holding
-// at most one second of it, or setupBurst of it for the classes whose
-// every admission sets something up (burstFor).
+// at most one second of it, or Config.AdmissionSetupBurst of it for the
+// classes whose every admission sets something up (burstFor).
 //
 // booked is when the last refused request was told to come back: each
 // refusal books the next free slot after it, one per token, so a burst
@@ -126,10 +129,11 @@ type bucket struct {
 const minRetryHint = 50 * time.Millisecond
 
 // newAdmission gates requests by the replicated policy; a refusal's
-// retry hint is at most maxHint.
-func newAdmission(st *store.Store, reg prometheus.Registerer, maxHint time.Duration) *admission {
+// retry hint is at most maxHint, and the buckets of new connections and
+// watch creates hold setupBurst of their rate.
+func newAdmission(st *store.Store, reg prometheus.Registerer, maxHint, setupBurst time.Duration) *admission {
 	a := &admission{
-		store: st, now: time.Now, started: time.Now(), maxHint: max(maxHint, minRetryHint),
+		store: st, now: time.Now, started: time.Now(), maxHint: max(maxHint, minRetryHint), setupBurst: setupBurst,
 		replayed: make(chan struct{}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "lodestone", Name: "admission_rejected_total",
@@ -261,7 +265,7 @@ func (a *admission) admit(c int) (bool, time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	b := &a.buckets[c]
-	if b.take(now, rate, burstFor(rate, c == classWatch)) {
+	if b.take(now, rate, a.burstFor(rate, c == classWatch)) {
 		return true, 0
 	}
 	a.rejected.WithLabelValues(classNames[c]).Inc()
@@ -272,20 +276,17 @@ func (a *admission) admit(c int) (bool, time.Duration) {
 	return false, wait
 }
 
-// setupBurst is how much of its rate the bucket of new connections and
-// the one of watch creates hold. NB: a second's worth at the start of the
-// reconnect ramp let a server take a few hundred connections (or dozens
-// of watch replays) at once, and their setup queued the Raft loop's
-// goroutine behind it: commits in the storm's first second took 100 ms.
-const setupBurst = 50 * time.Millisecond
-
 // burstFor is the most tokens a bucket refilled at rate holds: a second's
-// worth, or setupBurst's for setup (never less than one token).
-func burstFor(rate float64, setup bool) float64 {
+// worth, or a.setupBurst's for the buckets of new connections and watch
+// creates (never less than one token). NB: a second's worth at the start
+// of the reconnect ramp let a server take a few hundred connections (or
+// dozens of watch replays) at once, and their setup queued the Raft
+// loop's goroutine behind it: the storm's first commits waited for it.
+func (a *admission) burstFor(rate float64, setup bool) float64 {
 	if !setup {
 		return rate
 	}
-	return max(rate*setupBurst.Seconds(), 1)
+	return max(rate*a.setupBurst.Seconds(), 1)
 }
 
 // take refills b at rate up to now, holding at most burst tokens, and
@@ -440,7 +441,7 @@ func (a *admission) acceptWait() time.Duration {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.conns.take(now, rate, burstFor(rate, true)) {
+	if a.conns.take(now, rate, a.burstFor(rate, true)) {
 		return 0
 	}
 	// NB: at least 1ns: a bucket a rounding error short of a token read

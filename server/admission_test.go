@@ -34,7 +34,7 @@ func storePolicy(t *testing.T, st *store.Store, index uint64, p *lodestonepb.Adm
 // *clock (tests move it), started an hour before it.
 func fakeClockAdmission(maxHint time.Duration) (*store.Store, *admission, *time.Time) {
 	st := store.New()
-	a := newAdmission(st, prometheus.NewRegistry(), maxHint)
+	a := newAdmission(st, prometheus.NewRegistry(), maxHint, DefaultConfig().AdmissionSetupBurst)
 	clock := time.Unix(1000, 0)
 	a.now = func() time.Time { return clock }
 	a.started = clock.Add(-time.Hour)
@@ -93,7 +93,8 @@ func TestAdmissionBucketAndRamp(t *testing.T) {
 }
 
 // TestAdmissionWatchBurst: watch creates, each a replay to set up, come
-// setupBurst's worth at once; reads and writes a second's worth.
+// AdmissionSetupBurst's worth at once (50ms by default); reads and writes
+// a second's worth.
 func TestAdmissionWatchBurst(t *testing.T) {
 	st, a, _ := fakeClockAdmission(DefaultConfig().AdmissionMaxRetryHint)
 	storePolicy(t, st, 1, &lodestonepb.AdmissionPolicy{Enabled: true, Reads: 400, Writes: 400, Watches: 400, SetUnixNano: 1})
@@ -210,16 +211,27 @@ func TestAdmissionRetryHintCap(t *testing.T) {
 		t.Errorf("under a 1m cap: %v capped, last hint %v; want none capped and about 9s", capped, hints[len(hints)-1])
 	}
 
-	for hint, ok := range map[time.Duration]bool{500 * time.Millisecond: false, time.Second: true, 30 * time.Second: true, 10 * time.Minute: true, 11 * time.Minute: false} {
-		cfg := singleMemberConfig(t)
-		cfg.AdmissionMaxRetryHint = hint
-		err := cfg.Validate()
-		var ce *ConfigError
-		if ok && err != nil {
-			t.Errorf("a %v cap was refused: %v", hint, err)
-		}
-		if !ok && (!errors.As(err, &ce) || ce.Field != "admission-max-retry-hint") {
-			t.Errorf("a %v cap: Validate() = %v, want a ConfigError on admission-max-retry-hint", hint, err)
+	for _, tc := range []struct {
+		field string
+		set   func(*Config, time.Duration)
+		ok    map[time.Duration]bool
+	}{
+		{"admission-max-retry-hint", func(c *Config, d time.Duration) { c.AdmissionMaxRetryHint = d },
+			map[time.Duration]bool{500 * time.Millisecond: false, time.Second: true, 30 * time.Second: true, 10 * time.Minute: true, 11 * time.Minute: false}},
+		{"admission-setup-burst", func(c *Config, d time.Duration) { c.AdmissionSetupBurst = d },
+			map[time.Duration]bool{0: false, 500 * time.Microsecond: false, time.Millisecond: true, 50 * time.Millisecond: true, time.Second: true, 2 * time.Second: false}},
+	} {
+		for d, ok := range tc.ok {
+			cfg := singleMemberConfig(t)
+			tc.set(&cfg, d)
+			err := cfg.Validate()
+			var ce *ConfigError
+			if ok && err != nil {
+				t.Errorf("--%s %v was refused: %v", tc.field, d, err)
+			}
+			if !ok && (!errors.As(err, &ce) || ce.Field != tc.field) {
+				t.Errorf("--%s %v: Validate() = %v, want a ConfigError on %s", tc.field, d, err, tc.field)
+			}
 		}
 	}
 }
@@ -391,7 +403,7 @@ func retryHintOf(err error) time.Duration {
 }
 
 // TestAdmissionAcceptWait steps a fake clock through the connection rate:
-// setupBurst's worth of accepts at once (at least one), then one per
+// AdmissionSetupBurst's worth (50ms by default) of accepts at once (at least one), then one per
 // 1/rate, ramped like the request classes.
 func TestAdmissionAcceptWait(t *testing.T) {
 	st, a, clock := fakeClockAdmission(DefaultConfig().AdmissionMaxRetryHint)
@@ -449,12 +461,12 @@ func TestAdmissionAcceptWait(t *testing.T) {
 }
 
 // TestConnectionRatePacesAccepts dials a burst of real TCP connections at
-// a listener paced to 20 a second: one is accepted at once (setupBurst of
-// 20/s, at least one), the rest wait in the backlog and come in one per
+// a listener paced to 20 a second: one is accepted at once (50ms of 20/s,
+// at least one), the rest wait in the backlog and come in one per
 // 50ms, none refused; closing the listener ends a paced wait.
 func TestConnectionRatePacesAccepts(t *testing.T) {
 	st := store.New()
-	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint)
+	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint, DefaultConfig().AdmissionSetupBurst)
 	storePolicy(t, st, 1, &lodestonepb.AdmissionPolicy{Enabled: true, Connections: 20, SetUnixNano: time.Now().UnixNano()})
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -550,7 +562,7 @@ func (g *replayGate) WaitApplied(ctx context.Context, index uint64) error {
 // client accepts pass meanwhile.
 func TestAdmissionHoldsUntilReplayed(t *testing.T) {
 	st := store.New()
-	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint)
+	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint, DefaultConfig().AdmissionSetupBurst)
 	gate := &replayGate{committed: 42, asked: make(chan uint64, 1), release: make(chan error)}
 	done := make(chan struct{})
 	go func() {

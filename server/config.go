@@ -241,6 +241,13 @@ type Config struct {
 	// lodestone_admission_retry_hints_capped_total). Default 30s; between
 	// 1s and 10m.
 	AdmissionMaxRetryHint time.Duration
+	// AdmissionSetupBurst is how much of its rate the admission bucket of
+	// new client connections, and the one of watch creates, let in at
+	// once (at least one): setting either up costs a server far more
+	// than a read, and a second's worth at a restart queued the Raft
+	// loop behind the setup. Reads and writes hold a second's worth.
+	// Default 50ms; between 1ms and 1s.
+	AdmissionSetupBurst time.Duration
 	// NoParking keeps every waiting Consul blocking query on its own
 	// goroutines, as net/http serves it, instead of parking it without
 	// one (server/httppark): an escape hatch, and the comparison
@@ -361,6 +368,7 @@ func DefaultConfig() Config {
 		MaxBlockingWait:             5 * time.Minute,
 		RPCHoldTimeout:              7 * time.Second,
 		AdmissionMaxRetryHint:       30 * time.Second,
+		AdmissionSetupBurst:         50 * time.Millisecond,
 		SlowLeader:                  raftnode.DefaultSlowLeaderConfig(),
 		Catalog:                     DefaultCatalogConfig(),
 		StartTimeout:                10 * time.Second,
@@ -478,6 +486,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AdmissionMaxRetryHint < time.Second || c.AdmissionMaxRetryHint > 10*time.Minute {
 		return bad("admission-max-retry-hint", "must be between 1s and 10m, got %v", c.AdmissionMaxRetryHint)
+	}
+	if c.AdmissionSetupBurst < time.Millisecond || c.AdmissionSetupBurst > time.Second {
+		return bad("admission-setup-burst", "must be between 1ms and 1s, got %v", c.AdmissionSetupBurst)
 	}
 	if err := c.validateTLS(); err != nil {
 		return err
