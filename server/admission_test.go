@@ -403,8 +403,8 @@ func retryHintOf(err error) time.Duration {
 }
 
 // TestAdmissionAcceptWait steps a fake clock through the connection rate:
-// AdmissionSetupBurst's worth (50ms by default) of accepts at once (at least one), then one per
-// 1/rate, ramped like the request classes.
+// AdmissionSetupBurst's worth of accepts at once (50ms by default, at
+// least one), then one per 1/rate, ramped like the request classes.
 func TestAdmissionAcceptWait(t *testing.T) {
 	st, a, clock := fakeClockAdmission(DefaultConfig().AdmissionMaxRetryHint)
 	accepted := func(n int) int {

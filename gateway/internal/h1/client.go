@@ -396,7 +396,8 @@ func (b *Body) Finish() bool {
 }
 
 // ClientHook aborts the exchange running for a client connection of a
-// Server when the client goes away (its context ends): one hook for the
+// Server when the client goes away or the Server closes (the connection
+// is abandoned, which also ends its context): one hook for the
 // connection's life, where one per request cost an allocation and a
 // registration on the context each time. Get it from ResponseWriter.Hook.
 type ClientHook struct {
@@ -405,7 +406,9 @@ type ClientHook struct {
 	fired bool  // the client is gone (for good)
 }
 
-// fire runs once, when the client's context ends.
+// fire marks the client gone and aborts the attached exchange. The
+// client-gone watch and Close may both call it; a second call changes
+// nothing.
 func (h *ClientHook) fire() {
 	h.mu.Lock()
 	h.fired = true

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -672,6 +673,27 @@ func TestDateAndRemoteAddrPerConnection(t *testing.T) {
 		d, err := http.ParseTime(resp.Header.Get("Date"))
 		if err != nil || d.Before(before) || d.After(after) {
 			t.Errorf("connection %d: Date %q (%v), want a second in [%v, %v]", i, resp.Header.Get("Date"), err, before, after)
+		}
+		c.Close()
+	}
+	// Given clock readings a second apart (SetNow), each connection's Date
+	// names its own second, not the one the shared value was made for.
+	s2 := serve(t, func(w http.ResponseWriter, r *http.Request) bool {
+		sec, _ := strconv.ParseInt(r.URL.Query().Get("at"), 10, 64)
+		w.(*h1.ResponseWriter).SetNow(time.Unix(sec, 0))
+		return false
+	}, nil)
+	for i := range int64(3) {
+		c, br := dial(t, s2.addr)
+		at := 1_000_000_000 + i
+		fmt.Fprintf(c, "GET /?at=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", at)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got, want := resp.Header.Get("Date"), time.Unix(at, 0).UTC().Format(http.TimeFormat); got != want {
+			t.Errorf("clock at %d: Date %q, want %q", at, got, want)
 		}
 		c.Close()
 	}
