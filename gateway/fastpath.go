@@ -87,7 +87,7 @@ func (p *pool) idleH1(now int64) *h1.Conn {
 		p.h1.conns = nil
 		p.h1.mu.Unlock()
 		for _, s := range stale {
-			s.c.Close()
+			s.c.CloseIdle()
 		}
 		p.h1.mu.Lock()
 	}
@@ -102,7 +102,7 @@ func (p *pool) putH1(hc *h1.Conn, now int64) {
 	p.h1.mu.Lock()
 	if p.closed.Load() || len(p.h1.conns) >= p.f.maxIdle {
 		p.h1.mu.Unlock()
-		hc.Close()
+		hc.CloseIdle()
 		return
 	}
 	p.h1.conns = append(p.h1.conns, idleConn{c: hc, at: now})
@@ -127,7 +127,7 @@ func (p *pool) closeH1(minAge int64) {
 	p.h1.conns = keep
 	p.h1.mu.Unlock()
 	for _, ic := range drop {
-		ic.c.Close()
+		ic.c.CloseIdle()
 	}
 }
 

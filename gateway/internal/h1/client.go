@@ -28,12 +28,13 @@ import (
 // exchanges its owner keeps it (a pool) or closes it. Only Abort and
 // Close may run while an exchange does.
 type Conn struct {
-	c  net.Conn
-	io *connIO // c as br and bw read and write it
-	br *bufio.Reader
-	bw *bufio.Writer
-	dl time.Time // the deadline set on c (zero: none known), see exchange
-	ra string    // the last request's RemoteAddr, and its host (clientIP)
+	c   net.Conn
+	raw net.Conn // what c wraps (CloseIdle)
+	io  *connIO  // c as br and bw read and write it
+	br  *bufio.Reader
+	bw  *bufio.Writer
+	dl  time.Time // the deadline set on c (zero: none known), see exchange
+	ra  string    // the last request's RemoteAddr, and its host (clientIP)
 	// raIP is ra's host.
 	raIP string
 
@@ -58,11 +59,25 @@ type field struct{ k, v string }
 func NewConn(c, raw net.Conn) *Conn {
 	x := newConnIO(c, raw)
 	x.own() // NB: a connection in use is closed only by its user
-	return &Conn{c: c, io: x, br: bufio.NewReaderSize(x, 4<<10), bw: bufio.NewWriterSize(x, 4<<10)}
+	return &Conn{c: c, raw: raw, io: x, br: bufio.NewReaderSize(x, 4<<10), bw: bufio.NewWriterSize(x, 4<<10)}
 }
 
 // Close closes the connection.
 func (c *Conn) Close() error { return c.c.Close() }
+
+// CloseIdle closes a connection that no exchange is using with a reset
+// (SO_LINGER 0) rather than a FIN. NB: a gateway ends idle origin
+// connections by the hundred a second when origins come and go; closed
+// with a FIN, each stayed in TIME_WAIT on the gateway for a minute,
+// holding a local port toward the same few origin addresses, and cost
+// both ends the FIN exchange. An idle connection has nothing in flight,
+// so the reset loses nothing (HAProxy closes server connections so too).
+func (c *Conn) CloseIdle() error {
+	if tc, ok := c.raw.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	return c.c.Close()
+}
 
 // Abort makes the running read or write of the connection, and every
 // later one, fail at once; the exchange then fails with its context's

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -382,5 +383,47 @@ func TestExchangeLargeBody(t *testing.T) {
 		if !b.Finish() {
 			t.Fatalf("exchange %d: connection not reusable after a whole body", i)
 		}
+	}
+}
+
+// TestCloseIdleResets: CloseIdle ends an idle connection with a reset,
+// which the origin reads as ECONNRESET; Close ends it with a FIN (EOF).
+func TestCloseIdleResets(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		close func(*h1.Conn) error
+		want  error
+	}{
+		{"CloseIdle", (*h1.Conn).CloseIdle, syscall.ECONNRESET},
+		{"Close", (*h1.Conn).Close, io.EOF},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ended := make(chan error, 1)
+			addr := origin(t, func(c net.Conn, br *bufio.Reader) {
+				answer("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 1, nil)(c, br)
+				_, err := br.ReadByte()
+				ended <- err
+			})
+			hc := dialOrigin(t, addr)
+			resp, b, err := hc.Exchange(request("GET", "/"), "/", time.Now(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.ReadAll(resp.Body)
+			if !b.Finish() {
+				t.Fatal("connection not reusable after a whole response")
+			}
+			if err := tc.close(hc); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-ended:
+				if !errors.Is(err, tc.want) {
+					t.Errorf("the origin's read ended with %v, want %v", err, tc.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the origin's read did not end")
+			}
+		})
 	}
 }
