@@ -542,7 +542,7 @@ func TestServerWorkers(t *testing.T) {
 	t.Run("reused", func(t *testing.T) {
 		s := serve(t, h, func(c *h1.ServerConfig) { c.WorkerIdle = time.Hour })
 		first := once(t, s.addr)
-		waitWorkers(t, 1)
+		waitIdleWorker(t)
 		if second := once(t, s.addr); second != first {
 			t.Errorf("the second connection was served by goroutine %s, want the idle worker %s", second, first)
 		}
@@ -591,6 +591,28 @@ func waitWorkers(t *testing.T, n int) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d goroutines in a worker loop, want %d", got, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitIdleWorker waits until a worker waits for a connection in work's
+// select: one still finishing its last connection is in the loop too, but
+// Serve would start a goroutine beside it.
+func waitIdleWorker(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b := make([]byte, 1<<20)
+		b = b[:runtime.Stack(b, true)]
+		for _, g := range strings.Split(string(b), "\n\n") {
+			head, _, _ := strings.Cut(g, "\n")
+			if strings.Contains(head, "[select") && strings.Contains(g, "h1.(*Server).work(") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no worker waits idle for a connection")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
