@@ -212,10 +212,18 @@ func (x *connIO) flushLast(w *bufio.Writer) error {
 // first callback, and every readiness from then on, the answer's included,
 // ends the wait, so nothing needs reading to find out. The read that
 // follows finds the answer (or the error or EOF that ended the wait).
+//
+// It first yields to the other connections' goroutines. NB: sent the
+// moment each was ready, the requests of a busy gateway reached an origin
+// one at a time, a wake-up of the origin's poller each; after the yield
+// they leave together, and an origin's wait returns several, as behind
+// HAProxy's event loop: fewer wake-ups, less of the origin's CPU a
+// request. With nothing else runnable the yield returns at once.
 func (x *connIO) flushAwait(w *bufio.Writer) error {
 	if x.rc == nil {
 		return w.Flush()
 	}
+	runtime.Gosched()
 	x.sendW, x.sent, x.sendErr = w, false, nil
 	if x.sendFn == nil {
 		x.sendFn = x.sendThenWait
