@@ -577,23 +577,28 @@ func goroutineID() string {
 	return f[1]
 }
 
+// workerStacks returns the stacks of the goroutines in a Server's worker
+// loop, each with its header line ("goroutine N [state]:").
+func workerStacks() []string {
+	b := make([]byte, 1<<20)
+	b = b[:runtime.Stack(b, true)]
+	var ws []string
+	for _, g := range strings.Split(string(b), "\n\n") {
+		if strings.Contains(g, "h1.(*Server).work(") {
+			ws = append(ws, g)
+		}
+	}
+	return ws
+}
+
 // waitWorkers waits up to 10 s until exactly n goroutines are in a
 // Server's worker loop, and fails the test if they never are.
 func waitWorkers(t *testing.T, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b := make([]byte, 1<<20)
-		b = b[:runtime.Stack(b, true)]
-		got := strings.Count(string(b), "h1.(*Server).work(")
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines in a worker loop, want %d", got, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, func() (bool, string) {
+		got := len(workerStacks())
+		return got == n, fmt.Sprintf("%d goroutines in a worker loop, want %d", got, n)
+	})
 }
 
 // waitIdleWorker waits until a worker waits for a connection in work's
@@ -601,18 +606,28 @@ func waitWorkers(t *testing.T, n int) {
 // Serve would start a goroutine beside it.
 func waitIdleWorker(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b := make([]byte, 1<<20)
-		b = b[:runtime.Stack(b, true)]
-		for _, g := range strings.Split(string(b), "\n\n") {
-			head, _, _ := strings.Cut(g, "\n")
-			if strings.Contains(head, "[select") && strings.Contains(g, "h1.(*Server).work(") {
-				return
+	waitFor(t, func() (bool, string) {
+		for _, g := range workerStacks() {
+			if head, _, _ := strings.Cut(g, "\n"); strings.Contains(head, "[select") {
+				return true, ""
 			}
 		}
+		return false, "no worker waits idle for a connection"
+	})
+}
+
+// waitFor polls cond until it holds, and fails the test with what cond
+// last said if it does not within 10 s.
+func waitFor(t *testing.T, cond func() (ok bool, why string)) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatal("no worker waits idle for a connection")
+			t.Fatal(why)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
