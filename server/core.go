@@ -34,6 +34,7 @@ type core struct {
 	holdMetrics    *holdMetrics
 	stable         stableSince // consulops.go: members' health changes
 	applyGate      applyGate   // http.go: the applied-index half of Ready
+	published      atomic.Bool // server.go: this member's addresses are in the membership (Ready)
 
 	peerAddr, grpcAddr, httpAddr string // as bound
 	advertiseGRPC, advertiseHTTP string // as published for clients (advertise.go)

@@ -53,14 +53,16 @@ var (
 	ErrRaftStopped = errors.New("raft loop stopped")
 	ErrNoLeader    = errors.New("no leader known")
 	ErrApplying    = errors.New("applying committed entries")
+	ErrUnlisted    = errors.New("own client addresses not yet in the membership")
 )
 
 // Ready is the one rule for whether this member takes client traffic,
 // which /readyz and a service manager's readiness notice both follow: nil
 // once its Raft loop runs, a leader is known and it has applied what was
 // committed when it first saw a leader, and since then trails the commit
-// index by at most Config.ReadyApplyLag entries (applyGate); otherwise ErrRaftStopped, ErrNoLeader or
-// ErrApplying.
+// index by at most Config.ReadyApplyLag entries (applyGate), and its
+// client addresses are in the membership clients read (publishSelf);
+// otherwise ErrRaftStopped, ErrNoLeader, ErrApplying or ErrUnlisted.
 func (s *Server) Ready() error {
 	_, _, err := s.readiness()
 	return err
@@ -88,6 +90,8 @@ func (s *core) readiness() (st raftnode.Status, applied uint64, err error) {
 		err = ErrNoLeader
 	case !s.applyGate.caughtUp(st.Commit, applied, s.cfg.ReadyApplyLag):
 		err = ErrApplying
+	case !s.published.Load():
+		err = ErrUnlisted
 	}
 	return st, applied, err
 }

@@ -119,3 +119,21 @@ func TestApplyGate(t *testing.T) {
 		t.Error("lag 0 must ask for every committed entry applied")
 	}
 }
+
+// TestReadyOnceListed: a member is ready only once the membership it
+// serves lists its own client addresses, so a client sent to a ready
+// member finds it there (a watch stream's placement reads that list).
+func TestReadyOnceListed(t *testing.T) {
+	c := newTestCluster(t, 3)
+	for _, n := range c.names {
+		s := c.servers[n]
+		waitFor(t, 10*time.Second, func() bool { return s.Ready() == nil })
+		listed := false
+		for _, m := range s.store.Members() {
+			listed = listed || m.Id == s.raft.ID() && m.GrpcAddr == s.AdvertisedGRPC() && m.HttpAddr == s.AdvertisedHTTP()
+		}
+		if !listed {
+			t.Errorf("%s is ready, but its membership %v does not list it at %s and %s", n, s.store.Members(), s.AdvertisedGRPC(), s.AdvertisedHTTP())
+		}
+	}
+}

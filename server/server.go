@@ -459,25 +459,38 @@ func (s *Server) Done() <-chan error {
 }
 
 // publishSelf records this member's client addresses in the replicated
-// membership, so clients can find every member's gRPC endpoint.
+// membership, so clients can find every member's gRPC endpoint; the
+// member is not ready until they are there (readiness). It proposes as
+// soon as a leader is known: polling for one on a growing backoff left a
+// new cluster's members unlisted for up to seconds after its election,
+// and a client that asked then placed its watch stream at random.
 func (s *Server) publishSelf() {
 	backoff := 200 * time.Millisecond
 	for s.ctx.Err() == nil {
-		if s.raft.Status().Lead != 0 {
-			if s.selfPublished() {
+		changed := s.raft.LeaderChanged()
+		if s.raft.Status().Lead == 0 {
+			select {
+			case <-changed:
+				continue
+			case <-s.ctx.Done():
 				return
 			}
-			ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-			_, err := s.raft.Propose(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_Member{Member: &lodestonepb.Member{
-				Id: s.raft.ID(), Name: s.cfg.Name, GrpcAddr: s.advertiseGRPC, HttpAddr: s.advertiseHTTP,
-			}}})
-			cancel()
-			if err == nil && s.selfPublished() {
-				return
-			}
-			if err != nil {
-				s.logger.Debug("publish member addresses", "err", err)
-			}
+		}
+		if s.selfPublished() {
+			s.published.Store(true)
+			return
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+		_, err := s.raft.Propose(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_Member{Member: &lodestonepb.Member{
+			Id: s.raft.ID(), Name: s.cfg.Name, GrpcAddr: s.advertiseGRPC, HttpAddr: s.advertiseHTTP,
+		}}})
+		cancel()
+		if err == nil && s.selfPublished() {
+			s.published.Store(true)
+			return
+		}
+		if err != nil {
+			s.logger.Debug("publish member addresses", "err", err)
 		}
 		select {
 		case <-time.After(backoff):
