@@ -20,6 +20,7 @@ import (
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/client"
+	"github.com/lodestone-kv/lodestone/internal/testnet"
 	"github.com/lodestone-kv/lodestone/server/servertest"
 )
 
@@ -72,15 +73,7 @@ func TestGatewayBadFlags(t *testing.T) {
 	}
 }
 
-func freeTCPAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeTCPAddr(t *testing.T) string { return testnet.FreeAddr(t) }
 
 // TestGatewayEndToEnd: `lodestone gateway` against a real registry routes
 // to an instance registered in the catalog (the default source), with a static route from --routes and
