@@ -476,21 +476,21 @@ func (s *Server) publishSelf() {
 				return
 			}
 		}
-		if s.selfPublished() {
+		listed := s.selfPublished()
+		if !listed {
+			ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+			_, err := s.raft.Propose(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_Member{Member: &lodestonepb.Member{
+				Id: s.raft.ID(), Name: s.cfg.Name, GrpcAddr: s.advertiseGRPC, HttpAddr: s.advertiseHTTP,
+			}}})
+			cancel()
+			if err != nil {
+				s.logger.Debug("publish member addresses", "err", err)
+			}
+			listed = err == nil && s.selfPublished()
+		}
+		if listed {
 			s.published.Store(true)
 			return
-		}
-		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-		_, err := s.raft.Propose(ctx, &lodestonepb.Command{Op: &lodestonepb.Command_Member{Member: &lodestonepb.Member{
-			Id: s.raft.ID(), Name: s.cfg.Name, GrpcAddr: s.advertiseGRPC, HttpAddr: s.advertiseHTTP,
-		}}})
-		cancel()
-		if err == nil && s.selfPublished() {
-			s.published.Store(true)
-			return
-		}
-		if err != nil {
-			s.logger.Debug("publish member addresses", "err", err)
 		}
 		select {
 		case <-time.After(backoff):
