@@ -17,8 +17,8 @@ import (
 // with both instances.
 func TestDevServesDNS(t *testing.T) {
 	dnsAddr := testnet.FreeAddrOn(t, "127.0.0.1", true)
-	args := []string{"dev", "--data-dir", filepath.Join(t.TempDir(), "dev"), "--grpc", freeTCPAddr(t), "--http", freeTCPAddr(t),
-		"--peer", freeTCPAddr(t), "--gateway", freeTCPAddr(t), "--gateway-admin", freeTCPAddr(t), "--dns", dnsAddr, "--log-level", "warn"}
+	args := []string{"dev", "--data-dir", filepath.Join(t.TempDir(), "dev"), "--grpc", testnet.FreeAddr(t), "--http", testnet.FreeAddr(t),
+		"--peer", testnet.FreeAddr(t), "--gateway", testnet.FreeAddr(t), "--gateway-admin", testnet.FreeAddr(t), "--dns", dnsAddr, "--log-level", "warn"}
 	ctx, cancel := context.WithCancel(context.Background())
 	var out syncWriter
 	done := make(chan int, 1)

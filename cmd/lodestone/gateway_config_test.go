@@ -8,12 +8,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/internal/testnet"
 )
 
 // The gateway reads its flags from a file and LODESTONE_GATEWAY_<KEY>: the
 // command line wins over the environment, which wins over the file.
 func TestGatewayConfigFileAndEnv(t *testing.T) {
-	fileListen, fileAdmin, envAdmin, flagListen := freeTCPAddr(t), freeTCPAddr(t), freeTCPAddr(t), freeTCPAddr(t)
+	fileListen, fileAdmin, envAdmin, flagListen := testnet.FreeAddr(t), testnet.FreeAddr(t), testnet.FreeAddr(t), testnet.FreeAddr(t)
 	file := filepath.Join(t.TempDir(), "gateway.hcl")
 	writeTestFile(t, file, `listen = "`+fileListen+`"
 admin    = "`+fileAdmin+`"

@@ -73,8 +73,6 @@ func TestGatewayBadFlags(t *testing.T) {
 	}
 }
 
-func freeTCPAddr(t *testing.T) string { return testnet.FreeAddr(t) }
-
 // TestGatewayEndToEnd: `lodestone gateway` against a real registry routes
 // to an instance registered in the catalog (the default source), with a static route from --routes and
 // a registry route added while it runs; it exits 0 on interrupt.
@@ -108,7 +106,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 
 	routes := filepath.Join(t.TempDir(), "routes.json")
 	os.WriteFile(routes, []byte(`{"routes": [{"name": "static", "path_prefix": "/static/", "service": "web"}]}`), 0o644)
-	listen, admin := freeTCPAddr(t), freeTCPAddr(t)
+	listen, admin := testnet.FreeAddr(t), testnet.FreeAddr(t)
 	runCtx, stop := context.WithCancel(ctx)
 	pr, pw := io.Pipe()
 	var errb bytes.Buffer

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/lodestone-kv/lodestone/client"
+	"github.com/lodestone-kv/lodestone/internal/testnet"
 	"github.com/lodestone-kv/lodestone/tlsutil"
 )
 
@@ -89,13 +90,13 @@ func TestTLSCreateCommands(t *testing.T) {
 		t.Errorf("a second CA over the first: exit %d: %s", r.code, r.stderr)
 	}
 
-	grpcAddr := freeTCPAddr(t)
+	grpcAddr := testnet.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var logs syncWriter
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"server", "--name", "n1", "--data-dir", t.TempDir(), "--listen-grpc", grpcAddr,
-			"--listen-peer", freeTCPAddr(t), "--listen-http", freeTCPAddr(t),
+			"--listen-peer", testnet.FreeAddr(t), "--listen-http", testnet.FreeAddr(t),
 			"--tls-ca-file", filepath.Join(dir, "lodestone-ca.pem"),
 			"--tls-cert-file", filepath.Join(dir, "server-n1.pem"), "--tls-key-file", filepath.Join(dir, "server-n1-key.pem"),
 			"--tls-peer-cert-file", filepath.Join(dir, "peer-n1.pem"), "--tls-peer-key-file", filepath.Join(dir, "peer-n1-key.pem"),
@@ -187,10 +188,10 @@ func TestServerReloadsOnSIGHUP(t *testing.T) {
 	if caPEM.Key, err = os.ReadFile(filepath.Join(dir, "lodestone-ca-key.pem")); err != nil {
 		t.Fatal(err)
 	}
-	grpcAddr := freeTCPAddr(t)
+	grpcAddr := testnet.FreeAddr(t)
 	var logs syncWriter
 	cmd := exec.Command(bin, "server", "--name", "n1", "--data-dir", t.TempDir(), "--listen-grpc", grpcAddr,
-		"--listen-peer", freeTCPAddr(t), "--listen-http", freeTCPAddr(t),
+		"--listen-peer", testnet.FreeAddr(t), "--listen-http", testnet.FreeAddr(t),
 		"--tls-ca-file", filepath.Join(dir, "lodestone-ca.pem"),
 		"--tls-cert-file", filepath.Join(dir, "server-n1.pem"), "--tls-key-file", filepath.Join(dir, "server-n1-key.pem"),
 		"--tls-verify-incoming-grpc", "--tls-reload-interval", "-1s")
