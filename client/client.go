@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -32,6 +33,11 @@ type Client struct {
 	conns  map[string]*grpc.ClientConn // by endpoint address, dialed lazily
 	book   book
 	wmux   *watchMux // every Watch's stream; nil until the first Watch (watch_mux.go)
+
+	// gets coalesce Gets, by consistency (getbatch.go); getManyOff is set
+	// once a server answered that it has no GetMany.
+	gets       [2]*getBatcher
+	getManyOff atomic.Bool
 }
 
 // New returns a Client for cfg (zero fields take their defaults; see
@@ -46,12 +52,16 @@ func New(cfg Config) (*Client, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Client{
+	c := &Client{
 		cfg:   cfg,
 		log:   log,
 		conns: make(map[string]*grpc.ClientConn),
 		book:  newBook(cfg.Endpoints),
-	}, nil
+	}
+	for i := range c.gets {
+		c.gets[i] = &getBatcher{c: c, consistency: lodestonepb.Consistency(i)}
+	}
+	return c, nil
 }
 
 // Close closes every connection and returns the first error. Calls in

@@ -52,6 +52,16 @@ type Config struct {
 	// Negative values are invalid.
 	MaxAttempts int
 
+	// GetBatch is the most concurrent Gets of one consistency the client
+	// coalesces into one call (a GetMany). A Get that finds none of its
+	// kind in flight goes alone at once; those that arrive while one is
+	// in flight wait for it and then go together, so a lone caller waits
+	// for nothing and a busy process pays gRPC's cost of a call once for
+	// many reads. Each Get still gets its own answer or its own error.
+	// Default (zero): 64, a server's default max-txn-ops. 1 turns
+	// coalescing off; negative values are invalid.
+	GetBatch int
+
 	// WatchProgressInterval is how long a watch stream may stay silent
 	// before the client probes its server (a Status call on the same
 	// connection). A server that does not answer within another interval,
@@ -137,6 +147,7 @@ func DefaultConfig() Config {
 		BackoffBase:    50 * time.Millisecond,     // first round-to-round delay
 		BackoffMax:     time.Second,               // longest round-to-round delay
 		MaxAttempts:    0,                         // until the deadline
+		GetBatch:       64,                        // a server's default max-txn-ops
 
 		WatchProgressInterval: 10 * time.Second, // a silent watch stream is probed, then abandoned
 	}
@@ -162,6 +173,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WatchProgressInterval == 0 {
 		c.WatchProgressInterval = d.WatchProgressInterval
+	}
+	if c.GetBatch == 0 {
+		c.GetBatch = d.GetBatch
 	}
 	return c
 }
@@ -206,6 +220,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxAttempts < 0 {
 		return &ConfigError{Field: "MaxAttempts", Reason: fmt.Sprintf("negative count %d", c.MaxAttempts)}
+	}
+	if c.GetBatch < 0 {
+		return &ConfigError{Field: "GetBatch", Reason: fmt.Sprintf("negative count %d (1 turns coalescing off)", c.GetBatch)}
 	}
 	if c.WatchFrom != WatchFromFollowers && c.WatchFrom != WatchFromLeader {
 		return &ConfigError{Field: "WatchFrom", Reason: fmt.Sprintf("%v: want WatchFromFollowers or WatchFromLeader", c.WatchFrom)}

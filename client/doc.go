@@ -1,5 +1,5 @@
 // Package client is the Go client for Lodestone's native gRPC API: the KV
-// service (Get, Range, Put, Delete, Txn), the Cluster service (Members,
+// service (Get, GetMany, Range, Put, Delete, Txn), the Cluster service (Members,
 // AddMember, RemoveMember, PromoteMember, TransferLeader, Status) and the
 // Watch service (Client.Watch, see "Watches").
 //
@@ -54,6 +54,19 @@
 // the sentinel for its gRPC code: [ErrCASFailed], [ErrUnavailable],
 // [ErrInvalidArgument], [ErrNotFound], [context.DeadlineExceeded],
 // [context.Canceled]; plus [ErrUnknownOutcome] for writes as above.
+//
+// # Coalesced Gets
+//
+// A Get (without [WaitIndex]) that finds another Get of its consistency in
+// flight on the same Client waits for it, and the Gets that waited go
+// together as one GetMany call of at most [Config.GetBatch] keys: one
+// leadership check and one call for all of them, which lets a busy
+// process read several times as fast from the same servers. A lone Get
+// waits for nothing. Each Get keeps its own answer and error: a key the
+// GetMany did not serve is asked for alone, an error the GetMany got is
+// returned to each Get under its own name, and a Get whose ctx ends while
+// it waits returns at once. A server without GetMany turns coalescing
+// off for the Client.
 //
 // # Watches
 //

@@ -122,17 +122,24 @@ func (c *Client) Put(ctx context.Context, key string, value []byte, opts ...PutO
 }
 
 // Get reads key. A missing key is not an error: the answer's Kv is nil.
-// Linearizable unless Stale is given.
+// Linearizable unless Stale is given. Concurrent Gets without WaitIndex
+// may share one call ([Config.GetBatch]).
 func (c *Client) Get(ctx context.Context, key string, opts ...ReadOption) (*lodestonepb.GetResponse, error) {
 	var s readSettings
 	for _, o := range opts {
 		o(&s)
 	}
 	req := &lodestonepb.GetRequest{Key: []byte(key), Consistency: s.consistency, WaitIndex: s.waitIndex, WaitMs: s.waitMS}
-	return invoke(ctx, c, callSpec{op: fmt.Sprintf("get %q", key)},
-		func(ctx context.Context, cc *grpc.ClientConn) (*lodestonepb.GetResponse, error) {
-			return lodestonepb.NewKVClient(cc).Get(ctx, req)
-		}, (*lodestonepb.GetResponse).GetHeader)
+	alone := func(ctx context.Context) (*lodestonepb.GetResponse, error) {
+		return invoke(ctx, c, callSpec{op: fmt.Sprintf("get %q", key)},
+			func(ctx context.Context, cc *grpc.ClientConn) (*lodestonepb.GetResponse, error) {
+				return lodestonepb.NewKVClient(cc).Get(ctx, req)
+			}, (*lodestonepb.GetResponse).GetHeader)
+	}
+	if req.WaitIndex != 0 || c.cfg.GetBatch == 1 || c.getManyOff.Load() || int(req.Consistency) >= len(c.gets) {
+		return alone(ctx)
+	}
+	return c.gets[req.Consistency].get(ctx, req.Key, alone)
 }
 
 // Range reads the keys starting with prefix ("" for every key) in key

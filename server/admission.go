@@ -255,8 +255,8 @@ func (a *admission) rampedRate(p *lodestonepb.AdmissionPolicy, limit uint64, now
 	return math.Max(float64(limit)*rampFraction(p, a.started, now), 1)
 }
 
-// admit takes a token for class c, or says how long until one is due.
-func (a *admission) admit(c int) (bool, time.Duration) {
+// admit takes cost tokens for class c, or says how long until one is due.
+func (a *admission) admit(c, cost int) (bool, time.Duration) {
 	now := a.now()
 	rate := a.classRate(a.policy(now), c, now)
 	if rate == 0 {
@@ -265,7 +265,7 @@ func (a *admission) admit(c int) (bool, time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	b := &a.buckets[c]
-	if b.take(now, rate, a.burstFor(rate, c == classWatch)) {
+	if b.take(now, rate, a.burstFor(rate, c == classWatch), cost) {
 		return true, 0
 	}
 	a.rejected.WithLabelValues(classNames[c]).Inc()
@@ -290,8 +290,11 @@ func (a *admission) burstFor(rate float64, setup bool) float64 {
 }
 
 // take refills b at rate up to now, holding at most burst tokens, and
-// takes a token if one is there.
-func (b *bucket) take(now time.Time, rate, burst float64) bool {
+// takes cost tokens if one is there. NB: the bucket may go into debt, so a
+// request that costs more than a burst (a GetMany of many keys) is still
+// admitted once, and the ones after it wait the debt out: the class's
+// rate holds over time.
+func (b *bucket) take(now time.Time, rate, burst float64, cost int) bool {
 	if b.last.IsZero() {
 		b.tokens = burst
 	} else {
@@ -299,7 +302,7 @@ func (b *bucket) take(now time.Time, rate, burst float64) bool {
 	}
 	b.last = now
 	if b.tokens >= 1 {
-		b.tokens--
+		b.tokens -= float64(cost)
 		return true
 	}
 	return false
@@ -322,10 +325,10 @@ func (b *bucket) book(now time.Time, rate float64, maxHint time.Duration) (time.
 	return wait, capped
 }
 
-// check refuses a request of class c over the limit with
+// check refuses a request of class c and cost tokens over the limit with
 // RESOURCE_EXHAUSTED and a RetryInfo.
-func (a *admission) check(c int) error {
-	ok, wait := a.admit(c)
+func (a *admission) check(c, cost int) error {
+	ok, wait := a.admit(c, cost)
 	if ok {
 		return nil
 	}
@@ -342,7 +345,7 @@ func grpcClass(method string) int {
 	switch svc {
 	case "KV":
 		switch name {
-		case "Get", "Range":
+		case "Get", "GetMany", "Range":
 			return classRead
 		}
 		return classWrite
@@ -366,7 +369,7 @@ func grpcClass(method string) int {
 
 func (a *admission) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if c := grpcClass(info.FullMethod); c >= 0 {
-		if err := a.checkRPC(ctx, c); err != nil {
+		if err := a.checkRPC(ctx, c, rpcCost(req)); err != nil {
 			return nil, err
 		}
 	}
@@ -375,7 +378,7 @@ func (a *admission) unary(ctx context.Context, req any, info *grpc.UnaryServerIn
 
 func (a *admission) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if c := grpcClass(info.FullMethod); c >= 0 {
-		if err := a.checkRPC(ss.Context(), c); err != nil {
+		if err := a.checkRPC(ss.Context(), c, 1); err != nil {
 			return err
 		}
 	}
@@ -383,11 +386,20 @@ func (a *admission) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServe
 }
 
 // checkRPC is check after waitReplay.
-func (a *admission) checkRPC(ctx context.Context, c int) error {
+func (a *admission) checkRPC(ctx context.Context, c, cost int) error {
 	if !a.waitReplay(ctx.Done()) {
 		return status.FromContextError(ctx.Err()).Err()
 	}
-	return a.check(c)
+	return a.check(c, cost)
+}
+
+// rpcCost is the tokens a unary request takes: a GetMany is a Get for
+// each key, so coalescing does not let a client past the read rate.
+func rpcCost(req any) int {
+	if r, ok := req.(*lodestonepb.GetManyRequest); ok {
+		return max(len(r.Keys), 1)
+	}
+	return 1
 }
 
 // httpClass maps a Consul-API request to its class; -1: never gated.
@@ -416,7 +428,7 @@ func (a *admission) http(next http.Handler) http.Handler {
 				http.Error(w, "server starting: "+r.Context().Err().Error(), http.StatusServiceUnavailable)
 				return
 			}
-			if ok, wait := a.admit(c); !ok {
+			if ok, wait := a.admit(c, 1); !ok {
 				secs := int(math.Ceil(wait.Seconds()))
 				w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 				w.Header().Set("X-Lodestone-Retry-After-Ms", strconv.FormatInt(wait.Milliseconds(), 10))
@@ -441,7 +453,7 @@ func (a *admission) acceptWait() time.Duration {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.conns.take(now, rate, a.burstFor(rate, true)) {
+	if a.conns.take(now, rate, a.burstFor(rate, true), 1) {
 		return 0
 	}
 	// NB: at least 1ns: a bucket a rounding error short of a token read

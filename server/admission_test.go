@@ -48,7 +48,7 @@ func TestAdmissionBucketAndRamp(t *testing.T) {
 	admitted := func(c, n int) int {
 		ok := 0
 		for range n {
-			if yes, _ := a.admit(c); yes {
+			if yes, _ := a.admit(c, 1); yes {
 				ok++
 			}
 		}
@@ -62,7 +62,7 @@ func TestAdmissionBucketAndRamp(t *testing.T) {
 		t.Errorf("ramp at 10%% of 100/s: admitted %d in one instant, want %d", got, want)
 	}
 	// 40 were refused before it, each booking the next 100ms slot.
-	if ok, wait := a.admit(classWrite); ok || wait < 4*time.Second || wait > 4200*time.Millisecond {
+	if ok, wait := a.admit(classWrite, 1); ok || wait < 4*time.Second || wait > 4200*time.Millisecond {
 		t.Errorf("over the limit behind 40 refused: admitted %v, retry after %v; want refused with about 4.1s", ok, wait)
 	}
 	*clock = clock.Add(5 * time.Second) // the booked slots pass
@@ -92,6 +92,29 @@ func TestAdmissionBucketAndRamp(t *testing.T) {
 	}
 }
 
+// TestAdmissionGetManyCostsEachKey: a GetMany takes a read token for each
+// key: admitted while one token is left, it leaves the bucket in debt,
+// and the reads after it wait the debt out.
+func TestAdmissionGetManyCostsEachKey(t *testing.T) {
+	st, a, clock := fakeClockAdmission(time.Minute)
+	storePolicy(t, st, 1, &lodestonepb.AdmissionPolicy{Enabled: true, Reads: 10, SetUnixNano: clock.Add(-time.Hour).UnixNano()})
+	many := &lodestonepb.GetManyRequest{Keys: make([][]byte, 20)}
+	if got := rpcCost(many); got != 20 {
+		t.Fatalf("cost of a GetMany of 20 keys: %d", got)
+	}
+	if ok, _ := a.admit(classRead, rpcCost(many)); !ok {
+		t.Fatal("a GetMany of 20 keys refused with a full bucket of 10")
+	}
+	// 10 - 20 = -10 tokens: the next one is due in 1.1s at 10/s.
+	if ok, wait := a.admit(classRead, rpcCost(&lodestonepb.GetRequest{})); ok || wait < 1090*time.Millisecond || wait > 1110*time.Millisecond {
+		t.Fatalf("a Get after it: admitted %v, retry after %v; want refused for about 1.1s", ok, wait)
+	}
+	*clock = clock.Add(1200 * time.Millisecond)
+	if ok, _ := a.admit(classRead, 1); !ok {
+		t.Fatal("a Get once the debt is repaid was refused")
+	}
+}
+
 // TestAdmissionWatchBurst: watch creates, each a replay to set up, come
 // AdmissionSetupBurst's worth at once (50ms by default); reads and writes
 // a second's worth.
@@ -104,7 +127,7 @@ func TestAdmissionWatchBurst(t *testing.T) {
 	}{{classRead, 400}, {classWrite, 400}, {classWatch, 20}} {
 		ok := 0
 		for range 1000 {
-			if yes, _ := a.admit(tc.class); yes {
+			if yes, _ := a.admit(tc.class, 1); yes {
 				ok++
 			}
 		}
@@ -140,7 +163,7 @@ func TestAdmissionSpreadsRetries(t *testing.T) {
 			break
 		}
 		*clock = due[next]
-		ok, wait := a.admit(classWatch)
+		ok, wait := a.admit(classWatch, 1)
 		if ok {
 			due[next], last = time.Time{}, *clock
 			continue
@@ -164,9 +187,9 @@ func TestAdmissionSpreadsRetries(t *testing.T) {
 
 	// A burst far beyond what the cap holds is told the cap.
 	for range 1000 {
-		a.admit(classWatch)
+		a.admit(classWatch, 1)
 	}
-	if _, wait := a.admit(classWatch); wait != a.maxHint {
+	if _, wait := a.admit(classWatch, 1); wait != a.maxHint {
 		t.Errorf("after 1000 refusals at 10/s the hint is %v, want the cap %v", wait, a.maxHint)
 	}
 }
@@ -180,7 +203,7 @@ func TestAdmissionRetryHintCap(t *testing.T) {
 		st, a, clock := fakeClockAdmission(maxHint)
 		storePolicy(t, st, 1, &lodestonepb.AdmissionPolicy{Enabled: true, Writes: 10, SetUnixNano: clock.UnixNano()})
 		for range 100 {
-			if ok, wait := a.admit(classWrite); !ok {
+			if ok, wait := a.admit(classWrite, 1); !ok {
 				hints = append(hints, wait)
 			}
 		}

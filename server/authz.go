@@ -83,7 +83,7 @@ func (z *authz) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	}
 	resp, err := handler(ctx, req)
 	if err == nil && rule.filter != nil {
-		rule.filter(a, resp)
+		rule.filter(a, req, resp)
 	}
 	return resp, err
 }
@@ -135,10 +135,10 @@ func (w *watchAuthz) RecvMsg(m any) error {
 }
 
 // grpcRule is what one method needs: check runs before the service,
-// filter trims what the token may not see from a successful answer.
+// filter trims what the token may not see from a successful answer to req.
 type grpcRule struct {
 	check  func(z *authz, a *acl.Authorizer, req any) error
-	filter func(a *acl.Authorizer, resp any)
+	filter func(a *acl.Authorizer, req, resp any)
 }
 
 // open methods reveal nothing a token guards: Status and Members give the
@@ -161,7 +161,18 @@ var grpcRules = map[string]grpcRule{
 	lodestonepb.KV_Get_FullMethodName: {check: func(_ *authz, a *acl.Authorizer, req any) error {
 		return acl.CheckKey(a, req.(*lodestonepb.GetRequest).Key, acl.AccessRead)
 	}},
-	lodestonepb.KV_Range_FullMethodName: {filter: func(a *acl.Authorizer, resp any) {
+	// NB: a key the token may not read is answered unserved, not denied,
+	// so one caller's key does not fail the Gets coalesced with it; the
+	// client's Get of it alone is then denied (and counted) as any Get.
+	lodestonepb.KV_GetMany_FullMethodName: {filter: func(a *acl.Authorizer, req, resp any) {
+		keys := req.(*lodestonepb.GetManyRequest).Keys
+		for i, r := range resp.(*lodestonepb.GetManyResponse).Results {
+			if r.Served && acl.CheckKey(a, keys[i], acl.AccessRead) != nil {
+				r.Served, r.Kv = false, nil
+			}
+		}
+	}},
+	lodestonepb.KV_Range_FullMethodName: {filter: func(a *acl.Authorizer, _, resp any) {
 		r := resp.(*lodestonepb.RangeResponse)
 		r.Kvs = acl.FilterKVs(a, r.Kvs)
 	}},
@@ -186,7 +197,7 @@ var grpcRules = map[string]grpcRule{
 	lodestonepb.Catalog_UpdateCheck_FullMethodName: write(func(req any) *lodestonepb.Command {
 		return &lodestonepb.Command{Op: &lodestonepb.Command_CheckUpdate{CheckUpdate: req.(*lodestonepb.UpdateCheckRequest)}}
 	}),
-	lodestonepb.Catalog_Services_FullMethodName: {filter: func(a *acl.Authorizer, resp any) {
+	lodestonepb.Catalog_Services_FullMethodName: {filter: func(a *acl.Authorizer, _, resp any) {
 		r := resp.(*lodestonepb.ServicesResponse)
 		r.Services = acl.FilterServices(a, r.Services)
 	}},
@@ -194,7 +205,7 @@ var grpcRules = map[string]grpcRule{
 		check: func(_ *authz, a *acl.Authorizer, req any) error {
 			return a.Check(acl.ResourceService, req.(*lodestonepb.ServiceRequest).Name, acl.AccessRead)
 		},
-		filter: func(a *acl.Authorizer, resp any) {
+		filter: func(a *acl.Authorizer, _, resp any) {
 			r := resp.(*lodestonepb.ServiceResponse)
 			r.Instances = acl.FilterInstances(a, r.Instances)
 		},
@@ -203,12 +214,12 @@ var grpcRules = map[string]grpcRule{
 		check: func(_ *authz, a *acl.Authorizer, req any) error {
 			return a.Check(acl.ResourceService, req.(*lodestonepb.HealthServiceRequest).Name, acl.AccessRead)
 		},
-		filter: func(a *acl.Authorizer, resp any) {
+		filter: func(a *acl.Authorizer, _, resp any) {
 			r := resp.(*lodestonepb.HealthServiceResponse)
 			r.Instances = acl.FilterHealth(a, r.Instances)
 		},
 	},
-	lodestonepb.Catalog_Nodes_FullMethodName: {filter: func(a *acl.Authorizer, resp any) {
+	lodestonepb.Catalog_Nodes_FullMethodName: {filter: func(a *acl.Authorizer, _, resp any) {
 		r := resp.(*lodestonepb.NodesResponse)
 		r.Nodes = acl.FilterNodes(a, r.Nodes)
 	}},
@@ -216,7 +227,7 @@ var grpcRules = map[string]grpcRule{
 		check: func(_ *authz, a *acl.Authorizer, req any) error {
 			return a.Check(acl.ResourceNode, req.(*lodestonepb.NodeRequest).Name, acl.AccessRead)
 		},
-		filter: func(a *acl.Authorizer, resp any) {
+		filter: func(a *acl.Authorizer, _, resp any) {
 			r := resp.(*lodestonepb.NodeResponse)
 			if r.Node != nil {
 				// NB: a new message: the stored one is shared and immutable.
@@ -224,11 +235,11 @@ var grpcRules = map[string]grpcRule{
 			}
 		},
 	},
-	lodestonepb.Catalog_Checks_FullMethodName: {filter: func(a *acl.Authorizer, resp any) {
+	lodestonepb.Catalog_Checks_FullMethodName: {filter: func(a *acl.Authorizer, _, resp any) {
 		r := resp.(*lodestonepb.ChecksResponse)
 		r.Checks = acl.FilterChecks(a, r.Checks)
 	}},
-	lodestonepb.Catalog_ChecksInState_FullMethodName: {filter: func(a *acl.Authorizer, resp any) {
+	lodestonepb.Catalog_ChecksInState_FullMethodName: {filter: func(a *acl.Authorizer, _, resp any) {
 		r := resp.(*lodestonepb.ChecksInStateResponse)
 		r.Checks = acl.FilterChecks(a, r.Checks)
 	}},
@@ -242,7 +253,7 @@ var grpcRules = map[string]grpcRule{
 	lodestonepb.Session_Renew_FullMethodName: write(func(req any) *lodestonepb.Command {
 		return &lodestonepb.Command{Op: &lodestonepb.Command_SessionRenew{SessionRenew: req.(*lodestonepb.RenewSessionRequest)}}
 	}),
-	lodestonepb.Session_Info_FullMethodName: {filter: func(a *acl.Authorizer, resp any) {
+	lodestonepb.Session_Info_FullMethodName: {filter: func(a *acl.Authorizer, _, resp any) {
 		r := resp.(*lodestonepb.SessionInfoResponse)
 		if r.Session != nil && !a.Allowed(acl.ResourceSession, r.Session.Node, acl.AccessRead) {
 			r.Session = nil
@@ -262,7 +273,7 @@ var grpcRules = map[string]grpcRule{
 	lodestonepb.Admin_GetAdmission_FullMethodName: need(acl.ResourceOperator, acl.AccessRead),
 }
 
-func filterSessions(a *acl.Authorizer, resp any) {
+func filterSessions(a *acl.Authorizer, _, resp any) {
 	r := resp.(*lodestonepb.ListSessionsResponse)
 	r.Sessions = acl.FilterSessions(a, r.Sessions)
 }

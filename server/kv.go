@@ -33,6 +33,43 @@ func (k *kvService) Get(ctx context.Context, req *lodestonepb.GetRequest) (*lode
 	return &lodestonepb.GetResponse{Header: k.s.header(index), Kv: kv}, nil
 }
 
+// GetMany answers several Gets with one leadership check and one
+// response. A key a Get would refuse (not valid, or not readable with the
+// caller's token: the ACL filter) or whose entry would take the answer
+// past --max-range-response-bytes is answered unserved instead of failing
+// the others: the client asks for it alone, and Get says why.
+func (k *kvService) GetMany(ctx context.Context, req *lodestonepb.GetManyRequest) (*lodestonepb.GetManyResponse, error) {
+	lim := k.s.live().Limits
+	if max := lim.TxnOpsLimit(); len(req.Keys) > max {
+		k.s.metrics.refused.WithLabelValues("grpc", "max-txn-ops").Inc()
+		return nil, rpcstatus.Invalidf("GetMany of %d keys; at most %d allowed (limit max-txn-ops)", len(req.Keys), max)
+	}
+	keys := make([][]byte, len(req.Keys))
+	for i, key := range req.Keys {
+		if lim.ValidateKey(key) == nil {
+			keys[i] = key
+		}
+	}
+	if err := k.s.read(ctx, req.Consistency); err != nil {
+		return nil, rpcstatus.Of(err)
+	}
+	kvs, index := k.s.store.GetMany(keys)
+	results := make([]*lodestonepb.GetManyResult, len(keys))
+	max, size := k.s.rangeBytes(), 0
+	for i, kv := range kvs {
+		size += proto.Size(kv)
+		served := keys[i] != nil && size <= max
+		if !served {
+			kv = nil
+		}
+		results[i] = &lodestonepb.GetManyResult{Served: served, Kv: kv}
+	}
+	if size > max {
+		k.s.metrics.refused.WithLabelValues("grpc", "max-range-response-bytes").Inc()
+	}
+	return &lodestonepb.GetManyResponse{Header: k.s.header(index), Results: results}, nil
+}
+
 func (k *kvService) Range(ctx context.Context, req *lodestonepb.RangeRequest) (*lodestonepb.RangeResponse, error) {
 	lim := k.s.live().Limits
 	if max := lim.MaxRangeLimit; int(req.Limit) > max {

@@ -123,6 +123,10 @@ func (l Limits) RangeLimit(requested uint32) int {
 	return int(requested)
 }
 
+// TxnOpsLimit is MaxTxnOps, or its default when zero: the most operations
+// of one transaction and the most keys of one GetMany.
+func (l Limits) TxnOpsLimit() int { return l.withDefaults().MaxTxnOps }
+
 // ValidateKey checks a key for Get, Put, Delete and txn ops: not empty, no
 // NUL byte, at most MaxKeyBytes. The error is an *InvalidError wrapping
 // ErrInvalid.

@@ -223,6 +223,21 @@ func (s *Store) Get(key []byte) (*lodestonepb.KeyValue, uint64) {
 	return s.entry(it.key(), it.r), s.index
 }
 
+// GetMany reads keys at one index; a nil key is skipped, and its entry,
+// as a missing key's, is nil.
+func (s *Store) GetMany(keys [][]byte) ([]*lodestonepb.KeyValue, uint64) {
+	kvs := make([]*lodestonepb.KeyValue, len(keys))
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for i, key := range keys {
+		if key != nil {
+			it, _ := s.kv.Get(probe(key))
+			kvs[i] = s.entry(it.key(), it.r)
+		}
+	}
+	return kvs, s.index
+}
+
 // entry returns key's entry with its value read from the value file; nil
 // for a nil row. The caller holds mu (either way) or a pin.
 func (s *Store) entry(key []byte, r *row) *lodestonepb.KeyValue {

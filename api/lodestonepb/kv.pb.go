@@ -154,7 +154,7 @@ func (x TxnOp_Verb) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TxnOp_Verb.Descriptor instead.
 func (TxnOp_Verb) EnumDescriptor() ([]byte, []int) {
-	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{10, 0}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{13, 0}
 }
 
 // KeyValue is one stored entry with Consul's bookkeeping fields. Every
@@ -455,6 +455,172 @@ func (x *GetResponse) GetKv() *KeyValue {
 	return nil
 }
 
+// GetManyRequest reads several keys at one index with one leadership
+// check: the client library coalesces concurrent Gets on a connection into
+// one, so the per-call cost of gRPC is paid once for all of them.
+type GetManyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// keys are read in this order; at most max-txn-ops of them.
+	Keys          [][]byte    `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	Consistency   Consistency `protobuf:"varint,2,opt,name=consistency,proto3,enum=lodestone.v1.Consistency" json:"consistency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetManyRequest) Reset() {
+	*x = GetManyRequest{}
+	mi := &file_lodestone_v1_kv_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetManyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetManyRequest) ProtoMessage() {}
+
+func (x *GetManyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_kv_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetManyRequest.ProtoReflect.Descriptor instead.
+func (*GetManyRequest) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetManyRequest) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *GetManyRequest) GetConsistency() Consistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return Consistency_LINEARIZABLE
+}
+
+// GetManyResult answers one key of a GetManyRequest.
+type GetManyResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// served is false when this key was not read here: the key is not
+	// valid, the token may not read it, or the answer had reached
+	// max-range-response-bytes. A Get of the key says which, and reads it.
+	Served bool `protobuf:"varint,1,opt,name=served,proto3" json:"served,omitempty"`
+	// kv is unset when the key does not exist (or was not served).
+	Kv            *KeyValue `protobuf:"bytes,2,opt,name=kv,proto3" json:"kv,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetManyResult) Reset() {
+	*x = GetManyResult{}
+	mi := &file_lodestone_v1_kv_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetManyResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetManyResult) ProtoMessage() {}
+
+func (x *GetManyResult) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_kv_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetManyResult.ProtoReflect.Descriptor instead.
+func (*GetManyResult) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *GetManyResult) GetServed() bool {
+	if x != nil {
+		return x.Served
+	}
+	return false
+}
+
+func (x *GetManyResult) GetKv() *KeyValue {
+	if x != nil {
+		return x.Kv
+	}
+	return nil
+}
+
+type GetManyResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ResponseHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// results[i] answers keys[i]; there is one for every key.
+	Results       []*GetManyResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetManyResponse) Reset() {
+	*x = GetManyResponse{}
+	mi := &file_lodestone_v1_kv_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetManyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetManyResponse) ProtoMessage() {}
+
+func (x *GetManyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lodestone_v1_kv_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetManyResponse.ProtoReflect.Descriptor instead.
+func (*GetManyResponse) Descriptor() ([]byte, []int) {
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GetManyResponse) GetHeader() *ResponseHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *GetManyResponse) GetResults() []*GetManyResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 type RangeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// prefix selects keys starting with it; empty selects every key.
@@ -473,7 +639,7 @@ type RangeRequest struct {
 
 func (x *RangeRequest) Reset() {
 	*x = RangeRequest{}
-	mi := &file_lodestone_v1_kv_proto_msgTypes[4]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +651,7 @@ func (x *RangeRequest) String() string {
 func (*RangeRequest) ProtoMessage() {}
 
 func (x *RangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_kv_proto_msgTypes[4]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +664,7 @@ func (x *RangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeRequest.ProtoReflect.Descriptor instead.
 func (*RangeRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{4}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RangeRequest) GetPrefix() []byte {
@@ -562,7 +728,7 @@ type RangeResponse struct {
 
 func (x *RangeResponse) Reset() {
 	*x = RangeResponse{}
-	mi := &file_lodestone_v1_kv_proto_msgTypes[5]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -574,7 +740,7 @@ func (x *RangeResponse) String() string {
 func (*RangeResponse) ProtoMessage() {}
 
 func (x *RangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_kv_proto_msgTypes[5]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -587,7 +753,7 @@ func (x *RangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeResponse.ProtoReflect.Descriptor instead.
 func (*RangeResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{5}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RangeResponse) GetHeader() *ResponseHeader {
@@ -634,7 +800,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_lodestone_v1_kv_proto_msgTypes[6]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -646,7 +812,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_kv_proto_msgTypes[6]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -659,7 +825,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{6}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PutRequest) GetKey() []byte {
@@ -722,7 +888,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_lodestone_v1_kv_proto_msgTypes[7]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +900,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_kv_proto_msgTypes[7]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +913,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{7}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PutResponse) GetHeader() *ResponseHeader {
@@ -778,7 +944,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_lodestone_v1_kv_proto_msgTypes[8]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +956,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_kv_proto_msgTypes[8]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +969,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{8}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteRequest) GetKey() []byte {
@@ -837,7 +1003,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_lodestone_v1_kv_proto_msgTypes[9]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +1015,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_kv_proto_msgTypes[9]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +1028,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{9}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteResponse) GetHeader() *ResponseHeader {
@@ -894,7 +1060,7 @@ type TxnOp struct {
 
 func (x *TxnOp) Reset() {
 	*x = TxnOp{}
-	mi := &file_lodestone_v1_kv_proto_msgTypes[10]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +1072,7 @@ func (x *TxnOp) String() string {
 func (*TxnOp) ProtoMessage() {}
 
 func (x *TxnOp) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_kv_proto_msgTypes[10]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1085,7 @@ func (x *TxnOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnOp.ProtoReflect.Descriptor instead.
 func (*TxnOp) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{10}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TxnOp) GetVerb() TxnOp_Verb {
@@ -973,7 +1139,7 @@ type TxnRequest struct {
 
 func (x *TxnRequest) Reset() {
 	*x = TxnRequest{}
-	mi := &file_lodestone_v1_kv_proto_msgTypes[11]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1151,7 @@ func (x *TxnRequest) String() string {
 func (*TxnRequest) ProtoMessage() {}
 
 func (x *TxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_kv_proto_msgTypes[11]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1164,7 @@ func (x *TxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnRequest.ProtoReflect.Descriptor instead.
 func (*TxnRequest) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{11}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TxnRequest) GetOps() []*TxnOp {
@@ -1018,7 +1184,7 @@ type TxnError struct {
 
 func (x *TxnError) Reset() {
 	*x = TxnError{}
-	mi := &file_lodestone_v1_kv_proto_msgTypes[12]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1196,7 @@ func (x *TxnError) String() string {
 func (*TxnError) ProtoMessage() {}
 
 func (x *TxnError) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_kv_proto_msgTypes[12]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1209,7 @@ func (x *TxnError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnError.ProtoReflect.Descriptor instead.
 func (*TxnError) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{12}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TxnError) GetOpIndex() uint32 {
@@ -1072,7 +1238,7 @@ type TxnResult struct {
 
 func (x *TxnResult) Reset() {
 	*x = TxnResult{}
-	mi := &file_lodestone_v1_kv_proto_msgTypes[13]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1084,7 +1250,7 @@ func (x *TxnResult) String() string {
 func (*TxnResult) ProtoMessage() {}
 
 func (x *TxnResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_kv_proto_msgTypes[13]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1097,7 +1263,7 @@ func (x *TxnResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnResult.ProtoReflect.Descriptor instead.
 func (*TxnResult) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{13}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TxnResult) GetKv() *KeyValue {
@@ -1128,7 +1294,7 @@ type TxnResponse struct {
 
 func (x *TxnResponse) Reset() {
 	*x = TxnResponse{}
-	mi := &file_lodestone_v1_kv_proto_msgTypes[14]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1306,7 @@ func (x *TxnResponse) String() string {
 func (*TxnResponse) ProtoMessage() {}
 
 func (x *TxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lodestone_v1_kv_proto_msgTypes[14]
+	mi := &file_lodestone_v1_kv_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1319,7 @@ func (x *TxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnResponse.ProtoReflect.Descriptor instead.
 func (*TxnResponse) Descriptor() ([]byte, []int) {
-	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{14}
+	return file_lodestone_v1_kv_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TxnResponse) GetHeader() *ResponseHeader {
@@ -1213,7 +1379,16 @@ const file_lodestone_v1_kv_proto_rawDesc = "" +
 	"\await_ms\x18\x04 \x01(\rR\x06waitMs\"k\n" +
 	"\vGetResponse\x124\n" +
 	"\x06header\x18\x01 \x01(\v2\x1c.lodestone.v1.ResponseHeaderR\x06header\x12&\n" +
-	"\x02kv\x18\x02 \x01(\v2\x16.lodestone.v1.KeyValueR\x02kv\"\xef\x01\n" +
+	"\x02kv\x18\x02 \x01(\v2\x16.lodestone.v1.KeyValueR\x02kv\"a\n" +
+	"\x0eGetManyRequest\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\fR\x04keys\x12;\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x19.lodestone.v1.ConsistencyR\vconsistency\"O\n" +
+	"\rGetManyResult\x12\x16\n" +
+	"\x06served\x18\x01 \x01(\bR\x06served\x12&\n" +
+	"\x02kv\x18\x02 \x01(\v2\x16.lodestone.v1.KeyValueR\x02kv\"~\n" +
+	"\x0fGetManyResponse\x124\n" +
+	"\x06header\x18\x01 \x01(\v2\x1c.lodestone.v1.ResponseHeaderR\x06header\x125\n" +
+	"\aresults\x18\x02 \x03(\v2\x1b.lodestone.v1.GetManyResultR\aresults\"\xef\x01\n" +
 	"\fRangeRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\fR\x06prefix\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\x1b\n" +
@@ -1289,9 +1464,10 @@ const file_lodestone_v1_kv_proto_rawDesc = "" +
 	"\x06errors\x18\x04 \x03(\v2\x16.lodestone.v1.TxnErrorR\x06errors**\n" +
 	"\vConsistency\x12\x10\n" +
 	"\fLINEARIZABLE\x10\x00\x12\t\n" +
-	"\x05STALE\x10\x012\xbf\x02\n" +
+	"\x05STALE\x10\x012\x87\x03\n" +
 	"\x02KV\x12:\n" +
-	"\x03Get\x12\x18.lodestone.v1.GetRequest\x1a\x19.lodestone.v1.GetResponse\x12@\n" +
+	"\x03Get\x12\x18.lodestone.v1.GetRequest\x1a\x19.lodestone.v1.GetResponse\x12F\n" +
+	"\aGetMany\x12\x1c.lodestone.v1.GetManyRequest\x1a\x1d.lodestone.v1.GetManyResponse\x12@\n" +
 	"\x05Range\x12\x1a.lodestone.v1.RangeRequest\x1a\x1b.lodestone.v1.RangeResponse\x12:\n" +
 	"\x03Put\x12\x18.lodestone.v1.PutRequest\x1a\x19.lodestone.v1.PutResponse\x12C\n" +
 	"\x06Delete\x12\x1b.lodestone.v1.DeleteRequest\x1a\x1c.lodestone.v1.DeleteResponse\x12:\n" +
@@ -1310,57 +1486,66 @@ func file_lodestone_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_lodestone_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lodestone_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_lodestone_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_lodestone_v1_kv_proto_goTypes = []any{
-	(Consistency)(0),       // 0: lodestone.v1.Consistency
-	(TxnOp_Verb)(0),        // 1: lodestone.v1.TxnOp.Verb
-	(*KeyValue)(nil),       // 2: lodestone.v1.KeyValue
-	(*ResponseHeader)(nil), // 3: lodestone.v1.ResponseHeader
-	(*GetRequest)(nil),     // 4: lodestone.v1.GetRequest
-	(*GetResponse)(nil),    // 5: lodestone.v1.GetResponse
-	(*RangeRequest)(nil),   // 6: lodestone.v1.RangeRequest
-	(*RangeResponse)(nil),  // 7: lodestone.v1.RangeResponse
-	(*PutRequest)(nil),     // 8: lodestone.v1.PutRequest
-	(*PutResponse)(nil),    // 9: lodestone.v1.PutResponse
-	(*DeleteRequest)(nil),  // 10: lodestone.v1.DeleteRequest
-	(*DeleteResponse)(nil), // 11: lodestone.v1.DeleteResponse
-	(*TxnOp)(nil),          // 12: lodestone.v1.TxnOp
-	(*TxnRequest)(nil),     // 13: lodestone.v1.TxnRequest
-	(*TxnError)(nil),       // 14: lodestone.v1.TxnError
-	(*TxnResult)(nil),      // 15: lodestone.v1.TxnResult
-	(*TxnResponse)(nil),    // 16: lodestone.v1.TxnResponse
+	(Consistency)(0),        // 0: lodestone.v1.Consistency
+	(TxnOp_Verb)(0),         // 1: lodestone.v1.TxnOp.Verb
+	(*KeyValue)(nil),        // 2: lodestone.v1.KeyValue
+	(*ResponseHeader)(nil),  // 3: lodestone.v1.ResponseHeader
+	(*GetRequest)(nil),      // 4: lodestone.v1.GetRequest
+	(*GetResponse)(nil),     // 5: lodestone.v1.GetResponse
+	(*GetManyRequest)(nil),  // 6: lodestone.v1.GetManyRequest
+	(*GetManyResult)(nil),   // 7: lodestone.v1.GetManyResult
+	(*GetManyResponse)(nil), // 8: lodestone.v1.GetManyResponse
+	(*RangeRequest)(nil),    // 9: lodestone.v1.RangeRequest
+	(*RangeResponse)(nil),   // 10: lodestone.v1.RangeResponse
+	(*PutRequest)(nil),      // 11: lodestone.v1.PutRequest
+	(*PutResponse)(nil),     // 12: lodestone.v1.PutResponse
+	(*DeleteRequest)(nil),   // 13: lodestone.v1.DeleteRequest
+	(*DeleteResponse)(nil),  // 14: lodestone.v1.DeleteResponse
+	(*TxnOp)(nil),           // 15: lodestone.v1.TxnOp
+	(*TxnRequest)(nil),      // 16: lodestone.v1.TxnRequest
+	(*TxnError)(nil),        // 17: lodestone.v1.TxnError
+	(*TxnResult)(nil),       // 18: lodestone.v1.TxnResult
+	(*TxnResponse)(nil),     // 19: lodestone.v1.TxnResponse
 }
 var file_lodestone_v1_kv_proto_depIdxs = []int32{
 	0,  // 0: lodestone.v1.GetRequest.consistency:type_name -> lodestone.v1.Consistency
 	3,  // 1: lodestone.v1.GetResponse.header:type_name -> lodestone.v1.ResponseHeader
 	2,  // 2: lodestone.v1.GetResponse.kv:type_name -> lodestone.v1.KeyValue
-	0,  // 3: lodestone.v1.RangeRequest.consistency:type_name -> lodestone.v1.Consistency
-	3,  // 4: lodestone.v1.RangeResponse.header:type_name -> lodestone.v1.ResponseHeader
-	2,  // 5: lodestone.v1.RangeResponse.kvs:type_name -> lodestone.v1.KeyValue
-	3,  // 6: lodestone.v1.PutResponse.header:type_name -> lodestone.v1.ResponseHeader
-	2,  // 7: lodestone.v1.PutResponse.kv:type_name -> lodestone.v1.KeyValue
-	3,  // 8: lodestone.v1.DeleteResponse.header:type_name -> lodestone.v1.ResponseHeader
-	1,  // 9: lodestone.v1.TxnOp.verb:type_name -> lodestone.v1.TxnOp.Verb
-	12, // 10: lodestone.v1.TxnRequest.ops:type_name -> lodestone.v1.TxnOp
-	2,  // 11: lodestone.v1.TxnResult.kv:type_name -> lodestone.v1.KeyValue
-	3,  // 12: lodestone.v1.TxnResponse.header:type_name -> lodestone.v1.ResponseHeader
-	15, // 13: lodestone.v1.TxnResponse.results:type_name -> lodestone.v1.TxnResult
-	14, // 14: lodestone.v1.TxnResponse.errors:type_name -> lodestone.v1.TxnError
-	4,  // 15: lodestone.v1.KV.Get:input_type -> lodestone.v1.GetRequest
-	6,  // 16: lodestone.v1.KV.Range:input_type -> lodestone.v1.RangeRequest
-	8,  // 17: lodestone.v1.KV.Put:input_type -> lodestone.v1.PutRequest
-	10, // 18: lodestone.v1.KV.Delete:input_type -> lodestone.v1.DeleteRequest
-	13, // 19: lodestone.v1.KV.Txn:input_type -> lodestone.v1.TxnRequest
-	5,  // 20: lodestone.v1.KV.Get:output_type -> lodestone.v1.GetResponse
-	7,  // 21: lodestone.v1.KV.Range:output_type -> lodestone.v1.RangeResponse
-	9,  // 22: lodestone.v1.KV.Put:output_type -> lodestone.v1.PutResponse
-	11, // 23: lodestone.v1.KV.Delete:output_type -> lodestone.v1.DeleteResponse
-	16, // 24: lodestone.v1.KV.Txn:output_type -> lodestone.v1.TxnResponse
-	20, // [20:25] is the sub-list for method output_type
-	15, // [15:20] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	0,  // 3: lodestone.v1.GetManyRequest.consistency:type_name -> lodestone.v1.Consistency
+	2,  // 4: lodestone.v1.GetManyResult.kv:type_name -> lodestone.v1.KeyValue
+	3,  // 5: lodestone.v1.GetManyResponse.header:type_name -> lodestone.v1.ResponseHeader
+	7,  // 6: lodestone.v1.GetManyResponse.results:type_name -> lodestone.v1.GetManyResult
+	0,  // 7: lodestone.v1.RangeRequest.consistency:type_name -> lodestone.v1.Consistency
+	3,  // 8: lodestone.v1.RangeResponse.header:type_name -> lodestone.v1.ResponseHeader
+	2,  // 9: lodestone.v1.RangeResponse.kvs:type_name -> lodestone.v1.KeyValue
+	3,  // 10: lodestone.v1.PutResponse.header:type_name -> lodestone.v1.ResponseHeader
+	2,  // 11: lodestone.v1.PutResponse.kv:type_name -> lodestone.v1.KeyValue
+	3,  // 12: lodestone.v1.DeleteResponse.header:type_name -> lodestone.v1.ResponseHeader
+	1,  // 13: lodestone.v1.TxnOp.verb:type_name -> lodestone.v1.TxnOp.Verb
+	15, // 14: lodestone.v1.TxnRequest.ops:type_name -> lodestone.v1.TxnOp
+	2,  // 15: lodestone.v1.TxnResult.kv:type_name -> lodestone.v1.KeyValue
+	3,  // 16: lodestone.v1.TxnResponse.header:type_name -> lodestone.v1.ResponseHeader
+	18, // 17: lodestone.v1.TxnResponse.results:type_name -> lodestone.v1.TxnResult
+	17, // 18: lodestone.v1.TxnResponse.errors:type_name -> lodestone.v1.TxnError
+	4,  // 19: lodestone.v1.KV.Get:input_type -> lodestone.v1.GetRequest
+	6,  // 20: lodestone.v1.KV.GetMany:input_type -> lodestone.v1.GetManyRequest
+	9,  // 21: lodestone.v1.KV.Range:input_type -> lodestone.v1.RangeRequest
+	11, // 22: lodestone.v1.KV.Put:input_type -> lodestone.v1.PutRequest
+	13, // 23: lodestone.v1.KV.Delete:input_type -> lodestone.v1.DeleteRequest
+	16, // 24: lodestone.v1.KV.Txn:input_type -> lodestone.v1.TxnRequest
+	5,  // 25: lodestone.v1.KV.Get:output_type -> lodestone.v1.GetResponse
+	8,  // 26: lodestone.v1.KV.GetMany:output_type -> lodestone.v1.GetManyResponse
+	10, // 27: lodestone.v1.KV.Range:output_type -> lodestone.v1.RangeResponse
+	12, // 28: lodestone.v1.KV.Put:output_type -> lodestone.v1.PutResponse
+	14, // 29: lodestone.v1.KV.Delete:output_type -> lodestone.v1.DeleteResponse
+	19, // 30: lodestone.v1.KV.Txn:output_type -> lodestone.v1.TxnResponse
+	25, // [25:31] is the sub-list for method output_type
+	19, // [19:25] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_lodestone_v1_kv_proto_init() }
@@ -1368,15 +1553,15 @@ func file_lodestone_v1_kv_proto_init() {
 	if File_lodestone_v1_kv_proto != nil {
 		return
 	}
-	file_lodestone_v1_kv_proto_msgTypes[6].OneofWrappers = []any{}
-	file_lodestone_v1_kv_proto_msgTypes[8].OneofWrappers = []any{}
+	file_lodestone_v1_kv_proto_msgTypes[9].OneofWrappers = []any{}
+	file_lodestone_v1_kv_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lodestone_v1_kv_proto_rawDesc), len(file_lodestone_v1_kv_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,11 +22,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	KV_Get_FullMethodName    = "/lodestone.v1.KV/Get"
-	KV_Range_FullMethodName  = "/lodestone.v1.KV/Range"
-	KV_Put_FullMethodName    = "/lodestone.v1.KV/Put"
-	KV_Delete_FullMethodName = "/lodestone.v1.KV/Delete"
-	KV_Txn_FullMethodName    = "/lodestone.v1.KV/Txn"
+	KV_Get_FullMethodName     = "/lodestone.v1.KV/Get"
+	KV_GetMany_FullMethodName = "/lodestone.v1.KV/GetMany"
+	KV_Range_FullMethodName   = "/lodestone.v1.KV/Range"
+	KV_Put_FullMethodName     = "/lodestone.v1.KV/Put"
+	KV_Delete_FullMethodName  = "/lodestone.v1.KV/Delete"
+	KV_Txn_FullMethodName     = "/lodestone.v1.KV/Txn"
 )
 
 // KVClient is the client API for KV service.
@@ -34,6 +35,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type KVClient interface {
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
+	GetMany(ctx context.Context, in *GetManyRequest, opts ...grpc.CallOption) (*GetManyResponse, error)
 	Range(ctx context.Context, in *RangeRequest, opts ...grpc.CallOption) (*RangeResponse, error)
 	Put(ctx context.Context, in *PutRequest, opts ...grpc.CallOption) (*PutResponse, error)
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
@@ -52,6 +54,16 @@ func (c *kVClient) Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOpt
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetResponse)
 	err := c.cc.Invoke(ctx, KV_Get_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *kVClient) GetMany(ctx context.Context, in *GetManyRequest, opts ...grpc.CallOption) (*GetManyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetManyResponse)
+	err := c.cc.Invoke(ctx, KV_GetMany_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -103,6 +115,7 @@ func (c *kVClient) Txn(ctx context.Context, in *TxnRequest, opts ...grpc.CallOpt
 // for forward compatibility.
 type KVServer interface {
 	Get(context.Context, *GetRequest) (*GetResponse, error)
+	GetMany(context.Context, *GetManyRequest) (*GetManyResponse, error)
 	Range(context.Context, *RangeRequest) (*RangeResponse, error)
 	Put(context.Context, *PutRequest) (*PutResponse, error)
 	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
@@ -119,6 +132,9 @@ type UnimplementedKVServer struct{}
 
 func (UnimplementedKVServer) Get(context.Context, *GetRequest) (*GetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
+}
+func (UnimplementedKVServer) GetMany(context.Context, *GetManyRequest) (*GetManyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetMany not implemented")
 }
 func (UnimplementedKVServer) Range(context.Context, *RangeRequest) (*RangeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Range not implemented")
@@ -167,6 +183,24 @@ func _KV_Get_Handler(srv interface{}, ctx context.Context, dec func(interface{})
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(KVServer).Get(ctx, req.(*GetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _KV_GetMany_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetManyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KVServer).GetMany(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KV_GetMany_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KVServer).GetMany(ctx, req.(*GetManyRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -253,6 +287,10 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Get",
 			Handler:    _KV_Get_Handler,
+		},
+		{
+			MethodName: "GetMany",
+			Handler:    _KV_GetMany_Handler,
 		},
 		{
 			MethodName: "Range",

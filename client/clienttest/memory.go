@@ -47,7 +47,7 @@ func NewMemory(self *lodestonepb.Member) *Memory {
 // Funcs returns Funcs answering from m.
 func (m *Memory) Funcs() *Funcs {
 	return &Funcs{
-		Get: m.get, Range: m.rng, Put: m.put, Delete: m.del, Txn: m.txn,
+		Get: m.get, GetMany: m.getMany, Range: m.rng, Put: m.put, Delete: m.del, Txn: m.txn,
 		Members: m.membersRPC, AddMember: m.addMember, RemoveMember: m.removeMember,
 		PromoteMember: m.promote, TransferLeader: m.transfer, Status: m.status,
 	}
@@ -63,6 +63,20 @@ func (m *Memory) get(_ context.Context, r *lodestonepb.GetRequest) (*lodestonepb
 	resp := &lodestonepb.GetResponse{Header: m.header()}
 	if kv, ok := m.kvs[string(r.Key)]; ok {
 		resp.Kv = proto.Clone(kv).(*lodestonepb.KeyValue)
+	}
+	return resp, nil
+}
+
+func (m *Memory) getMany(_ context.Context, r *lodestonepb.GetManyRequest) (*lodestonepb.GetManyResponse, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	resp := &lodestonepb.GetManyResponse{Header: m.header()}
+	for _, key := range r.Keys {
+		res := &lodestonepb.GetManyResult{Served: true}
+		if kv, ok := m.kvs[string(key)]; ok {
+			res.Kv = proto.Clone(kv).(*lodestonepb.KeyValue)
+		}
+		resp.Results = append(resp.Results, res)
 	}
 	return resp, nil
 }

@@ -28,11 +28,12 @@ import (
 
 // Funcs answers RPCs. A nil field answers Unimplemented.
 type Funcs struct {
-	Get    func(context.Context, *lodestonepb.GetRequest) (*lodestonepb.GetResponse, error)
-	Range  func(context.Context, *lodestonepb.RangeRequest) (*lodestonepb.RangeResponse, error)
-	Put    func(context.Context, *lodestonepb.PutRequest) (*lodestonepb.PutResponse, error)
-	Delete func(context.Context, *lodestonepb.DeleteRequest) (*lodestonepb.DeleteResponse, error)
-	Txn    func(context.Context, *lodestonepb.TxnRequest) (*lodestonepb.TxnResponse, error)
+	Get     func(context.Context, *lodestonepb.GetRequest) (*lodestonepb.GetResponse, error)
+	GetMany func(context.Context, *lodestonepb.GetManyRequest) (*lodestonepb.GetManyResponse, error)
+	Range   func(context.Context, *lodestonepb.RangeRequest) (*lodestonepb.RangeResponse, error)
+	Put     func(context.Context, *lodestonepb.PutRequest) (*lodestonepb.PutResponse, error)
+	Delete  func(context.Context, *lodestonepb.DeleteRequest) (*lodestonepb.DeleteResponse, error)
+	Txn     func(context.Context, *lodestonepb.TxnRequest) (*lodestonepb.TxnResponse, error)
 
 	Members        func(context.Context, *lodestonepb.MembersRequest) (*lodestonepb.MembersResponse, error)
 	AddMember      func(context.Context, *lodestonepb.AddMemberRequest) (*lodestonepb.AddMemberResponse, error)
@@ -163,6 +164,13 @@ func (s *kvServer) Get(ctx context.Context, r *lodestonepb.GetRequest) (*lodesto
 		return nil, unimplemented("Get")
 	}
 	return s.f.Get(ctx, r)
+}
+
+func (s *kvServer) GetMany(ctx context.Context, r *lodestonepb.GetManyRequest) (*lodestonepb.GetManyResponse, error) {
+	if s.f.GetMany == nil {
+		return nil, unimplemented("GetMany")
+	}
+	return s.f.GetMany(ctx, r)
 }
 
 func (s *kvServer) Range(ctx context.Context, r *lodestonepb.RangeRequest) (*lodestonepb.RangeResponse, error) {

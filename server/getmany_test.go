@@ -1,0 +1,143 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	consul "github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
+	"github.com/lodestone-kv/lodestone/client"
+)
+
+// TestGetMany: one GetMany answers every key at one index; a key a Get
+// would refuse (not valid, not readable with the token) or that would
+// take the answer past max-range-response-bytes is unserved, not an
+// error; more keys than max-txn-ops are refused, counted, as a whole.
+func TestGetMany(t *testing.T) {
+	c := newTestCluster(t, 1, withACLs, func(cfg *Config) {
+		cfg.Limits.MaxTxnOps = 6
+		cfg.MaxRangeResponseBytes = 64 << 10
+	})
+	n := c.names[0]
+	boot, _, err := consulAs(t, c, n, "").ACL().Bootstrap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgmt := consulAs(t, c, n, boot.SecretID)
+	big := bytes.Repeat([]byte("v"), 30<<10)
+	for _, kv := range []struct{ key, value string }{{"app/a", "a"}, {"app/b", "b"}, {"secret/s", "s"},
+		{"app/big1", string(big)}, {"app/big2", string(big)}, {"app/big3", string(big)}} {
+		if _, err := mgmt.KV().Put(&consul.KVPair{Key: kv.key, Value: []byte(kv.value)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reader := tokenWith(t, mgmt, "reader", `key_prefix "app/" { policy = "read" }`)
+	kv := lodestonepb.NewKVClient(grpcAs(t, c, n, reader))
+	ctx := ctxT(t)
+
+	getMany := func(keys ...string) []string {
+		t.Helper()
+		req := &lodestonepb.GetManyRequest{}
+		for _, k := range keys {
+			req.Keys = append(req.Keys, []byte(k))
+		}
+		resp, err := kv.GetMany(ctx, req)
+		if err != nil {
+			t.Fatalf("GetMany %q: %v", keys, err)
+		}
+		if len(resp.Results) != len(keys) || resp.Header.GetIndex() == 0 {
+			t.Fatalf("GetMany %q: %d results at index %d", keys, len(resp.Results), resp.Header.GetIndex())
+		}
+		var got []string
+		for _, r := range resp.Results {
+			switch {
+			case !r.Served:
+				got = append(got, "unserved")
+			case r.Kv == nil:
+				got = append(got, "missing")
+			default:
+				got = append(got, fmt.Sprintf("%d bytes", len(r.Kv.Value)))
+			}
+		}
+		return got
+	}
+	if got := fmt.Sprint(getMany("app/a", "app/missing", "secret/s", "", "app/b")); got != "[1 bytes missing unserved unserved 1 bytes]" {
+		t.Errorf("served %s, want a, missing, secret/s and the empty key unserved, b", got)
+	}
+	if got := fmt.Sprint(getMany("app/big1", "app/a", "app/big2", "app/big3", "app/b")); got != "[30720 bytes 1 bytes 30720 bytes unserved unserved]" {
+		t.Errorf("served %s, want everything up to 64 KiB", got)
+	}
+
+	refused := c.servers[n].metrics.refused.WithLabelValues("grpc", "max-txn-ops")
+	before := testutil.ToFloat64(refused)
+	_, err = kv.GetMany(ctx, &lodestonepb.GetManyRequest{Keys: bytes.Fields([]byte("a b c d e f g"))})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "at most 6") || !strings.Contains(err.Error(), "max-txn-ops") {
+		t.Errorf("7 keys: %v, want InvalidArgument naming max-txn-ops and 6", err)
+	}
+	if got := testutil.ToFloat64(refused) - before; got != 1 {
+		t.Errorf("refusals counted: %v, want 1", got)
+	}
+}
+
+// TestClientCoalescesGets: many goroutines sharing one client get every
+// answer a Get alone gives, values and denials alike, while their Gets
+// travel as GetManys.
+func TestClientCoalescesGets(t *testing.T) {
+	c := newTestCluster(t, 1, withACLs)
+	n := c.names[0]
+	boot, _, err := consulAs(t, c, n, "").ACL().Bootstrap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgmt := consulAs(t, c, n, boot.SecretID)
+	for _, k := range []string{"app/0", "app/1", "app/2", "secret/s"} {
+		if _, err := mgmt.KV().Put(&consul.KVPair{Key: k, Value: []byte(k)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl, err := client.New(client.Config{Endpoints: []string{c.servers[n].GRPCAddr()},
+		Token: tokenWith(t, mgmt, "reader", `key_prefix "app/" { policy = "read" }`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := ctxT(t)
+	many := c.servers[n].metrics.requests.WithLabelValues(lodestonepb.KV_GetMany_FullMethodName, "OK")
+	// NB: rounds until a GetMany was seen, not a fixed count: whether Gets
+	// queue depends on timing; each round checks every answer either way.
+	for round := 0; testutil.ToFloat64(many) == 0; round++ {
+		if round == 50 {
+			t.Fatal("50 rounds of 32 concurrent Gets made no GetMany")
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 32)
+		for i := range errs {
+			wg.Go(func() {
+				key := []string{"app/0", "app/1", "app/2", "app/none", "secret/s"}[i%5]
+				resp, err := cl.Get(ctx, key)
+				switch {
+				case key == "secret/s":
+					if !errors.Is(err, client.ErrPermissionDenied) {
+						errs[i] = fmt.Errorf("get %s: %v, want permission denied", key, err)
+					}
+				case err != nil:
+					errs[i] = err
+				case key == "app/none" && resp.Kv != nil, key != "app/none" && string(resp.GetKv().GetValue()) != key:
+					errs[i] = fmt.Errorf("get %s: %v", key, resp.Kv)
+				}
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
