@@ -33,9 +33,12 @@ type system struct {
 	// leader asks each client address who leads and returns the leader's
 	// client address; it fails while there is none.
 	leader func(ctx context.Context, sys system, clients []string) (string, error)
-	// ops returns the operations bound to one gRPC connection, each a
-	// single call of the system's raw generated stub.
-	ops func(conn *grpc.ClientConn) connOps
+	// ops returns the operations of one bench connection of c, each a
+	// single call of the system's Go client (see each system for which).
+	ops func(c *cluster, conn *grpc.ClientConn) (connOps, error)
+	// stubPut is a put of the raw generated stub on conn, whatever
+	// credentials conn carries: the secure setup's checks.
+	stubPut func(conn *grpc.ClientConn) func(ctx context.Context, key, value []byte) error
 	// dialOptions are the connection options of the system's own Go
 	// client, so each side runs as its users run it.
 	dialOptions []grpc.DialOption
@@ -82,6 +85,8 @@ type cluster struct {
 	// connOptions are added to every bench connection (a secure
 	// Lodestone's ACL token); set by the system's prepare.
 	connOptions []grpc.DialOption
+	// token is the secret connOptions send, for a secure Lodestone.
+	token string
 	// mgmtToken is a secure Lodestone's management token (prepare).
 	mgmtToken string
 }
@@ -225,7 +230,12 @@ func (c *cluster) probe(ctx context.Context, timeout time.Duration) error {
 		return err
 	}
 	defer conn.Close()
-	put := c.sys.ops(conn).put
+	ops, err := c.sys.ops(c, conn)
+	if err != nil {
+		return err
+	}
+	defer ops.close()
+	put := ops.put
 	for {
 		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 		err := put(pctx, []byte("kvbench/probe"), []byte("ok"))
@@ -301,7 +311,12 @@ func (c *cluster) preload(ctx context.Context, size int) error {
 			return err
 		}
 		defer conn.Close()
-		putBatch := c.sys.ops(conn).putBatch
+		ops, err := c.sys.ops(c, conn)
+		if err != nil {
+			return err
+		}
+		defer ops.close()
+		putBatch := ops.putBatch
 		value := make([]byte, size)
 		rand.Read(value)
 		wg.Go(func() {

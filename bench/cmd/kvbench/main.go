@@ -211,7 +211,7 @@ func run(ctx context.Context) error {
 // printSetup states how the runs were made, before the verdicts.
 func printSetup(phases []phase, secure bool, pinning string) {
 	fmt.Printf("setup: 3-node clusters, 3 processes each on 127.0.0.1 loopback, fsync on, one cluster running at a time, every op sent to the leader "+
-		"over plain grpc-go connections with each system's generated stub; a fresh cluster per put run; the read workloads share one fresh cluster "+
+		"through Lodestone's Go client (one per connection; it coalesces concurrent gets into GetMany) or etcd's generated stub on a plain grpc-go connection; a fresh cluster per put run; the read workloads share one fresh cluster "+
 		"per system and rep, preloaded with %d keys of %d bytes (kvbench/pre/00000-%05d, 64 writers) and run on it in the order below; "+
 		"%d reps, puts %s after %s warm-up, read workloads %s after %s warm-up; medians shown\n",
 		preloadKeys, *flagValueSize, preloadKeys-1, *flagReps, *flagDuration, *flagWarmup, *flagReadDuration, *flagReadWarmup)
@@ -382,7 +382,10 @@ func runWorkload(ctx context.Context, c *cluster, w workload, name string) (_ ha
 			return harness.Result{}, "", err
 		}
 		defer conn.Close()
-		conns[i] = c.sys.ops(conn)
+		if conns[i], err = c.sys.ops(c, conn); err != nil {
+			return harness.Result{}, "", err
+		}
+		defer conns[i].close()
 	}
 	values := make([][]byte, w.clients)
 	for i := range values {

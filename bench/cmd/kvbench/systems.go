@@ -1,6 +1,9 @@
 package main
 
 import (
+	"github.com/lodestone-kv/lodestone/client"
+	"github.com/lodestone-kv/lodestone/internal/token"
+
 	"context"
 	"errors"
 	"fmt"
@@ -82,11 +85,12 @@ func lodestoneSystem(bin string, sec *secureFiles) system {
 			if sec == nil {
 				return nil
 			}
-			opt, mgmt, err := lodestoneACL(ctx, sec, c.http[slices.Index(c.clients, c.leader)])
+			secret, mgmt, err := lodestoneACL(ctx, sec, c.http[slices.Index(c.clients, c.leader)])
 			if err != nil {
 				return err
 			}
-			c.connOptions = append(c.connOptions, opt)
+			c.token = secret
+			c.connOptions = append(c.connOptions, grpc.WithPerRPCCredentials(token.PerRPC(secret)))
 			c.mgmtToken = mgmt
 			return nil
 		},
@@ -109,45 +113,70 @@ func lodestoneSystem(bin string, sec *secureFiles) system {
 			}
 			return "", errors.Join(append(errs, errNoLeader)...)
 		},
-		ops: func(conn *grpc.ClientConn) connOps {
-			kv := lodestonepb.NewKVClient(conn)
+		// NB: every op goes through the Go client Lodestone's users run
+		// (one per bench connection, whose own connection the client
+		// dials; the bench connection itself stays idle), retry layer
+		// and all, and the client coalesces concurrent Gets into one
+		// GetMany (client.Config.GetBatch).
+		ops: func(c *cluster, _ *grpc.ClientConn) (connOps, error) {
+			cfg := client.Config{
+				Endpoints:   []string{c.leader},
+				Token:       c.token,
+				DialOptions: slices.Clone(c.sys.dialOptions),
+			}
+			if c.sys.sec != nil {
+				cfg.TLS = c.sys.sec.client
+			}
+			cl, err := client.New(cfg)
+			if err != nil {
+				return connOps{}, err
+			}
 			return connOps{
+				close: func() { cl.Close() },
 				put: func(ctx context.Context, key, value []byte) error {
-					_, err := kv.Put(ctx, &lodestonepb.PutRequest{Key: key, Value: value})
+					_, err := cl.Put(ctx, string(key), value)
 					return err
 				},
 				putBatch: func(ctx context.Context, keys [][]byte, value []byte) error {
-					req := &lodestonepb.TxnRequest{}
+					var ops []*lodestonepb.TxnOp
 					for _, k := range keys {
-						req.Ops = append(req.Ops, &lodestonepb.TxnOp{Verb: lodestonepb.TxnOp_SET, Key: k, Value: value})
+						ops = append(ops, &lodestonepb.TxnOp{Verb: lodestonepb.TxnOp_SET, Key: k, Value: value})
 					}
-					resp, err := kv.Txn(ctx, req)
+					resp, err := cl.Txn(ctx, ops)
 					if err == nil && !resp.GetSucceeded() {
 						err = fmt.Errorf("transaction failed: %v", resp.GetErrors())
 					}
 					return err
 				},
 				get: func(ctx context.Context, key []byte, stale bool) ([]byte, bool, error) {
-					req := &lodestonepb.GetRequest{Key: key}
+					var opts []client.ReadOption
 					if stale {
-						req.Consistency = lodestonepb.Consistency_STALE
+						opts = append(opts, client.Stale())
 					}
-					resp, err := kv.Get(ctx, req)
+					resp, err := cl.Get(ctx, string(key), opts...)
 					return resp.GetKv().GetValue(), resp.GetKv() != nil, err
 				},
 				rangeKeys: func(ctx context.Context, prefix []byte, limit int) (int, error) {
-					resp, err := kv.Range(ctx, &lodestonepb.RangeRequest{Prefix: prefix, Limit: uint32(limit)})
+					resp, err := cl.Range(ctx, string(prefix), client.Limit(uint32(limit)))
 					return len(resp.GetKvs()), err
 				},
+			}, nil
+		},
+		stubPut: func(conn *grpc.ClientConn) func(ctx context.Context, key, value []byte) error {
+			kv := lodestonepb.NewKVClient(conn)
+			return func(ctx context.Context, key, value []byte) error {
+				_, err := kv.Put(ctx, &lodestonepb.PutRequest{Key: key, Value: value})
+				return err
 			}
 		},
 	}
 }
 
 // etcdSystem runs etcdnode members (embedded etcd, fsync on). Leader
-// discovery uses clientv3's Status; puts use etcd's raw generated KV stub
-// over a plain gRPC connection, as Lodestone's puts do, so neither
-// side pays for a client library's retry and balancing layers. With sec,
+// discovery uses clientv3's Status; every op is a call of etcd's raw
+// generated KV stub on a bench connection, which costs the load generator
+// less than clientv3's retry and balancing layers (Lodestone's ops pay
+// for its client's). With sec,
 // the client and peer ports serve TLS and require a client certificate,
 // the client port serves gRPC only (HTTP on the spare port: etcd's
 // recommended layout, without which it serves TLS gRPC through net/http),
@@ -223,13 +252,10 @@ func etcdSystem(bin string, sec *secureFiles) system {
 			}
 			return "", errors.Join(append(errs, errNoLeader)...)
 		},
-		ops: func(conn *grpc.ClientConn) connOps {
+		ops: func(_ *cluster, conn *grpc.ClientConn) (connOps, error) {
 			kv := etcdserverpb.NewKVClient(conn)
 			return connOps{
-				put: func(ctx context.Context, key, value []byte) error {
-					_, err := kv.Put(ctx, &etcdserverpb.PutRequest{Key: key, Value: value})
-					return err
-				},
+				put: etcdPut(conn),
 				putBatch: func(ctx context.Context, keys [][]byte, value []byte) error {
 					req := &etcdserverpb.TxnRequest{}
 					for _, k := range keys {
@@ -254,7 +280,17 @@ func etcdSystem(bin string, sec *secureFiles) system {
 						Key: prefix, RangeEnd: []byte(clientv3.GetPrefixRangeEnd(string(prefix))), Limit: int64(limit)})
 					return len(resp.GetKvs()), err
 				},
-			}
+				close: func() {},
+			}, nil
 		},
+		stubPut: etcdPut,
+	}
+}
+
+func etcdPut(conn *grpc.ClientConn) func(ctx context.Context, key, value []byte) error {
+	kv := etcdserverpb.NewKVClient(conn)
+	return func(ctx context.Context, key, value []byte) error {
+		_, err := kv.Put(ctx, &etcdserverpb.PutRequest{Key: key, Value: value})
+		return err
 	}
 }

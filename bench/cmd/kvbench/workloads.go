@@ -190,6 +190,8 @@ type connOps struct {
 	// rangeKeys returns how many keys starting with prefix it read (at
 	// most limit).
 	rangeKeys func(ctx context.Context, prefix []byte, limit int) (int, error)
+	// close releases what the operations hold beside the connection.
+	close func()
 }
 
 // op is w's operation for harness.Drive: client c uses connection c mod

@@ -179,7 +179,12 @@ func checkOps(t *testing.T, c *cluster) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	conns := []connOps{c.sys.ops(conn)}
+	ops, err := c.sys.ops(c, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ops.close()
+	conns := []connOps{ops}
 	const size = 32
 	values := [][]byte{bytes.Repeat([]byte("m"), size), bytes.Repeat([]byte("n"), size)}
 
