@@ -29,7 +29,8 @@ type Limits struct {
 	// MaxTxnOps is the most operations in one transaction. Default 64
 	// (Consul's limit). Zero means the default. At most 4096. A transaction
 	// holds the store's write lock for its whole run, so this bounds how
-	// long one command can stall readers.
+	// long one command can stall readers. It bounds the keys of one
+	// GetMany too, which holds the read lock as long.
 	MaxTxnOps int
 	// MaxRangeLimit is the most keys one Range answer returns; clients page
 	// with start_after beyond it. Default 10000. Zero means the default. At

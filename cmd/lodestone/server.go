@@ -143,7 +143,7 @@ func addTuningFlags(cmd *cobra.Command, cfg *server.Config) {
 	f.Uint64Var(&cfg.AutoPromoteLag, "auto-promote-lag", cfg.AutoPromoteLag, "as leader, promote a learner added to become a voter once it is within this many entries of the leader's log and was heard from lately")
 	f.IntVar(&cfg.Limits.MaxKeyBytes, "max-key-bytes", cfg.Limits.MaxKeyBytes, "largest key accepted")
 	f.IntVar(&cfg.Limits.MaxValueBytes, "max-value-bytes", cfg.Limits.MaxValueBytes, "largest value accepted")
-	f.IntVar(&cfg.Limits.MaxTxnOps, "max-txn-ops", cfg.Limits.MaxTxnOps, "most operations in one transaction")
+	f.IntVar(&cfg.Limits.MaxTxnOps, "max-txn-ops", cfg.Limits.MaxTxnOps, "most operations in one transaction, and keys in one GetMany")
 	f.IntVar(&cfg.Limits.MaxRangeLimit, "max-range-keys", cfg.Limits.MaxRangeLimit, "most keys in one range answer")
 	f.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", cfg.MaxRequestBytes, "largest gRPC request accepted")
 	f.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "most concurrent client connections on the gRPC listener")
