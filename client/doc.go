@@ -1,7 +1,8 @@
 // Package client is the Go client for Lodestone's native gRPC API: the KV
-// service (Get, GetMany, Range, Put, Delete, Txn), the Cluster service (Members,
-// AddMember, RemoveMember, PromoteMember, TransferLeader, Status) and the
-// Watch service (Client.Watch, see "Watches").
+// service (Get, Range, Put, Delete, Txn; GetMany carries coalesced Gets,
+// see "Coalesced Gets"), the Cluster service (Members, AddMember,
+// RemoveMember, PromoteMember, TransferLeader, Status) and the Watch
+// service (Client.Watch, see "Watches").
 //
 // # What it owns
 //
