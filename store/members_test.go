@@ -242,6 +242,7 @@ func TestMembershipMatchesReference(t *testing.T) {
 	seed := testSeed(t)
 	r := rand.New(rand.NewPCG(seed, 7))
 	s, ref := New(), New()
+	peak := 0
 	types := []raftpb.ConfChangeType{addVoter, addLearner, removeNode, updateNode}
 	for index := uint64(1); index <= 2000; index++ {
 		if r.IntN(3) == 0 {
@@ -280,9 +281,12 @@ func TestMembershipMatchesReference(t *testing.T) {
 		if got, want := dump(s), dump(ref); got != want {
 			t.Fatalf("entry %d: store and reference differ:\n%s\nreference\n%s", index, got, want)
 		}
+		peak = max(peak, len(s.Members()))
 	}
-	if len(s.Members()) == 0 {
-		t.Errorf("stream too weak: no member at the end")
+	// NB: the peak, not the members at the end: a random stream may end
+	// just after removing the last of them (about one seed in 150).
+	if peak < 3 {
+		t.Errorf("stream too weak: at most %d members at once", peak)
 	}
 }
 
