@@ -66,8 +66,9 @@
 // waits for nothing. Each Get keeps its own answer and error: a key the
 // GetMany did not serve is asked for alone, an error the GetMany got is
 // returned to each Get under its own name, and a Get whose ctx ends while
-// it waits returns at once. A server without GetMany turns coalescing
-// off for the Client.
+// it waits returns at once. A Get whose ctx carries outgoing gRPC
+// metadata (a token of its own, say) always goes alone. A server without
+// GetMany turns coalescing off for the Client.
 //
 // # Watches
 //

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 )
@@ -168,6 +169,15 @@ func (b *getBatcher) getMany(batch []*queuedGet) {
 	for _, q := range batch {
 		close(q.done)
 	}
+}
+
+// hasOutgoingMetadata says whether ctx carries gRPC metadata for the call
+// (a token of the caller's own, say). NB: such a Get goes alone: a
+// GetMany carries no caller's metadata, so it would be answered under the
+// Client's token instead.
+func hasOutgoingMetadata(ctx context.Context) bool {
+	md, ok := metadata.FromOutgoingContext(ctx)
+	return ok && md.Len() > 0
 }
 
 // earliestDeadline is the first deadline among batch's ctxs, a ctx without

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
@@ -192,6 +193,24 @@ func TestGetManyRefusedAsAWhole(t *testing.T) {
 				t.Errorf("still coalescing: %v, want %v", got, tc.coalescePre)
 			}
 		})
+	}
+}
+
+// TestGetWithMetadataGoesAlone: a Get whose ctx carries metadata of its
+// own does not queue behind one in flight: a GetMany would not carry it.
+func TestGetWithMetadataGoesAlone(t *testing.T) {
+	h, c := newHeldServer(t)
+	ctx := testCtx(t, 10*time.Second)
+	first := startGets(ctx, c, "k0")
+	<-h.entered
+	own := metadata.AppendToOutgoingContext(ctx, "x-consul-token", "its-own")
+	if _, err := c.Get(own, "k1"); err != nil {
+		t.Fatalf("Get with metadata while one is in flight: %v", err)
+	}
+	close(h.release)
+	<-first
+	if gets, many := h.calls(); fmt.Sprint(gets) != "[k0 k1]" || len(many) != 0 {
+		t.Fatalf("Gets %q, GetManys %q: want k1 alone beside k0", gets, many)
 	}
 }
 

@@ -136,7 +136,7 @@ func (c *Client) Get(ctx context.Context, key string, opts ...ReadOption) (*lode
 				return lodestonepb.NewKVClient(cc).Get(ctx, req)
 			}, (*lodestonepb.GetResponse).GetHeader)
 	}
-	if req.WaitIndex != 0 || c.cfg.GetBatch == 1 || c.getManyOff.Load() || int(req.Consistency) >= len(c.gets) {
+	if req.WaitIndex != 0 || c.cfg.GetBatch == 1 || c.getManyOff.Load() || int(req.Consistency) >= len(c.gets) || hasOutgoingMetadata(ctx) {
 		return alone(ctx)
 	}
 	return c.gets[req.Consistency].get(ctx, req.Key, alone)
