@@ -36,8 +36,9 @@ func (k *kvService) Get(ctx context.Context, req *lodestonepb.GetRequest) (*lode
 // GetMany answers several Gets with one leadership check and one
 // response. A key a Get would refuse (not valid, or not readable with the
 // caller's token: the ACL filter) or whose entry would take the answer
-// past --max-range-response-bytes is answered unserved instead of failing
-// the others: the client asks for it alone, and Get says why.
+// past --max-range-response-bytes (as a Range's, the first always fits)
+// is answered unserved instead of failing the others: the client asks for
+// it alone, and Get says why.
 func (k *kvService) GetMany(ctx context.Context, req *lodestonepb.GetManyRequest) (*lodestonepb.GetManyResponse, error) {
 	lim := k.s.live().Limits
 	if max := lim.TxnOpsLimit(); len(req.Keys) > max {
@@ -54,18 +55,14 @@ func (k *kvService) GetMany(ctx context.Context, req *lodestonepb.GetManyRequest
 		return nil, rpcstatus.Of(err)
 	}
 	kvs, index := k.s.store.GetMany(keys)
+	fit := k.s.fitted(kvs)
 	results := make([]*lodestonepb.GetManyResult, len(keys))
-	max, size := k.s.rangeBytes(), 0
 	for i, kv := range kvs {
-		size += proto.Size(kv)
-		served := keys[i] != nil && size <= max
+		served := keys[i] != nil && i < fit
 		if !served {
 			kv = nil
 		}
 		results[i] = &lodestonepb.GetManyResult{Served: served, Kv: kv}
-	}
-	if size > max {
-		k.s.metrics.refused.WithLabelValues("grpc", "max-range-response-bytes").Inc()
 	}
 	return &lodestonepb.GetManyResponse{Header: k.s.header(index), Results: results}, nil
 }
@@ -152,16 +149,25 @@ func (k *kvService) Txn(ctx context.Context, req *lodestonepb.TxnRequest) (*lode
 // more; the first entry is always kept, so paging with start_after always
 // moves on.
 func (s *core) fitRange(kvs []*lodestonepb.KeyValue, more bool) ([]*lodestonepb.KeyValue, bool) {
+	if n := s.fitted(kvs); n < len(kvs) {
+		return kvs[:n], true
+	}
+	return kvs, more
+}
+
+// fitted is how many of kvs, from the first, fit in
+// --max-range-response-bytes encoded (at least one); a cut is counted.
+func (s *core) fitted(kvs []*lodestonepb.KeyValue) int {
 	max, size := s.rangeBytes(), 0
 	for i, kv := range kvs {
 		n := proto.Size(kv)
 		size += n + 1 + protowire.SizeVarint(uint64(n)) // NB: the repeated field's tag and length
 		if size > max && i > 0 {
 			s.metrics.refused.WithLabelValues("grpc", "max-range-response-bytes").Inc()
-			return kvs[:i], true
+			return i
 		}
 	}
-	return kvs, more
+	return len(kvs)
 }
 
 // rangeBytes is --max-range-response-bytes or its default.

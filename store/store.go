@@ -219,8 +219,7 @@ func (s *Store) Advance(index uint64) {
 func (s *Store) Get(key []byte) (*lodestonepb.KeyValue, uint64) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	it, _ := s.kv.Get(probe(key))
-	return s.entry(it.key(), it.r), s.index
+	return s.lookup(key), s.index
 }
 
 // GetMany reads keys at one index; a nil key is skipped, and its entry,
@@ -231,11 +230,16 @@ func (s *Store) GetMany(keys [][]byte) ([]*lodestonepb.KeyValue, uint64) {
 	defer s.mu.RUnlock()
 	for i, key := range keys {
 		if key != nil {
-			it, _ := s.kv.Get(probe(key))
-			kvs[i] = s.entry(it.key(), it.r)
+			kvs[i] = s.lookup(key)
 		}
 	}
 	return kvs, s.index
+}
+
+// lookup returns key's entry, nil if there is none. The caller holds mu.
+func (s *Store) lookup(key []byte) *lodestonepb.KeyValue {
+	it, _ := s.kv.Get(probe(key))
+	return s.entry(it.key(), it.r)
 }
 
 // entry returns key's entry with its value read from the value file; nil
