@@ -53,16 +53,16 @@ type queuedGet struct {
 	taken, left bool
 }
 
-// get answers a Get of key; alone makes the Get by itself.
-func (b *getBatcher) get(ctx context.Context, key []byte, alone func(context.Context) (*lodestonepb.GetResponse, error)) (*lodestonepb.GetResponse, error) {
+// get answers req, coalesced with others or alone (Client.getAlone).
+func (b *getBatcher) get(ctx context.Context, req *lodestonepb.GetRequest) (*lodestonepb.GetResponse, error) {
 	b.mu.Lock()
 	if !b.taken {
 		b.taken = true
 		b.mu.Unlock()
 		defer b.next()
-		return alone(ctx)
+		return b.c.getAlone(ctx, req)
 	}
-	q := &queuedGet{ctx: ctx, key: key, done: make(chan struct{})}
+	q := &queuedGet{ctx: ctx, key: req.Key, done: make(chan struct{})}
 	b.queue = append(b.queue, q)
 	b.mu.Unlock()
 	select {
@@ -72,7 +72,7 @@ func (b *getBatcher) get(ctx context.Context, key []byte, alone func(context.Con
 		q.left = !q.taken
 		b.mu.Unlock()
 		if q.left {
-			return alone(ctx) // NB: fails at once with Get's ctx error
+			return b.c.getAlone(ctx, req) // NB: fails at once with Get's ctx error
 		}
 		<-q.done // soon: its GetMany ends by this ctx's deadline
 	}
@@ -80,7 +80,7 @@ func (b *getBatcher) get(ctx context.Context, key []byte, alone func(context.Con
 		defer b.next()
 	}
 	if q.resp == nil && q.err == nil {
-		return alone(ctx)
+		return b.c.getAlone(ctx, req)
 	}
 	return q.resp, q.err
 }
@@ -154,10 +154,11 @@ func (b *getBatcher) getMany(batch []*queuedGet) {
 		// Asked alone, each with its own time.
 	default:
 		var e *Error
-		if !errors.As(err, &e) || e.Code == codes.Unimplemented || e.Code == codes.InvalidArgument {
-			if e != nil && e.Code == codes.Unimplemented {
-				b.c.getManyOff.Store(true) // a server that predates GetMany
-			}
+		if !errors.As(err, &e) || e.Code == codes.InvalidArgument {
+			break // asked alone
+		}
+		if e.Code == codes.Unimplemented {
+			b.c.getManyOff.Store(true) // a server that predates GetMany
 			break
 		}
 		for _, q := range batch {

@@ -130,16 +130,18 @@ func (c *Client) Get(ctx context.Context, key string, opts ...ReadOption) (*lode
 		o(&s)
 	}
 	req := &lodestonepb.GetRequest{Key: []byte(key), Consistency: s.consistency, WaitIndex: s.waitIndex, WaitMs: s.waitMS}
-	alone := func(ctx context.Context) (*lodestonepb.GetResponse, error) {
-		return invoke(ctx, c, callSpec{op: fmt.Sprintf("get %q", key)},
-			func(ctx context.Context, cc *grpc.ClientConn) (*lodestonepb.GetResponse, error) {
-				return lodestonepb.NewKVClient(cc).Get(ctx, req)
-			}, (*lodestonepb.GetResponse).GetHeader)
-	}
 	if req.WaitIndex != 0 || c.cfg.GetBatch == 1 || c.getManyOff.Load() || int(req.Consistency) >= len(c.gets) || hasOutgoingMetadata(ctx) {
-		return alone(ctx)
+		return c.getAlone(ctx, req)
 	}
-	return c.gets[req.Consistency].get(ctx, req.Key, alone)
+	return c.gets[req.Consistency].get(ctx, req)
+}
+
+// getAlone makes req as a Get of its own.
+func (c *Client) getAlone(ctx context.Context, req *lodestonepb.GetRequest) (*lodestonepb.GetResponse, error) {
+	return invoke(ctx, c, callSpec{op: fmt.Sprintf("get %q", req.Key)},
+		func(ctx context.Context, cc *grpc.ClientConn) (*lodestonepb.GetResponse, error) {
+			return lodestonepb.NewKVClient(cc).Get(ctx, req)
+		}, (*lodestonepb.GetResponse).GetHeader)
 }
 
 // Range reads the keys starting with prefix ("" for every key) in key

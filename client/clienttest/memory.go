@@ -67,16 +67,12 @@ func (m *Memory) get(_ context.Context, r *lodestonepb.GetRequest) (*lodestonepb
 	return resp, nil
 }
 
-func (m *Memory) getMany(_ context.Context, r *lodestonepb.GetManyRequest) (*lodestonepb.GetManyResponse, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	resp := &lodestonepb.GetManyResponse{Header: m.header()}
+func (m *Memory) getMany(ctx context.Context, r *lodestonepb.GetManyRequest) (*lodestonepb.GetManyResponse, error) {
+	resp := &lodestonepb.GetManyResponse{}
 	for _, key := range r.Keys {
-		res := &lodestonepb.GetManyResult{Served: true}
-		if kv, ok := m.kvs[string(key)]; ok {
-			res.Kv = proto.Clone(kv).(*lodestonepb.KeyValue)
-		}
-		resp.Results = append(resp.Results, res)
+		one, _ := m.get(ctx, &lodestonepb.GetRequest{Key: key})
+		resp.Header = one.Header
+		resp.Results = append(resp.Results, &lodestonepb.GetManyResult{Served: true, Kv: one.Kv})
 	}
 	return resp, nil
 }
