@@ -33,9 +33,10 @@ type system struct {
 	// leader asks each client address who leads and returns the leader's
 	// client address; it fails while there is none.
 	leader func(ctx context.Context, sys system, clients []string) (string, error)
-	// ops returns the operations of one bench connection of c, each a
-	// single call of the system's Go client (see each system for which).
-	ops func(c *cluster, conn *grpc.ClientConn) (connOps, error)
+	// ops opens one bench connection to c's leader and returns its
+	// operations, each a single call of the system's Go client (see each
+	// system for which); close releases it.
+	ops func(ctx context.Context, c *cluster) (connOps, error)
 	// stubPut is a put of the raw generated stub on conn, whatever
 	// credentials conn carries: the secure setup's checks.
 	stubPut func(conn *grpc.ClientConn) func(ctx context.Context, key, value []byte) error
@@ -225,12 +226,7 @@ func (c *cluster) waitLeader(ctx context.Context, timeout time.Duration) (string
 func (c *cluster) probe(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := c.connect(ctx, c.leader)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ops, err := c.sys.ops(c, conn)
+	ops, err := c.sys.ops(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -306,12 +302,7 @@ func (c *cluster) preload(ctx context.Context, size int) error {
 	errs := make([]error, writers)
 	var wg sync.WaitGroup
 	for w := range writers {
-		conn, err := c.connect(ctx, c.leader)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		ops, err := c.sys.ops(c, conn)
+		ops, err := c.sys.ops(ctx, c)
 		if err != nil {
 			return err
 		}

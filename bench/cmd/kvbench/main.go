@@ -377,12 +377,8 @@ func runWorkload(ctx context.Context, c *cluster, w workload, name string) (_ ha
 	nconn := w.connections(*flagPerConn)
 	conns := make([]connOps, nconn)
 	for i := range nconn {
-		conn, err := c.connect(ctx, c.leader)
-		if err != nil {
-			return harness.Result{}, "", err
-		}
-		defer conn.Close()
-		if conns[i], err = c.sys.ops(c, conn); err != nil {
+		var err error
+		if conns[i], err = c.sys.ops(ctx, c); err != nil {
 			return harness.Result{}, "", err
 		}
 		defer conns[i].close()

@@ -114,11 +114,10 @@ func lodestoneSystem(bin string, sec *secureFiles) system {
 			return "", errors.Join(append(errs, errNoLeader)...)
 		},
 		// NB: every op goes through the Go client Lodestone's users run
-		// (one per bench connection, whose own connection the client
-		// dials; the bench connection itself stays idle), retry layer
+		// (one per bench connection: the client dials it), retry layer
 		// and all, and the client coalesces concurrent Gets into one
 		// GetMany (client.Config.GetBatch).
-		ops: func(c *cluster, _ *grpc.ClientConn) (connOps, error) {
+		ops: func(_ context.Context, c *cluster) (connOps, error) {
 			cfg := client.Config{
 				Endpoints:   []string{c.leader},
 				Token:       c.token,
@@ -252,7 +251,11 @@ func etcdSystem(bin string, sec *secureFiles) system {
 			}
 			return "", errors.Join(append(errs, errNoLeader)...)
 		},
-		ops: func(_ *cluster, conn *grpc.ClientConn) (connOps, error) {
+		ops: func(ctx context.Context, c *cluster) (connOps, error) {
+			conn, err := c.connect(ctx, c.leader)
+			if err != nil {
+				return connOps{}, err
+			}
 			kv := etcdserverpb.NewKVClient(conn)
 			return connOps{
 				put: etcdPut(conn),
@@ -280,7 +283,7 @@ func etcdSystem(bin string, sec *secureFiles) system {
 						Key: prefix, RangeEnd: []byte(clientv3.GetPrefixRangeEnd(string(prefix))), Limit: int64(limit)})
 					return len(resp.GetKvs()), err
 				},
-				close: func() {},
+				close: func() { conn.Close() },
 			}, nil
 		},
 		stubPut: etcdPut,

@@ -174,12 +174,7 @@ func TestOpsOnRealServers(t *testing.T) {
 
 func checkOps(t *testing.T, c *cluster) {
 	ctx := t.Context()
-	conn, err := c.connect(ctx, c.leader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ops, err := c.sys.ops(c, conn)
+	ops, err := c.sys.ops(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
