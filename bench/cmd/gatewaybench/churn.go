@@ -266,8 +266,8 @@ func (e *env) runChurn(ctx context.Context) error {
 			ms[ph] = append(ms[ph], m)
 			non2xx[ph] += r.non2
 			responses[ph] += r.requests
-			fmt.Printf("run shape=churn rep=%d/%d system=lodestone phase=%s rps=%.0f sat_p50=%.3fms sat_p99=%.3fms proxy_cpu=%s proxy_us_per_req=%s origin_us_per_req=%s client_cpu=%s errors=%d non2xx=%d\n",
-				rep+1, *flagReps, ph, m.rps, m.satP50, m.satP99, cpuString(m.proxyCPU), usString(m.cpuPerReq), usString(m.originPerReq), cpuString(m.clientCPU), r.errs, r.non2)
+			fmt.Printf("run shape=churn rep=%d/%d system=lodestone phase=%s rps=%.0f sat_p50=%.3fms sat_p99=%.3fms proxy_cpu=%s proxy_us_per_req=%s origin_us_per_req=%s client_cpu=%s dials_per_s=%s errors=%d non2xx=%d\n",
+				rep+1, *flagReps, ph, m.rps, m.satP50, m.satP99, cpuString(m.proxyCPU), usString(m.cpuPerReq), usString(m.originPerReq), cpuString(m.clientCPU), rateString(m.opensPerSec), r.errs, r.non2)
 		}
 	}
 	med := func(ph string, f func(measurement) float64) float64 {
@@ -284,8 +284,9 @@ func (e *env) runChurn(ctx context.Context) error {
 		if len(rates[ph]) > 0 {
 			rate = fmt.Sprintf("%.0f (min %.0f)", harness.Median(rates[ph]), slices.Min(rates[ph]))
 		}
-		fmt.Printf("median shape=churn system=lodestone phase=%s rps=%.0f proxy_us_per_req=%s client_cpu=%s changes_per_s=%s non2xx=%d of %d\n",
-			ph, med(ph, rps), usString(med(ph, cpu)), cpuString(med(ph, func(m measurement) float64 { return m.clientCPU })), rate, non2xx[ph], responses[ph])
+		fmt.Printf("median shape=churn system=lodestone phase=%s rps=%.0f proxy_us_per_req=%s client_cpu=%s changes_per_s=%s dials_per_s=%s non2xx=%d of %d\n",
+			ph, med(ph, rps), usString(med(ph, cpu)), cpuString(med(ph, func(m measurement) float64 { return m.clientCPU })), rate,
+			rateString(med(ph, func(m measurement) float64 { return m.opensPerSec })), non2xx[ph], responses[ph])
 	}
 	fmt.Printf("churn: routed service: %s; control service: %s; target %d changes/s\n", routed, control, *flagChurnRate)
 	fmt.Println(harness.Line{Name: "gateway-churn-rps-vs-steady", Unit: "req/s", LodestoneName: "lodestone-churn", Lodestone: med("churn", rps),

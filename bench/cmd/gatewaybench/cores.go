@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -46,4 +47,31 @@ func coreTimes(list string) (busy, total uint64, err error) {
 		busy += t - v[3] - v[4]
 	}
 	return busy, total, sc.Err()
+}
+
+// tcpActiveOpens returns the machine's count of TCP connections opened
+// (connect calls: the Tcp ActiveOpens of /proc/net/snmp). With keep-alive
+// clients, what it grows by is the proxy's dials to origins.
+func tcpActiveOpens() (uint64, error) {
+	b, err := os.ReadFile("/proc/net/snmp")
+	if err != nil {
+		return 0, err
+	}
+	var names []string
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "Tcp:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		for i, n := range names {
+			if n == "ActiveOpens" && i < len(f) {
+				return strconv.ParseUint(f[i], 10, 64)
+			}
+		}
+	}
+	return 0, errors.New("no Tcp ActiveOpens in /proc/net/snmp")
 }

@@ -101,6 +101,7 @@ type measurement struct {
 	cpuPerReq        float64 // µs of the proxy's CPU time per request of the throughput run; -1 if none
 	originPerReq     float64 // µs of the origin's CPU time per request of the throughput run; -1 if unknown
 	clientCPU        float64 // busy share of the -client-cpus cores in the throughput run; -1 if unknown
+	opensPerSec      float64 // TCP connections the machine opened a second in the throughput run; -1 if unknown
 	errors, non2xx   int64
 	satErrs, satNon2 int64
 }
@@ -248,6 +249,13 @@ func usString(us float64) string {
 	return fmt.Sprintf("%.1fus", us)
 }
 
+func rateString(r float64) string {
+	if r < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", r)
+}
+
 // errNoClientCPUs: the load generator is not pinned, its cores unknown.
 var errNoClientCPUs = errors.New("no -client-cpus")
 
@@ -271,6 +279,8 @@ type sysRun struct {
 	originOK    bool
 	busy, total uint64 // the client cores' busy and total ticks over the slices
 	coreOK      bool
+	opens       uint64 // TCP active opens on the machine over the slices
+	opensOK     bool
 	p50s, p99s  []float64 // ms, per slice
 	errs, non2  int64
 }
@@ -343,7 +353,7 @@ func (e *env) measureRep(ctx context.Context, order []string) ([]measurement, er
 
 // measurement is what r's throughput slices add up to.
 func (r *sysRun) measurement() measurement {
-	m := measurement{proxyCPU: -1, cpuPerReq: -1, originPerReq: -1, clientCPU: -1}
+	m := measurement{proxyCPU: -1, cpuPerReq: -1, originPerReq: -1, clientCPU: -1, opensPerSec: -1}
 	if r.wrkTime > 0 {
 		m.rps = float64(r.requests) / r.wrkTime.Seconds()
 	}
@@ -360,6 +370,9 @@ func (r *sysRun) measurement() measurement {
 	}
 	if r.coreOK && r.total > 0 {
 		m.clientCPU = float64(r.busy) / float64(r.total)
+	}
+	if r.opensOK && r.wall > 0 {
+		m.opensPerSec = float64(r.opens) / r.wall.Seconds()
 	}
 	return m
 }
@@ -402,6 +415,7 @@ func (e *env) satSlice(ctx context.Context, r *sysRun, d time.Duration) error {
 	if *flagClientCPUs != "" {
 		busy0, total0, coreErr = coreTimes(*flagClientCPUs)
 	}
+	opens0, opensErr := tcpActiveOpens()
 	start := time.Now()
 	sat, err := runWrk(ctx, *flagClientCPUs, r.target, e.sh.flat, *flagConns, d)
 	if err != nil {
@@ -426,6 +440,12 @@ func (e *env) satSlice(ctx context.Context, r *sysRun, d time.Duration) error {
 			r.busy += busy1 - busy0
 			r.total += total1 - total0
 			r.coreOK = true
+		}
+	}
+	if opensErr == nil {
+		if opens1, err := tcpActiveOpens(); err == nil {
+			r.opens += opens1 - opens0
+			r.opensOK = true
 		}
 	}
 	r.requests += sat.requests
