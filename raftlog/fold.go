@@ -147,10 +147,17 @@ func (l *Log) foldHook(step string) {
 	}
 }
 
-// handOverLocked hands the journal's current epoch to the fold goroutine and
-// starts the next epoch in the other slot. No fold may be outstanding
-// (reapFoldLocked first). The caller holds wmu.
-func (l *Log) handOverLocked() {
+// handOverLocked takes the journal's current epoch for a fold and starts the
+// next epoch in the other slot. The caller writes its record there and then,
+// whatever the write's outcome, starts the fold (startFold).
+//
+// NB: in that order, so the Save that switches epochs shares nothing with
+// its fold. Started at the hand-over, the fold's transaction ran beside
+// that Save's write and fdatasync, which then took two to four times as
+// long as any other Save's.
+//
+// No fold may be outstanding (reapFoldLocked first). The caller holds wmu.
+func (l *Log) handOverLocked() *fold {
 	f := &fold{
 		db:           l.db,
 		epoch:        l.jr.epoch,
@@ -175,8 +182,13 @@ func (l *Log) handOverLocked() {
 	l.jr.restart(l.jr.epoch + 1)
 	l.mu.Unlock()
 	l.foldActive.Store(true)
-	l.foldCh <- f // NB: buffered, and the previous fold was reaped: never blocks
 	l.foldHook(stepSlotSwitched)
+	return f
+}
+
+// startFold has the fold goroutine run f. The caller holds wmu.
+func (l *Log) startFold(f *fold) {
+	l.foldCh <- f // NB: buffered, and the previous fold was reaped: never blocks
 }
 
 // reapFoldLocked takes the outcome of the outstanding fold, if any: if wait

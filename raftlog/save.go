@@ -130,7 +130,7 @@ func (l *Log) Save(hs raftpb.HardState, ents []raftpb.Entry) error {
 			return err
 		}
 		if l.journalPending() {
-			l.handOverLocked()
+			defer l.startFold(l.handOverLocked())
 		}
 		pendFrom, fits = 0, true
 		if len(ents) > 0 {
