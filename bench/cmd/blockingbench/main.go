@@ -349,8 +349,6 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 				return writeResult{}, fmt.Errorf("phase %s: %w", label, err)
 			}
 		}
-		p := newPhase(id, warmup, dur)
-		lastPhase = p
 		cpu0 := c.cpu()
 		calls0, err := c.members(ctx, leaderIndexMetric)
 		if err != nil {
@@ -372,6 +370,12 @@ func runRep(ctx context.Context, bin, workDir string, rep int) (_ sample, err er
 		name := fmt.Sprintf("rep%d-phase%d-queries-%s", rep+1, id, label)
 		prof := c.profile(ctx, warmup+dur, *flagPprof, name)
 		prof = harness.WaitAll(prof, harness.TraceAll(ctx, c.https, roles, warmup+dur, *flagTrace, name))
+		// NB: the schedule starts here, after the scrapes above. Made
+		// before them, it started while they ran: members on a full core
+		// took up to their 5 s timeout each, and the first writes were
+		// counted as waiting for them (16 s in one 50k phase).
+		p := newPhase(id, warmup, dur)
+		lastPhase = p
 		r, err := runWrites(ctx, wr, p, q)
 		if perr := prof(); perr != nil && err == nil {
 			err = fmt.Errorf("profile: %w", perr)
