@@ -130,6 +130,54 @@ func TestCheckpointRunsInBackground(t *testing.T) {
 	}
 }
 
+// TestSwitchingSaveWritesBeforeItsFold: the Save that switches epochs
+// writes and fdatasyncs its own record before the fold it hands over
+// begins, so that record never waits behind the fold's writes to raft.db.
+// NB: a fold begun at the hand-over would reach its first step within
+// microseconds; the switch gives it 50 ms to show itself, and a fold that
+// rightly waits costs the test that much.
+func TestSwitchingSaveWritesBeforeItsFold(t *testing.T) {
+	ffs := &raftlogtest.FaultFS{}
+	var atSwitch, atBegin atomic.Int64
+	atBegin.Store(-1)
+	began := make(chan struct{})
+	var earlyFold atomic.Bool
+	opts := raftlog.Options{FS: ffs, CheckpointEntries: 4, CacheEntries: 32, RotateFreeRatio: -1}
+	opts = raftlog.WithFoldHook(opts, func(step string) {
+		switch step {
+		case "slot-switched":
+			atSwitch.Store(int64(ffs.Calls(raftlogtest.OpDatasync)))
+			select {
+			case <-began:
+				earlyFold.Store(true)
+			case <-time.After(50 * time.Millisecond):
+			}
+		case "fold-begin":
+			if atBegin.CompareAndSwap(-1, int64(ffs.Calls(raftlogtest.OpDatasync))) {
+				close(began)
+			}
+		}
+	})
+	l := mustOpen(t, t.TempDir(), opts)
+	defer mustClose(t, l)
+	// Four single-entry Saves fill the first epoch; the fifth switches.
+	for i := uint64(1); i <= 5; i++ {
+		mustSave(t, l, hardState(1, 1, i-1), mkEnts(i, 1))
+	}
+	if err := l.WaitCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if l.Stats().Checkpoints != 1 {
+		t.Fatalf("checkpoints = %d after the switch, want 1", l.Stats().Checkpoints)
+	}
+	if earlyFold.Load() {
+		t.Fatal("the fold began while the Save that switched was still writing its record")
+	}
+	if sw, begin := atSwitch.Load(), atBegin.Load(); begin != sw+1 {
+		t.Fatalf("journal fdatasyncs: %d at the switch, %d when the fold began; want the switching record's one between", sw, begin)
+	}
+}
+
 // gathered returns the value (a histogram's sample count) of one
 // lodestone_raftlog_ series from reg.
 func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
