@@ -60,21 +60,28 @@ func (m *Memory) header() *lodestonepb.ResponseHeader {
 func (m *Memory) get(_ context.Context, r *lodestonepb.GetRequest) (*lodestonepb.GetResponse, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	resp := &lodestonepb.GetResponse{Header: m.header()}
-	if kv, ok := m.kvs[string(r.Key)]; ok {
-		resp.Kv = proto.Clone(kv).(*lodestonepb.KeyValue)
+	return &lodestonepb.GetResponse{Header: m.header(), Kv: m.lookup(r.Key)}, nil
+}
+
+// getMany answers every key at one index, as the server does.
+func (m *Memory) getMany(_ context.Context, r *lodestonepb.GetManyRequest) (*lodestonepb.GetManyResponse, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	resp := &lodestonepb.GetManyResponse{Header: m.header()}
+	for _, key := range r.Keys {
+		resp.Results = append(resp.Results, &lodestonepb.GetManyResult{Served: true, Kv: m.lookup(key)})
 	}
 	return resp, nil
 }
 
-func (m *Memory) getMany(ctx context.Context, r *lodestonepb.GetManyRequest) (*lodestonepb.GetManyResponse, error) {
-	resp := &lodestonepb.GetManyResponse{}
-	for _, key := range r.Keys {
-		one, _ := m.get(ctx, &lodestonepb.GetRequest{Key: key})
-		resp.Header = one.Header
-		resp.Results = append(resp.Results, &lodestonepb.GetManyResult{Served: true, Kv: one.Kv})
+// lookup returns a copy of key's entry, nil if there is none. The caller
+// holds mu.
+func (m *Memory) lookup(key []byte) *lodestonepb.KeyValue {
+	kv, ok := m.kvs[string(key)]
+	if !ok {
+		return nil
 	}
-	return resp, nil
+	return proto.Clone(kv).(*lodestonepb.KeyValue)
 }
 
 func (m *Memory) rng(_ context.Context, r *lodestonepb.RangeRequest) (*lodestonepb.RangeResponse, error) {
