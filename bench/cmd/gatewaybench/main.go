@@ -371,8 +371,8 @@ func (r *sysRun) measurement() measurement {
 	if r.coreOK && r.total > 0 {
 		m.clientCPU = float64(r.busy) / float64(r.total)
 	}
-	if r.opensOK && r.wall > 0 {
-		m.opensPerSec = float64(r.opens) / r.wall.Seconds()
+	if r.opensOK && r.wrkTime > 0 {
+		m.opensPerSec = float64(r.opens) / r.wrkTime.Seconds()
 	}
 	return m
 }
