@@ -23,6 +23,7 @@ const (
 	rejected      = "lodestone_admission_rejected_total"
 	grpcConns     = "lodestone_grpc_connections"
 	schedLatency  = "lodestone_runtime_sched_latency_seconds"
+	pollDelay     = "lodestone_runtime_poll_delay_seconds"
 	goroutines    = "go_goroutines"
 )
 
@@ -59,8 +60,9 @@ func startWindow(c *cluster, o options, name string, fromStart bool, log io.Writ
 
 // sample scrapes every second and prints, per server, the seconds with
 // commits over slow beside that second's raftlog checkpoints, saves over
-// slow, GC cycles, CPU, the Go scheduler's run-queue wait, goroutines
-// and open watch streams: the timestamps and suspects of a slow tail.
+// slow, GC cycles, CPU, the Go scheduler's run-queue wait, how late it
+// read the network (the poll probe), goroutines and open watch streams:
+// the timestamps and suspects of a slow tail.
 func (m *measured) sample(slow float64, log io.Writer) {
 	prev := m.first
 	t := time.NewTicker(time.Second)
@@ -78,12 +80,12 @@ func (m *measured) sample(slow float64, log io.Writer) {
 			if n <= 0 {
 				continue
 			}
-			fmt.Fprintf(log, "drill: %s +%.1fs %s: %.0f commits >%.0fms (p99 %.0fms) | checkpoints +%.0f, saves >%.0fms +%.0f (max bucket %.0fms), gc +%.0f, cpu %.2fs, run-queue wait p99 %.1fms, goroutines %.0f, watch streams %.0f, admission rejects +%.0f\n",
+			fmt.Fprintf(log, "drill: %s +%.1fs %s: %.0f commits >%.0fms (p99 %.0fms) | checkpoints +%.0f, saves >%.0fms +%.0f (max bucket %.0fms), gc +%.0f, cpu %.2fs, run-queue wait p99 %.1fms, poll delay p99 %.1fms, goroutines %.0f, watch streams %.0f, admission rejects +%.0f\n",
 				m.name, time.Since(m.start).Seconds(), s.name, n, slow*1000, p99(histogram(a, commitLatency), histogram(b, commitLatency))*1000,
 				sum(b, checkpoints)-sum(a, checkpoints),
 				slow*1000, above(slow, histogram(a, saveDuration), histogram(b, saveDuration)), quantile(1, histogram(a, saveDuration), histogram(b, saveDuration))*1000,
 				sum(b, gcCycles)-sum(a, gcCycles), sum(b, cpuSeconds)-sum(a, cpuSeconds),
-				p99(histogram(a, schedLatency), histogram(b, schedLatency))*1000, sum(b, goroutines), sum(b, watchStreams), rejects(b)-rejects(a))
+				p99(histogram(a, schedLatency), histogram(b, schedLatency))*1000, p99(histogram(a, pollDelay), histogram(b, pollDelay))*1000, sum(b, goroutines), sum(b, watchStreams), rejects(b)-rejects(a))
 		}
 		prev = now
 	}
