@@ -109,9 +109,12 @@ const (
 	// process delays its writes much more than the same work on another
 	// member, and the followers left free keep commits fast; every member
 	// delivers the same committed events in the same order. A follower
-	// that loses the leader is left as WatchProgressInterval says. The
-	// placement is chosen when a stream connects: a stream stays on its
-	// member through leader changes.
+	// that loses the leader is left as WatchProgressInterval says, and so
+	// is one that becomes the leader: a stream found on the leader at a
+	// tick of WatchProgressInterval moves to a follower when the client
+	// knows one, resuming every watch there from its last index (after an
+	// election, or a storm that let streams land anywhere, the leader
+	// would otherwise carry them for as long as they live).
 	WatchFromFollowers WatchFrom = iota
 	// WatchFromLeader sends the watch stream where every other call goes:
 	// the leader first.

@@ -78,7 +78,8 @@
 // one gRPC Watch stream to one server, so a process with 10k watches holds
 // one stream, not 10k. Any member serves watches; by default the stream
 // goes to a follower ([Config.WatchFrom]), keeping the fan-out off the
-// leader that every write goes through. The contract:
+// leader that every write goes through, and leaves a follower that
+// becomes the leader. The contract:
 //
 //  1. A watch delivers every matching event with index > its start index
 //     ([FromIndex]; without it, the index at which the server created the

@@ -124,6 +124,10 @@ func (m *watchMux) shutdown() {
 // errSessionIdle ends a stream that carries no watch any more.
 var errSessionIdle = errors.New("client: watch stream idle")
 
+// errOnLeader ends a stream that found itself on the leader while the
+// client places watches on followers (WatchFromFollowers).
+var errOnLeader = errors.New("client: watch stream on the leader; moving to a follower")
+
 // errStalled ends a stream that stayed silent and whose server did not
 // answer a probe.
 var errStalled = errors.New("client: watch stream stalled: its server did not answer a probe")
@@ -170,6 +174,11 @@ func (m *watchMux) run() {
 			downSince = time.Now()
 		}
 		if errors.Is(err, errSessionIdle) {
+			plan = nil
+			continue
+		}
+		if errors.Is(err, errOnLeader) {
+			m.c.log.Debug("client: watch stream on the leader; moving to a follower", "endpoint", ep)
 			plan = nil
 			continue
 		}

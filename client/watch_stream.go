@@ -89,6 +89,8 @@ func (m *watchMux) session(ep string) (served bool, err error) {
 	lastRecv := time.Now()
 	probing := false
 	probed := make(chan error, 1)
+	ticks := 0
+	seen := func(h *lodestonepb.ResponseHeader) { m.c.observe(ep, h) }
 	for {
 		if err := m.sync(s); err != nil {
 			return s.served, s.ended(m.ctx, err)
@@ -115,11 +117,21 @@ func (m *watchMux) session(ep string) (served bool, err error) {
 				return s.served, streamEnd(inErr)
 			}
 		case <-tick.C:
-			if len(s.byID) == 0 || probing || time.Since(lastRecv) < interval {
+			ticks++
+			if len(s.byID) == 0 || probing {
+				break
+			}
+			if m.onLeader(ep) {
+				return s.served, errOnLeader
+			}
+			// A busy stream is probed too, now and then, so that a
+			// client that only watches learns when its member became
+			// the leader (grouped responses carry no header).
+			if time.Since(lastRecv) < interval && (m.c.cfg.WatchFrom == WatchFromLeader || ticks%placementProbeEvery != 0) {
 				break
 			}
 			probing = true
-			wg.Go(func() { probed <- probe(ctx, cc, interval) })
+			wg.Go(func() { probed <- probe(ctx, cc, interval, seen) })
 		case err := <-probed:
 			probing = false
 			if err != nil {
@@ -128,6 +140,22 @@ func (m *watchMux) session(ep string) (served bool, err error) {
 			lastRecv = time.Now()
 		}
 	}
+}
+
+// onLeader reports whether a stream on ep should leave it: watches go to
+// followers, ep reaches the leader as far as the client knows, and the
+// client knows a follower to go to.
+func (m *watchMux) onLeader(ep string) bool {
+	if m.c.cfg.WatchFrom == WatchFromLeader {
+		return false
+	}
+	m.c.mu.Lock()
+	defer m.c.mu.Unlock()
+	if !m.c.book.isLeader(ep) {
+		return false
+	}
+	plan := m.c.book.followerPlan(m.spread)
+	return len(plan) > 0 && !m.c.book.isLeader(plan[0])
 }
 
 // streamEnd is the error a stream's Recv ended with, io.EOF (a stream the
@@ -163,12 +191,20 @@ func (s *session) ended(ctx context.Context, sendErr error) error {
 	}
 }
 
+// placementProbeEvery is how many ticks of WatchProgressInterval a
+// stream on a follower goes between probes while it is busy: the probe's
+// answer tells the client whether that member has become the leader.
+const placementProbeEvery = 6
+
 // probe asks the server behind cc for its status and reports why a watch
-// stream to it should be abandoned, or nil.
-func probe(ctx context.Context, cc grpc.ClientConnInterface, timeout time.Duration) error {
+// stream to it should be abandoned, or nil; seen gets the answer's header.
+func probe(ctx context.Context, cc grpc.ClientConnInterface, timeout time.Duration, seen func(*lodestonepb.ResponseHeader)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	st, err := lodestonepb.NewClusterClient(cc).Status(ctx, &lodestonepb.StatusRequest{})
+	if err == nil && st.GetHeader() != nil {
+		seen(st.GetHeader())
+	}
 	switch code := status.Code(err); {
 	case err == nil && st.GetLeaderId() == 0:
 		return status.Error(codes.Unavailable, "watch stream's server knows no leader; moving to another member")

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/client"
 )
 
@@ -286,5 +287,139 @@ func testWatchResumesAcrossKill(t *testing.T, from client.WatchFrom) {
 		len(events), nack, seenAtKill, late)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatal("test deadline")
+	}
+}
+
+// A watch stream placed on a follower leaves that member once it becomes
+// the leader (here by a leadership transfer to it), resuming on a
+// follower without losing or repeating an acknowledged write. Left there,
+// every watch placed before an election can end up on the new leader,
+// whose fan-out then delays every commit.
+func TestWatchLeavesTheNewLeader(t *testing.T) {
+	nodes := startCluster(t, t.TempDir(), "a", "b", "c")
+	conns := map[string]*grpc.ClientConn{}
+	var eps []string
+	for _, nd := range nodes {
+		conns[nd.name] = dial(t, nd.grpc)
+		eps = append(eps, nd.grpc)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	findLeader(t, ctx, nodes, conns, "")
+
+	wc, err := client.New(client.Config{Endpoints: eps, WatchProgressInterval: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wc.Close()
+	pc, err := client.New(client.Config{Endpoints: eps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	start, err := pc.Put(ctx, "other/start", []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := wc.Watch(ctx, "w/", client.WatchPrefix(), client.FromIndex(start.GetHeader().GetIndex()))
+	defer w.Close()
+
+	var (
+		mu   sync.Mutex
+		seen = map[string]int{}
+		bad  error
+	)
+	readCtx, stopReader := context.WithCancel(ctx)
+	var rg sync.WaitGroup
+	rg.Go(func() {
+		var last uint64
+		for {
+			b, err := w.Next(readCtx)
+			if err != nil {
+				if readCtx.Err() == nil {
+					mu.Lock()
+					bad = fmt.Errorf("watch ended: %w", err)
+					mu.Unlock()
+				}
+				return
+			}
+			mu.Lock()
+			for _, ev := range b.Events {
+				if idx := ev.GetKv().GetModifyIndex(); idx <= last && bad == nil {
+					bad = fmt.Errorf("event at %d after index %d: duplicate or reordering", idx, last)
+				}
+				last = ev.GetKv().GetModifyIndex()
+				seen[string(ev.GetKv().GetKey())]++
+			}
+			mu.Unlock()
+		}
+	})
+
+	var acked []string
+	put := func(n int) {
+		t.Helper()
+		for range n {
+			key := fmt.Sprintf("w/%06d", len(acked))
+			if _, err := pc.Put(ctx, key, []byte("v")); err != nil {
+				t.Fatalf("put %s: %v", key, err)
+			}
+			acked = append(acked, key)
+		}
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	nSeen := func() int { mu.Lock(); defer mu.Unlock(); return len(seen) }
+	streamsOn := func(nd *node) float64 { return metricSum(t, nd.http, "lodestone_watch_streams") }
+
+	put(20)
+	waitFor("the first events", func() bool { return nSeen() >= 20 })
+	var serving *node
+	for _, nd := range nodes {
+		if streamsOn(nd) > 0 {
+			serving = nd
+		}
+	}
+	if serving == nil {
+		t.Fatal("no member reports the watch stream")
+	}
+	if _, err := pc.TransferLeader(ctx, &lodestonepb.MemberRef{Name: serving.name}); err != nil {
+		t.Fatalf("transfer leadership to %s: %v", serving.name, err)
+	}
+	if lead := findLeader(t, ctx, nodes, conns, ""); lead != serving {
+		t.Fatalf("leader is %s after the transfer to %s", lead.name, serving.name)
+	}
+	// The client learns of the new leader from any answer (a put's header).
+	put(20)
+	waitFor("the stream to leave the new leader "+serving.name, func() bool {
+		if streamsOn(serving) > 0 {
+			return false
+		}
+		for _, nd := range nodes {
+			if nd != serving && streamsOn(nd) > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	put(20)
+	waitFor("every acknowledged write", func() bool { return nSeen() >= len(acked) })
+	stopReader()
+	rg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if bad != nil {
+		t.Fatal(bad)
+	}
+	for _, k := range acked {
+		if seen[k] != 1 {
+			t.Errorf("%s delivered %d times, want once", k, seen[k])
+		}
 	}
 }
