@@ -61,62 +61,8 @@ func testWatchResumesAcrossKill(t *testing.T, from client.WatchFrom) {
 			eps = append(eps, nd.grpc)
 		}
 	}
-	wc, err := client.New(client.Config{Endpoints: eps, WatchProgressInterval: time.Second, WatchFrom: from})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wc.Close()
-	pc, err := client.New(client.Config{Endpoints: eps})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-
-	start, err := pc.Put(ctx, "other/start", []byte("x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := wc.Watch(ctx, "w/", client.WatchPrefix(), client.FromIndex(start.GetHeader().GetIndex()))
-	defer w.Close()
-
 	// The reader: every event, in order, checked as it arrives.
-	type seen struct {
-		key   string
-		index uint64
-	}
-	var (
-		mu     sync.Mutex
-		events []seen
-		bad    error
-	)
-	readCtx, stopReader := context.WithCancel(ctx)
-	var rg sync.WaitGroup
-	rg.Add(1)
-	go func() {
-		defer rg.Done()
-		var last uint64
-		for {
-			b, err := w.Next(readCtx)
-			if err != nil {
-				if readCtx.Err() == nil {
-					mu.Lock()
-					bad = fmt.Errorf("watch ended: %w", err)
-					mu.Unlock()
-				}
-				return
-			}
-			mu.Lock()
-			for _, ev := range b.Events {
-				idx := ev.GetKv().GetModifyIndex()
-				if idx <= last && bad == nil {
-					bad = fmt.Errorf("event %s at %d after index %d: duplicate or reordering", ev.GetKv().GetKey(), idx, last)
-				}
-				last = idx
-				events = append(events, seen{string(ev.GetKv().GetKey()), idx})
-			}
-			mu.Unlock()
-		}
-	}()
+	pc, rec := watchWrites(t, ctx, client.Config{Endpoints: eps, WatchProgressInterval: time.Second, WatchFrom: from})
 
 	// Writers: distinct keys, each put once; acknowledged ones recorded
 	// with the index the server stamped.
@@ -141,16 +87,9 @@ func testWatchResumesAcrossKill(t *testing.T, from client.WatchFrom) {
 			}
 		}()
 	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
+	waitFor := func(what string, cond func() bool) { t.Helper(); pollUntil(t, 30*time.Second, what, cond) }
 	nAcked := func() int { amu.Lock(); defer amu.Unlock(); return len(acked) }
-	nSeen := func() int { mu.Lock(); defer mu.Unlock(); return len(events) }
+	nSeen := func() int { return rec.count(func(seen) bool { return true }) }
 	waitFor("300 acknowledged writes", func() bool { return nAcked() >= 300 })
 	waitFor("the watch to deliver events", func() bool { return nSeen() >= 100 })
 
@@ -198,20 +137,9 @@ func testWatchResumesAcrossKill(t *testing.T, from client.WatchFrom) {
 	for _, kv := range rng.GetKvs() {
 		want[string(kv.GetKey())] = kv.GetModifyIndex()
 	}
-	nSeenUpTo := func(idx uint64) int {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, ev := range events {
-			if ev.index <= idx {
-				n++
-			}
-		}
-		return n
-	}
+	nSeenUpTo := func(idx uint64) int { return rec.count(func(ev seen) bool { return ev.index <= idx }) }
 	waitFor(fmt.Sprintf("the watch to deliver all %d changes up to index %d", len(want), at), func() bool { return nSeenUpTo(at) >= len(want) })
-	stopReader()
-	rg.Wait()
+	events, bad := rec.stop()
 
 	// Puts canceled by stopWriters that committed after the Range: a
 	// second Range must show each one the watch delivered.
@@ -227,8 +155,6 @@ func testWatchResumesAcrossKill(t *testing.T, from client.WatchFrom) {
 		kept[string(kv.GetKey())] = kv.GetModifyIndex()
 	}
 
-	mu.Lock()
-	defer mu.Unlock()
 	if bad != nil {
 		t.Fatal(bad)
 	}
@@ -307,53 +233,7 @@ func TestWatchLeavesTheNewLeader(t *testing.T) {
 	defer cancel()
 	findLeader(t, ctx, nodes, conns, "")
 
-	wc, err := client.New(client.Config{Endpoints: eps, WatchProgressInterval: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wc.Close()
-	pc, err := client.New(client.Config{Endpoints: eps})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	start, err := pc.Put(ctx, "other/start", []byte("x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := wc.Watch(ctx, "w/", client.WatchPrefix(), client.FromIndex(start.GetHeader().GetIndex()))
-	defer w.Close()
-
-	var (
-		mu   sync.Mutex
-		seen = map[string]int{}
-		bad  error
-	)
-	readCtx, stopReader := context.WithCancel(ctx)
-	var rg sync.WaitGroup
-	rg.Go(func() {
-		var last uint64
-		for {
-			b, err := w.Next(readCtx)
-			if err != nil {
-				if readCtx.Err() == nil {
-					mu.Lock()
-					bad = fmt.Errorf("watch ended: %w", err)
-					mu.Unlock()
-				}
-				return
-			}
-			mu.Lock()
-			for _, ev := range b.Events {
-				if idx := ev.GetKv().GetModifyIndex(); idx <= last && bad == nil {
-					bad = fmt.Errorf("event at %d after index %d: duplicate or reordering", idx, last)
-				}
-				last = ev.GetKv().GetModifyIndex()
-				seen[string(ev.GetKv().GetKey())]++
-			}
-			mu.Unlock()
-		}
-	})
+	pc, rec := watchWrites(t, ctx, client.Config{Endpoints: eps, WatchProgressInterval: 300 * time.Millisecond})
 
 	var acked []string
 	put := func(n int) {
@@ -366,15 +246,8 @@ func TestWatchLeavesTheNewLeader(t *testing.T) {
 			acked = append(acked, key)
 		}
 	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
-	nSeen := func() int { mu.Lock(); defer mu.Unlock(); return len(seen) }
+	waitFor := func(what string, cond func() bool) { t.Helper(); pollUntil(t, 30*time.Second, what, cond) }
+	nSeen := func() int { return rec.count(func(seen) bool { return true }) }
 	streamsOn := func(nd *node) float64 { return metricSum(t, nd.http, "lodestone_watch_streams") }
 
 	put(20)
@@ -409,17 +282,108 @@ func TestWatchLeavesTheNewLeader(t *testing.T) {
 	})
 	put(20)
 	waitFor("every acknowledged write", func() bool { return nSeen() >= len(acked) })
-	stopReader()
-	rg.Wait()
-
-	mu.Lock()
-	defer mu.Unlock()
+	events, bad := rec.stop()
 	if bad != nil {
 		t.Fatal(bad)
 	}
+	times := map[string]int{}
+	for _, ev := range events {
+		times[ev.key]++
+	}
 	for _, k := range acked {
-		if seen[k] != 1 {
-			t.Errorf("%s delivered %d times, want once", k, seen[k])
+		if times[k] != 1 {
+			t.Errorf("%s delivered %d times, want once", k, times[k])
 		}
 	}
+}
+
+// watchWrites opens a client with cfg watching the prefix w/ from now on,
+// and a second client on the same endpoints to write with.
+func watchWrites(t *testing.T, ctx context.Context, cfg client.Config) (*client.Client, *recorder) {
+	t.Helper()
+	wc, err := client.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { wc.Close() })
+	pc, err := client.New(client.Config{Endpoints: cfg.Endpoints})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	start, err := pc.Put(ctx, "other/start", []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := wc.Watch(ctx, "w/", client.WatchPrefix(), client.FromIndex(start.GetHeader().GetIndex()))
+	t.Cleanup(w.Close)
+	return pc, record(ctx, w)
+}
+
+// seen is one event a recorder kept.
+type seen struct {
+	key   string
+	index uint64
+}
+
+// recorder reads a watch until stopped, keeping every event, and the
+// first fault: an index not above the one before it (a duplicate or a
+// reordering), or the error that ended the watch.
+type recorder struct {
+	mu     sync.Mutex
+	events []seen
+	bad    error
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func record(ctx context.Context, w *client.Watch) *recorder {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &recorder{cancel: cancel}
+	r.wg.Go(func() {
+		var last uint64
+		for {
+			b, err := w.Next(ctx)
+			r.mu.Lock()
+			if err != nil {
+				if ctx.Err() == nil && r.bad == nil {
+					r.bad = fmt.Errorf("watch ended: %w", err)
+				}
+				r.mu.Unlock()
+				return
+			}
+			for _, ev := range b.Events {
+				idx := ev.GetKv().GetModifyIndex()
+				if idx <= last && r.bad == nil {
+					r.bad = fmt.Errorf("event %s at %d after index %d: duplicate or reordering", ev.GetKv().GetKey(), idx, last)
+				}
+				last = idx
+				r.events = append(r.events, seen{string(ev.GetKv().GetKey()), idx})
+			}
+			r.mu.Unlock()
+		}
+	})
+	return r
+}
+
+// count is how many events kept so far match.
+func (r *recorder) count(match func(seen) bool) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, ev := range r.events {
+		if match(ev) {
+			n++
+		}
+	}
+	return n
+}
+
+// stop ends the reading and returns what it kept.
+func (r *recorder) stop() ([]seen, error) {
+	r.cancel()
+	r.wg.Wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.events, r.bad
 }
