@@ -173,12 +173,10 @@ func (m *watchMux) run() {
 			round = 0
 			downSince = time.Now()
 		}
-		if errors.Is(err, errSessionIdle) {
-			plan = nil
-			continue
-		}
-		if errors.Is(err, errOnLeader) {
-			m.c.log.Debug("client: watch stream on the leader; moving to a follower", "endpoint", ep)
+		if errors.Is(err, errSessionIdle) || errors.Is(err, errOnLeader) {
+			if errors.Is(err, errOnLeader) {
+				m.c.log.Debug(err.Error(), "endpoint", ep)
+			}
 			plan = nil
 			continue
 		}
