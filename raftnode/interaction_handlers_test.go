@@ -166,6 +166,31 @@ func (env *interactionEnv) handlePropose(t *testing.T, d *datadriven.TestData) {
 	env.submit(en, batch)
 }
 
+// handleProposeEach proposes COUNT puts on a node one at a time, settling
+// after each, so each is an append of its own to every follower; the
+// puts' outcomes and applies are not printed, only how many were applied
+// on the proposer.
+func (env *interactionEnv) handleProposeEach(t *testing.T, d *datadriven.TestData) error {
+	ref := env.stringArg(t, d, 0)
+	en := env.nodeByRef(t, d, ref)
+	var count int
+	d.ScanArgs(t, "count", &count)
+	mark := env.out.Len()
+	for i := range count {
+		env.handlePropose(t, &datadriven.TestData{Cmd: "propose", CmdArgs: []datadriven.CmdArg{
+			{Key: ref}, {Key: fmt.Sprintf("each%d", i), Vals: []string{"v"}}}})
+		if err := env.settle(); err != nil {
+			return err
+		}
+	}
+	out := env.out.String()
+	applied := strings.Count(out[mark:], " on "+en.name+"\n") - count // NB: each put printed "put ... on N" once
+	env.out.Reset()
+	env.out.WriteString(out[:mark])
+	env.printf("%d puts proposed on %s one at a time, %d applied there", count, en.name, applied)
+	return nil
+}
+
 // handleSubmit hands a node's queued proposals to its loop.
 func (env *interactionEnv) handleSubmit(t *testing.T, d *datadriven.TestData) {
 	en := env.nodeArg(t, d, 0)

@@ -54,6 +54,9 @@ import (
 //	    ...), and later each one's outcome. With queued, the waiters are
 //	    registered but the batch stays on its way to the loop (proposeC)
 //	    until submit N.
+//	propose-each N count=C
+//	    Propose C puts on N one at a time, settling after each (one append
+//	    each); prints how many N applied, not each outcome.
 //	submit N
 //	    Hand N's queued proposals to its loop.
 //	read-index N
@@ -112,6 +115,8 @@ func (env *interactionEnv) handle(t *testing.T, d *datadriven.TestData) string {
 		err = env.restart(env.nodeArg(t, d, 0))
 	case "propose":
 		env.handlePropose(t, d)
+	case "propose-each":
+		err = env.handleProposeEach(t, d)
 	case "submit":
 		env.handleSubmit(t, d)
 	case "read-index":

@@ -215,13 +215,23 @@ func (n *Node) init() error {
 	n.startCommit = n.durableCommit
 
 	rc := &raft.Config{
-		ID:              n.id,
-		ElectionTick:    n.cfg.ElectionTicks,
-		HeartbeatTick:   n.cfg.HeartbeatTicks,
-		Storage:         n.log,
-		Applied:         n.appliedIndex,
-		MaxSizePerMsg:   1 << 20,
-		MaxInflightMsgs: 256,
+		ID:            n.id,
+		ElectionTick:  n.cfg.ElectionTicks,
+		HeartbeatTick: n.cfg.HeartbeatTicks,
+		Storage:       n.log,
+		Applied:       n.appliedIndex,
+		MaxSizePerMsg: 1 << 20,
+		// NB: a peer's appends stop once this many await its
+		// acknowledgement, and so does its commit index, which rides on
+		// them. A learner serving blocking queries on a busy machine took
+		// over a second to fsync and acknowledge; at 256 appends (a
+		// quarter second of single writes) the leader paused it, its
+		// reads waited for an apply that had stopped, and woke in
+		// thousands when the acknowledgements freed the window. The bytes
+		// bound keeps a window this wide from holding gigabytes of large
+		// entries in the peer's queue.
+		MaxInflightMsgs:  2048,
+		MaxInflightBytes: 64 << 20,
 		// NB: bounds memory when followers lag and clients keep writing;
 		// past it proposals are dropped and clients see Unavailable.
 		MaxUncommittedEntriesSize: 256 << 20,
