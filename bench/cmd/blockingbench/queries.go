@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,8 +53,8 @@ func (s querySpec) holds(k int) bool {
 // queries runs one spec's queries.
 type queries struct {
 	spec      querySpec
-	tr        *http.Transport
-	client    *http.Client
+	dialer    *net.Dialer
+	addr      string // the target's host:port
 	stopped   atomic.Bool
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -113,25 +113,28 @@ func (a *queryCounts) add(b queryCounts) {
 // with those not out yet counted (queries.notStarted).
 func openQueries(parent context.Context, spec querySpec) (*queries, error) {
 	ctx, cancel := context.WithCancel(parent)
-	// NB: the default MaxIdleConnsPerHost (2) would close all but two
-	// connections after each answer and redial: 10k dials per wait.
-	tr := &http.Transport{MaxIdleConnsPerHost: spec.Count + 16, IdleConnTimeout: 0}
+	target, err := url.Parse(spec.Target)
+	if err != nil || target.Host == "" {
+		cancel()
+		return nil, fmt.Errorf("target %q: want http://host:port", spec.Target)
+	}
+	dialer := &net.Dialer{}
 	if spec.Source != "" {
 		ip := net.ParseIP(spec.Source)
 		if ip == nil {
 			cancel()
 			return nil, fmt.Errorf("source address %q", spec.Source)
 		}
-		tr.DialContext = (&net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}}).DialContext
+		dialer.LocalAddr = &net.TCPAddr{IP: ip}
 	}
-	q := &queries{spec: spec, tr: tr, client: &http.Client{Transport: tr}, cancel: cancel, seen: make(map[int]time.Time)}
+	q := &queries{spec: spec, dialer: dialer, addr: target.Host, cancel: cancel, seen: make(map[int]time.Time)}
 	var ready sync.WaitGroup
 	ready.Add(spec.Count)
 	for i := range spec.Count {
 		k := spec.key(i)
 		at := spec.Start.Add(time.Duration(k) * spec.Wait / time.Duration(spec.Keys))
 		q.wg.Add(1)
-		go q.run(ctx, spec.Target+"/v1/kv/"+keyName(k), at, sync.OnceFunc(func() {
+		go q.run(ctx, "/v1/kv/"+keyName(k), at, sync.OnceFunc(func() {
 			q.started.Add(1)
 			ready.Done()
 		}))
@@ -158,12 +161,15 @@ const startGrace = 30 * time.Second
 // run is one query's loop, as consul-template's view: read, then block on
 // the index read, until stopped. ready is called once its first blocking
 // request is about to go out (or when it returns).
-func (q *queries) run(ctx context.Context, url string, at time.Time, ready func()) {
+func (q *queries) run(ctx context.Context, path string, at time.Time, ready func()) {
 	defer q.wg.Done()
 	defer ready()
 	if ctxtime.Sleep(ctx, time.Until(at)) != nil {
 		return
 	}
+	qc := newQueryConn(q.dialer, q.addr)
+	defer context.AfterFunc(ctx, qc.close)()
+	defer qc.close()
 	var index uint64
 	for !q.stopped.Load() && ctx.Err() == nil {
 		blocking := index > 0
@@ -172,7 +178,7 @@ func (q *queries) run(ctx context.Context, url string, at time.Time, ready func(
 			q.due.Add(1)
 		}
 		t0 := time.Now()
-		got, val, err := q.get(ctx, url, index)
+		got, val, changed, err := q.read(ctx, qc, path, index)
 		if err != nil {
 			if ctx.Err() != nil {
 				return // cut off by close: due, not answered
@@ -185,7 +191,7 @@ func (q *queries) run(ctx context.Context, url string, at time.Time, ready func(
 			continue
 		}
 		now := time.Now()
-		next, changed := nextIndex(index, got)
+		next, _ := nextIndex(index, got)
 		if blocking {
 			q.answered.Add(1)
 			switch {
@@ -206,43 +212,50 @@ func (q *queries) run(ctx context.Context, url string, at time.Time, ready func(
 	}
 }
 
-// get reads url as Consul's client does: ?wait always, ?index when
-// waiting on one. It returns X-Consul-Index and the value (nil on 404).
-func (q *queries) get(ctx context.Context, url string, index uint64) (uint64, []byte, error) {
-	u := fmt.Sprintf("%s?wait=%dms", url, q.spec.Wait.Milliseconds())
-	if index > 0 {
-		u += "&index=" + strconv.FormatUint(index, 10)
-	}
-	ctx, cancel := context.WithTimeout(ctx, q.spec.Wait+q.spec.Wait/16+10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+// read is one read of path after index: X-Consul-Index, whether it
+// changed, and, if it did, the value (nil on 404). NB: only a changed
+// answer's body is decoded; a timeout's holds the value already seen.
+func (q *queries) read(ctx context.Context, qc *queryConn, path string, index uint64) (got uint64, val []byte, changed bool, err error) {
+	got, body, err := q.get(ctx, qc, path, index)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, false, err
 	}
-	resp, err := q.client.Do(req)
+	if _, changed = nextIndex(index, got); changed && body != nil {
+		if val, err = kvValue(body); err != nil {
+			return 0, nil, false, fmt.Errorf("GET %s: %w", path, err)
+		}
+	}
+	return got, val, changed, nil
+}
+
+// get reads path as Consul's client does: ?wait always, ?index when
+// waiting on one. It returns X-Consul-Index and the body (nil on 404).
+func (q *queries) get(ctx context.Context, qc *queryConn, path string, index uint64) (uint64, []byte, error) {
+	target := blockingTarget(path, q.spec.Wait, index)
+	status, hdr, body, err := qc.get(ctx, target, time.Now().Add(q.spec.Wait+q.spec.Wait/16+10*time.Second))
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, fmt.Errorf("GET %s: %w", target, err)
 	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return 0, nil, fmt.Errorf("GET %s: read body: %w", u, err)
+	if status != http.StatusOK && status != http.StatusNotFound {
+		return 0, nil, fmt.Errorf("GET %s: %d %s: %s", target, status, http.StatusText(status), strings.TrimSpace(string(body)))
 	}
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound {
-		return 0, nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
-	}
-	got, err := strconv.ParseUint(resp.Header.Get("X-Consul-Index"), 10, 64)
+	got, err := strconv.ParseUint(hdr, 10, 64)
 	if err != nil || got == 0 {
-		return 0, nil, fmt.Errorf("GET %s: X-Consul-Index %q", u, resp.Header.Get("X-Consul-Index"))
+		return 0, nil, fmt.Errorf("GET %s: X-Consul-Index %q", target, hdr)
 	}
-	if resp.StatusCode == http.StatusNotFound {
+	if status == http.StatusNotFound {
 		return got, nil, nil
 	}
+	return got, body, nil
+}
+
+// kvValue is the value of the one entry a KV read's body holds.
+func kvValue(body []byte) ([]byte, error) {
 	var kvs []struct{ Value []byte }
 	if err := json.Unmarshal(body, &kvs); err != nil || len(kvs) != 1 {
-		return 0, nil, fmt.Errorf("GET %s: want one entry, got %.200s (%v)", u, body, err)
+		return nil, fmt.Errorf("want one entry, got %.200s (%v)", body, err)
 	}
-	return got, kvs[0].Value, nil
+	return kvs[0].Value, nil
 }
 
 // observe records when a changed value of phase PhaseID was first read.
@@ -330,6 +343,5 @@ func (q *queries) close() {
 		q.stopped.Store(true)
 		q.cancel()
 		q.wg.Wait()
-		q.tr.CloseIdleConnections()
 	})
 }
