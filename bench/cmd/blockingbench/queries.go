@@ -1,20 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+	"github.com/lodestone-kv/lodestone/bench/internal/rawhttp"
 	"github.com/lodestone-kv/lodestone/internal/ctxtime"
 )
 
@@ -53,8 +53,7 @@ func (s querySpec) holds(k int) bool {
 // queries runs one spec's queries.
 type queries struct {
 	spec      querySpec
-	dialer    *net.Dialer
-	addr      string // the target's host:port
+	source    net.Addr // local address to dial from; nil: the kernel's choice
 	stopped   atomic.Bool
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -113,21 +112,16 @@ func (a *queryCounts) add(b queryCounts) {
 // with those not out yet counted (queries.notStarted).
 func openQueries(parent context.Context, spec querySpec) (*queries, error) {
 	ctx, cancel := context.WithCancel(parent)
-	target, err := url.Parse(spec.Target)
-	if err != nil || target.Host == "" {
-		cancel()
-		return nil, fmt.Errorf("target %q: want http://host:port", spec.Target)
-	}
-	dialer := &net.Dialer{}
+	var source net.Addr
 	if spec.Source != "" {
 		ip := net.ParseIP(spec.Source)
 		if ip == nil {
 			cancel()
 			return nil, fmt.Errorf("source address %q", spec.Source)
 		}
-		dialer.LocalAddr = &net.TCPAddr{IP: ip}
+		source = &net.TCPAddr{IP: ip}
 	}
-	q := &queries{spec: spec, dialer: dialer, addr: target.Host, cancel: cancel, seen: make(map[int]time.Time)}
+	q := &queries{spec: spec, source: source, cancel: cancel, seen: make(map[int]time.Time)}
 	var ready sync.WaitGroup
 	ready.Add(spec.Count)
 	for i := range spec.Count {
@@ -167,9 +161,10 @@ func (q *queries) run(ctx context.Context, path string, at time.Time, ready func
 	if ctxtime.Sleep(ctx, time.Until(at)) != nil {
 		return
 	}
-	qc := newQueryConn(q.dialer, q.addr)
-	defer context.AfterFunc(ctx, qc.close)()
-	defer qc.close()
+	c := rawhttp.New(q.spec.Target, "X-Consul-Index")
+	c.Dialer.LocalAddr = q.source
+	defer context.AfterFunc(ctx, c.Close)() // cuts off the request in flight
+	defer c.Close()
 	var index uint64
 	for !q.stopped.Load() && ctx.Err() == nil {
 		blocking := index > 0
@@ -178,7 +173,7 @@ func (q *queries) run(ctx context.Context, path string, at time.Time, ready func
 			q.due.Add(1)
 		}
 		t0 := time.Now()
-		got, val, changed, err := q.read(ctx, qc, path, index)
+		got, val, changed, err := q.read(ctx, c, path, index)
 		if err != nil {
 			if ctx.Err() != nil {
 				return // cut off by close: due, not answered
@@ -215,8 +210,8 @@ func (q *queries) run(ctx context.Context, path string, at time.Time, ready func
 // read is one read of path after index: X-Consul-Index, whether it
 // changed, and, if it did, the value (nil on 404). NB: only a changed
 // answer's body is decoded; a timeout's holds the value already seen.
-func (q *queries) read(ctx context.Context, qc *queryConn, path string, index uint64) (got uint64, val []byte, changed bool, err error) {
-	got, body, err := q.get(ctx, qc, path, index)
+func (q *queries) read(ctx context.Context, c *rawhttp.Conn, path string, index uint64) (got uint64, val []byte, changed bool, err error) {
+	got, body, err := q.get(ctx, c, path, index)
 	if err != nil {
 		return 0, nil, false, err
 	}
@@ -229,19 +224,25 @@ func (q *queries) read(ctx context.Context, qc *queryConn, path string, index ui
 }
 
 // get reads path as Consul's client does: ?wait always, ?index when
-// waiting on one. It returns X-Consul-Index and the body (nil on 404).
-func (q *queries) get(ctx context.Context, qc *queryConn, path string, index uint64) (uint64, []byte, error) {
-	target := blockingTarget(path, q.spec.Wait, index)
-	status, hdr, body, err := qc.get(ctx, target, time.Now().Add(q.spec.Wait+q.spec.Wait/16+10*time.Second))
+// waiting on one. It returns X-Consul-Index and the body (nil on 404),
+// valid until c's next request.
+func (q *queries) get(ctx context.Context, c *rawhttp.Conn, path string, index uint64) (uint64, []byte, error) {
+	target := path + "?wait=" + strconv.FormatInt(q.spec.Wait.Milliseconds(), 10) + "ms"
+	if index > 0 {
+		target += "&index=" + strconv.FormatUint(index, 10)
+	}
+	ctx, cancel := context.WithTimeout(ctx, q.spec.Wait+q.spec.Wait/16+10*time.Second)
+	defer cancel()
+	status, body, err := c.Do(ctx, rawhttp.AppendRequest(nil, http.MethodGet, c.Addr(), target, nil))
 	if err != nil {
 		return 0, nil, fmt.Errorf("GET %s: %w", target, err)
 	}
 	if status != http.StatusOK && status != http.StatusNotFound {
-		return 0, nil, fmt.Errorf("GET %s: %d %s: %s", target, status, http.StatusText(status), strings.TrimSpace(string(body)))
+		return 0, nil, fmt.Errorf("GET %s: %d %s: %s", target, status, http.StatusText(status), bytes.TrimSpace(body[:min(len(body), 512)]))
 	}
-	got, err := strconv.ParseUint(hdr, 10, 64)
+	got, err := strconv.ParseUint(c.Header("X-Consul-Index"), 10, 64)
 	if err != nil || got == 0 {
-		return 0, nil, fmt.Errorf("GET %s: X-Consul-Index %q", target, hdr)
+		return 0, nil, fmt.Errorf("GET %s: X-Consul-Index %q", target, c.Header("X-Consul-Index"))
 	}
 	if status == http.StatusNotFound {
 		return got, nil, nil

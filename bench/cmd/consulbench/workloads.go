@@ -10,12 +10,14 @@ import (
 	"hash/maphash"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/lodestone-kv/lodestone/bench/internal/harness"
+	"github.com/lodestone-kv/lodestone/bench/internal/rawhttp"
 )
 
 // workload is one kind of request, driven the same way at both systems.
@@ -35,21 +37,27 @@ var (
 // as failed, never as fast.
 var errWrongAnswer = errors.New("wrong answer")
 
-// conns is one keep-alive HTTP/1.1 connection per client (rawConn), so
+// conns is one keep-alive HTTP/1.1 connection per client (rawhttp), so
 // n clients hold exactly n connections to the leader.
-type conns []*rawConn
+type conns []*conn
+
+// conn is a client's connection and the request it builds on it.
+type conn struct {
+	*rawhttp.Conn
+	req []byte // reused
+}
 
 func newConns(n int, base string) conns {
 	cs := make(conns, n)
 	for i := range cs {
-		cs[i] = newRawConn(base)
+		cs[i] = &conn{Conn: rawhttp.New(base)}
 	}
 	return cs
 }
 
 func (cs conns) close() {
 	for _, c := range cs {
-		c.close()
+		c.Close()
 	}
 }
 
@@ -67,12 +75,12 @@ func (w workload) op(cs conns, values [][]byte, valueSize, getKeys int) harness.
 		// NB: the requests are built once; the clients share them read-only.
 		reqs := make([][]byte, getKeys)
 		for i := range reqs {
-			reqs[i] = appendRequest(nil, http.MethodGet, cs[0].addr, "/v1/kv/"+getKey(i), nil)
+			reqs[i] = rawhttp.AppendRequest(nil, http.MethodGet, cs[0].Addr(), "/v1/kv/"+getKey(i), nil)
 		}
 		scratch := make([][]byte, len(cs))
 		return func(ctx context.Context, client, seq int) error {
 			n := int(draw(client, seq) % uint64(getKeys))
-			code, body, err := cs[client].do(ctx, reqs[n])
+			code, body, err := cs[client].Do(ctx, reqs[n])
 			if err != nil {
 				return err
 			}
@@ -98,9 +106,9 @@ func (w workload) op(cs conns, values [][]byte, valueSize, getKeys int) harness.
 
 // sendRaw makes one request with body on c and fails unless the answer
 // is 200 with body true (KV put and catalog register both answer so).
-func sendRaw(ctx context.Context, c *rawConn, method, path string, body []byte) error {
-	c.req = appendRequest(c.req[:0], method, c.addr, path, body)
-	code, got, err := c.do(ctx, c.req)
+func sendRaw(ctx context.Context, c *conn, method, path string, body []byte) error {
+	c.req = rawhttp.AppendRequest(c.req[:0], method, c.Addr(), path, body)
+	code, got, err := c.Do(ctx, c.req)
 	if err != nil {
 		return err
 	}
@@ -224,7 +232,7 @@ func checkGetAnswer(scratch []byte, key string, body []byte, size int) ([]byte, 
 	if end < 0 {
 		return fail("an unterminated Value")
 	}
-	scratch = grow(scratch, base64.StdEncoding.DecodedLen(end))
+	scratch = slices.Grow(scratch[:0], base64.StdEncoding.DecodedLen(end))[:base64.StdEncoding.DecodedLen(end)]
 	n, err := base64.StdEncoding.Decode(scratch, v[:end])
 	if err != nil {
 		return fail("a Value that is not base64")

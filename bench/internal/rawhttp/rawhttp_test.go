@@ -1,8 +1,7 @@
-package main
+package rawhttp
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -15,10 +14,10 @@ import (
 	"time"
 )
 
-// TestRawConnFraming reads every framing a server may choose, on a real
+// TestConnFraming reads every framing a server may choose, on a real
 // net/http server over loopback, and keeps the connection alive across
 // them except where the server closes it.
-func TestRawConnFraming(t *testing.T) {
+func TestConnFraming(t *testing.T) {
 	var conns atomic.Int32
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -46,12 +45,12 @@ func TestRawConnFraming(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Close()
-	c := newRawConn(srv.URL)
-	defer c.close()
+	c := New(srv.URL)
+	defer c.Close()
 	ctx := context.Background()
 	get := func(path string) (int, string) {
 		t.Helper()
-		code, body, err := c.do(ctx, appendRequest(nil, http.MethodGet, c.addr, path, nil))
+		code, body, err := c.Do(ctx, AppendRequest(nil, http.MethodGet, c.Addr(), path, nil))
 		if err != nil {
 			t.Fatalf("GET %s: %v", path, err)
 		}
@@ -66,7 +65,7 @@ func TestRawConnFraming(t *testing.T) {
 	if code, body := get("/nothing"); code != 404 || body != "no such thing\n" {
 		t.Errorf("/nothing: %d %q", code, body)
 	}
-	code, body, err := c.do(ctx, appendRequest(nil, http.MethodPut, c.addr, "/echo", []byte("a body")))
+	code, body, err := c.Do(ctx, AppendRequest(nil, http.MethodPut, c.Addr(), "/echo", []byte("a body")))
 	if err != nil || code != 200 || string(body) != "a body" {
 		t.Errorf("PUT /echo: %d %q %v", code, body, err)
 	}
@@ -85,56 +84,21 @@ func TestRawConnFraming(t *testing.T) {
 }
 
 // An op whose server never answers ends with its context.
-func TestRawConnDeadline(t *testing.T) {
+func TestConnDeadline(t *testing.T) {
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
 	defer srv.Close()
 	defer close(release)
-	c := newRawConn(srv.URL)
-	defer c.close()
+	c := New(srv.URL)
+	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	_, _, err := c.do(ctx, appendRequest(nil, http.MethodGet, c.addr, "/", nil))
+	_, _, err := c.Do(ctx, AppendRequest(nil, http.MethodGet, c.Addr(), "/", nil))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("do against a silent server: %v, want context.DeadlineExceeded", err)
 	}
-	if c.conn != nil {
+	if c.open() {
 		t.Error("the connection stayed open after a failed op")
-	}
-}
-
-// kvAnswer is a get's answer as Consul and Lodestone write it.
-func kvAnswer(key string, value []byte) []byte {
-	return fmt.Appendf(nil, `[{"LockIndex":0,"Key":%q,"Flags":0,"Value":%q,"CreateIndex":12,"ModifyIndex":13}]`+"\n",
-		key, base64.StdEncoding.EncodeToString(value))
-}
-
-// The scan and the full decode accept and refuse the same answers.
-func TestCheckGetAnswer(t *testing.T) {
-	key := getKey(42)
-	value := make([]byte, 256)
-	ok := kvAnswer(key, value)
-	for name, check := range map[string]func([]byte, int) error{
-		"scan": func(b []byte, size int) error { _, err := checkGetAnswer(nil, key, b, size); return err },
-		"json": func(b []byte, size int) error { return checkGetJSON(key, b, size) },
-	} {
-		if err := check(ok, 256); err != nil {
-			t.Errorf("%s: a right answer: %v", name, err)
-		}
-		for what, bad := range map[string][]byte{
-			"other key":    kvAnswer(getKey(43), value),
-			"key prefix":   kvAnswer(key+"0", value),
-			"short value":  kvAnswer(key, value[:255]),
-			"two entries":  []byte(strings.Replace(string(ok), "}]", "},"+strings.TrimPrefix(strings.TrimSpace(string(ok)), "["), 1)),
-			"empty array":  []byte("[]"),
-			"not base64":   []byte(strings.Replace(string(ok), `"Value":"`, `"Value":"!`, 1)),
-			"null value":   kvAnswer(key, nil),
-			"not an array": []byte(strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(string(ok)), "["), "]")),
-		} {
-			if err := check(bad, 256); !errors.Is(err, errWrongAnswer) {
-				t.Errorf("%s: %s: %v, want errWrongAnswer", name, what, err)
-			}
-		}
 	}
 }
 
@@ -146,12 +110,57 @@ func TestAppendRequest(t *testing.T) {
 		got = fmt.Sprintf("%s %s %s %q %q", r.Method, r.URL.Path, r.Host, r.Header.Get("Accept-Encoding"), b)
 	}))
 	defer srv.Close()
-	c := newRawConn(srv.URL)
-	defer c.close()
-	if _, _, err := c.do(context.Background(), appendRequest(nil, http.MethodPut, c.addr, "/v1/kv/a/b", []byte("v"))); err != nil {
+	c := New(srv.URL)
+	defer c.Close()
+	if _, _, err := c.Do(context.Background(), AppendRequest(nil, http.MethodPut, c.Addr(), "/v1/kv/a/b", []byte("v"))); err != nil {
 		t.Fatal(err)
 	}
-	if want := fmt.Sprintf(`PUT /v1/kv/a/b %s "" "v"`, c.addr); got != want {
+	if want := fmt.Sprintf(`PUT /v1/kv/a/b %s "" "v"`, c.Addr()); got != want {
 		t.Errorf("server saw %s, want %s", got, want)
+	}
+}
+
+// Header gives the named headers of the last answer, and only those.
+func TestConnHeader(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/with" {
+			w.Header().Set("X-Consul-Index", "42")
+			w.Header().Set("X-Other", "1")
+		}
+	}))
+	defer srv.Close()
+	c := New(srv.URL, "X-Consul-Index")
+	defer c.Close()
+	for _, want := range []struct{ path, index string }{{"/with", "42"}, {"/without", ""}, {"/with", "42"}} {
+		if _, _, err := c.Do(context.Background(), AppendRequest(nil, http.MethodGet, c.Addr(), want.path, nil)); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Header("X-Consul-Index"); got != want.index {
+			t.Errorf("%s: X-Consul-Index %q, want %q", want.path, got, want.index)
+		}
+		if got := c.Header("X-Other"); got != "" {
+			t.Errorf("%s: X-Other %q, not asked for", want.path, got)
+		}
+	}
+}
+
+// Close from another goroutine ends an op the server holds.
+func TestConnCloseCutsOffAnOp(t *testing.T) {
+	held := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(held)
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	c := New(srv.URL)
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := c.Do(context.Background(), AppendRequest(nil, http.MethodGet, c.Addr(), "/", nil))
+		errc <- err
+	}()
+	<-held
+	c.Close()
+	if err := <-errc; err == nil {
+		t.Fatal("an op cut off by Close succeeded")
 	}
 }

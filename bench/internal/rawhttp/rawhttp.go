@@ -1,4 +1,8 @@
-package main
+// Package rawhttp is the benchmarks' HTTP/1.1 keep-alive client for load
+// generators that share a core with what they measure: one connection,
+// requests the caller builds, answers read for their status, framing,
+// body and the headers asked for, nothing else.
+package rawhttp
 
 import (
 	"bufio"
@@ -11,19 +15,31 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
-// rawConn is a minimal HTTP/1.1 keep-alive client on one connection: it
+// Conn is a minimal HTTP/1.1 keep-alive client on one connection: it
 // writes a request the caller built and reads back the status, the body's
-// framing (Content-Length or chunked) and the body, nothing else. The
-// net/http client cost the load generator about as much CPU per get as
-// the leader it measured, so on its one core it, not the servers, bound
-// the gets; this one parses only what the answer check needs. Both
-// systems get the same client.
-type rawConn struct {
-	addr string // host:port
-	conn net.Conn
+// framing (Content-Length or chunked), the headers New named and the
+// body. NB: the net/http client cost consulbench's load generator about
+// as much CPU per get as the leader it measured, so on its one core it,
+// not the servers, bound the gets; and its Transport's two goroutines a
+// connection took blockingbench's query processes as much of the
+// learners' core as the learners. Every system a benchmark compares gets
+// the same client.
+//
+// One goroutine does the ops; Close may come from any.
+type Conn struct {
+	// Dialer dials the connection (LocalAddr: the source address); the
+	// zero value is net's default.
+	Dialer net.Dialer
+
+	addr string   // host:port
+	want [][]byte // header names Header answers for
+	got  []string // their values in the last answer
+	mu   sync.Mutex
+	conn net.Conn // NB: mu guards the pointer, for Close
 	r    *bufio.Reader
 	// deadline is the connection's current deadline, moved only when an
 	// op's deadline passes it by more than a second, so most ops leave
@@ -39,37 +55,73 @@ var errProtocol = errors.New("malformed HTTP answer")
 // maxBody bounds an answer's body: the workloads' answers are far smaller.
 const maxBody = 1 << 20
 
-func newRawConn(base string) *rawConn {
-	return &rawConn{addr: strings.TrimPrefix(base, "http://")}
+// New returns a client of base ("http://host:port") that keeps the
+// headers named in header from each answer, for Header.
+func New(base string, header ...string) *Conn {
+	c := &Conn{addr: strings.TrimPrefix(base, "http://"), got: make([]string, len(header))}
+	for _, h := range header {
+		c.want = append(c.want, []byte(h))
+	}
+	return c
 }
 
-// close closes the connection; the next do dials a new one.
-func (c *rawConn) close() {
-	if c.conn != nil {
-		c.conn.Close()
-		c.conn, c.r = nil, nil
+// Addr is the server's host:port, for a request's Host.
+func (c *Conn) Addr() string { return c.addr }
+
+// Header is header's value in the last answer, "" if it had none; header
+// must be one New named.
+func (c *Conn) Header(header string) string {
+	for i, h := range c.want {
+		if bytes.EqualFold(h, []byte(header)) {
+			return c.got[i]
+		}
+	}
+	return ""
+}
+
+// Close closes the connection, ending an op in flight; the next Do dials
+// a new one.
+func (c *Conn) Close() {
+	c.mu.Lock()
+	conn := c.conn
+	c.conn = nil
+	c.mu.Unlock()
+	if conn != nil {
+		conn.Close()
 	}
 }
 
-// do sends req (a whole HTTP/1.1 request) and returns the answer's status
-// code and body; the body is valid until the next do. Any error closes
+// open reports whether the client holds a connection.
+func (c *Conn) open() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conn != nil
+}
+
+// Do sends req (a whole HTTP/1.1 request) and returns the answer's status
+// code and body; the body is valid until the next Do. Any error closes
 // the connection.
-func (c *rawConn) do(ctx context.Context, req []byte) (code int, body []byte, err error) {
-	if c.conn == nil {
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "tcp", c.addr)
+func (c *Conn) Do(ctx context.Context, req []byte) (code int, body []byte, err error) {
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+	if conn == nil {
+		conn, err = c.Dialer.DialContext(ctx, "tcp", c.addr)
 		if err != nil {
 			return 0, nil, err
 		}
-		c.conn, c.r, c.deadline = conn, bufio.NewReaderSize(conn, 16<<10), time.Time{}
+		c.mu.Lock()
+		c.conn = conn
+		c.mu.Unlock()
+		c.r, c.deadline = bufio.NewReaderSize(conn, 16<<10), time.Time{}
 	}
 	if dl, ok := ctx.Deadline(); ok && dl.Sub(c.deadline) > time.Second {
 		c.deadline = dl
-		c.conn.SetDeadline(dl)
+		conn.SetDeadline(dl)
 	}
-	code, body, keep, err := c.exchange(req)
+	code, body, keep, err := c.exchange(conn, req)
 	if err != nil || !keep {
-		c.close()
+		c.drop(conn)
 	}
 	switch {
 	case err == nil:
@@ -83,8 +135,19 @@ func (c *rawConn) do(ctx context.Context, req []byte) (code int, body []byte, er
 	return code, body, err
 }
 
-func (c *rawConn) exchange(req []byte) (code int, body []byte, keep bool, err error) {
-	if _, err := c.conn.Write(req); err != nil {
+// drop closes conn, and forgets it if it is still the client's.
+func (c *Conn) drop(conn net.Conn) {
+	c.mu.Lock()
+	if c.conn == conn {
+		c.conn = nil
+	}
+	c.mu.Unlock()
+	conn.Close()
+}
+
+func (c *Conn) exchange(conn net.Conn, req []byte) (code int, body []byte, keep bool, err error) {
+	clear(c.got)
+	if _, err := conn.Write(req); err != nil {
 		return 0, nil, false, err
 	}
 	code, length, chunked, keep, err := c.readHead()
@@ -112,7 +175,7 @@ func (c *rawConn) exchange(req []byte) (code int, body []byte, keep bool, err er
 
 // readHead reads the status line and the headers. length is -1 without a
 // Content-Length.
-func (c *rawConn) readHead() (code, length int, chunked, keep bool, err error) {
+func (c *Conn) readHead() (code, length int, chunked, keep bool, err error) {
 	line, err := c.r.ReadSlice('\n')
 	if err != nil {
 		return 0, 0, false, false, err
@@ -155,11 +218,16 @@ func (c *rawConn) readHead() (code, length int, chunked, keep bool, err error) {
 				keep = false
 			}
 		}
+		for i, h := range c.want {
+			if bytes.EqualFold(name, h) {
+				c.got[i] = string(value)
+			}
+		}
 	}
 }
 
 // readChunked reads a chunked body and its trailer.
-func (c *rawConn) readChunked() ([]byte, error) {
+func (c *Conn) readChunked() ([]byte, error) {
 	body := c.body[:0]
 	for {
 		line, err := c.r.ReadSlice('\n')
@@ -194,7 +262,7 @@ func (c *rawConn) readChunked() ([]byte, error) {
 	}
 }
 
-func (c *rawConn) readCRLF() error {
+func (c *Conn) readCRLF() error {
 	line, err := c.r.ReadSlice('\n')
 	if err != nil {
 		return err
@@ -215,16 +283,16 @@ func grow(b []byte, n int) []byte {
 	return b[:n]
 }
 
-// appendRequest appends an HTTP/1.1 request for path on host, with body
+// AppendRequest appends an HTTP/1.1 request for path on host, with body
 // unless it is nil. It names the client and sends no Accept-Encoding, as
 // the Go client with compression off.
-func appendRequest(b []byte, method, host, path string, body []byte) []byte {
+func AppendRequest(b []byte, method, host, path string, body []byte) []byte {
 	b = append(b, method...)
 	b = append(b, ' ')
 	b = append(b, path...)
 	b = append(b, " HTTP/1.1\r\nHost: "...)
 	b = append(b, host...)
-	b = append(b, "\r\nUser-Agent: consulbench\r\n"...)
+	b = append(b, "\r\nUser-Agent: lodestone-bench\r\n"...)
 	if body != nil {
 		b = append(b, "Content-Length: "...)
 		b = strconv.AppendInt(b, int64(len(body)), 10)
