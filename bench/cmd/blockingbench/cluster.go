@@ -24,6 +24,7 @@ import (
 // CLI, to add the learners).
 type cluster struct {
 	dir      string
+	ldir     string // the learners' data, where -learner-data-dir puts it ("": dir)
 	procs    []*harness.Proc
 	peers    []string // Raft peer addresses, member order
 	grpcs    []string // client gRPC addresses, member order
@@ -47,6 +48,12 @@ func startCluster(ctx context.Context, bin, workDir string, learners int) (_ *cl
 		return nil, err
 	}
 	c := &cluster{dir: dir}
+	if *flagLearnerDir != "" {
+		if c.ldir, err = os.MkdirTemp(*flagLearnerDir, "lodestone-learners-"); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("-learner-data-dir: %w", err)
+		}
+	}
 	defer func() {
 		if err != nil {
 			err = fmt.Errorf("%w%s", err, c.logTails())
@@ -124,7 +131,11 @@ func memberName(i int) string { return fmt.Sprintf("n%d", i+1) }
 // join a running cluster with join.
 func (c *cluster) startMember(bin string, i int, initial []string, join bool) error {
 	name := memberName(i)
-	args := []string{"server", "--name", name, "--data-dir", filepath.Join(c.dir, name),
+	data := filepath.Join(c.dir, name)
+	if i >= voters && c.ldir != "" {
+		data = filepath.Join(c.ldir, name)
+	}
+	args := []string{"server", "--name", name, "--data-dir", data,
 		"--listen-peer", c.peers[i], "--listen-grpc", c.grpcs[i], "--listen-http", strings.TrimPrefix(c.https[i], "http://"),
 		"--initial-cluster", strings.Join(initial, ","), "--join=" + strconv.FormatBool(join),
 		"--log-level", "warn", "--enable-pprof=" + strconv.FormatBool(*flagGCBefore || *flagPprof != "" || *flagTrace != ""),
@@ -277,8 +288,10 @@ func (c *cluster) appendAcks(ctx context.Context) (count, sum []float64, err err
 func (c *cluster) stop() error {
 	err := harness.StopLeaderLast(c.procs, c.leader, 10*time.Second)
 	if !*flagKeep {
-		if rerr := os.RemoveAll(c.dir); rerr != nil && err == nil {
-			err = rerr
+		for _, d := range []string{c.dir, c.ldir} {
+			if rerr := os.RemoveAll(d); d != "" && rerr != nil && err == nil {
+				err = rerr
+			}
 		}
 	}
 	return err

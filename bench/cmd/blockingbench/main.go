@@ -10,6 +10,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -45,6 +46,7 @@ var (
 	flagClientCPUs  = flag.String("client-cpus", "0", `CPU list the load generator pins itself to ("" = no pinning)`)
 	flagServerProcs = flag.Int("server-gomaxprocs", 0, "GOMAXPROCS for every server process (0: the Go runtime's choice, the size of its CPU list)")
 	flagQueryCPUs   = flag.String("query-member-cpus", "0", `CPU list the members that serve the queries (-queries-on) move to once they are known, as machines of their own would keep their work off the write path's core ("" = stay on -server-cpus: with -writer-cpus "", every server on one core; README, "Layout")`)
+	flagLearnerDir  = flag.String("learner-data-dir", "/dev/shm", `where the learners' data dirs go: a disk of their own, as learners on machines of their own have ("": beside the voters', on -work-dir's disk; README, "Layout")`)
 	flagWriterCPUs  = flag.String("writer-cpus", "1", `CPU list for the writer process ("" = -client-cpus)`)
 	flagWriterFIFO  = flag.Bool("writer-fifo", false, "run the writer process at real-time priority (chrt -f 10, needs root): for the one-core layout, where it shares its CPU with the query side and a write's latency should not include its wait for the query side's turn (README, \"Layout\")")
 	flagGCBefore    = flag.Bool("gc-before-phase", true, "force a GC cycle on every server before each phase's warm-up, so the cycles in a window are its own allocation's, not the previous phase's or the queries' opening (README, \"Windows\")")
@@ -192,7 +194,7 @@ func run(ctx context.Context) error {
 		"follower":  "all on the follower after the leader",
 		"followers": "round-robin over the two followers",
 		"all":       "round-robin over the three servers",
-		"learner":   fmt.Sprintf("round-robin over %d learners, members after the voters that do not vote, in the cluster in every phase", learnerCount(n)),
+		"learner":   fmt.Sprintf("round-robin over %d learners, members after the voters that do not vote, in the cluster in every phase, their data under %s", learnerCount(n), cmp.Or(*flagLearnerDir, "the voters'")),
 	}[*flagQueriesOn]
 	fmt.Printf("setup: per rep a fresh 3-process Lodestone cluster (fsync on, data under %s) on 127.0.0.1; %d keys %s* written once each first; "+
 		"writes: %d/s open loop of %d-byte values through the Consul HTTP KV API (PUT /v1/kv/<key> to the leader, HTTP/1.1 keep-alive), key = write number mod %d; "+
