@@ -289,7 +289,10 @@ func (c *cluster) stop() error {
 	err := harness.StopLeaderLast(c.procs, c.leader, 10*time.Second)
 	if !*flagKeep {
 		for _, d := range []string{c.dir, c.ldir} {
-			if rerr := os.RemoveAll(d); d != "" && rerr != nil && err == nil {
+			if d == "" {
+				continue
+			}
+			if rerr := os.RemoveAll(d); rerr != nil && err == nil {
 				err = rerr
 			}
 		}

@@ -173,7 +173,7 @@ func (q *queries) run(ctx context.Context, path string, at time.Time, ready func
 			q.due.Add(1)
 		}
 		t0 := time.Now()
-		got, val, changed, err := q.read(ctx, c, path, index)
+		a, err := q.read(ctx, c, path, index)
 		if err != nil {
 			if ctx.Err() != nil {
 				return // cut off by close: due, not answered
@@ -186,13 +186,12 @@ func (q *queries) run(ctx context.Context, path string, at time.Time, ready func
 			continue
 		}
 		now := time.Now()
-		next, _ := nextIndex(index, got)
 		if blocking {
 			q.answered.Add(1)
 			switch {
-			case changed:
+			case a.changed:
 				q.changed.Add(1)
-			case got < index:
+			case a.got < index:
 				q.resets.Add(1)
 			case now.Sub(t0) >= q.spec.Wait:
 				q.timedOut.Add(1)
@@ -200,27 +199,37 @@ func (q *queries) run(ctx context.Context, path string, at time.Time, ready func
 				q.early.Add(1)
 			}
 		}
-		if changed {
-			q.observe(val, now)
+		if a.changed {
+			q.observe(a.val, now)
 		}
-		index = next
+		index = a.next
 	}
 }
 
-// read is one read of path after index: X-Consul-Index, whether it
-// changed, and, if it did, the value (nil on 404). NB: only a changed
-// answer's body is decoded; a timeout's holds the value already seen.
-func (q *queries) read(ctx context.Context, c *rawhttp.Conn, path string, index uint64) (got uint64, val []byte, changed bool, err error) {
+// answer is one read's outcome: X-Consul-Index (got), the index to wait
+// on next and whether it changed (nextIndex), and, if it did, the value
+// (nil on 404).
+type answer struct {
+	got, next uint64
+	changed   bool
+	val       []byte
+}
+
+// read is one read of path after index. NB: only a changed answer's body
+// is decoded; a timeout's holds the value already seen.
+func (q *queries) read(ctx context.Context, c *rawhttp.Conn, path string, index uint64) (answer, error) {
 	got, body, err := q.get(ctx, c, path, index)
 	if err != nil {
-		return 0, nil, false, err
+		return answer{}, err
 	}
-	if _, changed = nextIndex(index, got); changed && body != nil {
-		if val, err = kvValue(body); err != nil {
-			return 0, nil, false, fmt.Errorf("GET %s: %w", path, err)
+	a := answer{got: got}
+	a.next, a.changed = nextIndex(index, got)
+	if a.changed && body != nil {
+		if a.val, err = kvValue(body); err != nil {
+			return answer{}, fmt.Errorf("GET %s: %w", path, err)
 		}
 	}
-	return got, val, changed, nil
+	return a, nil
 }
 
 // get reads path as Consul's client does: ?wait always, ?index when
@@ -233,7 +242,7 @@ func (q *queries) get(ctx context.Context, c *rawhttp.Conn, path string, index u
 	}
 	ctx, cancel := context.WithTimeout(ctx, q.spec.Wait+q.spec.Wait/16+10*time.Second)
 	defer cancel()
-	status, body, err := c.Do(ctx, rawhttp.AppendRequest(nil, http.MethodGet, c.Addr(), target, nil))
+	status, body, err := c.Do(ctx, c.Request(http.MethodGet, target, nil))
 	if err != nil {
 		return 0, nil, fmt.Errorf("GET %s: %w", target, err)
 	}

@@ -53,13 +53,13 @@ func TestReadFollowsTheIndex(t *testing.T) {
 		changed bool
 		val     string
 	}{{0, 7, true, "v7"}, {7, 8, true, "v8"}, {8, 7, false, ""}} {
-		got, val, changed, err := q.read(ctx, c, "/v1/kv/k", want.index)
-		if err != nil || got != want.got || changed != want.changed || string(val) != want.val {
-			t.Fatalf("read after %d: %d %q %v %v, want %d %q %v", want.index, got, val, changed, err, want.got, want.val, want.changed)
+		a, err := q.read(ctx, c, "/v1/kv/k", want.index)
+		if err != nil || a.got != want.got || a.changed != want.changed || string(a.val) != want.val {
+			t.Fatalf("read after %d: %d %q %v %v, want %d %q %v", want.index, a.got, a.val, a.changed, err, want.got, want.val, want.changed)
 		}
 	}
-	if got, val, _, err := q.read(ctx, c, "/v1/kv/missing", 0); err != nil || got != 7 || val != nil {
-		t.Fatalf("read of a missing key: %d %q %v, want index 7 and no value", got, val, err)
+	if a, err := q.read(ctx, c, "/v1/kv/missing", 0); err != nil || a.got != 7 || a.val != nil {
+		t.Fatalf("read of a missing key: %d %q %v, want index 7 and no value", a.got, a.val, err)
 	}
 	if n := conns.Load(); n != 1 {
 		t.Fatalf("%d connections for four reads, want 1", n)

@@ -39,18 +39,12 @@ var errWrongAnswer = errors.New("wrong answer")
 
 // conns is one keep-alive HTTP/1.1 connection per client (rawhttp), so
 // n clients hold exactly n connections to the leader.
-type conns []*conn
-
-// conn is a client's connection and the request it builds on it.
-type conn struct {
-	*rawhttp.Conn
-	req []byte // reused
-}
+type conns []*rawhttp.Conn
 
 func newConns(n int, base string) conns {
 	cs := make(conns, n)
 	for i := range cs {
-		cs[i] = &conn{Conn: rawhttp.New(base)}
+		cs[i] = rawhttp.New(base)
 	}
 	return cs
 }
@@ -106,9 +100,8 @@ func (w workload) op(cs conns, values [][]byte, valueSize, getKeys int) harness.
 
 // sendRaw makes one request with body on c and fails unless the answer
 // is 200 with body true (KV put and catalog register both answer so).
-func sendRaw(ctx context.Context, c *conn, method, path string, body []byte) error {
-	c.req = rawhttp.AppendRequest(c.req[:0], method, c.Addr(), path, body)
-	code, got, err := c.Do(ctx, c.req)
+func sendRaw(ctx context.Context, c *rawhttp.Conn, method, path string, body []byte) error {
+	code, got, err := c.Do(ctx, c.Request(method, path, body))
 	if err != nil {
 		return err
 	}

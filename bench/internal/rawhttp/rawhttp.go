@@ -46,7 +46,7 @@ type Conn struct {
 	// the connection's timer alone.
 	deadline time.Time
 	body     []byte // the last answer's body, reused
-	req      []byte // scratch for requests built per op, reused
+	req      []byte // the last request Request built, reused
 }
 
 // errProtocol marks an answer that is not HTTP/1.1 as this client reads it.
@@ -89,13 +89,6 @@ func (c *Conn) Close() {
 	if conn != nil {
 		conn.Close()
 	}
-}
-
-// open reports whether the client holds a connection.
-func (c *Conn) open() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.conn != nil
 }
 
 // Do sends req (a whole HTTP/1.1 request) and returns the answer's status
@@ -281,6 +274,13 @@ func grow(b []byte, n int) []byte {
 		return nb
 	}
 	return b[:n]
+}
+
+// Request builds a request as AppendRequest does for this client's
+// server, in a buffer the client reuses: valid until the next Request.
+func (c *Conn) Request(method, path string, body []byte) []byte {
+	c.req = AppendRequest(c.req[:0], method, c.addr, path, body)
+	return c.req
 }
 
 // AppendRequest appends an HTTP/1.1 request for path on host, with body

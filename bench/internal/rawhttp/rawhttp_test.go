@@ -164,3 +164,10 @@ func TestConnCloseCutsOffAnOp(t *testing.T) {
 		t.Fatal("an op cut off by Close succeeded")
 	}
 }
+
+// open reports whether the client holds a connection.
+func (c *Conn) open() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conn != nil
+}
