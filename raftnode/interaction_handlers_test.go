@@ -184,7 +184,7 @@ func (env *interactionEnv) handleProposeEach(t *testing.T, d *datadriven.TestDat
 		}
 	}
 	out := env.out.String()
-	applied := strings.Count(out[mark:], " on "+en.name+"\n") - count // NB: each put printed "put ... on N" once
+	applied := strings.Count(out[mark:], ": applied at ") // each proposal's outcome, printed once
 	env.out.Reset()
 	env.out.WriteString(out[:mark])
 	env.printf("%d puts proposed on %s one at a time, %d applied there", count, en.name, applied)
