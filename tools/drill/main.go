@@ -163,6 +163,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.reps < 1 {
 		return fmt.Errorf("--reps %d: at least 1", o.reps)
 	}
+	if o.pprof != "" {
+		if err := os.MkdirAll(o.pprof, 0o755); err != nil {
+			return fmt.Errorf("--pprof: %w", err)
+		}
+	}
 	if o.serverCPUs != "" {
 		if _, err := cpuset.Parse(o.serverCPUs); err != nil {
 			return fmt.Errorf("--server-cpus: %w", err)
