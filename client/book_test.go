@@ -105,6 +105,8 @@ func TestConfigValidate(t *testing.T) {
 		{"url endpoint", Config{Endpoints: []string{"http://a:1"}}, "Endpoints[0]"},
 		{"negative dial timeout", Config{DialTimeout: -1}, "DialTimeout"},
 		{"base above max", Config{BackoffBase: 2, BackoffMax: 1}, "BackoffBase"},
+		{"reconnect base above max", Config{ReconnectBase: 2, ReconnectMax: 1}, "ReconnectBase"},
+		{"negative reconnect", Config{ReconnectMax: -1}, "ReconnectMax"},
 		{"negative attempts", Config{MaxAttempts: -1}, "MaxAttempts"},
 		{"watch from leader", Config{WatchFrom: WatchFromLeader}, ""},
 		{"unknown watch placement", Config{WatchFrom: 7}, "WatchFrom"},

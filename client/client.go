@@ -124,10 +124,10 @@ func (c *Client) conn(ep string) (*grpc.ClientConn, error) {
 		grpc.WithPerRPCCredentials(token.PerRPC(c.cfg.Token)),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff: grpcbackoff.Config{
-				BaseDelay:  c.cfg.BackoffBase,
+				BaseDelay:  c.cfg.ReconnectBase,
 				Multiplier: 1.6,
 				Jitter:     0.2,
-				MaxDelay:   c.cfg.BackoffMax,
+				MaxDelay:   c.cfg.ReconnectMax,
 			},
 			// NB: bounds TCP connect + HTTP/2 handshake, so a peer that
 			// accepts and never speaks HTTP/2 fails the connection (and

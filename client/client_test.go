@@ -17,9 +17,10 @@ import (
 	"github.com/lodestone-kv/lodestone/client/clienttest"
 )
 
-// fastRetry keeps retry tests quick: tiny backoff, short dial timeout.
+// fastRetry keeps retry tests quick: tiny backoffs, short dial timeout.
 func fastRetry(endpoints ...string) Config {
-	return Config{Endpoints: endpoints, DialTimeout: time.Second, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond}
+	return Config{Endpoints: endpoints, DialTimeout: time.Second, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		ReconnectBase: time.Millisecond, ReconnectMax: 5 * time.Millisecond}
 }
 
 func testCtx(t *testing.T, d time.Duration) context.Context {

@@ -39,13 +39,31 @@ type Config struct {
 	// BackoffBase is the delay before the second round of attempts (a round
 	// tries every endpoint once). Each further round doubles it up to
 	// BackoffMax; each delay is jittered to between half and all of its
-	// value. It also seeds gRPC's reconnect backoff.
+	// value.
 	// Default (zero): 50ms.
 	BackoffBase time.Duration
 
-	// BackoffMax caps the delay between rounds and gRPC's reconnect backoff.
+	// BackoffMax caps the delay between rounds.
 	// Default (zero): 1s. A server's RetryInfo hint may exceed it.
 	BackoffMax time.Duration
+
+	// ReconnectBase is how long the client waits before it dials an
+	// endpoint again after its connection failed or was lost; each further
+	// failure multiplies the wait by 1.6 up to ReconnectMax, jittered by
+	// 20% (gRPC's connection backoff). A call meanwhile goes to the other
+	// endpoints. NB: every client of a fleet loses its connections in the
+	// same instant when a server goes down, and redials every endpoint it
+	// ever used; at 50 ms the redials of thousands of clients were the
+	// storm the server's admission ramp then had to absorb, and the
+	// clients' own CPU went to dialing a server that was not there.
+	// Default (zero): 1s, gRPC's own.
+	ReconnectBase time.Duration
+
+	// ReconnectMax caps the wait between redials of one endpoint, so a
+	// client finds a server that comes back after a long outage within
+	// about this long.
+	// Default (zero): 5s.
+	ReconnectMax time.Duration
 
 	// MaxAttempts caps the attempts of one call across all endpoints.
 	// Default (zero): no cap, attempts continue until the ctx deadline.
@@ -149,6 +167,8 @@ func DefaultConfig() Config {
 		RequestTimeout: 10 * time.Second,          // only when ctx has no deadline
 		BackoffBase:    50 * time.Millisecond,     // first round-to-round delay
 		BackoffMax:     time.Second,               // longest round-to-round delay
+		ReconnectBase:  time.Second,               // first redial of a lost endpoint
+		ReconnectMax:   5 * time.Second,           // longest wait between redials
 		MaxAttempts:    0,                         // until the deadline
 		GetBatch:       64,                        // a server's default max-txn-ops
 
@@ -173,6 +193,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BackoffMax == 0 {
 		c.BackoffMax = d.BackoffMax
+	}
+	if c.ReconnectBase == 0 {
+		c.ReconnectBase = d.ReconnectBase
+	}
+	if c.ReconnectMax == 0 {
+		c.ReconnectMax = max(d.ReconnectMax, c.ReconnectBase)
 	}
 	if c.WatchProgressInterval == 0 {
 		c.WatchProgressInterval = d.WatchProgressInterval
@@ -212,6 +238,8 @@ func (c Config) Validate() error {
 		{"RequestTimeout", c.RequestTimeout},
 		{"BackoffBase", c.BackoffBase},
 		{"BackoffMax", c.BackoffMax},
+		{"ReconnectBase", c.ReconnectBase},
+		{"ReconnectMax", c.ReconnectMax},
 		{"WatchProgressInterval", c.WatchProgressInterval},
 	} {
 		if f.d < 0 {
@@ -220,6 +248,9 @@ func (c Config) Validate() error {
 	}
 	if c.BackoffBase > 0 && c.BackoffMax > 0 && c.BackoffBase > c.BackoffMax {
 		return &ConfigError{Field: "BackoffBase", Reason: fmt.Sprintf("%v exceeds BackoffMax %v", c.BackoffBase, c.BackoffMax)}
+	}
+	if c.ReconnectBase > 0 && c.ReconnectMax > 0 && c.ReconnectBase > c.ReconnectMax {
+		return &ConfigError{Field: "ReconnectBase", Reason: fmt.Sprintf("%v exceeds ReconnectMax %v", c.ReconnectBase, c.ReconnectMax)}
 	}
 	if c.MaxAttempts < 0 {
 		return &ConfigError{Field: "MaxAttempts", Reason: fmt.Sprintf("negative count %d", c.MaxAttempts)}

@@ -34,6 +34,10 @@
 //     (exponential, jittered, [Config.BackoffBase] to [Config.BackoffMax])
 //     before the next round, and never sleeps past the ctx deadline: when
 //     the backoff would, the call returns the last error instead.
+//     A lost connection is dialed again only after [Config.ReconnectBase]
+//     (growing to [Config.ReconnectMax] while it keeps failing); until then
+//     calls find that endpoint failed and go on to the next one, so a
+//     fleet whose server went down does not redial it every round.
 //     An admission refusal (ResourceExhausted with a RetryInfo) ends the
 //     round: the server booked the call a slot, so the call waits the hint
 //     (and at least the backoff) and goes back to that server alone. A
