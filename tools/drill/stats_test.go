@@ -52,3 +52,18 @@ func TestSpreadOf(t *testing.T) {
 		t.Errorf("median of nothing = %v, want NaN", s.median)
 	}
 }
+
+// TestPlacement: each server with its open watch streams, in the
+// cluster's order, the leader starred; a server that did not answer
+// its scrape reads 0.
+func TestPlacement(t *testing.T) {
+	c := &cluster{servers: []*server{{name: "n1"}, {name: "n2"}, {name: "n3"}}}
+	ms := []metrics{
+		{watchStreams: 3, isLeader: 0},
+		{watchStreams: 12, isLeader: 1},
+		{},
+	}
+	if got, want := placement(c, ms), "n1:3,n2*:12,n3:0"; got != want {
+		t.Errorf("placement = %q, want %q", got, want)
+	}
+}
