@@ -246,11 +246,16 @@ func (c Config) Validate() error {
 			return &ConfigError{Field: f.name, Reason: fmt.Sprintf("negative duration %v", f.d)}
 		}
 	}
-	if c.BackoffBase > 0 && c.BackoffMax > 0 && c.BackoffBase > c.BackoffMax {
-		return &ConfigError{Field: "BackoffBase", Reason: fmt.Sprintf("%v exceeds BackoffMax %v", c.BackoffBase, c.BackoffMax)}
-	}
-	if c.ReconnectBase > 0 && c.ReconnectMax > 0 && c.ReconnectBase > c.ReconnectMax {
-		return &ConfigError{Field: "ReconnectBase", Reason: fmt.Sprintf("%v exceeds ReconnectMax %v", c.ReconnectBase, c.ReconnectMax)}
+	for _, b := range []struct {
+		base, max       string
+		baseDur, maxDur time.Duration
+	}{
+		{"BackoffBase", "BackoffMax", c.BackoffBase, c.BackoffMax},
+		{"ReconnectBase", "ReconnectMax", c.ReconnectBase, c.ReconnectMax},
+	} {
+		if b.baseDur > 0 && b.maxDur > 0 && b.baseDur > b.maxDur {
+			return &ConfigError{Field: b.base, Reason: fmt.Sprintf("%v exceeds %s %v", b.baseDur, b.max, b.maxDur)}
+		}
 	}
 	if c.MaxAttempts < 0 {
 		return &ConfigError{Field: "MaxAttempts", Reason: fmt.Sprintf("negative count %d", c.MaxAttempts)}

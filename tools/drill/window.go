@@ -126,9 +126,9 @@ func (m *measured) end() window {
 }
 
 // placement names each server with its open watch streams, the leader
-// marked: "n1:0,n2*:12,n3:988". NB: the steady p99 moved with where the
-// watchers were (all on one follower, split, or on the leader), so each
-// window's line says.
+// marked: "n1:0,n2*:12,n3:988". NB: a watcher's fan-out costs the server
+// that holds it, so a rep's steady p99 is read beside where the watchers
+// were (all on one follower, split, or on the leader).
 func placement(c *cluster, ms []metrics) string {
 	var b strings.Builder
 	for i, s := range c.servers {
