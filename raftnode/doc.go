@@ -92,7 +92,9 @@
 //     taken after its addition.
 //   - Reads (read.go, leaderindex.go): linearizable reads join the next
 //     ReadIndex round, one round in flight at a time, and one broadcast
-//     answers all of a round's reads; a follower's LeaderRead asks the leader for its commit
+//     answers all of a round's reads; the loop yields once between waking
+//     a round's reads and sending the next, so that reads runnable by then
+//     join it; a follower's LeaderRead asks the leader for its commit
 //     index through Config.LeaderIndex, one question shared by every read
 //     that began before it went out.
 //   - Membership (membership.go): one change at a time, on the leader,

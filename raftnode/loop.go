@@ -218,12 +218,16 @@ func (n *Node) handleReadies() error {
 				return err
 			}
 		}
-		if !n.campaignAlone() {
-			n.publishLearners()
-			n.answerReads()
-			n.releaseLog()
-			return nil
+		if n.campaignAlone() {
+			continue
 		}
+		n.publishLearners()
+		n.answerAndFlushReads()
+		if n.rn.HasReady() {
+			continue // the next read round's heartbeats
+		}
+		n.releaseLog()
+		return nil
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -88,6 +89,10 @@ type Node struct {
 	// (read.go).
 	readMu   sync.Mutex
 	readNext *readRound
+	// yield gives up the processor once between waking a confirmed
+	// round's reads and sending the next round (read.go); tests stand in
+	// for the goroutines it lets run.
+	yield func()
 
 	heardMu sync.Mutex
 	heard   map[uint64]time.Time // when each peer last sent us anything
@@ -177,6 +182,7 @@ func New(cfg Config) (*Node, error) {
 		heard:        map[uint64]time.Time{},
 	}
 	n.startSnapshot = n.goSnapshot
+	n.yield = runtime.Gosched
 	n.nextID.Store(uint64(n.clock.Now().UnixNano()))
 	n.status.Store(&Status{})
 	n.slow = newSlowLeader(cfg.SlowLeader, cfg.Registerer)

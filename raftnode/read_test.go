@@ -8,11 +8,11 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// A confirmed round's reads wake only once the next round's heartbeats
-// are on their way to the followers: on a leader's one core, reads woken
-// first ran their responses ahead of those heartbeats, and the next round
-// waited for all of them.
-func TestReadsWakeAfterTheNextRoundIsSent(t *testing.T) {
+// A confirmed round's reads wake before the next round goes out, and the
+// loop yields between the two: a read that a woken one starts then (its
+// client's next) joins that round instead of waiting for a third. Sent at
+// once, as before, a round held only the reads of one round trip.
+func TestReadsWokenBeforeTheNextRoundJoinIt(t *testing.T) {
 	env := newInteractionEnv(t)
 	for _, line := range []string{"add-nodes 3", "campaign 1", "stabilize quiet"} {
 		runLine(t, env, line)
@@ -27,19 +27,32 @@ func TestReadsWakeAfterTheNextRoundIsSent(t *testing.T) {
 	if first == second {
 		t.Fatal("a read that arrived while a round was out joined that round")
 	}
-	var sent, sentBeforeWake int
-	env.onSend = func(from *envNode, m raftpb.Message) {
-		if from != leader || m.Type != raftpb.MsgHeartbeat || len(m.Context) != 16 || binary.BigEndian.Uint64(m.Context[8:]) != 2 {
-			return
-		}
-		sent++
+	var yields int
+	var third *readRound
+	leader.n.yield = func() {
+		yields++
 		select {
 		case <-first.done:
 		default:
-			sentBeforeWake++
+			t.Error("the loop yielded before waking the confirmed round's reads")
+		}
+		if third == nil {
+			third = leader.n.joinRead()
+		}
+	}
+	rounds := map[uint64]bool{}
+	env.onSend = func(from *envNode, m raftpb.Message) {
+		if from == leader && m.Type == raftpb.MsgHeartbeat && len(m.Context) == 16 {
+			rounds[binary.BigEndian.Uint64(m.Context[8:])] = true
 		}
 	}
 	runLine(t, env, "stabilize")
+	if third != second {
+		t.Fatal("a read started during the yield did not join the waiting round")
+	}
+	if len(rounds) != 1 || yields == 0 {
+		t.Fatalf("read rounds sent after the first: %v, yields %d; want one round (the second), yields at least 1", rounds, yields)
+	}
 	for i, r := range []*readRound{first, second} {
 		select {
 		case <-r.done:
@@ -50,8 +63,8 @@ func TestReadsWakeAfterTheNextRoundIsSent(t *testing.T) {
 			t.Fatalf("round %d: index %d, err %v; want an index", i+1, r.index, r.err)
 		}
 	}
-	if sent != 2 || sentBeforeWake != 2 {
-		t.Fatalf("the second round's heartbeats: %d sent, %d of them before the first round's reads woke; want 2 and 2", sent, sentBeforeWake)
+	if second.reads != 2 || second.index < first.index {
+		t.Fatalf("second round: %d reads at index %d (first at %d); want 2 at an index no lower", second.reads, second.index, first.index)
 	}
 }
 
