@@ -137,15 +137,14 @@ func (n *Node) answerReads() bool {
 // two.
 //
 // A round goes out only when the previous one came back, so without the
-// yield it held the reads that arrived in one heartbeat's round trip: on a
-// leader with one core under 64 clients, two or three reads a round, some
-// four thousand rounds a second, and the heartbeats, their answers and the
-// followers' handling of them took about two fifths of the three servers'
-// CPU. After the yield, the goroutines runnable by then (the woken reads
-// answering, requests already read from the network) have run, and the
-// reads they joined go out in the same round. Where nothing else is
-// runnable (one client, or a processor to spare) the yield returns at
-// once. Figures in the commit that brought it.
+// yield it held only the reads that arrived in one heartbeat's round trip:
+// on a busy leader with one core, a few reads a round and thousands of
+// rounds a second, whose heartbeats and answers took a large share of the
+// three servers' CPU. After the yield, the goroutines runnable by
+// then (the woken reads answering, requests already read from the
+// network) have run, and the reads they joined go out in the same round.
+// Where nothing else is runnable (one client, or a processor to spare) the
+// yield returns at once. The figures are in the commit that brought it.
 func (n *Node) answerAndFlushReads() {
 	if !n.answerReads() || !n.readsWaiting() {
 		return
