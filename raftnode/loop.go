@@ -221,11 +221,10 @@ func (n *Node) handleReadies() error {
 		if n.campaignAlone() {
 			continue
 		}
-		n.publishLearners()
-		n.answerAndFlushReads()
-		if n.rn.HasReady() {
+		if n.answerAndFlushReads() {
 			continue // the next read round's heartbeats
 		}
+		n.publishLearners()
 		n.releaseLog()
 		return nil
 	}

@@ -134,7 +134,8 @@ func (n *Node) answerReads() bool {
 
 // answerAndFlushReads wakes the confirmed rounds' reads, then sends the
 // next round if reads joined one, yielding the processor once between the
-// two.
+// two. It reports whether it sent one: the loop then has its heartbeats
+// to hand on.
 //
 // A round goes out only when the previous one came back, so without the
 // yield it held only the reads that arrived in one heartbeat's round trip:
@@ -145,12 +146,13 @@ func (n *Node) answerReads() bool {
 // network) have run, and the reads they joined go out in the same round.
 // Where nothing else is runnable (one client, or a processor to spare) the
 // yield returns at once. The figures are in the commit that brought it.
-func (n *Node) answerAndFlushReads() {
+func (n *Node) answerAndFlushReads() bool {
 	if !n.answerReads() || !n.readsWaiting() {
-		return
+		return false
 	}
 	n.yield()
 	n.flushReads()
+	return true
 }
 
 // readsWaiting reports whether reads have joined the round that goes out
