@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -124,11 +125,17 @@ func openTarget(k storeKind, file, dir string) (*target, error) {
 	return &target{kind: k, file: file, s: s, next: next}, nil
 }
 
-// measureRounds appends one entry to every target per round, the starting
-// target rotating from round to round, so every store sees the same machine
-// noise: -warmup rounds untimed, then -appends timed rounds (at least
-// -min-appends, at most -max-time). After each append it waits, untimed, for
-// the store's background work. It returns each target's latencies.
+// measureRounds appends one entry to every target per round, in an order
+// shuffled afresh each round, so every store sees the same machine noise:
+// -warmup rounds untimed, then -appends timed rounds (at least -min-appends,
+// at most -max-time). After each append it waits, untimed, for the store's
+// background work. It returns each target's latencies.
+//
+// NB: shuffled, not rotated. With a rotating start each target always ran
+// right after the same neighbour, and an fdatasync issued just after a
+// BoltDB store's multi-megabyte commit on the bloated file is slower (the
+// device is still settling it): the two targets after it were slow in every
+// sitting, whichever store they were.
 //
 // NB: a garbage collection runs between rounds, untimed. The stores share
 // this process, and the BoltDB stores allocate a freelist copy per commit
@@ -137,6 +144,7 @@ func openTarget(k storeKind, file, dir string) (*target, error) {
 // happens to run next.
 func measureRounds(ctx context.Context, targets []*target, data []byte) ([]latencies, error) {
 	lat := make([][]time.Duration, len(targets))
+	rng := rand.New(rand.NewPCG(1, 2)) // the same orders in every sitting
 	var deadline time.Time
 	for round := 0; ; round++ {
 		runtime.GC()
@@ -150,8 +158,7 @@ func measureRounds(ctx context.Context, targets []*target, data []byte) ([]laten
 		if measured >= *flagAppends || (measured >= *flagMinAppends && time.Now().After(deadline)) {
 			break
 		}
-		for k := range targets {
-			i := (k + round) % len(targets)
+		for _, i := range rng.Perm(len(targets)) {
 			t := targets[i]
 			t0 := time.Now()
 			if err := t.s.append(t.next, 1, data); err != nil {
