@@ -23,6 +23,7 @@ func openTestJournal(t *testing.T) *osRandomFile {
 }
 
 func TestDatasyncGoesThroughAIO(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	f := openTestJournal(t)
 	want := []byte("record")
 	if _, err := f.WriteAt(want, 4096); err != nil {
@@ -52,8 +53,31 @@ func TestDatasyncParksItsGoroutine(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	f := openTestJournal(t)
 	defer f.Close()
-	// NB: enough dirty pages that writing them back takes milliseconds on
-	// any disk, so the wait is long enough to be seen.
+	if states := watchLongDatasync(t, f); states["IO wait"] == 0 {
+		t.Fatalf("the syncing goroutine was never seen parked in the poller; states seen: %v", states)
+	}
+}
+
+// TestDatasyncBlocksWithSeveralPs: with two Ps the fdatasync is a plain
+// system call ("syscall"), never parked, and no AIO context is opened.
+func TestDatasyncBlocksWithSeveralPs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	f := openTestJournal(t)
+	defer f.Close()
+	states := watchLongDatasync(t, f)
+	if states["IO wait"] > 0 || states["syscall"] == 0 {
+		t.Fatalf("states of the syncing goroutine: %v, want it seen in a system call and never parked", states)
+	}
+	if f.wait.usesAIO() {
+		t.Fatal("Datasync with two Ps opened an AIO context")
+	}
+}
+
+// watchLongDatasync dirties enough pages that writing them back takes
+// milliseconds on any disk, runs f.Datasync in a goroutine, and returns how
+// often that goroutine was seen in each state until it returned.
+func watchLongDatasync(t *testing.T, f *osRandomFile) map[string]int {
+	t.Helper()
 	chunk := bytes.Repeat([]byte{0xa5}, 1<<20)
 	for off := int64(0); off < 32<<20; off += int64(len(chunk)) {
 		if _, err := f.WriteAt(chunk, off); err != nil {
@@ -70,10 +94,7 @@ func TestDatasyncParksItsGoroutine(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Datasync: %v", err)
 			}
-			if states["IO wait"] == 0 {
-				t.Fatalf("the syncing goroutine was never seen parked in the poller; states seen: %v", states)
-			}
-			return
+			return states
 		default:
 		}
 		if s, ok := syncingState(buf[:runtime.Stack(buf, true)]); ok {
@@ -114,11 +135,11 @@ func TestDatasyncFallsBackWhereAIORefuses(t *testing.T) {
 	for i := range 2 {
 		// NB: a pipe has no fsync: io_submit refuses it, and so does the
 		// plain fdatasync that follows.
-		if err := d.datasync(int(w.Fd())); !errors.Is(err, syscall.EINVAL) {
-			t.Fatalf("datasync %d of a pipe: %v, want EINVAL", i, err)
+		if err := d.park(int(w.Fd())); !errors.Is(err, syscall.EINVAL) {
+			t.Fatalf("park %d of a pipe: %v, want EINVAL", i, err)
 		}
 		if d.usesAIO() || !d.plain {
-			t.Fatalf("datasync %d: still on AIO after the kernel refused it", i)
+			t.Fatalf("park %d: still on AIO after the kernel refused it", i)
 		}
 	}
 }

@@ -8,6 +8,8 @@ type diskWait struct{}
 
 func (*diskWait) datasync(fd int) error { return datasync(fd) }
 
+func (*diskWait) park(fd int) error { return datasync(fd) }
+
 func (*diskWait) usesAIO() bool { return false }
 
 func (*diskWait) close() error { return nil }

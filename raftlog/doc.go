@@ -145,9 +145,10 @@
 //
 // Save is one write and one fdatasync of raft.wal, the journal: a bbolt
 // commit costs two fdatasyncs (dirty pages, then meta page) and about twice
-// the CPU. On Linux the fdatasync is an AIO request (diskwait_aio.go): the
-// Save's goroutine waits for it parked in Go's poller, not in a system call
-// that holds its thread and P. Every 256 entries (Options.CheckpointEntries) a checkpoint folds
+// the CPU. On Linux, in a process with one P, the fdatasync is an AIO
+// request (diskwait_aio.go): the Save's goroutine waits for it parked in
+// Go's poller, not in a system call that holds its thread and the only P.
+// With more Ps it is a plain system call, which returns sooner. Every 256 entries (Options.CheckpointEntries) a checkpoint folds
 // the journal's current epoch into raft.db in one bbolt commit, in the
 // background: the Save that finds the epoch full hands it to the fold
 // goroutine and writes to the journal's other slot, under the next epoch.

@@ -161,10 +161,10 @@ func (f *osRandomFile) Datasync() error { return f.wait.datasync(f.fd) }
 // Close implements RandomFile.
 func (f *osRandomFile) Close() error { return errors.Join(f.wait.close(), f.File.Close()) }
 
-// DatasyncParks reports whether a Log in dir waits for its fdatasyncs
-// parked in Go's poller, holding no thread (diskwait_aio.go), rather than
-// inside a blocking system call. It tries one on dir, or on its nearest
-// ancestor that exists.
+// DatasyncParks reports whether a Log in dir, in a process with one P,
+// waits for its fdatasyncs parked in Go's poller, holding no thread
+// (diskwait_aio.go), rather than inside a blocking system call. It tries
+// one on dir, or on its nearest ancestor that exists.
 func DatasyncParks(dir string) bool {
 	for {
 		d, err := os.Open(dir)
@@ -172,7 +172,7 @@ func DatasyncParks(dir string) bool {
 			defer d.Close()
 			var w diskWait
 			defer w.close()
-			return w.datasync(int(d.Fd())) == nil && w.usesAIO()
+			return w.park(int(d.Fd())) == nil && w.usesAIO()
 		}
 		up := filepath.Dir(dir)
 		if up == dir {
