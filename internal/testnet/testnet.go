@@ -11,6 +11,7 @@
 package testnet
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -35,6 +36,15 @@ func FreeAddr(t testing.TB) string {
 // same UDP port) is free now. Each call in a process returns a new port.
 func FreeAddrOn(t testing.TB, ip string, udp bool) string {
 	t.Helper()
+	addr, err := Pick(ip, udp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// Pick is FreeAddrOn for a program that is not a test (the drill).
+func Pick(ip string, udp bool) (string, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	if next == 0 {
@@ -47,11 +57,10 @@ func FreeAddrOn(t testing.TB, ip string, udp bool) string {
 		}
 		addr := net.JoinHostPort(ip, strconv.Itoa(port))
 		if free(addr, udp) {
-			return addr
+			return addr, nil
 		}
 	}
-	t.Fatalf("no free port on %s in [%d, %d)", ip, lowPort, highPort)
-	return ""
+	return "", fmt.Errorf("no free port on %s in [%d, %d)", ip, lowPort, highPort)
 }
 
 func free(addr string, udp bool) bool {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/lodestone-kv/lodestone/internal/testnet"
 )
 
 type server struct {
@@ -31,14 +32,12 @@ type cluster struct {
 	initial  string
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// freeAddr is a loopback address below the ephemeral port range: a port
+// picked by listening on :0 and closing could come back for another of
+// the cluster's addresses, or go to one of the clients' thousands of
+// outgoing connections, before its server binds it (a rep once found its
+// n1's HTTP port answered by another server's gRPC listener).
+func freeAddr() (string, error) { return testnet.Pick("127.0.0.1", false) }
 
 func newCluster(bin, dir, cpus, logLevel string) (*cluster, error) {
 	c := &cluster{bin: bin, cpus: cpus, logDir: dir, logLevel: logLevel}
