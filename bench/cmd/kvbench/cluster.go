@@ -57,6 +57,9 @@ type system struct {
 	// profiles: its members serve /debug/pprof on their HTTP port when
 	// started with -pprof.
 	profiles bool
+	// readRounds: its members export lodestone_read_index_batch_size on
+	// their HTTP port's /metrics.
+	readRounds bool
 }
 
 // dial opens one gRPC connection to addr with the system's options, over

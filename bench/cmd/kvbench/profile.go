@@ -26,17 +26,11 @@ func (c *cluster) profile(ctx context.Context, warmup, dur time.Duration, dir, n
 	if dir == "" || !c.sys.profiles {
 		return harness.WaitAll()
 	}
-	client, scheme := http.DefaultClient, "http"
-	if c.sys.sec != nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = c.sys.sec.client
-		client, scheme = &http.Client{Transport: tr}, "https"
-	}
 	roles := harness.Roles(len(c.procs), slices.Index(c.clients, c.leader))
 	secs := int(dur.Seconds())
 	var waits []func() error
 	for i, addr := range c.http {
-		base := fmt.Sprintf("%s://%s/debug/pprof/", scheme, addr)
+		base := c.httpBase(addr) + "/debug/pprof/"
 		stem := filepath.Join(dir, name+"-"+roles[i])
 		// NB: the heap profiles force a GC first (gc=1): the runtime
 		// publishes allocation samples only at a cycle's end, and a
@@ -58,7 +52,7 @@ func (c *cluster) profile(ctx context.Context, warmup, dur time.Duration, dir, n
 					done <- ctx.Err()
 					return
 				}
-				done <- c.fetchProfile(ctx, client, base+p.query, stem+p.file)
+				done <- c.fetchProfile(ctx, base+p.query, stem+p.file)
 			}()
 			waits = append(waits, func() error { return <-done })
 		}
@@ -66,22 +60,50 @@ func (c *cluster) profile(ctx context.Context, warmup, dur time.Duration, dir, n
 	return harness.WaitAll(waits...)
 }
 
-func (c *cluster) fetchProfile(ctx context.Context, client *http.Client, url, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+func (c *cluster) fetchProfile(ctx context.Context, url, path string) error {
+	resp, err := c.httpGet(ctx, url)
 	if err != nil {
 		return err
+	}
+	defer resp.Body.Close()
+	return harness.SaveBody(resp.Body, url, path)
+}
+
+// httpBase is the scheme and address of a member's HTTP port: HTTPS on a
+// secure variant.
+func (c *cluster) httpBase(addr string) string {
+	if c.sys.sec != nil {
+		return "https://" + addr
+	}
+	return "http://" + addr
+}
+
+// httpGet asks a member's HTTP port for url, over TLS with the bench's
+// client certificate and with the management token on a secure variant,
+// and fails unless the answer is 200.
+func (c *cluster) httpGet(ctx context.Context, url string) (*http.Response, error) {
+	client := http.DefaultClient
+	if c.sys.sec != nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = c.sys.sec.client
+		tr.DisableKeepAlives = true // NB: a transport per call keeps no idle connection
+		client = &http.Client{Transport: tr}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
 	}
 	if c.mgmtToken != "" {
 		req.Header.Set(token.Header, c.mgmtToken)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
 	}
-	return harness.SaveBody(resp.Body, url, path)
+	return resp, nil
 }

@@ -48,9 +48,10 @@ func lodestoneSystem(bin string, sec *secureFiles) system {
 		name += secureSuffix
 	}
 	return system{
-		name:     name,
-		sec:      sec,
-		profiles: true,
+		name:       name,
+		sec:        sec,
+		profiles:   true,
+		readRounds: true,
 		// client/ dials with fixed flow-control windows; clientv3 keeps
 		// gRPC's defaults (bandwidth estimation on).
 		dialOptions: grpcopt.DialOptions(),
