@@ -1,13 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
-	"strings"
+
+	"github.com/lodestone-kv/lodestone/bench/internal/harness"
 )
 
 // The leader's ReadIndex rounds: each is a heartbeat to every follower
@@ -34,32 +33,11 @@ func (c *cluster) readRounds(ctx context.Context) (rounds, reads float64, err er
 
 // parseReadRounds reads the two counts from metrics text.
 func parseReadRounds(r io.Reader) (rounds, reads float64, err error) {
-	found := 0
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, v, _ := strings.Cut(sc.Text(), " ")
-		var dst *float64
-		switch name {
-		case roundsMetric:
-			dst = &rounds
-		case readsMetric:
-			dst = &reads
-		default:
-			continue
-		}
-		if *dst, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
-			return 0, 0, fmt.Errorf("%s: %w", name, err)
-		}
-		found++
-	}
-	if err := sc.Err(); err != nil {
+	m, err := harness.ReadMetrics(r, roundsMetric, readsMetric)
+	if err != nil {
 		return 0, 0, err
 	}
-	if found != 2 {
-		return 0, 0, fmt.Errorf("metrics lack %s or %s", roundsMetric, readsMetric)
-	}
-	return rounds, reads, nil
+	return m[roundsMetric], m[readsMetric], nil
 }
 
 // startReadRounds reads the leader's counts and returns a func that

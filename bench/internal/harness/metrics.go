@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +18,11 @@ func ScanMetrics(ctx context.Context, url string, fn func(line string) error) er
 		return err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
+	return scanLines(resp.Body, fn)
+}
+
+func scanLines(r io.Reader, fn func(line string) error) error {
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		if err := fn(sc.Text()); err != nil {
@@ -30,14 +35,28 @@ func ScanMetrics(ctx context.Context, url string, fn func(line string) error) er
 // Scrape reads the named metrics (first sample of each; a name
 // includes its labels, as in the text format) from a metrics URL.
 func Scrape(ctx context.Context, url string, names ...string) (map[string]float64, error) {
+	resp, err := Get(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out, err := ReadMetrics(resp.Body, names...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", url, err)
+	}
+	return out, nil
+}
+
+// ReadMetrics is Scrape over metrics text fetched by the caller.
+func ReadMetrics(r io.Reader, names ...string) (map[string]float64, error) {
 	out := map[string]float64{}
-	err := ScanMetrics(ctx, url, func(line string) error {
+	err := scanLines(r, func(line string) error {
 		for _, n := range names {
 			if v, ok := strings.CutPrefix(line, n+" "); ok {
 				if _, dup := out[n]; !dup {
 					f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 					if err != nil {
-						return fmt.Errorf("%s: %s: %w", url, line, err)
+						return fmt.Errorf("%s: %w", line, err)
 					}
 					out[n] = f
 				}
@@ -50,7 +69,7 @@ func Scrape(ctx context.Context, url string, names ...string) (map[string]float6
 	}
 	for _, n := range names {
 		if _, ok := out[n]; !ok {
-			return nil, fmt.Errorf("%s has no %s", url, n)
+			return nil, fmt.Errorf("no %s", n)
 		}
 	}
 	return out, nil
