@@ -125,7 +125,8 @@ type Node struct {
 	readSeq        uint64
 	pendingReads   map[uint64]*readRound
 	pendingReadOrd []uint64
-	readRounds     int          // rounds in flight in readTerm
+	readRounds     int          // rounds in flight in readTerm; set through setReadRounds
+	readsOut       atomic.Bool  // readRounds > 0, for other goroutines (ServingReads)
 	confirmed      []*readRound // rounds answerReads wakes (read.go)
 	readTerm       uint64
 	slow           *slowLeader   // slowleader.go
