@@ -29,7 +29,6 @@ func (n testNode) Step(ctx context.Context, m raftpb.Message) error {
 func (testNode) ReportUnreachable(uint64)                   {}
 func (testNode) ReportSnapshot(uint64, raft.SnapshotStatus) {}
 func (testNode) Dropped(raftpb.Message)                     {}
-func (testNode) ServingReads() bool                         { return false }
 func (n testNode) MarkRemoved() {
 	if n.removed != nil {
 		n.removed()

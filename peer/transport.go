@@ -79,10 +79,6 @@ type Node interface {
 	// member was removed: a removed follower may never see the commit of
 	// its own removal, so this is how it learns.
 	MarkRemoved()
-	// ServingReads reports whether reads wait on a ReadIndex round of this
-	// member's. It must not block: every stream asks it before a small
-	// batch.
-	ServingReads() bool
 }
 
 // Transport carries Raft messages between members: it implements
@@ -250,7 +246,6 @@ func (unset) ReportUnreachable(uint64)                   {}
 func (unset) ReportSnapshot(uint64, raft.SnapshotStatus) {}
 func (unset) Dropped(raftpb.Message)                     {}
 func (unset) MarkRemoved()                               {}
-func (unset) ServingReads() bool                         { return false }
 
 // ErrStopped is returned once the transport is closed.
 var ErrStopped = errors.New("peer transport stopped")
@@ -527,12 +522,8 @@ func (t *Transport) streamTo(ctx context.Context, p *peer) error {
 			// at 13% more server CPU per put. Yielding on a leader only
 			// while four or more of its proposals were in flight kept
 			// that, and left the blocking-query write p99 as it was.
-			// A batch a read round waits on goes at once (waitsRead), and
-			// so does any batch while reads are being served: the
-			// goroutines runnable then are the reads' handlers, and a
-			// yield behind them held the appends of a read-heavy load's
-			// writes, whose p99 rose several times.
-			if batchBytes(queued) < smallBatch && !waitsRead(queued) && !t.node.ServingReads() {
+			// A batch a read round waits on goes at once (waitsRead).
+			if batchBytes(queued) < smallBatch && !waitsRead(queued) {
 				runtime.Gosched()
 				queued = drainQueue(p.queue, queued)
 			}

@@ -125,8 +125,7 @@ type Node struct {
 	readSeq        uint64
 	pendingReads   map[uint64]*readRound
 	pendingReadOrd []uint64
-	readRounds     int          // rounds in flight in readTerm; set through setReadRounds
-	readsOut       atomic.Bool  // readRounds > 0, for other goroutines (ServingReads)
+	readRounds     int          // rounds in flight in readTerm
 	confirmed      []*readRound // rounds answerReads wakes (read.go)
 	readTerm       uint64
 	slow           *slowLeader   // slowleader.go

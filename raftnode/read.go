@@ -67,8 +67,7 @@ func (n *Node) flushReads() {
 	// state at every change of role), so they no longer count: waiting for
 	// them would stall reads until they expire.
 	if term := n.status.Load().Term; term != n.readTerm {
-		n.readTerm = term
-		n.setReadRounds(0)
+		n.readTerm, n.readRounds = term, 0
 	}
 	if n.readRounds >= maxReadRounds {
 		return
@@ -78,7 +77,7 @@ func (n *Node) flushReads() {
 		return
 	}
 	r.started, r.term = n.clock.Now(), n.readTerm
-	n.setReadRounds(n.readRounds + 1)
+	n.readRounds++
 	n.metrics.readIndexBatch.Observe(float64(r.reads))
 	n.readSeq++
 	// NB: the leader drops a read whose context equals one it is already
@@ -91,21 +90,10 @@ func (n *Node) flushReads() {
 	n.rn.ReadIndex(key[:])
 }
 
-// setReadRounds sets how many rounds are in flight, and ServingReads.
-func (n *Node) setReadRounds(k int) {
-	n.readRounds = k
-	n.readsOut.Store(k > 0)
-}
-
-// ServingReads reports whether a ReadIndex round is in flight: reads are
-// waiting on this node's heartbeats. The peer streams ask it (see
-// peer.Node); it never blocks.
-func (n *Node) ServingReads() bool { return n.readsOut.Load() }
-
 // roundDone marks r as no longer in flight.
 func (n *Node) roundDone(r *readRound) {
 	if r.term == n.readTerm && n.readRounds > 0 {
-		n.setReadRounds(n.readRounds - 1)
+		n.readRounds--
 	}
 }
 
@@ -211,7 +199,7 @@ func (n *Node) failReads(err error) {
 	if r := n.takeReads(); r != nil {
 		r.answer(0, err)
 	}
-	n.setReadRounds(0)
+	n.readRounds = 0
 	n.pendingReadOrd = nil
 }
 

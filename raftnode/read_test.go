@@ -121,31 +121,3 @@ func runLine(t *testing.T, env *interactionEnv, line string) {
 	out := env.handle(t, &datadriven.TestData{Cmd: cmd, CmdArgs: args})
 	t.Logf("%s\n%s", line, out)
 }
-
-// TestServingReadsWhileARoundIsOut: the peer streams skip their yield while
-// it is true, so it must be true from a round's send to its answer and
-// false once no round is out.
-func TestServingReadsWhileARoundIsOut(t *testing.T) {
-	env := newInteractionEnv(t)
-	for _, line := range []string{"add-nodes 3", "campaign 1", "stabilize quiet"} {
-		runLine(t, env, line)
-	}
-	leader := env.nodes[0]
-	if leader.n.ServingReads() {
-		t.Fatal("ServingReads before any read")
-	}
-	r := leader.n.joinRead()
-	env.step(leader, func() error { leader.n.flushReads(); return nil })
-	if !leader.n.ServingReads() {
-		t.Fatal("ServingReads = false with a round out")
-	}
-	runLine(t, env, "stabilize")
-	select {
-	case <-r.done:
-	default:
-		t.Fatal("the round was never answered")
-	}
-	if leader.n.ServingReads() {
-		t.Fatal("ServingReads = true after the round was answered, with none out")
-	}
-}
