@@ -28,8 +28,8 @@ import (
 // With more than one P the fdatasync is a plain system call: the other Ps
 // run meanwhile, and the thread in it is woken by the disk's completion
 // itself instead of by the poller, which hands the goroutine on to a
-// thread of its own (a Save of 16 KiB returned about 70 us sooner at the
-// median in the commit that brought this rule).
+// thread of its own (the figures are in the commit that brought this
+// rule).
 //
 // Where the kernel refuses the request (no AIO, a seccomp filter without
 // it, a kernel before 4.18 or a file without fsync) the first Datasync

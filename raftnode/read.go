@@ -61,8 +61,8 @@ func (n *Node) takeReads() *readRound {
 // the reads that arrived during the previous one is what keeps a read's
 // cost low under load (etcd's read loop does the same). A read that waits
 // for the next round still gets an index chosen after it arrived, so it
-// stays linearizable.
-func (n *Node) flushReads() {
+// stays linearizable. It reports whether it sent a round.
+func (n *Node) flushReads() bool {
 	// NB: raft forgets the rounds of a past term (it resets its read
 	// state at every change of role), so they no longer count: waiting for
 	// them would stall reads until they expire.
@@ -70,11 +70,11 @@ func (n *Node) flushReads() {
 		n.readTerm, n.readRounds = term, 0
 	}
 	if n.readRounds >= maxReadRounds {
-		return
+		return false
 	}
 	r := n.takeReads()
 	if r == nil {
-		return
+		return false
 	}
 	r.started, r.term = n.clock.Now(), n.readTerm
 	n.readRounds++
@@ -88,6 +88,7 @@ func (n *Node) flushReads() {
 	n.pendingReads[n.readSeq] = r
 	n.pendingReadOrd = append(n.pendingReadOrd, n.readSeq)
 	n.rn.ReadIndex(key[:])
+	return true
 }
 
 // roundDone marks r as no longer in flight.
@@ -151,8 +152,7 @@ func (n *Node) answerAndFlushReads() bool {
 		return false
 	}
 	n.yield()
-	n.flushReads()
-	return true
+	return n.flushReads()
 }
 
 // readsWaiting reports whether reads have joined the round that goes out

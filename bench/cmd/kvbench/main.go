@@ -394,7 +394,7 @@ func runWorkload(ctx context.Context, c *cluster, w workload, name string) (_ ha
 		c.sys.name, w.name, w.clients, nconn, c.leader, dur, warmup)
 	cpu0 := c.cpuTime()
 	self0, selfErr := harness.CPUTime(os.Getpid())
-	readRounds := c.startReadRounds(ctx)
+	roundsNote := c.startReadRounds(ctx)
 	prof := c.profile(ctx, warmup, dur, *flagPprof, name)
 	classes, class := w.classes()
 	res, err := harness.Drive(ctx, harness.DriveConfig{Clients: w.clients, Warmup: warmup, Duration: dur, Classes: classes, Class: class},
@@ -424,7 +424,7 @@ func runWorkload(ctx context.Context, c *cluster, w workload, name string) (_ ha
 			note += fmt.Sprintf(" client-cpu=%.0fus/op (%.2f cores)", float64((self1-self0).Microseconds())/ops, (self1-self0).Seconds()/wall)
 		}
 	}
-	note += readRounds((warmup + dur).Seconds())
+	note += roundsNote((warmup + dur).Seconds())
 	if res.Ops() == 0 {
 		return res, "", fmt.Errorf("%s acknowledged no ops (first error: %v)%s", c.sys.name, res.FirstErr, c.logTails())
 	}
