@@ -84,10 +84,7 @@ func (c *cluster) httpBase(addr string) string {
 func (c *cluster) httpGet(ctx context.Context, url string) (*http.Response, error) {
 	client := http.DefaultClient
 	if c.sys.sec != nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = c.sys.sec.client
-		tr.DisableKeepAlives = true // NB: a transport per call keeps no idle connection
-		client = &http.Client{Transport: tr}
+		client = c.sys.sec.http
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

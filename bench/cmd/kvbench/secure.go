@@ -35,9 +35,13 @@ const benchPrefix = "kvbench/"
 // only). Both systems get the same kind of key (ECDSA P-256) and the bench
 // dials both with the same client config (tlsutil.ClientConfig).
 type secureFiles struct {
-	ca         string
-	cert, key  map[string]string // member name -> server certificate and key
-	client     *tls.Config
+	ca        string
+	cert, key map[string]string // member name -> server certificate and key
+	client    *tls.Config
+	// http is an HTTP client over client: the members' HTTP ports (ACL
+	// setup, metrics, profiles). It keeps no idle connection, since the
+	// members it talks to stop and start again between workloads.
+	http       *http.Client
 	clientCert string
 	clientKey  string
 }
@@ -80,6 +84,10 @@ func newSecureFiles(dir string, names []string) (*secureFiles, error) {
 	// No server name: the dialled address (127.0.0.1) is checked against
 	// the server certificate's IP SAN, as the CLI and Go client do.
 	s.client = st.ClientConfig("")
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = s.client
+	tr.DisableKeepAlives = true
+	s.http = &http.Client{Transport: tr}
 	return s, nil
 }
 
@@ -90,10 +98,7 @@ func newSecureFiles(dir string, names []string) (*secureFiles, error) {
 // that token with each call (x-consul-token, as the Go client does). It
 // also returns the management token's secret (-pprof uses it).
 func lodestoneACL(ctx context.Context, sec *secureFiles, httpAddr string) (secret, mgmtSecret string, _ error) {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = sec.client
-	defer tr.CloseIdleConnections()
-	cli, err := consul.NewClient(&consul.Config{Address: httpAddr, Scheme: "https", HttpClient: &http.Client{Transport: tr}})
+	cli, err := consul.NewClient(&consul.Config{Address: httpAddr, Scheme: "https", HttpClient: sec.http})
 	if err != nil {
 		return "", "", fmt.Errorf("consul api client: %w", err)
 	}
