@@ -79,6 +79,9 @@ type admission struct {
 	mu      sync.Mutex
 	buckets [numClasses]bucket
 	conns   bucket // new client gRPC connections (acceptWait)
+	// load holds gated connections and watch creates while the server is
+	// short of CPU (loadgate.go).
+	load *loadGate
 
 	// maxHint is the longest retry hint a refusal carries.
 	maxHint time.Duration
@@ -129,11 +132,13 @@ type bucket struct {
 const minRetryHint = 50 * time.Millisecond
 
 // newAdmission gates requests by the replicated policy; a refusal's
-// retry hint is at most maxHint, and the buckets of new connections and
-// watch creates hold setupBurst of their rate.
-func newAdmission(st *store.Store, reg prometheus.Registerer, maxHint, setupBurst time.Duration) *admission {
+// retry hint is at most maxHint, the buckets of new connections and
+// watch creates hold setupBurst of their rate, and both are held while
+// the server's scheduling latency p99 is over maxSchedDelay (0: never).
+func newAdmission(st *store.Store, reg prometheus.Registerer, maxHint, setupBurst, maxSchedDelay time.Duration) *admission {
 	a := &admission{
 		store: st, now: time.Now, started: time.Now(), maxHint: max(maxHint, minRetryHint), setupBurst: setupBurst,
+		load:     newLoadGate(maxSchedDelay, reg),
 		replayed: make(chan struct{}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "lodestone", Name: "admission_rejected_total",
@@ -265,8 +270,12 @@ func (a *admission) admit(c, cost int) (bool, time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	b := &a.buckets[c]
-	if b.take(now, rate, a.burstFor(rate, c == classWatch), cost) {
+	held := c == classWatch && a.load.hold(now, setupWatch)
+	if !held && b.take(now, rate, a.burstFor(rate, c == classWatch), cost) {
 		return true, 0
+	}
+	if held {
+		a.load.holds.WithLabelValues(setupNames[setupWatch]).Inc()
 	}
 	a.rejected.WithLabelValues(classNames[c]).Inc()
 	wait, capped := b.book(now, rate, a.maxHint)
@@ -441,24 +450,28 @@ func (a *admission) http(next http.Handler) http.Handler {
 }
 
 // acceptWait is how long the client gRPC listener must wait before it
-// accepts the next connection to keep to the policy's connection rate:
-// 0 takes a token (or the rate is not gated); otherwise wait that long and
+// accepts the next connection to keep to the policy's connection rate,
+// or while the server is short of CPU (loaded: loadGate held it): 0
+// takes a token (or the rate is not gated); otherwise wait that long and
 // ask again.
-func (a *admission) acceptWait() time.Duration {
+func (a *admission) acceptWait() (wait time.Duration, loaded bool) {
 	now := a.now()
 	p := a.policy(now)
 	rate := a.rampedRate(p, p.GetConnections(), now)
 	if rate == 0 {
-		return 0
+		return 0, false
+	}
+	if a.load.hold(now, setupConn) {
+		return loadWindow, true
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.conns.take(now, rate, a.burstFor(rate, true), 1) {
-		return 0
+		return 0, false
 	}
 	// NB: at least 1ns: a bucket a rounding error short of a token read
 	// as 0, which paceAccept took for a token.
-	return max(time.Duration(math.Ceil((1-a.conns.tokens)/rate*float64(time.Second))), 1)
+	return max(time.Duration(math.Ceil((1-a.conns.tokens)/rate*float64(time.Second))), 1), false
 }
 
 // paceAccept waits until the policy's connection rate lets the listener
@@ -470,14 +483,19 @@ func (a *admission) acceptWait() time.Duration {
 // that overlapped the election before moved onto the first commits.
 func (a *admission) paceAccept(done <-chan struct{}) bool {
 	var waited time.Duration
+	var held bool // by the load gate, at least once
 	defer func() {
 		if waited > 0 {
 			a.acceptWaits.Inc()
 			a.acceptWaitFor.Add(waited.Seconds())
 		}
+		if held {
+			a.load.holds.WithLabelValues(setupNames[setupConn]).Inc()
+		}
 	}()
 	for {
-		d := a.acceptWait()
+		d, loaded := a.acceptWait()
+		held = held || loaded
 		if d <= 0 {
 			return true
 		}

@@ -34,7 +34,7 @@ func storePolicy(t *testing.T, st *store.Store, index uint64, p *lodestonepb.Adm
 // *clock (tests move it), started an hour before it.
 func fakeClockAdmission(maxHint time.Duration) (*store.Store, *admission, *time.Time) {
 	st := store.New()
-	a := newAdmission(st, prometheus.NewRegistry(), maxHint, DefaultConfig().AdmissionSetupBurst)
+	a := newAdmission(st, prometheus.NewRegistry(), maxHint, DefaultConfig().AdmissionSetupBurst, 0)
 	clock := time.Unix(1000, 0)
 	a.now = func() time.Time { return clock }
 	a.started = clock.Add(-time.Hour)
@@ -243,6 +243,8 @@ func TestAdmissionRetryHintCap(t *testing.T) {
 			map[time.Duration]bool{500 * time.Millisecond: false, time.Second: true, 30 * time.Second: true, 10 * time.Minute: true, 11 * time.Minute: false}},
 		{"admission-setup-burst", func(c *Config, d time.Duration) { c.AdmissionSetupBurst = d },
 			map[time.Duration]bool{0: false, 500 * time.Microsecond: false, time.Millisecond: true, 50 * time.Millisecond: true, time.Second: true, 2 * time.Second: false}},
+		{"admission-max-sched-delay", func(c *Config, d time.Duration) { c.AdmissionMaxSchedDelay = d },
+			map[time.Duration]bool{-time.Millisecond: false, 0: true, 500 * time.Microsecond: false, time.Millisecond: true, 10 * time.Millisecond: true, time.Second: true, 2 * time.Second: false}},
 	} {
 		for d, ok := range tc.ok {
 			cfg := singleMemberConfig(t)
@@ -433,7 +435,7 @@ func TestAdmissionAcceptWait(t *testing.T) {
 	accepted := func(n int) int {
 		ok := 0
 		for range n {
-			if a.acceptWait() == 0 {
+			if wait, _ := a.acceptWait(); wait == 0 {
 				ok++
 			}
 		}
@@ -450,7 +452,7 @@ func TestAdmissionAcceptWait(t *testing.T) {
 	if got, want := accepted(100), 1; got != want {
 		t.Errorf("ramp at 10%% of 200/s: %d accepted at once, want %d (50ms of 20/s, at least one)", got, want)
 	}
-	if wait := a.acceptWait(); wait < 49*time.Millisecond || wait > 51*time.Millisecond {
+	if wait, _ := a.acceptWait(); wait < 49*time.Millisecond || wait > 51*time.Millisecond {
 		t.Errorf("empty bucket at 20/s: wait %v, want 50ms", wait)
 	}
 	*clock = clock.Add(50 * time.Millisecond)
@@ -489,7 +491,7 @@ func TestAdmissionAcceptWait(t *testing.T) {
 // 50ms, none refused; closing the listener ends a paced wait.
 func TestConnectionRatePacesAccepts(t *testing.T) {
 	st := store.New()
-	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint, DefaultConfig().AdmissionSetupBurst)
+	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint, DefaultConfig().AdmissionSetupBurst, 0)
 	storePolicy(t, st, 1, &lodestonepb.AdmissionPolicy{Enabled: true, Connections: 20, SetUnixNano: time.Now().UnixNano()})
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -585,7 +587,7 @@ func (g *replayGate) WaitApplied(ctx context.Context, index uint64) error {
 // client accepts pass meanwhile.
 func TestAdmissionHoldsUntilReplayed(t *testing.T) {
 	st := store.New()
-	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint, DefaultConfig().AdmissionSetupBurst)
+	a := newAdmission(st, prometheus.NewRegistry(), DefaultConfig().AdmissionMaxRetryHint, DefaultConfig().AdmissionSetupBurst, 0)
 	gate := &replayGate{committed: 42, asked: make(chan uint64, 1), release: make(chan error)}
 	done := make(chan struct{})
 	go func() {

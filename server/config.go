@@ -248,6 +248,14 @@ type Config struct {
 	// loop behind the setup. Reads and writes hold a second's worth.
 	// Default 50ms; between 1ms and 1s.
 	AdmissionSetupBurst time.Duration
+	// AdmissionMaxSchedDelay holds the connections and watch creates the
+	// admission policy gates while this server is short of CPU: while
+	// over 1% of its goroutines waited longer than this for a processor
+	// in the latest 10 ms (lodestone_admission_overloaded), new
+	// connections wait in the listen backlog and watch creates are
+	// refused, one of each let through every 250 ms. Default 10ms;
+	// 0 turns it off, else between 1ms and 1s.
+	AdmissionMaxSchedDelay time.Duration
 	// NoParking keeps every waiting Consul blocking query on its own
 	// goroutines, as net/http serves it, instead of parking it without
 	// one (server/httppark): an escape hatch, and the comparison
@@ -369,6 +377,7 @@ func DefaultConfig() Config {
 		RPCHoldTimeout:              7 * time.Second,
 		AdmissionMaxRetryHint:       30 * time.Second,
 		AdmissionSetupBurst:         50 * time.Millisecond,
+		AdmissionMaxSchedDelay:      10 * time.Millisecond,
 		SlowLeader:                  raftnode.DefaultSlowLeaderConfig(),
 		Catalog:                     DefaultCatalogConfig(),
 		StartTimeout:                10 * time.Second,
@@ -489,6 +498,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AdmissionSetupBurst < time.Millisecond || c.AdmissionSetupBurst > time.Second {
 		return bad("admission-setup-burst", "must be between 1ms and 1s, got %v", c.AdmissionSetupBurst)
+	}
+	if d := c.AdmissionMaxSchedDelay; d != 0 && (d < time.Millisecond || d > time.Second) {
+		return bad("admission-max-sched-delay", "must be 0 (off) or between 1ms and 1s, got %v", d)
 	}
 	if err := c.validateTLS(); err != nil {
 		return err

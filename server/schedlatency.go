@@ -29,12 +29,11 @@ func newSchedLatency() schedLatency {
 func (c schedLatency) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c schedLatency) Collect(ch chan<- prometheus.Metric) {
-	s := []rtmetrics.Sample{{Name: "/sched/latencies:seconds"}}
-	rtmetrics.Read(s)
-	if s[0].Value.Kind() != rtmetrics.KindFloat64Histogram {
+	h := schedLatencies()()
+	if h == nil {
 		return // a runtime without the metric
 	}
-	count, sum, buckets := foldHistogram(s[0].Value.Float64Histogram(), runtimeDelayBuckets)
+	count, sum, buckets := foldHistogram(h, runtimeDelayBuckets)
 	ch <- prometheus.MustNewConstHistogram(c.desc, count, sum, buckets)
 }
 
@@ -68,4 +67,17 @@ func foldHistogram(h *rtmetrics.Float64Histogram, bounds []float64) (count uint6
 		}
 	}
 	return count, sum, buckets
+}
+
+// schedLatencies reads the scheduler's latency histogram, reusing one
+// sample (and its counts) from read to read.
+func schedLatencies() func() *rtmetrics.Float64Histogram {
+	s := []rtmetrics.Sample{{Name: "/sched/latencies:seconds"}}
+	return func() *rtmetrics.Float64Histogram {
+		rtmetrics.Read(s)
+		if s[0].Value.Kind() != rtmetrics.KindFloat64Histogram {
+			return nil
+		}
+		return s[0].Value.Float64Histogram()
+	}
 }

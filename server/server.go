@@ -159,7 +159,7 @@ func New(cfg Config) (_ *Server, retErr error) {
 		s.closeListeners()
 		return nil, errors.Join(err, s.hub.Close())
 	}
-	s.adm = newAdmission(s.store, s.metrics.reg, cfg.AdmissionMaxRetryHint, cfg.AdmissionSetupBurst)
+	s.adm = newAdmission(s.store, s.metrics.reg, cfg.AdmissionMaxRetryHint, cfg.AdmissionSetupBurst, cfg.AdmissionMaxSchedDelay)
 	s.authz = newAuthz(acl.NewResolver(s.store, cfg.ACL), s.store,
 		func(ctx context.Context) error { return s.raft.LeaderRead(ctx, time.Now()) }, s.metrics.reg)
 	s.sessionMetrics = newSessionMetrics(s.metrics.reg, s.store)

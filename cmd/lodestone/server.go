@@ -84,6 +84,7 @@ re-reads them and applies what can change live (docs/configuration.md).`,
 	addHoldFlag(cmd, &o.cfg.RPCHoldTimeout)
 	f.DurationVar(&o.cfg.AdmissionMaxRetryHint, "admission-max-retry-hint", o.cfg.AdmissionMaxRetryHint, "longest retry hint an admission refusal carries (gRPC RetryInfo, HTTP Retry-After), 1s to 10m; refusals cut to it are counted")
 	f.DurationVar(&o.cfg.AdmissionSetupBurst, "admission-setup-burst", o.cfg.AdmissionSetupBurst, "how much of the admission policy's connection and watch rates is let in at once (at least one), 1ms to 1s; reads and writes let in a second's worth")
+	f.DurationVar(&o.cfg.AdmissionMaxSchedDelay, "admission-max-sched-delay", o.cfg.AdmissionMaxSchedDelay, "hold the connections and watch creates the admission policy gates while over 1% of this server's goroutines wait longer than this for a CPU (0: never), 1ms to 1s")
 	addCatalogFlags(cmd.Flags(), &o.cfg.Catalog)
 	addGossipFlags(f, &o.cfg.Gossip.Pool, "")
 	addDNSFlags(f, &o.cfg.DNS, &o.dns, "listen-dns")

@@ -99,6 +99,8 @@ func cluster() *dashboard.DashboardBuilder {
 			q(sel("lodestone_admission_limit_per_second"), "{{instance}} {{class}}")),
 		graph("Refused by admission control", "Requests refused with a retry-after. Still refusing long after an outage: return-to-service.md.", "reqps",
 			q(`sum by (instance, class) (`+rate(sel("lodestone_admission_rejected_total"))+`)`, "{{instance}} {{class}}")),
+		graph("Held while short of CPU", "New connections and watch creates a gated server held because its goroutines waited over --admission-max-sched-delay for a CPU (configuration.md).", "reqps",
+			q(`sum by (instance, kind) (`+rate(sel("lodestone_admission_load_holds_total"))+`)`, "{{instance}} {{kind}}")),
 	)
 
 	row(b, "Processes",
