@@ -218,9 +218,12 @@ type window struct {
 	// rejectsBy is the requests admission control refused, by
 	// refusalClasses.
 	rejectsBy [len(refusalClasses)]float64
-	conns     float64 // client gRPC connections open at the end, all servers
-	fleet     float64 // the clients' and watchers' process CPU seconds
-	placement string  // watch streams per server at the end, the leader starred
+	// heldConns, heldWatches are the setups servers held while short of
+	// CPU (--admission-max-sched-delay).
+	heldConns, heldWatches float64
+	conns                  float64 // client gRPC connections open at the end, all servers
+	fleet                  float64 // the clients' and watchers' process CPU seconds
+	placement              string  // watch streams per server at the end, the leader starred
 }
 
 // rejects is the requests admission control refused, every class.
@@ -279,9 +282,9 @@ func (r result) line(o options) string {
 		idle = "no"
 	}
 	return fmt.Sprintf("DRILL rep=%d ramp=%s idle=%s restore=%.1f full_service=%s steady_commit_p99=%.1f commit_p99_during_ramp=%.1f ratio=%.2f "+
-		"steady_save_p99=%.1f ramp_save_p99=%.1f steady_commits=%.0f/%.0fs ramp_commits=%.0f/%.0fs server_cpu_steady=%.2fs/s server_cpu_ramp=%.1fs(%.2fs/s) ramp_refusals=%.0f(read:%.0f,write:%.0f,watch:%.0f) conns_steady=%.0f conns_after=%.0f fleet_cpu_steady=%.2fs/s fleet_cpu_ramp=%.2fs/s clients_served=%d/%d watchers_resumed=%d/%d steady_watch_streams=%s",
+		"steady_save_p99=%.1f ramp_save_p99=%.1f steady_commits=%.0f/%.0fs ramp_commits=%.0f/%.0fs server_cpu_steady=%.2fs/s server_cpu_ramp=%.1fs(%.2fs/s) ramp_refusals=%.0f(read:%.0f,write:%.0f,watch:%.0f) ramp_held=connections:%.0f,watches:%.0f conns_steady=%.0f conns_after=%.0f fleet_cpu_steady=%.2fs/s fleet_cpu_ramp=%.2fs/s clients_served=%d/%d watchers_resumed=%d/%d steady_watch_streams=%s",
 		r.rep, rampName(o, r.ramp), idle, r.restore.Seconds(), full, r.steady.p99*1000, r.storm.p99*1000, r.ratio(), r.steady.saveP99*1000, r.storm.saveP99*1000,
-		r.steady.commits, r.steady.dur.Seconds(), r.storm.commits, r.storm.dur.Seconds(), r.steady.cpuPerSec(), r.storm.cpu, r.storm.cpuPerSec(), r.storm.rejects(), r.storm.rejectsBy[0], r.storm.rejectsBy[1], r.storm.rejectsBy[2], r.steady.conns, r.storm.conns, r.steady.fleetPerSec(), r.storm.fleetPerSec(),
+		r.steady.commits, r.steady.dur.Seconds(), r.storm.commits, r.storm.dur.Seconds(), r.steady.cpuPerSec(), r.storm.cpu, r.storm.cpuPerSec(), r.storm.rejects(), r.storm.rejectsBy[0], r.storm.rejectsBy[1], r.storm.rejectsBy[2], r.storm.heldConns, r.storm.heldWatches, r.steady.conns, r.storm.conns, r.steady.fleetPerSec(), r.storm.fleetPerSec(),
 		r.clientsOK, o.clients, r.watchersOK, o.watchers, r.steady.placement)
 }
 

@@ -23,6 +23,7 @@ const (
 	appliedIndex  = "lodestone_raft_applied_index"
 	commitIndex   = "lodestone_raft_commit_index"
 	rejected      = "lodestone_admission_rejected_total"
+	loadHolds     = "lodestone_admission_load_holds_total"
 	grpcConns     = "lodestone_grpc_connections"
 	schedLatency  = "lodestone_runtime_sched_latency_seconds"
 	pollDelay     = "lodestone_runtime_poll_delay_seconds"
@@ -82,12 +83,13 @@ func (m *measured) sample(slow float64, log io.Writer) {
 			if n <= 0 {
 				continue
 			}
-			fmt.Fprintf(log, "drill: %s +%.1fs %s: %.0f commits >%.0fms (p99 %.0fms) | checkpoints +%.0f, saves >%.0fms +%.0f (max bucket %.0fms), gc +%.0f, cpu %.2fs, run-queue wait p99 %.1fms, poll delay p99 %.1fms, goroutines %.0f, watch streams %.0f, admission rejects +%.0f\n",
+			fmt.Fprintf(log, "drill: %s +%.1fs %s: %.0f commits >%.0fms (p99 %.0fms) | checkpoints +%.0f, saves >%.0fms +%.0f (max bucket %.0fms), gc +%.0f, cpu %.2fs, run-queue wait p99 %.1fms, poll delay p99 %.1fms, goroutines %.0f, watch streams %.0f, admission rejects +%.0f, held short of CPU: connections +%.0f, watches +%.0f\n",
 				m.name, time.Since(m.start).Seconds(), s.name, n, slow*1000, p99(histogram(a, commitLatency), histogram(b, commitLatency))*1000,
 				sum(b, checkpoints)-sum(a, checkpoints),
 				slow*1000, above(slow, histogram(a, saveDuration), histogram(b, saveDuration)), quantile(1, histogram(a, saveDuration), histogram(b, saveDuration))*1000,
 				sum(b, gcCycles)-sum(a, gcCycles), sum(b, cpuSeconds)-sum(a, cpuSeconds),
-				p99(histogram(a, schedLatency), histogram(b, schedLatency))*1000, p99(histogram(a, pollDelay), histogram(b, pollDelay))*1000, sum(b, goroutines), sum(b, watchStreams), rejects(b)-rejects(a))
+				p99(histogram(a, schedLatency), histogram(b, schedLatency))*1000, p99(histogram(a, pollDelay), histogram(b, pollDelay))*1000, sum(b, goroutines), sum(b, watchStreams), rejects(b)-rejects(a),
+				held(b, "connection")-held(a, "connection"), held(b, "watch")-held(a, "watch"))
 		}
 		prev = now
 	}
@@ -99,6 +101,12 @@ func rejects(ms []metrics) float64 {
 		t += classRejects(ms, c)
 	}
 	return t
+}
+
+// held is the setups of kind (connection, watch) servers held while short
+// of CPU.
+func held(ms []metrics, kind string) float64 {
+	return sum(ms, loadHolds+`{kind="`+kind+`"}`)
 }
 
 // refusalClasses are admission control's request classes.
@@ -121,6 +129,8 @@ func (m *measured) end() window {
 	for i, c := range refusalClasses {
 		w.rejectsBy[i] = classRejects(last, c) - classRejects(m.first, c)
 	}
+	w.heldConns = held(last, "connection") - held(m.first, "connection")
+	w.heldWatches = held(last, "watch") - held(m.first, "watch")
 	w.placement = placement(m.c, last)
 	return w
 }
