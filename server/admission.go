@@ -52,6 +52,10 @@ import (
 // connection would come straight back; a paced one waits in the listen
 // backlog, costing nothing until its turn. The HTTP listener is not paced:
 // /metrics and the health endpoints share it.
+//
+// Both setup rates are ceilings: while the server is short of CPU, the
+// load gate (loadgate.go) holds connections and watch creates the policy
+// gates, whatever their rates would allow.
 
 // Request classes.
 const (
