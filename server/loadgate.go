@@ -89,10 +89,11 @@ func (g *loadGate) hold(now time.Time, k int) bool {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.overloadedAt(now) || now.Sub(g.let[k]) >= loadFloor {
-		if g.over {
-			g.let[k] = now
-		}
+	if !g.overloadedAt(now) {
+		return false
+	}
+	if now.Sub(g.let[k]) >= loadFloor {
+		g.let[k] = now
 		return false
 	}
 	return true

@@ -209,19 +209,25 @@ func TestAdmissionHoldsSetupUnderLoad(t *testing.T) {
 
 // TestLoadGateReadsTheScheduler runs the gate on the real runtime: with
 // four goroutines spinning on every processor, each waits for the other
-// three's time slices, so the window after is overloaded at 1ms.
+// three's time slices, so a window soon reads overloaded at 1ms.
 func TestLoadGateReadsTheScheduler(t *testing.T) {
 	g := newLoadGate(time.Millisecond, prometheus.NewRegistry())
 	h := g.read()
 	if h == nil || len(h.Buckets) != len(h.Counts)+1 || len(h.Counts) == 0 {
 		t.Fatalf("the scheduler's latency histogram: %+v", h)
 	}
-	start := time.Now()
-	g.mu.Lock()
-	g.overloadedAt(start)
-	g.mu.Unlock()
+	look := func(now time.Time) bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.overloadedAt(now)
+	}
+	look(time.Now())
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
 	for range 4 * runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for {
@@ -233,12 +239,17 @@ func TestLoadGateReadsTheScheduler(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.overloadedAt(start.Add(time.Second)) {
-		t.Error("not overloaded after 300ms of four spinning goroutines a processor")
+	tick := time.NewTicker(loadWindow)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case <-deadline:
+			t.Fatal("no window read overloaded in 10s of four spinning goroutines a processor")
+		case now := <-tick.C:
+			if look(now) {
+				return
+			}
+		}
 	}
 }
