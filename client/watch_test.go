@@ -319,6 +319,11 @@ func TestWatchSlowConsumerDoesNotBlockOthers(t *testing.T) {
 	writeMix(l, 0, 120)
 	want := keysOf(l.Events("svc/", true, start))
 	same(t, collect(t, fast, len(want)), want) // while slow reads nothing
+	// The stream may carry the fast watch's events before the slow one's,
+	// so having all of fast's says nothing of slow's queue: read slow only
+	// once it has filled and paused, or the reader can keep pace with the
+	// delivery and the pause this test is about never happens.
+	waitPaused(t, slow)
 	same(t, collect(t, slow, len(want)), want)
 	paused := 0
 	for _, cr := range l.Creates() {
@@ -328,6 +333,25 @@ func TestWatchSlowConsumerDoesNotBlockOthers(t *testing.T) {
 	}
 	if paused == 0 {
 		t.Errorf("the slow watch was never recreated from a later index: creates %v", l.Creates())
+	}
+}
+
+// waitPaused returns once w's queue has filled and the watch paused; its
+// consumer must not be reading, since a read can resume it.
+func waitPaused(t *testing.T, w *Watch) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w.mu.Lock()
+		paused := w.paused
+		w.mu.Unlock()
+		if paused {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the watch did not pause within 10 s (buffer %d)", w.set.buffer)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
