@@ -336,11 +336,13 @@ func TestWatchSlowConsumerDoesNotBlockOthers(t *testing.T) {
 	}
 }
 
-// waitPaused returns once w's queue has filled and the watch paused; its
-// consumer must not be reading, since a read can resume it.
+// waitPaused returns once w's queue has filled and the watch paused. It
+// waits on the wake-up every delivery sends (the one that fills the queue
+// too), so its consumer must not be reading: Next takes the same wake-ups,
+// and a read can resume the watch.
 func waitPaused(t *testing.T, w *Watch) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	timeout := time.After(10 * time.Second)
 	for {
 		w.mu.Lock()
 		paused := w.paused
@@ -348,10 +350,11 @@ func waitPaused(t *testing.T, w *Watch) {
 		if paused {
 			return
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-w.wake:
+		case <-timeout:
 			t.Fatalf("the watch did not pause within 10 s (buffer %d)", w.set.buffer)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
