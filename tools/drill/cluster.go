@@ -30,6 +30,7 @@ type cluster struct {
 	logLevel string
 	servers  []*server
 	initial  string
+	probe    *diskProbe // the servers' device; nil: not probed
 }
 
 // freeAddr is a loopback address below the ephemeral port range: a port

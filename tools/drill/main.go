@@ -28,7 +28,12 @@
 // committed slowly (over --slow), beside what else that server did in
 // that second (raftlog checkpoints, slow saves, GC cycles, CPU, how long
 // its goroutines waited runnable), so a slow tail has timestamps and
-// suspects. With --pprof (and --trace) it saves CPU profiles (and
+// suspects. A probe beside the servers' data fdatasyncs a block of its own
+// ten times a second (diskprobe.go): each window's worst is on the DRILL
+// line (steady_disk_worst, ramp_disk_worst, in ms) and each slow second's
+// on its line, so a stall of the shared device, which raises every
+// member's commits at once whatever they do, is told from the servers'
+// own. With --pprof (and --trace) it saves CPU profiles (and
 // execution traces) of every server.
 //
 // Run it with `make drill`. Targets: full service under 5 minutes; the
@@ -224,6 +229,7 @@ type window struct {
 	conns                  float64 // client gRPC connections open at the end, all servers
 	fleet                  float64 // the clients' and watchers' process CPU seconds
 	placement              string  // watch streams per server at the end, the leader starred
+	diskWorst              float64 // seconds: the disk probe's longest fdatasync
 }
 
 // rejects is the requests admission control refused, every class.
@@ -282,25 +288,26 @@ func (r result) line(o options) string {
 		idle = "no"
 	}
 	return fmt.Sprintf("DRILL rep=%d ramp=%s idle=%s restore=%.1f full_service=%s steady_commit_p99=%.1f commit_p99_during_ramp=%.1f ratio=%.2f "+
-		"steady_save_p99=%.1f ramp_save_p99=%.1f steady_commits=%.0f/%.0fs ramp_commits=%.0f/%.0fs server_cpu_steady=%.2fs/s server_cpu_ramp=%.1fs(%.2fs/s) ramp_refusals=%.0f(read:%.0f,write:%.0f,watch:%.0f) ramp_held=connections:%.0f,watches:%.0f conns_steady=%.0f conns_after=%.0f fleet_cpu_steady=%.2fs/s fleet_cpu_ramp=%.2fs/s clients_served=%d/%d watchers_resumed=%d/%d steady_watch_streams=%s",
+		"steady_save_p99=%.1f ramp_save_p99=%.1f steady_disk_worst=%.1f ramp_disk_worst=%.1f steady_commits=%.0f/%.0fs ramp_commits=%.0f/%.0fs server_cpu_steady=%.2fs/s server_cpu_ramp=%.1fs(%.2fs/s) ramp_refusals=%.0f(read:%.0f,write:%.0f,watch:%.0f) ramp_held=connections:%.0f,watches:%.0f conns_steady=%.0f conns_after=%.0f fleet_cpu_steady=%.2fs/s fleet_cpu_ramp=%.2fs/s clients_served=%d/%d watchers_resumed=%d/%d steady_watch_streams=%s",
 		r.rep, rampName(o, r.ramp), idle, r.restore.Seconds(), full, r.steady.p99*1000, r.storm.p99*1000, r.ratio(), r.steady.saveP99*1000, r.storm.saveP99*1000,
-		r.steady.commits, r.steady.dur.Seconds(), r.storm.commits, r.storm.dur.Seconds(), r.steady.cpuPerSec(), r.storm.cpu, r.storm.cpuPerSec(), r.storm.rejects(), r.storm.rejectsBy[0], r.storm.rejectsBy[1], r.storm.rejectsBy[2], r.storm.heldConns, r.storm.heldWatches, r.steady.conns, r.storm.conns, r.steady.fleetPerSec(), r.storm.fleetPerSec(),
+		r.steady.diskWorst*1000, r.storm.diskWorst*1000, r.steady.commits, r.steady.dur.Seconds(), r.storm.commits, r.storm.dur.Seconds(), r.steady.cpuPerSec(), r.storm.cpu, r.storm.cpuPerSec(), r.storm.rejects(), r.storm.rejectsBy[0], r.storm.rejectsBy[1], r.storm.rejectsBy[2], r.storm.heldConns, r.storm.heldWatches, r.steady.conns, r.storm.conns, r.steady.fleetPerSec(), r.storm.fleetPerSec(),
 		r.clientsOK, o.clients, r.watchersOK, o.watchers, r.steady.placement)
 }
 
 // summary is one mode's medians and spreads over its reps, and whether
 // each target was met.
 func summary(o options, ramp bool, rs []result) string {
-	var steady, storm, ratio, full []float64
+	var steady, storm, ratio, full, disk []float64
 	complete := true
 	for _, r := range rs {
 		steady = append(steady, r.steady.p99*1000)
+		disk = append(disk, r.steady.diskWorst*1000)
 		storm = append(storm, r.storm.p99*1000)
 		ratio = append(ratio, r.ratio())
 		full = append(full, r.fullService.Seconds())
 		complete = complete && r.complete
 	}
-	st, sm, ra, fu := spreadOf(steady), spreadOf(storm), spreadOf(ratio), spreadOf(full)
+	st, sm, ra, fu, dw := spreadOf(steady), spreadOf(storm), spreadOf(ratio), spreadOf(full), spreadOf(disk)
 	steadySpread := st.max / st.min
 	met := func(ok bool) string {
 		if ok {
@@ -309,9 +316,9 @@ func summary(o options, ramp bool, rs []result) string {
 		return "missed"
 	}
 	fullOK := complete && fu.max < 300
-	return fmt.Sprintf("DRILL summary ramp=%s reps=%d steady_commit_p99=%.1fms(%.1f..%.1f) steady_spread=%.2f target=<=2 %s "+
+	return fmt.Sprintf("DRILL summary ramp=%s reps=%d steady_commit_p99=%.1fms(%.1f..%.1f) steady_spread=%.2f target=<=2 %s steady_disk_worst=%.1fms(%.1f..%.1f) "+
 		"commit_p99_during_ramp=%.1fms(%.1f..%.1f) ratio=%.2f(%.2f..%.2f) target=<=3 %s full_service=%.1fs(%.1f..%.1f) target=<300 %s",
-		rampName(o, ramp), len(rs), st.median, st.min, st.max, steadySpread, met(steadySpread <= 2),
+		rampName(o, ramp), len(rs), st.median, st.min, st.max, steadySpread, met(steadySpread <= 2), dw.median, dw.min, dw.max,
 		sm.median, sm.min, sm.max, ra.median, ra.min, ra.max, met(ra.max <= 3),
 		fu.median, fu.min, fu.max, met(fullOK))
 }
@@ -334,6 +341,10 @@ func drill(ctx context.Context, bin string, o options, ramp bool, rep int, log i
 		return res, err
 	}
 	defer c.kill(syscall.SIGKILL)
+	if c.probe, err = startDiskProbe(dir, probeEvery); err != nil {
+		return res, err
+	}
+	defer c.probe.close()
 	if err := c.start(); err != nil {
 		return res, err
 	}

@@ -30,6 +30,10 @@ const (
 	goroutines    = "go_goroutines"
 )
 
+// probeEvery is how often the disk probe fdatasyncs: often enough to see a
+// stall of a second's fraction, too seldom to load the device.
+const probeEvery = 100 * time.Millisecond
+
 // measured is one window in progress: the scrape it started from, and a
 // sampler that reports each second in which a server committed slowly.
 type measured struct {
@@ -64,10 +68,11 @@ func startWindow(c *cluster, o options, name string, fromStart bool, log io.Writ
 // sample scrapes every second and prints, per server, the seconds with
 // commits over slow beside that second's raftlog checkpoints, saves over
 // slow, GC cycles, CPU, the Go scheduler's run-queue wait, how late it
-// read the network (the poll probe), goroutines and open watch streams:
-// the timestamps and suspects of a slow tail.
+// read the network (the poll probe), goroutines, open watch streams and
+// the disk probe's worst fdatasync: the timestamps and suspects of a slow
+// tail.
 func (m *measured) sample(slow float64, log io.Writer) {
-	prev := m.first
+	prev, prevAt := m.first, m.start
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -76,22 +81,23 @@ func (m *measured) sample(slow float64, log io.Writer) {
 			return
 		case <-t.C:
 		}
-		now := m.c.scrapeAll()
+		now, nowAt := m.c.scrapeAll(), time.Now()
+		disk := m.c.probe.worst(prevAt, nowAt)
 		for i, s := range m.c.servers {
 			a, b := prev[i:i+1], now[i:i+1]
 			n := above(slow, histogram(a, commitLatency), histogram(b, commitLatency))
 			if n <= 0 {
 				continue
 			}
-			fmt.Fprintf(log, "drill: %s +%.1fs %s: %.0f commits >%.0fms (p99 %.0fms) | checkpoints +%.0f, saves >%.0fms +%.0f (max bucket %.0fms), gc +%.0f, cpu %.2fs, run-queue wait p99 %.1fms, poll delay p99 %.1fms, goroutines %.0f, watch streams %.0f, admission rejects +%.0f, held short of CPU: connections +%.0f, watches +%.0f\n",
+			fmt.Fprintf(log, "drill: %s +%.1fs %s: %.0f commits >%.0fms (p99 %.0fms) | checkpoints +%.0f, saves >%.0fms +%.0f (max bucket %.0fms), gc +%.0f, cpu %.2fs, run-queue wait p99 %.1fms, poll delay p99 %.1fms, goroutines %.0f, watch streams %.0f, admission rejects +%.0f, held short of CPU: connections +%.0f, watches +%.0f, disk probe worst %.1fms\n",
 				m.name, time.Since(m.start).Seconds(), s.name, n, slow*1000, p99(histogram(a, commitLatency), histogram(b, commitLatency))*1000,
 				sum(b, checkpoints)-sum(a, checkpoints),
 				slow*1000, above(slow, histogram(a, saveDuration), histogram(b, saveDuration)), quantile(1, histogram(a, saveDuration), histogram(b, saveDuration))*1000,
 				sum(b, gcCycles)-sum(a, gcCycles), sum(b, cpuSeconds)-sum(a, cpuSeconds),
 				p99(histogram(a, schedLatency), histogram(b, schedLatency))*1000, p99(histogram(a, pollDelay), histogram(b, pollDelay))*1000, sum(b, goroutines), sum(b, watchStreams), rejects(b)-rejects(a),
-				held(b, "connection")-held(a, "connection"), held(b, "watch")-held(a, "watch"))
+				held(b, "connection")-held(a, "connection"), held(b, "watch")-held(a, "watch"), disk.Seconds()*1000)
 		}
-		prev = now
+		prev, prevAt = now, nowAt
 	}
 }
 
@@ -119,12 +125,13 @@ func classRejects(ms []metrics, class string) float64 {
 func (m *measured) end() window {
 	close(m.stop)
 	m.done.Wait()
-	last := m.c.scrapeAll()
+	last, lastAt := m.c.scrapeAll(), time.Now()
 	h0, h1 := histogram(m.first, commitLatency), histogram(last, commitLatency)
 	w := window{
 		dur: time.Since(m.start), commits: count(h0, h1), p99: p99(h0, h1),
 		saveP99: p99(histogram(m.first, saveDuration), histogram(last, saveDuration)),
 		cpu:     sum(last, cpuSeconds) - sum(m.first, cpuSeconds), conns: sum(last, grpcConns),
+		diskWorst: m.c.probe.worst(m.start, lastAt).Seconds(),
 	}
 	for i, c := range refusalClasses {
 		w.rejectsBy[i] = classRejects(last, c) - classRejects(m.first, c)
