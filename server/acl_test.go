@@ -235,7 +235,8 @@ session_prefix "" { policy = "write" }`)
 // of every client-facing service has a rule or a stream case, so a new RPC
 // cannot go out unguarded by accident.
 func TestEveryRPCHasAnACLRule(t *testing.T) {
-	streams := map[string]bool{lodestonepb.Watch_Watch_FullMethodName: true, lodestonepb.Admin_SaveSnapshot_FullMethodName: true}
+	streams := map[string]bool{lodestonepb.Watch_Watch_FullMethodName: true, lodestonepb.Admin_SaveSnapshot_FullMethodName: true,
+		lodestonepb.KV_GetStream_FullMethodName: true}
 	for _, sd := range []grpc.ServiceDesc{lodestonepb.KV_ServiceDesc, lodestonepb.Cluster_ServiceDesc, lodestonepb.Watch_ServiceDesc,
 		lodestonepb.Admin_ServiceDesc, lodestonepb.Catalog_ServiceDesc, lodestonepb.Session_ServiceDesc} {
 		for _, m := range sd.Methods {

@@ -358,7 +358,7 @@ func grpcClass(method string) int {
 	switch svc {
 	case "KV":
 		switch name {
-		case "Get", "GetMany", "Range":
+		case "Get", "GetMany", "GetStream", "Range":
 			return classRead
 		}
 		return classWrite
@@ -390,12 +390,30 @@ func (a *admission) unary(ctx context.Context, req any, info *grpc.UnaryServerIn
 }
 
 func (a *admission) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if info.FullMethod == lodestonepb.KV_GetStream_FullMethodName {
+		return handler(srv, &admittedStream{ServerStream: ss, a: a})
+	}
 	if c := grpcClass(info.FullMethod); c >= 0 {
 		if err := a.checkRPC(ss.Context(), c, 1); err != nil {
 			return err
 		}
 	}
 	return handler(srv, ss)
+}
+
+// admittedStream admits each request of a GetStream as a GetMany: a read
+// for each key. Opening the stream costs nothing; a refused request ends
+// it with RESOURCE_EXHAUSTED and its RetryInfo, as a refused GetMany.
+type admittedStream struct {
+	grpc.ServerStream
+	a *admission
+}
+
+func (s *admittedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.a.checkRPC(s.Context(), classRead, rpcCost(m))
 }
 
 // checkRPC is check after waitReplay.

@@ -99,6 +99,8 @@ func (z *authz) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 	switch info.FullMethod {
 	case lodestonepb.Watch_Watch_FullMethodName:
 		return handler(srv, &watchAuthz{ServerStream: ss, z: z, a: a})
+	case lodestonepb.KV_GetStream_FullMethodName:
+		return handler(srv, &getStreamAuthz{ServerStream: ss, z: z, secret: token.FromContext(ss.Context())})
 	case lodestonepb.Admin_SaveSnapshot_FullMethodName:
 		// The snapshot holds every secret, ACL tokens included: only a
 		// token that may manage ACLs may copy it.
@@ -110,6 +112,38 @@ func (z *authz) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 	}
 	z.denied.WithLabelValues("grpc", "permission").Inc()
 	return status.Errorf(codes.PermissionDenied, "Permission denied: %s has no ACL rule, so no token may call it", info.FullMethod)
+}
+
+// getStreamAuthz authorizes each request of a GetStream as the unary
+// interceptor does a GetMany's: the token is resolved again for every
+// request, so a stream keeps no right its token lost since it opened, and
+// the keys it may not read are answered unserved (GetMany's filter).
+// NB: GetStream answers its requests one at a time and in order, so the
+// response sent is always that of the request received last.
+type getStreamAuthz struct {
+	grpc.ServerStream
+	z      *authz
+	secret string
+
+	a   *acl.Authorizer
+	req any
+}
+
+func (g *getStreamAuthz) RecvMsg(m any) error {
+	if err := g.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	a, err := g.z.authorize(g.Context(), "grpc", g.secret)
+	if err != nil {
+		return deniedStatus(err)
+	}
+	g.a, g.req = a, m
+	return nil
+}
+
+func (g *getStreamAuthz) SendMsg(m any) error {
+	grpcRules[lodestonepb.KV_GetMany_FullMethodName].filter(g.a, g.req, m)
+	return g.ServerStream.SendMsg(m)
 }
 
 // watchAuthz checks each watch a stream creates (acl.CheckWatch).

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -89,7 +90,7 @@ func TestGetMany(t *testing.T) {
 
 // TestClientCoalescesGets: many goroutines sharing one client get every
 // answer a Get alone gives, values and denials alike, while their Gets
-// travel as GetManys.
+// travel as batches on a GetStream.
 func TestClientCoalescesGets(t *testing.T) {
 	c := newTestCluster(t, 1, withACLs)
 	n := c.names[0]
@@ -110,12 +111,12 @@ func TestClientCoalescesGets(t *testing.T) {
 	}
 	defer cl.Close()
 	ctx := ctxT(t)
-	many := c.servers[n].metrics.requests.WithLabelValues(lodestonepb.KV_GetMany_FullMethodName, "OK")
-	// NB: rounds until a GetMany was seen, not a fixed count: whether Gets
+	many := c.servers[n].metrics.requests.WithLabelValues(lodestonepb.KV_GetStream_FullMethodName, "OK")
+	// NB: rounds until a batch was seen, not a fixed count: whether Gets
 	// queue depends on timing; each round checks every answer either way.
 	for round := 0; testutil.ToFloat64(many) == 0; round++ {
 		if round == 50 {
-			t.Fatal("50 rounds of 32 concurrent Gets made no GetMany")
+			t.Fatal("50 rounds of 32 concurrent Gets sent no batch on a GetStream")
 		}
 		var wg sync.WaitGroup
 		errs := make([]error, 32)
@@ -139,5 +140,129 @@ func TestClientCoalescesGets(t *testing.T) {
 		if err := errors.Join(errs...); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestGetStream: a GetStream answers each request as GetMany would, in
+// order, and authorizes each with its token as it is then: a policy
+// narrowed mid-stream leaves the keys it no longer grants unserved, and
+// a token deleted mid-stream ends the stream PermissionDenied. A request
+// GetMany would refuse ends the stream with GetMany's error. Every answer
+// is counted as a GetStream request.
+func TestGetStream(t *testing.T) {
+	c := newTestCluster(t, 1, withACLs, func(cfg *Config) { cfg.Limits.MaxTxnOps = 6 })
+	n := c.names[0]
+	boot, _, err := consulAs(t, c, n, "").ACL().Bootstrap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgmt := consulAs(t, c, n, boot.SecretID)
+	for _, k := range []string{"app/a", "app/b", "secret/s"} {
+		if _, err := mgmt.KV().Put(&consul.KVPair{Key: k, Value: []byte(k)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pol, _, err := mgmt.ACL().PolicyCreate(&consul.ACLPolicy{Name: "reader", Rules: `key_prefix "app/" { policy = "read" }`}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := mgmt.ACL().TokenCreate(&consul.ACLToken{Policies: []*consul.ACLTokenPolicyLink{{ID: pol.ID}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := lodestonepb.NewKVClient(grpcAs(t, c, n, tok.SecretID))
+	answered := c.servers[n].metrics.requests.WithLabelValues(lodestonepb.KV_GetStream_FullMethodName, "OK")
+	before := testutil.ToFloat64(answered)
+
+	st, err := kv.GetStream(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(keys ...string) (string, error) {
+		t.Helper()
+		req := &lodestonepb.GetManyRequest{}
+		for _, k := range keys {
+			req.Keys = append(req.Keys, []byte(k))
+		}
+		if err := st.Send(req); err != nil {
+			t.Fatalf("send %q: %v", keys, err)
+		}
+		resp, err := st.Recv()
+		if err != nil {
+			return "", err
+		}
+		var got []string
+		for _, r := range resp.Results {
+			switch {
+			case !r.Served:
+				got = append(got, "unserved")
+			case r.Kv == nil:
+				got = append(got, "missing")
+			default:
+				got = append(got, string(r.Kv.Value))
+			}
+		}
+		return fmt.Sprint(got), nil
+	}
+	for range 2 {
+		if got, err := ask("app/a", "app/missing", "secret/s", "", "app/b"); err != nil || got != "[app/a missing unserved unserved app/b]" {
+			t.Fatalf("answered %s, %v; want app/a, missing, secret/s and the empty key unserved, app/b", got, err)
+		}
+	}
+	if got := testutil.ToFloat64(answered) - before; got != 2 {
+		t.Errorf("GetStream answers counted: %v, want 2", got)
+	}
+
+	pol.Rules = `key "app/a" { policy = "read" }`
+	if _, _, err := mgmt.ACL().PolicyUpdate(pol, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ask("app/a", "app/b"); err != nil || got != "[app/a unserved]" {
+		t.Errorf("after the policy narrowed: %s, %v; want app/a and app/b unserved", got, err)
+	}
+	if _, err := mgmt.ACL().TokenDelete(tok.AccessorID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ask("app/a"); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("after the token was deleted: %s, %v; want PermissionDenied", got, err)
+	}
+
+	st, err = lodestonepb.NewKVClient(grpcAs(t, c, n, boot.SecretID)).GetStream(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ask("a", "b", "c", "d", "e", "f", "g"); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "max-txn-ops") {
+		t.Errorf("7 keys: %v, want InvalidArgument naming max-txn-ops", err)
+	}
+}
+
+// TestGetStreamAdmitsEachRequest: under a read limit each request of a
+// GetStream takes a token for each key, as a GetMany does, and one over
+// the limit ends the stream RESOURCE_EXHAUSTED with a retry hint.
+func TestGetStreamAdmitsEachRequest(t *testing.T) {
+	c := newTestCluster(t, 1)
+	n := c.names[0]
+	if err := retryUnavailable(t, func(ctx context.Context) error {
+		_, err := lodestonepb.NewAdminClient(c.conn(n)).SetAdmission(ctx, &lodestonepb.SetAdmissionRequest{Policy: &lodestonepb.AdmissionPolicy{Enabled: true, Reads: 5}})
+		return err
+	}); err != nil {
+		t.Fatalf("set admission: %v", err)
+	}
+	st, err := c.kv(n).GetStream(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	six := &lodestonepb.GetManyRequest{Keys: bytes.Fields([]byte("a b c d e f"))}
+	if err := st.Send(six); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatalf("6 keys with a full bucket of 5: %v, want admitted", err)
+	}
+	if err := st.Send(six); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); status.Code(err) != codes.ResourceExhausted || retryHintOf(err) <= 0 {
+		t.Errorf("6 more keys at once: %v, want RESOURCE_EXHAUSTED with a retry hint", err)
 	}
 }

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"errors"
+	"io"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/internal/rpcstatus"
@@ -65,6 +67,32 @@ func (k *kvService) GetMany(ctx context.Context, req *lodestonepb.GetManyRequest
 		results[i] = &lodestonepb.GetManyResult{Served: served, Kv: kv}
 	}
 	return &lodestonepb.GetManyResponse{Header: k.s.header(index), Results: results}, nil
+}
+
+// GetStream answers each GetManyRequest of the stream as GetMany does, in
+// order, until the client closes its side or an answer fails. The
+// interceptors authorize and admit each request as they would a GetMany
+// (authz's getStreamAuthz, admission's admittedStream), so a long-lived
+// stream holds no right its token lost since it opened, and a batch costs
+// the read tokens of its keys.
+func (k *kvService) GetStream(stream lodestonepb.KV_GetStreamServer) error {
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp, err := k.GetMany(stream.Context(), req)
+		k.s.metrics.requests.WithLabelValues(lodestonepb.KV_GetStream_FullMethodName, status.Code(err).String()).Inc()
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
 }
 
 func (k *kvService) Range(ctx context.Context, req *lodestonepb.RangeRequest) (*lodestonepb.RangeResponse, error) {

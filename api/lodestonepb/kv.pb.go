@@ -1464,10 +1464,11 @@ const file_lodestone_v1_kv_proto_rawDesc = "" +
 	"\x06errors\x18\x04 \x03(\v2\x16.lodestone.v1.TxnErrorR\x06errors**\n" +
 	"\vConsistency\x12\x10\n" +
 	"\fLINEARIZABLE\x10\x00\x12\t\n" +
-	"\x05STALE\x10\x012\x87\x03\n" +
+	"\x05STALE\x10\x012\xd5\x03\n" +
 	"\x02KV\x12:\n" +
 	"\x03Get\x12\x18.lodestone.v1.GetRequest\x1a\x19.lodestone.v1.GetResponse\x12F\n" +
-	"\aGetMany\x12\x1c.lodestone.v1.GetManyRequest\x1a\x1d.lodestone.v1.GetManyResponse\x12@\n" +
+	"\aGetMany\x12\x1c.lodestone.v1.GetManyRequest\x1a\x1d.lodestone.v1.GetManyResponse\x12L\n" +
+	"\tGetStream\x12\x1c.lodestone.v1.GetManyRequest\x1a\x1d.lodestone.v1.GetManyResponse(\x010\x01\x12@\n" +
 	"\x05Range\x12\x1a.lodestone.v1.RangeRequest\x1a\x1b.lodestone.v1.RangeResponse\x12:\n" +
 	"\x03Put\x12\x18.lodestone.v1.PutRequest\x1a\x19.lodestone.v1.PutResponse\x12C\n" +
 	"\x06Delete\x12\x1b.lodestone.v1.DeleteRequest\x1a\x1c.lodestone.v1.DeleteResponse\x12:\n" +
@@ -1531,18 +1532,20 @@ var file_lodestone_v1_kv_proto_depIdxs = []int32{
 	17, // 18: lodestone.v1.TxnResponse.errors:type_name -> lodestone.v1.TxnError
 	4,  // 19: lodestone.v1.KV.Get:input_type -> lodestone.v1.GetRequest
 	6,  // 20: lodestone.v1.KV.GetMany:input_type -> lodestone.v1.GetManyRequest
-	9,  // 21: lodestone.v1.KV.Range:input_type -> lodestone.v1.RangeRequest
-	11, // 22: lodestone.v1.KV.Put:input_type -> lodestone.v1.PutRequest
-	13, // 23: lodestone.v1.KV.Delete:input_type -> lodestone.v1.DeleteRequest
-	16, // 24: lodestone.v1.KV.Txn:input_type -> lodestone.v1.TxnRequest
-	5,  // 25: lodestone.v1.KV.Get:output_type -> lodestone.v1.GetResponse
-	8,  // 26: lodestone.v1.KV.GetMany:output_type -> lodestone.v1.GetManyResponse
-	10, // 27: lodestone.v1.KV.Range:output_type -> lodestone.v1.RangeResponse
-	12, // 28: lodestone.v1.KV.Put:output_type -> lodestone.v1.PutResponse
-	14, // 29: lodestone.v1.KV.Delete:output_type -> lodestone.v1.DeleteResponse
-	19, // 30: lodestone.v1.KV.Txn:output_type -> lodestone.v1.TxnResponse
-	25, // [25:31] is the sub-list for method output_type
-	19, // [19:25] is the sub-list for method input_type
+	6,  // 21: lodestone.v1.KV.GetStream:input_type -> lodestone.v1.GetManyRequest
+	9,  // 22: lodestone.v1.KV.Range:input_type -> lodestone.v1.RangeRequest
+	11, // 23: lodestone.v1.KV.Put:input_type -> lodestone.v1.PutRequest
+	13, // 24: lodestone.v1.KV.Delete:input_type -> lodestone.v1.DeleteRequest
+	16, // 25: lodestone.v1.KV.Txn:input_type -> lodestone.v1.TxnRequest
+	5,  // 26: lodestone.v1.KV.Get:output_type -> lodestone.v1.GetResponse
+	8,  // 27: lodestone.v1.KV.GetMany:output_type -> lodestone.v1.GetManyResponse
+	8,  // 28: lodestone.v1.KV.GetStream:output_type -> lodestone.v1.GetManyResponse
+	10, // 29: lodestone.v1.KV.Range:output_type -> lodestone.v1.RangeResponse
+	12, // 30: lodestone.v1.KV.Put:output_type -> lodestone.v1.PutResponse
+	14, // 31: lodestone.v1.KV.Delete:output_type -> lodestone.v1.DeleteResponse
+	19, // 32: lodestone.v1.KV.Txn:output_type -> lodestone.v1.TxnResponse
+	26, // [26:33] is the sub-list for method output_type
+	19, // [19:26] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name
 	19, // [19:19] is the sub-list for extension extendee
 	0,  // [0:19] is the sub-list for field type_name

@@ -22,12 +22,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	KV_Get_FullMethodName     = "/lodestone.v1.KV/Get"
-	KV_GetMany_FullMethodName = "/lodestone.v1.KV/GetMany"
-	KV_Range_FullMethodName   = "/lodestone.v1.KV/Range"
-	KV_Put_FullMethodName     = "/lodestone.v1.KV/Put"
-	KV_Delete_FullMethodName  = "/lodestone.v1.KV/Delete"
-	KV_Txn_FullMethodName     = "/lodestone.v1.KV/Txn"
+	KV_Get_FullMethodName       = "/lodestone.v1.KV/Get"
+	KV_GetMany_FullMethodName   = "/lodestone.v1.KV/GetMany"
+	KV_GetStream_FullMethodName = "/lodestone.v1.KV/GetStream"
+	KV_Range_FullMethodName     = "/lodestone.v1.KV/Range"
+	KV_Put_FullMethodName       = "/lodestone.v1.KV/Put"
+	KV_Delete_FullMethodName    = "/lodestone.v1.KV/Delete"
+	KV_Txn_FullMethodName       = "/lodestone.v1.KV/Txn"
 )
 
 // KVClient is the client API for KV service.
@@ -36,6 +37,13 @@ const (
 type KVClient interface {
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
 	GetMany(ctx context.Context, in *GetManyRequest, opts ...grpc.CallOption) (*GetManyResponse, error)
+	// GetStream answers a stream of GetManyRequests, one GetManyResponse
+	// each, in order, as GetMany would: the client library keeps one open
+	// per connection and consistency, so a batch costs a message each way
+	// instead of a call (headers, trailers, a stream's set-up and teardown
+	// at both ends). Each request is authorized and admitted like a
+	// GetMany; an error that GetMany would return ends the stream with it.
+	GetStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[GetManyRequest, GetManyResponse], error)
 	Range(ctx context.Context, in *RangeRequest, opts ...grpc.CallOption) (*RangeResponse, error)
 	Put(ctx context.Context, in *PutRequest, opts ...grpc.CallOption) (*PutResponse, error)
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
@@ -69,6 +77,19 @@ func (c *kVClient) GetMany(ctx context.Context, in *GetManyRequest, opts ...grpc
 	}
 	return out, nil
 }
+
+func (c *kVClient) GetStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[GetManyRequest, GetManyResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &KV_ServiceDesc.Streams[0], KV_GetStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[GetManyRequest, GetManyResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KV_GetStreamClient = grpc.BidiStreamingClient[GetManyRequest, GetManyResponse]
 
 func (c *kVClient) Range(ctx context.Context, in *RangeRequest, opts ...grpc.CallOption) (*RangeResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -116,6 +137,13 @@ func (c *kVClient) Txn(ctx context.Context, in *TxnRequest, opts ...grpc.CallOpt
 type KVServer interface {
 	Get(context.Context, *GetRequest) (*GetResponse, error)
 	GetMany(context.Context, *GetManyRequest) (*GetManyResponse, error)
+	// GetStream answers a stream of GetManyRequests, one GetManyResponse
+	// each, in order, as GetMany would: the client library keeps one open
+	// per connection and consistency, so a batch costs a message each way
+	// instead of a call (headers, trailers, a stream's set-up and teardown
+	// at both ends). Each request is authorized and admitted like a
+	// GetMany; an error that GetMany would return ends the stream with it.
+	GetStream(grpc.BidiStreamingServer[GetManyRequest, GetManyResponse]) error
 	Range(context.Context, *RangeRequest) (*RangeResponse, error)
 	Put(context.Context, *PutRequest) (*PutResponse, error)
 	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
@@ -135,6 +163,9 @@ func (UnimplementedKVServer) Get(context.Context, *GetRequest) (*GetResponse, er
 }
 func (UnimplementedKVServer) GetMany(context.Context, *GetManyRequest) (*GetManyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetMany not implemented")
+}
+func (UnimplementedKVServer) GetStream(grpc.BidiStreamingServer[GetManyRequest, GetManyResponse]) error {
+	return status.Error(codes.Unimplemented, "method GetStream not implemented")
 }
 func (UnimplementedKVServer) Range(context.Context, *RangeRequest) (*RangeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Range not implemented")
@@ -204,6 +235,13 @@ func _KV_GetMany_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _KV_GetStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(KVServer).GetStream(&grpc.GenericServerStream[GetManyRequest, GetManyResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type KV_GetStreamServer = grpc.BidiStreamingServer[GetManyRequest, GetManyResponse]
 
 func _KV_Range_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RangeRequest)
@@ -309,6 +347,13 @@ var KV_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _KV_Txn_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "GetStream",
+			Handler:       _KV_GetStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "lodestone/v1/kv.proto",
 }
