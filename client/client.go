@@ -35,9 +35,11 @@ type Client struct {
 	wmux   *watchMux // every Watch's stream; nil until the first Watch (watch_mux.go)
 
 	// gets coalesce Gets, by consistency (getbatch.go); getManyOff is set
-	// once a server answered that it has no GetMany.
-	gets       [2]*getBatcher
-	getManyOff atomic.Bool
+	// once a server answered that it has no GetMany, getStreamOff once
+	// one answered that it has no GetStream (getstream.go).
+	gets         [2]*getBatcher
+	getManyOff   atomic.Bool
+	getStreamOff atomic.Bool
 }
 
 // New returns a Client for cfg (zero fields take their defaults; see

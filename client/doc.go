@@ -64,15 +64,17 @@
 //
 // A Get (without [WaitIndex]) that finds another Get of its consistency in
 // flight on the same Client waits for it, and the Gets that waited go
-// together as one GetMany call of at most [Config.GetBatch] keys: one
-// leadership check and one call for all of them, which lets a busy
-// process read several times as fast from the same servers. A lone Get
-// waits for nothing. Each Get keeps its own answer and error: a key the
-// GetMany did not serve is asked for alone, an error the GetMany got is
-// returned to each Get under its own name, and a Get whose ctx ends while
-// it waits returns at once. A Get whose ctx carries outgoing gRPC
-// metadata (a token of its own, say) always goes alone. A server without
-// GetMany turns coalescing off for the Client.
+// together as one GetMany batch of at most [Config.GetBatch] keys: one
+// leadership check for all of them, which lets a busy process read
+// several times as fast from the same servers. Batches travel as messages
+// on a GetStream the Client keeps open per connection and consistency
+// (a server without one gets GetMany calls instead). A lone Get waits
+// for nothing. Each Get keeps its own answer and error: a key the batch
+// did not serve is asked for alone, an error the batch got is returned to
+// each Get under its own name, and a Get whose ctx ends while it waits
+// returns at once. A Get whose ctx carries outgoing gRPC metadata (a
+// token of its own, say) always goes alone. A server without GetMany
+// turns coalescing off for the Client.
 //
 // # Watches
 //

@@ -32,6 +32,10 @@ type getBatcher struct {
 	c           *Client
 	consistency lodestonepb.Consistency
 
+	// stream is the batches' GetStream (getstream.go), nil until the
+	// first batch and after one failed; used only with the turn.
+	stream *getStream
+
 	mu    sync.Mutex
 	taken bool         // a call of this kind is in flight
 	queue []*queuedGet // Gets waiting for the turn, oldest first
@@ -141,7 +145,7 @@ func (b *getBatcher) getMany(batch []*queuedGet) {
 	defer cancel()
 	resp, err := invoke(ctx, b.c, callSpec{op: fmt.Sprintf("get of %d keys", len(batch))},
 		func(ctx context.Context, cc *grpc.ClientConn) (*lodestonepb.GetManyResponse, error) {
-			return lodestonepb.NewKVClient(cc).GetMany(ctx, req)
+			return b.batchOn(ctx, cc, req)
 		}, (*lodestonepb.GetManyResponse).GetHeader)
 	switch {
 	case err == nil && len(resp.Results) == len(batch):

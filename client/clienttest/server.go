@@ -30,10 +30,12 @@ import (
 type Funcs struct {
 	Get     func(context.Context, *lodestonepb.GetRequest) (*lodestonepb.GetResponse, error)
 	GetMany func(context.Context, *lodestonepb.GetManyRequest) (*lodestonepb.GetManyResponse, error)
-	Range   func(context.Context, *lodestonepb.RangeRequest) (*lodestonepb.RangeResponse, error)
-	Put     func(context.Context, *lodestonepb.PutRequest) (*lodestonepb.PutResponse, error)
-	Delete  func(context.Context, *lodestonepb.DeleteRequest) (*lodestonepb.DeleteResponse, error)
-	Txn     func(context.Context, *lodestonepb.TxnRequest) (*lodestonepb.TxnResponse, error)
+	// GetStream serves one GetStream.
+	GetStream func(lodestonepb.KV_GetStreamServer) error
+	Range     func(context.Context, *lodestonepb.RangeRequest) (*lodestonepb.RangeResponse, error)
+	Put       func(context.Context, *lodestonepb.PutRequest) (*lodestonepb.PutResponse, error)
+	Delete    func(context.Context, *lodestonepb.DeleteRequest) (*lodestonepb.DeleteResponse, error)
+	Txn       func(context.Context, *lodestonepb.TxnRequest) (*lodestonepb.TxnResponse, error)
 
 	Members        func(context.Context, *lodestonepb.MembersRequest) (*lodestonepb.MembersResponse, error)
 	AddMember      func(context.Context, *lodestonepb.AddMemberRequest) (*lodestonepb.AddMemberResponse, error)
@@ -171,6 +173,13 @@ func (s *kvServer) GetMany(ctx context.Context, r *lodestonepb.GetManyRequest) (
 		return nil, unimplemented("GetMany")
 	}
 	return s.f.GetMany(ctx, r)
+}
+
+func (s *kvServer) GetStream(st lodestonepb.KV_GetStreamServer) error {
+	if s.f.GetStream == nil {
+		return unimplemented("GetStream")
+	}
+	return s.f.GetStream(st)
 }
 
 func (s *kvServer) Range(ctx context.Context, r *lodestonepb.RangeRequest) (*lodestonepb.RangeResponse, error) {
