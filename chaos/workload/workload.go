@@ -27,7 +27,9 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -128,14 +130,22 @@ func (e *Env) read(ctx context.Context, n *cluster.Node, proc int, workload, key
 	return op
 }
 
-// get reads key on n: every other read as a GetMany of that one key, so
-// the checkers judge the read path coalesced Gets take as well.
+// get reads key on n in turn as a Get, a GetMany of that one key, and a
+// GetStream request of it, so the checkers judge the read paths coalesced
+// Gets take as well.
 func (e *Env) get(ctx context.Context, n *cluster.Node, key string) (*lodestonepb.GetResponse, error) {
 	kv := lodestonepb.NewKVClient(n.Conn)
-	if e.reads.Add(1)%2 == 0 {
+	req := &lodestonepb.GetManyRequest{Keys: [][]byte{[]byte(key)}, Consistency: e.consistency()}
+	var resp *lodestonepb.GetManyResponse
+	var err error
+	switch e.reads.Add(1) % 3 {
+	case 0:
 		return kv.Get(ctx, &lodestonepb.GetRequest{Key: []byte(key), Consistency: e.consistency()})
+	case 1:
+		resp, err = kv.GetMany(ctx, req)
+	default:
+		resp, err = streamGet(ctx, kv, req)
 	}
-	resp, err := kv.GetMany(ctx, &lodestonepb.GetManyRequest{Keys: [][]byte{[]byte(key)}, Consistency: e.consistency()})
 	if err != nil {
 		return nil, err
 	}
@@ -143,6 +153,24 @@ func (e *Env) get(ctx context.Context, n *cluster.Node, key string) (*lodestonep
 		return nil, fmt.Errorf("GetMany of %q: %d results, the first served: %v", key, len(resp.Results), len(resp.Results) > 0 && resp.Results[0].Served)
 	}
 	return &lodestonepb.GetResponse{Header: resp.Header, Kv: resp.Results[0].Kv}, nil
+}
+
+// streamGet asks req as the one request of a GetStream of its own.
+func streamGet(ctx context.Context, kv lodestonepb.KVClient, req *lodestonepb.GetManyRequest) (*lodestonepb.GetManyResponse, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := kv.GetStream(sctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Send(req); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	resp, err := st.Recv()
+	if errors.Is(err, io.EOF) {
+		return nil, errors.New("the get stream ended without an answer")
+	}
+	return resp, err
 }
 
 // put performs and records one Put; cas < 0 means unconditional.
