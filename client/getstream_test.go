@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -58,12 +59,11 @@ func (s *streamServer) getMany(context.Context, *lodestonepb.GetManyRequest) (*l
 	return &lodestonepb.GetManyResponse{}, nil
 }
 
-// TestBatchesShareAStream: a batcher's batches go on one GetStream while
-// they succeed; a batch out of time or a stream the server ended closes
-// it, and the next batch opens another. No batch goes as a GetMany.
-func TestBatchesShareAStream(t *testing.T) {
-	s := &streamServer{release: make(chan struct{})}
-	srv := clienttest.Start(t, &clienttest.Funcs{GetStream: s.serve, GetMany: s.getMany})
+// batcherOf starts a server answering f and returns a Client of it, its
+// linearizable batcher and its connection.
+func batcherOf(t *testing.T, f *clienttest.Funcs) (*Client, *getBatcher, *grpc.ClientConn) {
+	t.Helper()
+	srv := clienttest.Start(t, f)
 	c, err := New(fastRetry(srv.Addr))
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +73,15 @@ func TestBatchesShareAStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := c.gets[lodestonepb.Consistency_LINEARIZABLE]
+	return c, c.gets[lodestonepb.Consistency_LINEARIZABLE], cc
+}
+
+// TestBatchesShareAStream: a batcher's batches go on one GetStream while
+// they succeed; a batch out of time or a stream the server ended closes
+// it, and the next batch opens another. No batch goes as a GetMany.
+func TestBatchesShareAStream(t *testing.T) {
+	s := &streamServer{release: make(chan struct{})}
+	c, b, cc := batcherOf(t, &clienttest.Funcs{GetStream: s.serve, GetMany: s.getMany})
 	ask := func(ctx context.Context, keys ...string) (string, error) {
 		req := &lodestonepb.GetManyRequest{}
 		for _, k := range keys {
@@ -120,17 +128,7 @@ func TestBatchesShareAStream(t *testing.T) {
 // Unimplemented; the batch goes as a GetMany, and so do the ones after it.
 func TestBatchesWithoutGetStream(t *testing.T) {
 	s := &streamServer{}
-	srv := clienttest.Start(t, &clienttest.Funcs{GetMany: s.getMany})
-	c, err := New(fastRetry(srv.Addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	cc, err := c.conn(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := c.gets[lodestonepb.Consistency_LINEARIZABLE]
+	c, b, cc := batcherOf(t, &clienttest.Funcs{GetMany: s.getMany})
 	for range 2 {
 		if _, err := b.batchOn(testCtx(t, 10*time.Second), cc, &lodestonepb.GetManyRequest{Keys: [][]byte{[]byte("a")}}); err != nil {
 			t.Fatal(err)

@@ -57,17 +57,7 @@ func TestGetMany(t *testing.T) {
 		if len(resp.Results) != len(keys) || resp.Header.GetIndex() == 0 {
 			t.Fatalf("GetMany %q: %d results at index %d", keys, len(resp.Results), resp.Header.GetIndex())
 		}
-		var got []string
-		for _, r := range resp.Results {
-			switch {
-			case !r.Served:
-				got = append(got, "unserved")
-			case r.Kv == nil:
-				got = append(got, "missing")
-			default:
-				got = append(got, fmt.Sprintf("%d bytes", len(r.Kv.Value)))
-			}
-		}
+		got := described(resp.Results, func(kv *lodestonepb.KeyValue) string { return fmt.Sprintf("%d bytes", len(kv.Value)) })
 		return got
 	}
 	if got := fmt.Sprint(getMany("app/a", "app/missing", "secret/s", "", "app/b")); got != "[1 bytes missing unserved unserved 1 bytes]" {
@@ -86,6 +76,23 @@ func TestGetMany(t *testing.T) {
 	if got := testutil.ToFloat64(refused) - before; got != 1 {
 		t.Errorf("refusals counted: %v, want 1", got)
 	}
+}
+
+// described says what each result holds: "unserved", "missing", or what
+// value says of its entry.
+func described(results []*lodestonepb.GetManyResult, value func(*lodestonepb.KeyValue) string) []string {
+	var got []string
+	for _, r := range results {
+		switch {
+		case !r.Served:
+			got = append(got, "unserved")
+		case r.Kv == nil:
+			got = append(got, "missing")
+		default:
+			got = append(got, value(r.Kv))
+		}
+	}
+	return got
 }
 
 // TestClientCoalescesGets: many goroutines sharing one client get every
@@ -191,18 +198,7 @@ func TestGetStream(t *testing.T) {
 		if err != nil {
 			return "", err
 		}
-		var got []string
-		for _, r := range resp.Results {
-			switch {
-			case !r.Served:
-				got = append(got, "unserved")
-			case r.Kv == nil:
-				got = append(got, "missing")
-			default:
-				got = append(got, string(r.Kv.Value))
-			}
-		}
-		return fmt.Sprint(got), nil
+		return fmt.Sprint(described(resp.Results, func(kv *lodestonepb.KeyValue) string { return string(kv.Value) })), nil
 	}
 	for range 2 {
 		if got, err := ask("app/a", "app/missing", "secret/s", "", "app/b"); err != nil || got != "[app/a missing unserved unserved app/b]" {
