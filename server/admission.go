@@ -390,10 +390,12 @@ func (a *admission) unary(ctx context.Context, req any, info *grpc.UnaryServerIn
 }
 
 func (a *admission) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if info.FullMethod == lodestonepb.KV_GetStream_FullMethodName {
-		return handler(srv, &admittedStream{ServerStream: ss, a: a})
-	}
-	if c := grpcClass(info.FullMethod); c >= 0 {
+	c := grpcClass(info.FullMethod)
+	switch {
+	case c < 0:
+	case info.FullMethod == lodestonepb.KV_GetStream_FullMethodName:
+		return handler(srv, &admittedStream{ServerStream: ss, a: a, class: c})
+	default:
 		if err := a.checkRPC(ss.Context(), c, 1); err != nil {
 			return err
 		}
@@ -401,19 +403,21 @@ func (a *admission) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServe
 	return handler(srv, ss)
 }
 
-// admittedStream admits each request of a GetStream as a GetMany: a read
-// for each key. Opening the stream costs nothing; a refused request ends
-// it with RESOURCE_EXHAUSTED and its RetryInfo, as a refused GetMany.
+// admittedStream admits each request of a GetStream as the unary path
+// admits a GetMany: rpcCost tokens of its class. Opening the stream costs
+// nothing; a refused request ends it with RESOURCE_EXHAUSTED and its
+// RetryInfo, as a refused GetMany.
 type admittedStream struct {
 	grpc.ServerStream
-	a *admission
+	a     *admission
+	class int
 }
 
 func (s *admittedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return s.a.checkRPC(s.Context(), classRead, rpcCost(m))
+	return s.a.checkRPC(s.Context(), s.class, rpcCost(m))
 }
 
 // checkRPC is check after waitReplay.
