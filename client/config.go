@@ -71,7 +71,8 @@ type Config struct {
 	MaxAttempts int
 
 	// GetBatch is the most concurrent Gets of one consistency the client
-	// coalesces into one call (a GetMany). A Get that finds none of its
+	// coalesces into one batch (a GetMany request, sent on the
+	// connection's GetStream). A Get that finds none of its
 	// kind in flight goes alone at once; those that arrive while one is
 	// in flight wait for it and then go together, so a lone caller waits
 	// for nothing and a busy process pays gRPC's cost of a call once for

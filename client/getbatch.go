@@ -15,14 +15,15 @@ import (
 )
 
 // getBatcher coalesces a Client's concurrent Gets of one consistency into
-// GetMany calls, by natural batching: a Get that finds no call of its
+// GetMany batches, by natural batching: a Get that finds no call of its
 // kind in flight takes the turn and goes alone at once; Gets that arrive
 // while the turn is taken queue, and when it is given back the queue goes
-// as one GetMany of at most Config.GetBatch keys. One call in flight per
-// kind keeps the batches full while the process is busy and adds no wait
-// while it is not. Why: a Get's server CPU is mostly gRPC's cost of a
-// call (frames, headers, a response write), not the read, and a leader
-// answering many small Gets is bound by it.
+// as one GetMany request of at most Config.GetBatch keys, on the
+// batcher's GetStream (getstream.go). One call in flight per kind keeps
+// the batches full while the process is busy and adds no wait while it is
+// not. Why: a Get's server CPU is mostly gRPC's cost of a call (frames,
+// headers, a response write), not the read, and a leader answering many
+// small Gets is bound by it.
 //
 // Each Get keeps Get's answer and error: a key the GetMany did not serve,
 // and every key of a GetMany the servers refused as a whole with
@@ -131,7 +132,7 @@ func (b *getBatcher) take() []*queuedGet {
 	return batch
 }
 
-// getMany answers batch with one GetMany, then gives the turn on.
+// getMany answers batch with one GetMany request, then gives the turn on.
 func (b *getBatcher) getMany(batch []*queuedGet) {
 	defer b.next()
 	req := &lodestonepb.GetManyRequest{Keys: make([][]byte, len(batch)), Consistency: b.consistency}
