@@ -60,21 +60,30 @@ func (p *diskProbe) run() {
 		case <-t.C:
 		}
 		block[0] = byte(n)
-		start := time.Now()
-		_, err := p.f.WriteAt(block, 0)
-		if err == nil {
-			err = unix.Fdatasync(int(p.f.Fd()))
-		}
-		if err != nil {
+		if p.sync(block) != nil {
 			// NB: a probe that cannot write says nothing about the
 			// device's latency; the servers' own errors tell the rest.
 			return
 		}
-		end := time.Now()
-		p.mu.Lock()
-		p.samples = append(p.samples, probeSample{at: end, took: end.Sub(start)})
-		p.mu.Unlock()
 	}
+}
+
+// sync rewrites block at the file's start, fdatasyncs it and records how
+// long that took.
+func (p *diskProbe) sync(block []byte) error {
+	start := time.Now()
+	_, err := p.f.WriteAt(block, 0)
+	if err == nil {
+		err = unix.Fdatasync(int(p.f.Fd()))
+	}
+	if err != nil {
+		return err
+	}
+	end := time.Now()
+	p.mu.Lock()
+	p.samples = append(p.samples, probeSample{at: end, took: end.Sub(start)})
+	p.mu.Unlock()
+	return nil
 }
 
 // worst is the longest fdatasync that ended in [from, to), 0 if none did.
