@@ -11,16 +11,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/lodestone-kv/lodestone/api/lodestonepb"
 	"github.com/lodestone-kv/lodestone/internal/ctxtime"
-	"github.com/lodestone-kv/lodestone/internal/grpcopt"
-	"github.com/lodestone-kv/lodestone/internal/token"
 )
 
 // Client talks to a Lodestone cluster. It is safe for concurrent use.
@@ -30,7 +25,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	closed bool
-	conns  map[string]*grpc.ClientConn // by endpoint address, dialed lazily
+	conns  map[string]*conn // by endpoint address, dialed lazily (conns.go)
 	book   book
 	wmux   *watchMux // every Watch's stream; nil until the first Watch (watch_mux.go)
 
@@ -57,7 +52,7 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{
 		cfg:   cfg,
 		log:   log,
-		conns: make(map[string]*grpc.ClientConn),
+		conns: make(map[string]*conn),
 		book:  newBook(cfg.Endpoints),
 	}
 	for i := range c.gets {
@@ -81,8 +76,11 @@ func (c *Client) Close() error {
 	c.closed = true
 	c.mu.Unlock()
 	var first error
-	for _, cc := range conns {
-		if err := cc.Close(); err != nil && first == nil {
+	for _, cn := range conns {
+		if cn.cc == nil {
+			continue
+		}
+		if err := cn.cc.Close(); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -104,48 +102,6 @@ func (c *Client) LeaderID() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.book.leaderID
-}
-
-// conn returns the connection to ep, creating it on first use.
-func (c *Client) conn(ep string) (*grpc.ClientConn, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, ErrClosed
-	}
-	if cc, ok := c.conns[ep]; ok {
-		return cc, nil
-	}
-	creds := insecure.NewCredentials()
-	if c.cfg.TLS != nil {
-		creds = credentials.NewTLS(c.cfg.TLS) // NB: takes the endpoint's host as ServerName when unset
-	}
-	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(creds),
-		RPCTraceDialOption(),
-		grpc.WithPerRPCCredentials(token.PerRPC(c.cfg.Token)),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff: grpcbackoff.Config{
-				BaseDelay:  c.cfg.ReconnectBase,
-				Multiplier: 1.6,
-				Jitter:     0.2,
-				MaxDelay:   c.cfg.ReconnectMax,
-			},
-			// NB: bounds TCP connect + HTTP/2 handshake, so a peer that
-			// accepts and never speaks HTTP/2 fails the connection (and
-			// every fail-fast RPC waiting on it) after DialTimeout instead
-			// of gRPC's default 20s.
-			MinConnectTimeout: c.cfg.DialTimeout,
-		}),
-	}
-	opts = append(opts, grpcopt.DialOptions()...)
-	opts = append(opts, c.cfg.DialOptions...)
-	cc, err := grpc.NewClient(ep, opts...)
-	if err != nil {
-		return nil, err
-	}
-	c.conns[ep] = cc
-	return cc, nil
 }
 
 // callSpec describes one client call for invoke.
@@ -209,15 +165,22 @@ func invoke[R any](ctx context.Context, c *Client, spec callSpec,
 		ep := plan[0]
 		plan = plan[1:]
 
-		cc, err := c.conn(ep)
-		if err != nil {
+		cc, err := c.acquire(ep)
+		var wait *redialWaitError
+		if err != nil && !errors.As(err, &wait) {
 			if errors.Is(err, ErrClosed) {
 				return zero, &Error{Op: spec.op, Endpoint: lastEP, Code: codes.Canceled, Message: "client closed", Attempts: attempts, cause: ErrClosed}
 			}
 			return zero, &Error{Op: spec.op, Endpoint: ep, Code: codes.InvalidArgument, Message: err.Error(), Attempts: attempts, cause: err}
 		}
 		tctx, tr := WithRPCTrace(ctx)
-		resp, err := rpc(tctx, cc)
+		var resp R
+		if cc != nil {
+			// NB: else the attempt is the redial wait, failed unsent as
+			// an RPC on a connection gRPC was still redialing would.
+			resp, err = rpc(tctx, cc)
+			c.release(ep, cc)
+		}
 		attempts++
 		if err == nil {
 			c.observe(ep, header(resp))

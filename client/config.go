@@ -48,13 +48,14 @@ type Config struct {
 	BackoffMax time.Duration
 
 	// ReconnectBase is how long the client waits before it dials an
-	// endpoint again after its connection failed or was lost; each further
-	// failure multiplies the wait by 1.6 up to ReconnectMax, jittered by
-	// 20% (gRPC's connection backoff). A call meanwhile goes to the other
-	// endpoints. NB: every client of a fleet loses its connections in the
-	// same instant when a server goes down, and redials every endpoint it
-	// ever used; at 50 ms the redials of thousands of clients were the
-	// storm the server's admission ramp then had to absorb, and the
+	// endpoint again after a connection to it could not be made; each
+	// further failure multiplies the wait by 1.6 up to ReconnectMax,
+	// jittered by 20% (gRPC's connection backoff). A call meanwhile goes
+	// to the other endpoints; the endpoint is redialed when a call or
+	// watch picks it after the wait, never in the background. NB: every
+	// client of a fleet loses its connections in the same instant when a
+	// server goes down; at 50 ms the redials of thousands of clients were
+	// the storm the server's admission ramp then had to absorb, and the
 	// clients' own CPU went to dialing a server that was not there.
 	// Default (zero): 1s, gRPC's own.
 	ReconnectBase time.Duration

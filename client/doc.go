@@ -34,10 +34,13 @@
 //     (exponential, jittered, [Config.BackoffBase] to [Config.BackoffMax])
 //     before the next round, and never sleeps past the ctx deadline: when
 //     the backoff would, the call returns the last error instead.
-//     A lost connection is dialed again only after [Config.ReconnectBase]
-//     (growing to [Config.ReconnectMax] while it keeps failing); until then
-//     calls find that endpoint failed and go on to the next one, so a
-//     fleet whose server went down does not redial it every round.
+//     A connection that could not be made is dialed again only after
+//     [Config.ReconnectBase] (growing to [Config.ReconnectMax] while it
+//     keeps failing); until then calls find that endpoint failed and go on
+//     to the next one, so a fleet whose server went down does not redial
+//     it every round. Nor is it redialed in the background: only when a
+//     call or watch picks that endpoint again, so a fleet back from an
+//     outage connects where it sends, not to every server it tried.
 //     An admission refusal (ResourceExhausted with a RetryInfo) ends the
 //     round: the server booked the call a slot, so the call waits the hint
 //     (and at least the backoff) and goes back to that server alone. A

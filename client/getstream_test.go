@@ -69,10 +69,11 @@ func batcherOf(t *testing.T, f *clienttest.Funcs) (*Client, *getBatcher, *grpc.C
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	cc, err := c.conn(srv.Addr)
+	cc, err := c.acquire(srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { c.release(srv.Addr, cc) })
 	return c, c.gets[lodestonepb.Consistency_LINEARIZABLE], cc
 }
 

@@ -60,3 +60,64 @@ func redialsIn(t *testing.T, base, window time.Duration) int64 {
 	_ = l.Close()
 	return accepts.Load()
 }
+
+// TestFailedEndpointRedialedOnlyWhenPicked: a call that failed over from
+// an endpoint it could not connect to leaves nothing redialing it. With a
+// listener back at that address, nothing connects there while calls keep
+// going to the other endpoint for 40 times ReconnectMax (gRPC's own
+// backoff would have redialed it every few milliseconds), and the first
+// call that picks it again connects there.
+func TestFailedEndpointRedialedOnlyWhenPicked(t *testing.T) {
+	t.Parallel()
+	dead := refusedEndpoint(t)
+	live, _ := memoryServer(t, "b")
+	c := newTestClient(t, fastRetry(dead, live.Addr))
+	ctx := testCtx(t, 10*time.Second)
+	if _, err := c.Get(ctx, "k"); err != nil {
+		t.Fatalf("Get with %s refusing: %v", dead, err)
+	}
+	c.mu.Lock()
+	held := c.conns[dead] != nil && c.conns[dead].cc != nil
+	c.mu.Unlock()
+	if held {
+		t.Fatalf("after failing over from %s the client still holds a connection to it", dead)
+	}
+
+	l, err := net.Listen("tcp", dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	var accepts atomic.Int64
+	accepted := make(chan struct{}, 1)
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepts.Add(1)
+			_ = conn.Close()
+			select {
+			case accepted <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); {
+		if _, err := c.Get(ctx, "k"); err != nil {
+			t.Fatalf("Get while %s is healthy: %v", live.Addr, err)
+		}
+	}
+	if n := accepts.Load(); n != 0 {
+		t.Fatalf("%d connections to %s while no call picked it, want 0", n, dead)
+	}
+
+	live.Stop()
+	_, _ = c.Get(testCtx(t, time.Second), "k")
+	select {
+	case <-accepted:
+	case <-ctx.Done():
+		t.Fatalf("a Get with %s stopped never connected to %s", live.Addr, dead)
+	}
+}

@@ -37,10 +37,11 @@ type session struct {
 // session runs one stream to ep until it fails, goes idle, or shutdown.
 // served reports whether any response arrived on it.
 func (m *watchMux) session(ep string) (served bool, err error) {
-	cc, err := m.c.conn(ep)
+	cc, err := m.c.acquire(ep)
 	if err != nil {
 		return false, err
 	}
+	defer m.c.release(ep, cc)
 	ctx, cancel := context.WithCancel(m.ctx)
 	stream, err := lodestonepb.NewWatchClient(cc).Watch(ctx)
 	if err != nil {
