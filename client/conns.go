@@ -92,15 +92,20 @@ func (c *Client) release(ep string, cc *grpc.ClientConn) {
 		return
 	}
 	cn.users--
-	state := cc.GetState()
-	drop := cn.users == 0 && state == connectivity.TransientFailure
-	switch {
-	case drop:
-		cn.cc = nil
-		cn.failures++
-		cn.redialAt = time.Now().Add(redialDelay(cn.failures, c.cfg.ReconnectBase, c.cfg.ReconnectMax, rand.Float64))
-	case state == connectivity.Ready:
-		cn.failures = 0
+	var drop bool
+	if cn.users == 0 || cn.failures > 0 {
+		// NB: only then: GetState takes the connection's own lock, and
+		// a busy connection is neither dropped nor recovering.
+		state := cc.GetState()
+		drop = cn.users == 0 && state == connectivity.TransientFailure
+		switch {
+		case drop:
+			cn.cc = nil
+			cn.failures++
+			cn.redialAt = time.Now().Add(redialDelay(cn.failures, c.cfg.ReconnectBase, c.cfg.ReconnectMax, rand.Float64))
+		case state == connectivity.Ready:
+			cn.failures = 0
+		}
 	}
 	c.mu.Unlock()
 	if drop {
