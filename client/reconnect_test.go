@@ -33,21 +33,7 @@ func TestReconnectBackoffPacesRedials(t *testing.T) {
 // back for window, with both reconnect settings at base.
 func redialsIn(t *testing.T, base, window time.Duration) int64 {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var accepts atomic.Int64
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepts.Add(1)
-			_ = conn.Close()
-		}
-	}()
+	l, accepts, _ := closingListener(t, "127.0.0.1:0")
 	cfg := fastRetry(l.Addr().String())
 	cfg.ReconnectBase, cfg.ReconnectMax = base, base
 	c := newTestClient(t, cfg)
@@ -83,27 +69,7 @@ func TestFailedEndpointRedialedOnlyWhenPicked(t *testing.T) {
 		t.Fatalf("after failing over from %s the client still holds a connection to it", dead)
 	}
 
-	l, err := net.Listen("tcp", dead)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	var accepts atomic.Int64
-	accepted := make(chan struct{}, 1)
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepts.Add(1)
-			_ = conn.Close()
-			select {
-			case accepted <- struct{}{}:
-			default:
-			}
-		}
-	}()
+	_, accepts, accepted := closingListener(t, dead)
 	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); {
 		if _, err := c.Get(ctx, "k"); err != nil {
 			t.Fatalf("Get while %s is healthy: %v", live.Addr, err)
@@ -120,4 +86,33 @@ func TestFailedEndpointRedialedOnlyWhenPicked(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatalf("a Get with %s stopped never connected to %s", live.Addr, dead)
 	}
+}
+
+// closingListener listens at addr and closes every connection it
+// accepts, counting them; accepted has a value once one came. It closes
+// when the test ends.
+func closingListener(t *testing.T, addr string) (l net.Listener, accepts *atomic.Int64, accepted <-chan struct{}) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	accepts = new(atomic.Int64)
+	came := make(chan struct{}, 1)
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepts.Add(1)
+			_ = conn.Close()
+			select {
+			case came <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return l, accepts, came
 }
