@@ -116,3 +116,33 @@ func closingListener(t *testing.T, addr string) (l net.Listener, accepts *atomic
 	}()
 	return l, accepts, came
 }
+
+// TestRedialDelay: the wait before a failed endpoint is dialed again is
+// gRPC's reconnect backoff: ReconnectBase, times 1.6 per further failure,
+// capped at ReconnectMax, then jittered by ±20%.
+func TestRedialDelay(t *testing.T) {
+	base, max := time.Second, 5*time.Second
+	lo := func() float64 { return 0 }
+	hi := func() float64 { return 1 }
+	for _, tc := range []struct {
+		failures int
+		mid      time.Duration
+	}{
+		{1, time.Second},
+		{2, 1600 * time.Millisecond},
+		{3, 2560 * time.Millisecond},
+		{4, 4096 * time.Millisecond},
+		{5, 5 * time.Second},
+		{1000, 5 * time.Second},
+	} {
+		for _, r := range []struct {
+			rnd  func() float64
+			want time.Duration
+		}{{lo, tc.mid * 8 / 10}, {hi, tc.mid * 12 / 10}} {
+			got := redialDelay(tc.failures, base, max, r.rnd)
+			if d := got - r.want; d < -time.Microsecond || d > time.Microsecond {
+				t.Errorf("redialDelay(%d failures) = %v, want %v", tc.failures, got, r.want)
+			}
+		}
+	}
+}
