@@ -374,7 +374,7 @@ func userEvents(evs []*watch.Event) []*watch.Event {
 }
 
 // deliver sends what every ready watcher has: on a grouped stream one
-// response per round (or per maxGroupBytes), else one per watch and batch.
+// response per round (or per maxGroupBytes), else one per ready watch.
 func (st *watchStream) deliver() error {
 	for _, w := range st.ready.Take() {
 		if err := st.drain(w); err != nil {
@@ -390,8 +390,16 @@ var doneCtx = func() context.Context {
 	return ctx
 }()
 
-// drain queues (grouped) or sends every batch w has ready, without
+// drain queues (grouped) or sends the batch w has ready, if any, without
 // blocking on w. The caller flushes.
+//
+// One batch a round: what w has when the round reaches it. Events that
+// come while its response is being written list w as ready again and go
+// out in the next round, on the grid. NB: taking them at once (a loop
+// until w was empty) sent a busy watch's events in a second message right
+// after the first whenever a send took longer than the writes' spacing,
+// off the grid, and a firehose faster than the client read kept the round
+// on that one watch.
 func (st *watchStream) drain(w *watch.Watcher) error {
 	id := w.Tag()
 	// NB: not a lookup in st.watches: a binary search whose every step
@@ -400,43 +408,52 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 	if w.Closed() {
 		return nil // canceled meanwhile
 	}
-	for {
-		b, err := w.NextShared(doneCtx)
-		if errors.Is(err, context.Canceled) {
-			return nil // nothing more right now
-		}
-		if err != nil {
-			return st.ended(id, w, err)
-		}
-		shared := b.Events
-		if len(st.userAll) > 0 && st.userAll[w] {
-			b.Events = userEvents(b.Events)
-		}
-		prev := w.WantsPrevKV()
-		bufs := st.buffers()
-		if !st.grouped {
-			bufs.resp = st.svc.wire.appendResponse(bufs.resp[:0], st.svc.s.header(b.Index), id, b.Index, b.Events, prev)
-			w.Recycle(shared) // in wire form now
-			if err := st.sendWire(bufs.resp); err != nil {
-				return err
-			}
-			continue
-		}
-		if len(bufs.out) == 0 && cap(bufs.out) < st.lastOut {
-			// NB: sized at once like the stream's previous response: grown
-			// by append from an empty spare (outBufs is empty while many
-			// streams' responses are in flight), a 100-group response cost
-			// twice its size in allocations.
-			bufs.out = make([]byte, 0, st.lastOut)
-		}
-		bufs.out, bufs.scratch = st.svc.wire.appendGroup(bufs.out, bufs.scratch, id, b.Index, b.Events, prev)
+	b, err := w.NextShared(doneCtx)
+	if errors.Is(err, context.Canceled) {
+		return nil // nothing right now
+	}
+	if err != nil {
+		return st.ended(id, w, err)
+	}
+	shared := b.Events
+	if len(st.userAll) > 0 && st.userAll[w] {
+		b.Events = userEvents(b.Events)
+	}
+	prev := w.WantsPrevKV()
+	bufs := st.buffers()
+	if !st.grouped {
+		bufs.resp = st.svc.wire.appendResponse(bufs.resp[:0], st.svc.s.header(b.Index), id, b.Index, b.Events, prev)
 		w.Recycle(shared) // in wire form now
-		if len(bufs.out) >= maxGroupBytes {
-			if err := st.flush(); err != nil {
-				return err
-			}
+		if err := st.sendWire(bufs.resp); err != nil {
+			return err
+		}
+		return st.drainEnded(w)
+	}
+	if len(bufs.out) == 0 && cap(bufs.out) < st.lastOut {
+		// NB: sized at once like the stream's previous response: grown
+		// by append from an empty spare (outBufs is empty while many
+		// streams' responses are in flight), a 100-group response cost
+		// twice its size in allocations.
+		bufs.out = make([]byte, 0, st.lastOut)
+	}
+	bufs.out, bufs.scratch = st.svc.wire.appendGroup(bufs.out, bufs.scratch, id, b.Index, b.Events, prev)
+	w.Recycle(shared) // in wire form now
+	if len(bufs.out) >= maxGroupBytes {
+		if err := st.flush(); err != nil {
+			return err
 		}
 	}
+	return st.drainEnded(w)
+}
+
+// drainEnded drains w again if it ended (cut loose, or the server is
+// closing): nothing lists it again, so what it has left and its end go
+// out now, after its last events. It gets no new events, so this stops.
+func (st *watchStream) drainEnded(w *watch.Watcher) error {
+	if !w.Ended() {
+		return nil
+	}
+	return st.drain(w)
 }
 
 // flush sends the queued groups, if any, and returns the round's buffers.

@@ -178,6 +178,16 @@ func (w *Watcher) Closed() bool {
 	return w.closed
 }
 
+// Ended reports whether w has a terminal error (it was cut loose, or the
+// hub closed) that Next returns once w's buffer is taken. A cut watcher
+// gets no new events, so nothing lists it on its Ready again: a consumer
+// that takes one batch a round reads the error in the same round.
+func (w *Watcher) Ended() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.errLocked() != nil
+}
+
 // WantsPrevKV reports Request.PrevKV.
 func (w *Watcher) WantsPrevKV() bool { return w.opts&optPrevKV != 0 }
 
