@@ -417,7 +417,10 @@ func (s *admittedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return s.a.checkRPC(s.Context(), s.class, rpcCost(m))
+	if err := s.a.checkRPC(s.Context(), s.class, rpcCost(m)); err != nil {
+		return streamRefusal{err}
+	}
+	return nil
 }
 
 // checkRPC is check after waitReplay.

@@ -135,7 +135,7 @@ func (g *getStreamAuthz) RecvMsg(m any) error {
 	}
 	a, err := g.z.authorize(g.Context(), "grpc", g.secret)
 	if err != nil {
-		return deniedStatus(err)
+		return streamRefusal{deniedStatus(err)}
 	}
 	g.a, g.req = a, m
 	return nil

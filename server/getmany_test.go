@@ -154,8 +154,9 @@ func TestClientCoalescesGets(t *testing.T) {
 // order, and authorizes each with its token as it is then: a policy
 // narrowed mid-stream leaves the keys it no longer grants unserved, and
 // a token deleted mid-stream ends the stream PermissionDenied. A request
-// GetMany would refuse ends the stream with GetMany's error. Every answer
-// is counted as a GetStream request.
+// GetMany would refuse ends the stream with GetMany's error. Every answer,
+// and the request the deleted token was refused, is counted as a
+// GetStream request.
 func TestGetStream(t *testing.T) {
 	c := newTestCluster(t, 1, withACLs, func(cfg *Config) { cfg.Limits.MaxTxnOps = 6 })
 	n := c.names[0]
@@ -219,8 +220,13 @@ func TestGetStream(t *testing.T) {
 	if _, err := mgmt.ACL().TokenDelete(tok.AccessorID, nil); err != nil {
 		t.Fatal(err)
 	}
+	denied := c.servers[n].metrics.requests.WithLabelValues(lodestonepb.KV_GetStream_FullMethodName, "PermissionDenied")
+	deniedBefore := testutil.ToFloat64(denied)
 	if got, err := ask("app/a"); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("after the token was deleted: %s, %v; want PermissionDenied", got, err)
+	}
+	if got := testutil.ToFloat64(denied) - deniedBefore; got != 1 {
+		t.Errorf("GetStream requests counted PermissionDenied: %v, want 1", got)
 	}
 
 	st, err = lodestonepb.NewKVClient(grpcAs(t, c, n, boot.SecretID)).GetStream(ctxT(t))
@@ -234,7 +240,8 @@ func TestGetStream(t *testing.T) {
 
 // TestGetStreamAdmitsEachRequest: under a read limit each request of a
 // GetStream takes a token for each key, as a GetMany does, and one over
-// the limit ends the stream RESOURCE_EXHAUSTED with a retry hint.
+// the limit ends the stream RESOURCE_EXHAUSTED with a retry hint, counted
+// as a refused GetStream request.
 func TestGetStreamAdmitsEachRequest(t *testing.T) {
 	c := newTestCluster(t, 1)
 	n := c.names[0]
@@ -258,7 +265,12 @@ func TestGetStreamAdmitsEachRequest(t *testing.T) {
 	if err := st.Send(six); err != nil {
 		t.Fatal(err)
 	}
+	refused := c.servers[n].metrics.requests.WithLabelValues(lodestonepb.KV_GetStream_FullMethodName, "ResourceExhausted")
+	before := testutil.ToFloat64(refused)
 	if _, err := st.Recv(); status.Code(err) != codes.ResourceExhausted || retryHintOf(err) <= 0 {
 		t.Errorf("6 more keys at once: %v, want RESOURCE_EXHAUSTED with a retry hint", err)
+	}
+	if got := testutil.ToFloat64(refused) - before; got != 1 {
+		t.Errorf("GetStream requests counted ResourceExhausted: %v, want 1", got)
 	}
 }

@@ -74,18 +74,25 @@ func (k *kvService) GetMany(ctx context.Context, req *lodestonepb.GetManyRequest
 // interceptors authorize and admit each request as they would a GetMany
 // (authz's getStreamAuthz, admission's admittedStream), so a long-lived
 // stream holds no right its token lost since it opened, and a batch costs
-// the read tokens of its keys.
+// the read tokens of its keys. Each request is counted as a unary call
+// is, those the interceptors refuse among them.
 func (k *kvService) GetStream(stream lodestonepb.KV_GetStreamServer) error {
+	count := func(err error) {
+		k.s.metrics.requests.WithLabelValues(lodestonepb.KV_GetStream_FullMethodName, status.Code(err).String()).Inc()
+	}
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
+			if errors.As(err, new(streamRefusal)) {
+				count(err)
+			}
 			return err
 		}
 		resp, err := k.GetMany(stream.Context(), req)
-		k.s.metrics.requests.WithLabelValues(lodestonepb.KV_GetStream_FullMethodName, status.Code(err).String()).Inc()
+		count(err)
 		if err != nil {
 			return err
 		}
@@ -205,3 +212,12 @@ func (s *core) rangeBytes() int {
 	}
 	return DefaultConfig().MaxRangeResponseBytes
 }
+
+// streamRefusal is the error an interceptor ends a stream with when it
+// refuses one of the stream's requests (authz's getStreamAuthz, admission's
+// admittedStream): the refusal's status, marked so the handler can tell it
+// from a broken stream and count the refused request.
+type streamRefusal struct{ err error }
+
+func (r streamRefusal) Error() string              { return r.err.Error() }
+func (r streamRefusal) GRPCStatus() *status.Status { return status.Convert(r.err) }
