@@ -226,7 +226,7 @@ func (a *applier) events() []Event {
 	for _, n := range nets {
 		var prev *lodestonepb.KeyValue
 		if n.prev != nil {
-			prev = a.s.entry(n.key, n.prev)
+			prev = a.s.prevEntry(n.key, n.prev)
 		}
 		switch {
 		case n.cur != nil:
@@ -238,7 +238,7 @@ func (a *applier) events() []Event {
 			} else if n.prev != nil && n.prev.value == n.cur.value {
 				cur.Value = prev.Value // NB: read once for both
 			} else if n.cur.value.Len() > 0 {
-				cur.Value = readValue(a.s.values, n.cur.value)
+				cur.Value = mustRead(a.s.values.ReadOnce, n.cur.value)
 			}
 			evs = append(evs, Event{Type: EventPut, KV: cur, PrevKV: prev})
 		case n.prev != nil:

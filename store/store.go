@@ -245,20 +245,30 @@ func (s *Store) lookup(key []byte) *lodestonepb.KeyValue {
 // entry returns key's entry with its value read from the value file; nil
 // for a nil row. The caller holds mu (either way) or a pin.
 func (s *Store) entry(key []byte, r *row) *lodestonepb.KeyValue {
+	return s.entryWith(key, r, s.values.Read)
+}
+
+// prevEntry is entry for a write's previous entry, read once
+// (valuefile's ReadOnce).
+func (s *Store) prevEntry(key []byte, r *row) *lodestonepb.KeyValue {
+	return s.entryWith(key, r, s.values.ReadOnce)
+}
+
+func (s *Store) entryWith(key []byte, r *row, read func(valuefile.Ref) ([]byte, error)) *lodestonepb.KeyValue {
 	kv := meta(key, r)
 	if kv != nil && r.value.Len() > 0 {
-		kv.Value = readValue(s.values, r.value)
+		kv.Value = mustRead(read, r.value)
 	}
 	return kv
 }
 
-// readValue reads ref from values. NB: it panics on
-// an error: the value file is the process's own, in the page cache, so a
-// failed read is a failed disk, and a member with a failed disk stops, as
-// it does when its log cannot be written; its state is rebuilt from the
-// snapshot and the log when it starts again (valuefile's doc).
-func readValue(values *valuefile.File, ref valuefile.Ref) []byte {
-	b, err := values.Read(ref)
+// mustRead reads ref with read. NB: it panics on an error: the value file
+// is the process's own, in the page cache, so a failed read is a failed
+// disk, and a member with a failed disk stops, as it does when its log
+// cannot be written; its state is rebuilt from the snapshot and the log
+// when it starts again (valuefile's doc).
+func mustRead(read func(valuefile.Ref) ([]byte, error), ref valuefile.Ref) []byte {
+	b, err := read(ref)
 	if err != nil {
 		panic(fmt.Sprintf("store: %v", err))
 	}
@@ -266,7 +276,7 @@ func readValue(values *valuefile.File, ref valuefile.Ref) []byte {
 }
 
 // putValue stores v in the value file; it panics on an error, as
-// readValue does, since a replica that could not keep a value would
+// mustRead does, since a replica that could not keep a value would
 // diverge from the others.
 func (s *Store) putValue(v []byte) valuefile.Ref {
 	ref, err := s.values.Put(v)
@@ -318,7 +328,7 @@ func (s *Store) Range(prefix, startAfter []byte, limit int, keysOnly bool) (kvs 
 	if len(refs) > 0 {
 		vals, err := s.values.ReadEach(refs)
 		if err != nil {
-			panic(fmt.Sprintf("store: %v", err)) // NB: see readValue
+			panic(fmt.Sprintf("store: %v", err)) // NB: see mustRead
 		}
 		for i, v := range vals {
 			if len(v) > 0 {

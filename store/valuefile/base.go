@@ -1,9 +1,11 @@
 package valuefile
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"os"
 )
 
 // Base is a read-only file that already holds values where they lie, such
@@ -19,6 +21,7 @@ type Base interface {
 // base is one Base and the live values that lie in it.
 type base struct {
 	b           Base
+	m           *mapping // b's mapping, if b is a file; nil: pread
 	live, bytes uint64
 }
 
@@ -29,7 +32,7 @@ func (f *File) AddBase(b Base) uint32 {
 	defer f.mu.Unlock()
 	f.nextBase++
 	m := maps.Clone(*f.bases.Load())
-	m[f.nextBase] = &base{b: b}
+	m[f.nextBase] = &base{b: b, m: mapBase(b)}
 	f.bases.Store(&m)
 	f.st.BaseFiles++
 	return f.nextBase
@@ -96,5 +99,18 @@ func (f *File) closeBase(id uint32) error {
 	f.st.Values -= b.live
 	f.st.ValueBytes -= b.bytes
 	f.st.BaseBytes -= b.bytes
-	return b.b.Close()
+	return errors.Join(b.m.close(), b.b.Close())
+}
+
+// mapBase maps b if it is a file, for Read.
+func mapBase(b Base) *mapping {
+	fh, ok := b.(*os.File)
+	if !ok {
+		return nil
+	}
+	fi, err := fh.Stat()
+	if err != nil {
+		return nil
+	}
+	return mapFile(fh, fi.Size())
 }

@@ -1,7 +1,8 @@
 // Package valuefile keeps the store's values outside the Go heap: in slots
-// of a file the process reads with pread and writes with pwrite, so value
-// bytes live in the kernel's page cache instead of the process's resident
-// memory, and the garbage collector neither scans nor counts them.
+// of a file the process writes with pwrite and reads through a read-only
+// mapping (mapping.go; pread where there is none), so value bytes live in
+// the kernel's page cache instead of the Go heap, and the garbage
+// collector neither scans nor counts them.
 //
 // The need is measured: with a million keys of 256 B, the values were half
 // of a member's live heap, and the collector lets the heap grow to twice
@@ -47,5 +48,10 @@
 // never synced, and rebuilt by the store from its snapshot and the Raft
 // log after a restart. A crash loses nothing that was acknowledged. A
 // failed pwrite leaves the slot unused and is returned to the caller; a
-// failed or short pread is returned as an error naming the Ref.
+// failed or short pread is returned as an error naming the Ref. A read
+// through the mapping cannot return an error: a read error of the device
+// faults the process (SIGBUS), as a failed pread panics the store, and a
+// file another process truncated reads as zeros up to the end of its last
+// page and faults past it. The file is the process's own, so only an
+// operator's mistake truncates it.
 package valuefile

@@ -56,12 +56,14 @@ func (f *File) readRun(refs []Ref, out [][]byte) error {
 	}
 	first, last := refs[0], refs[len(refs)-1]
 	buf := make([]byte, last.off+uint64(last.n)-first.off)
-	src, err := f.source(first)
-	if err != nil {
-		return err
-	}
-	if _, err := readAtLeast(src, buf, first.off, len(buf), first); err != nil {
-		return err
+	if !f.readMapped(first, buf, first.off) {
+		src, err := f.source(first)
+		if err != nil {
+			return err
+		}
+		if _, err := readAtLeast(src, buf, first.off, len(buf), first); err != nil {
+			return err
+		}
 	}
 	for i, r := range refs {
 		at := r.off - first.off

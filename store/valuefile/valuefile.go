@@ -35,6 +35,7 @@ const MaxValue = 1<<32 - 1
 // File is a heap of value slots; see the package doc.
 type File struct {
 	b backing
+	m *mapping // b's mapping, for Read (mapping.go); nil: pread
 
 	mu   sync.Mutex
 	end  uint64              // the file's length: where a new slot goes
@@ -82,7 +83,9 @@ func Open(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("value file: %w", err)
 	}
-	return newFile(fh), nil
+	f := newFile(fh)
+	f.m = mapFile(fh, mapReserve)
+	return f, nil
 }
 
 // Memory returns a File held in process memory: the same slots and rules,
@@ -198,13 +201,25 @@ func (f *File) count(v []byte, size uint64) {
 	f.st.SlotBytes += size
 }
 
-// Read returns r's bytes in a new slice.
-func (f *File) Read(r Ref) ([]byte, error) {
+// Read returns r's bytes in a new slice, through the mapping if there is
+// one.
+func (f *File) Read(r Ref) ([]byte, error) { return f.read(r, true) }
+
+// ReadOnce is Read for a value read once, not again and again as clients
+// read a hot key: the previous value a write's event carries. It keeps to
+// pread, so the page r lies in is not mapped into the process (counted in
+// its resident memory) for one read.
+func (f *File) ReadOnce(r Ref) ([]byte, error) { return f.read(r, false) }
+
+func (f *File) read(r Ref, mapped bool) ([]byte, error) {
 	if r.n == 0 {
 		return nil, nil
 	}
 	out := make([]byte, r.n)
 	if r.base == 0 && r.off+uint64(r.n) > f.readable(0) && f.readTail(r, out) {
+		return out, nil
+	}
+	if mapped && f.readMapped(r, out, r.off) {
 		return out, nil
 	}
 	src, err := f.source(r)
@@ -224,6 +239,17 @@ func (f *File) readable(base uint32) uint64 {
 		return ^uint64(0)
 	}
 	return f.written.Load()
+}
+
+// readMapped copies the bytes at off of the file r lies in into out
+// through its mapping; false if it has none or cannot. The bytes must lie
+// below readable(r.base).
+func (f *File) readMapped(r Ref, out []byte, off uint64) bool {
+	if r.base == 0 {
+		return f.m.read(out, off)
+	}
+	b := (*f.bases.Load())[r.base]
+	return b != nil && b.m.read(out, off)
 }
 
 // source is the file r lies in: the backing or r's base.
@@ -341,7 +367,7 @@ func (f *File) Close() error {
 	for id := range *f.bases.Load() {
 		errs = append(errs, f.closeBase(id))
 	}
-	return errors.Join(append(errs, f.b.Close())...)
+	return errors.Join(append(errs, f.m.close(), f.b.Close())...)
 }
 
 // memory is a backing in process memory, in chunks so that growing it

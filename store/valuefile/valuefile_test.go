@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 )
@@ -166,6 +167,9 @@ func TestConcurrentReadsWhilePutAndFree(t *testing.T) {
 	}
 }
 
+// Without a mapping a read cut short fails. (Through one, a truncation
+// by another process reads zeros in the file's last page or faults past
+// it: the package doc's Failures.)
 func TestReadOfTruncatedFileFails(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "values")
 	f, err := Open(path)
@@ -173,6 +177,10 @@ func TestReadOfTruncatedFileFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	if err := f.m.close(); err != nil {
+		t.Fatal(err)
+	}
+	f.m = nil
 	r := put(t, f, bytes.Repeat([]byte("v"), 100))
 	if err := f.Flush(); err != nil {
 		t.Fatal(err)
@@ -379,5 +387,64 @@ func TestReadEachCombinesNeighbours(t *testing.T) {
 	got[0] = append(got[0], 'X')
 	if !bytes.Equal(got[1], want[1]) {
 		t.Error("appending to one value changed its neighbour")
+	}
+}
+
+// Reads of the slot file and of a file base come through their mappings,
+// and agree with what was written, also once the slot file grew past its
+// length when mapped; after Close a read fails rather than faults.
+func TestReadsThroughMappings(t *testing.T) {
+	dir := t.TempDir()
+	f, err := Open(filepath.Join(dir, "values"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.m == nil {
+		t.Skipf("no mapping on %s: reads use pread", runtime.GOOS)
+	}
+	var refs []Ref
+	var want [][]byte
+	for i := range 4000 { // about 3 MiB: three tail flushes
+		v := fmt.Appendf(nil, "%d:%s", i, bytes.Repeat([]byte{byte('a' + i%26)}, i%1500))
+		refs, want = append(refs, put(t, f, v)), append(want, v)
+	}
+	basePath := filepath.Join(dir, "base")
+	if err := os.WriteFile(basePath, []byte("head|alpha|beta|tail"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bf, err := os.Open(basePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	beta, err := f.BaseRef(f.AddBase(bf), 11, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs, want = append(refs, beta), append(want, []byte("beta"))
+	for i, r := range refs {
+		if r.base == 0 && r.off+uint64(r.n) > f.readable(0) {
+			continue // in the tail buffer, not in the file yet
+		}
+		out := make([]byte, r.n)
+		if !f.readMapped(r, out, r.off) {
+			t.Fatalf("value %d (%s) not read through a mapping", i, r)
+		}
+		if !bytes.Equal(out, want[i]) {
+			t.Fatalf("value %d through the mapping: %.40q, want %.40q", i, out, want[i])
+		}
+		if got := read(t, f, r); !bytes.Equal(got, want[i]) {
+			t.Fatalf("value %d: %.40q, want %.40q", i, got, want[i])
+		}
+		if got, err := f.ReadOnce(r); err != nil || !bytes.Equal(got, want[i]) {
+			t.Fatalf("value %d read once: %.40q, %v; want %.40q", i, got, err, want[i])
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []Ref{refs[0], beta} {
+		if _, err := f.Read(r); err == nil {
+			t.Errorf("%s read back after Close", r)
+		}
 	}
 }
