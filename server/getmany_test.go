@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	consul "github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -272,5 +273,34 @@ func TestGetStreamAdmitsEachRequest(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(refused) - before; got != 1 {
 		t.Errorf("GetStream requests counted ResourceExhausted: %v, want 1", got)
+	}
+}
+
+// TestGetStreamEndsWhenServerCloses: a GetStream waiting for its next
+// request ends Unavailable, saying why, when the server closes, instead
+// of holding the graceful stop until its grace period (5 s) runs out.
+func TestGetStreamEndsWhenServerCloses(t *testing.T) {
+	c := newTestCluster(t, 1)
+	n := c.names[0]
+	put(t, c.kv(n), "k", "v")
+	st, err := c.kv(n).GetStream(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&lodestonepb.GetManyRequest{Keys: [][]byte{[]byte("k")}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := st.Recv(); err != nil || string(resp.Results[0].GetKv().GetValue()) != "v" {
+		t.Fatalf("get k: %v, %v", resp, err)
+	}
+	began := time.Now()
+	if err := c.servers[n].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took >= 5*time.Second {
+		t.Errorf("the server took %v to close with an idle GetStream open: its grace period ran out", took)
+	}
+	if _, err := st.Recv(); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "shutting down") {
+		t.Errorf("the idle stream ended with %v, want Unavailable saying the server is shutting down", err)
 	}
 }

@@ -76,22 +76,35 @@ func (k *kvService) GetMany(ctx context.Context, req *lodestonepb.GetManyRequest
 // stream holds no right its token lost since it opened, and a batch costs
 // the read tokens of its keys. Each request is counted as a unary call
 // is, those the interceptors refuse among them.
+//
+// A stream waiting for its next request ends Unavailable when the server
+// closes. NB: a client keeps its GetStream open between batches, and a
+// graceful stop waits for every stream: an idle one held each server's
+// shutdown for its whole grace period. So requests are received on a
+// goroutine of the stream's, one at a time: the next is received only
+// after the last one's response went out, as getStreamAuthz requires.
 func (k *kvService) GetStream(stream lodestonepb.KV_GetStreamServer) error {
 	count := func(err error) {
 		k.s.metrics.requests.WithLabelValues(lodestonepb.KV_GetStream_FullMethodName, status.Code(err).String()).Inc()
 	}
+	in, next := receiveInTurn(stream)
 	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
+		var r received
+		select {
+		case r = <-in:
+		case <-k.s.ctx.Done():
+			return status.Error(codes.Unavailable, "the server is shutting down; ask another member")
+		}
+		if errors.Is(r.err, io.EOF) {
 			return nil
 		}
-		if err != nil {
-			if errors.As(err, new(streamRefusal)) {
-				count(err)
+		if r.err != nil {
+			if errors.As(r.err, new(streamRefusal)) {
+				count(r.err)
 			}
-			return err
+			return r.err
 		}
-		resp, err := k.GetMany(stream.Context(), req)
+		resp, err := k.GetMany(stream.Context(), r.req)
 		count(err)
 		if err != nil {
 			return err
@@ -99,7 +112,40 @@ func (k *kvService) GetStream(stream lodestonepb.KV_GetStreamServer) error {
 		if err := stream.Send(resp); err != nil {
 			return err
 		}
+		next <- struct{}{}
 	}
+}
+
+// received is what one Recv of a GetStream returned.
+type received struct {
+	req *lodestonepb.GetManyRequest
+	err error
+}
+
+// receiveInTurn receives stream's requests on a goroutine, each after the
+// caller sent on next; it stops after an error or when the stream ends.
+func receiveInTurn(stream lodestonepb.KV_GetStreamServer) (<-chan received, chan<- struct{}) {
+	in, next := make(chan received), make(chan struct{})
+	done := stream.Context().Done()
+	go func() {
+		for {
+			req, err := stream.Recv()
+			select {
+			case in <- received{req, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+			select {
+			case <-next:
+			case <-done:
+				return
+			}
+		}
+	}()
+	return in, next
 }
 
 func (k *kvService) Range(ctx context.Context, req *lodestonepb.RangeRequest) (*lodestonepb.RangeResponse, error) {
