@@ -57,7 +57,12 @@ func TestFailedEndpointRedialedOnlyWhenPicked(t *testing.T) {
 	t.Parallel()
 	dead := refusedEndpoint(t)
 	live, _ := memoryServer(t, "b")
-	c := newTestClient(t, fastRetry(dead, live.Addr))
+	cfg := fastRetry(dead, live.Addr)
+	// NB: gRPC's own backoff is ReconnectBase too: at 1 ms it could end
+	// before the failed attempt's release, which then found the
+	// connection CONNECTING again (a redial in the background) and kept it.
+	cfg.ReconnectBase, cfg.ReconnectMax = 250*time.Millisecond, 250*time.Millisecond
+	c := newTestClient(t, cfg)
 	ctx := testCtx(t, 10*time.Second)
 	if _, err := c.Get(ctx, "k"); err != nil {
 		t.Fatalf("Get with %s refusing: %v", dead, err)
