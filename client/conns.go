@@ -29,10 +29,7 @@ import (
 // the CPU. So the last user of a failed connection closes it (cc = nil),
 // and the endpoint is dialed again only when a call or watch picks it, no
 // sooner than the backoff gRPC would have kept (ReconnectBase, times 1.6
-// per failure in a row, up to ReconnectMax, jittered by 20%). A failed
-// connection is one in TRANSIENT_FAILURE, or already CONNECTING again
-// with nobody using it (gRPC's own backoff ran out before the last user
-// left, as it does within a millisecond with a short ReconnectBase). A
+// per failure in a row, up to ReconnectMax, jittered by 20%). A
 // connection lost after it worked goes IDLE and redials only when used:
 // it is kept.
 type conn struct {
@@ -100,7 +97,7 @@ func (c *Client) release(ep string, cc *grpc.ClientConn) {
 		// NB: only then: GetState takes the connection's own lock, and
 		// a busy connection is neither dropped nor recovering.
 		state := cc.GetState()
-		drop = cn.users == 0 && (state == connectivity.TransientFailure || state == connectivity.Connecting)
+		drop = cn.users == 0 && state == connectivity.TransientFailure
 		switch {
 		case drop:
 			cn.cc = nil
