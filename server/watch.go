@@ -424,10 +424,7 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 	if !st.grouped {
 		bufs.resp = st.svc.wire.appendResponse(bufs.resp[:0], st.svc.s.header(b.Index), id, b.Index, b.Events, prev)
 		w.Recycle(shared) // in wire form now
-		if err := st.sendWire(bufs.resp); err != nil {
-			return err
-		}
-		return st.drainEnded(w)
+		return st.sendWire(bufs.resp)
 	}
 	if len(bufs.out) == 0 && cap(bufs.out) < st.lastOut {
 		// NB: sized at once like the stream's previous response: grown
@@ -439,21 +436,9 @@ func (st *watchStream) drain(w *watch.Watcher) error {
 	bufs.out, bufs.scratch = st.svc.wire.appendGroup(bufs.out, bufs.scratch, id, b.Index, b.Events, prev)
 	w.Recycle(shared) // in wire form now
 	if len(bufs.out) >= maxGroupBytes {
-		if err := st.flush(); err != nil {
-			return err
-		}
+		return st.flush()
 	}
-	return st.drainEnded(w)
-}
-
-// drainEnded drains w again if it ended (cut loose, or the server is
-// closing): nothing lists it again, so what it has left and its end go
-// out now, after its last events. It gets no new events, so this stops.
-func (st *watchStream) drainEnded(w *watch.Watcher) error {
-	if !w.Ended() {
-		return nil
-	}
-	return st.drain(w)
+	return nil
 }
 
 // flush sends the queued groups, if any, and returns the round's buffers.

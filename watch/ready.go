@@ -10,9 +10,8 @@ import (
 // (with a done context, which returns only what is ready) on each watcher
 // Take returns. A watcher is listed at most once until taken; one that
 // becomes ready again after Take is listed again. A consumer may poll a
-// taken watcher once rather than until it is empty: new events list it
-// again. Its terminal error does not, so such a consumer polls again while
-// Ended reports one.
+// taken watcher once rather than until it is empty: whatever it did not
+// take, new events or its end, lists it again.
 //
 // The zero value is not usable; use NewReady.
 type Ready struct {

@@ -1,6 +1,8 @@
 package watch_test
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/lodestone-kv/lodestone/watch"
@@ -49,5 +51,44 @@ func TestReadyListsOnlyWatchersWithNews(t *testing.T) {
 	}
 	if got, want := got["a"], []uint64{1, 3}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("a: got %v, want %v", got, want)
+	}
+}
+
+// A watcher cut loose behind a full buffer is listed again once the
+// buffer is taken: its end is news, and no new event would list it, so a
+// consumer that polls each taken watcher once still reads it.
+func TestReadyListsCutWatcherAgainForItsEnd(t *testing.T) {
+	h := newHub(t, watch.Config{Shards: 1, WatcherBuffer: 1})
+	ready := watch.NewReady()
+	w, err := h.Watch(testCtx(t), watch.Request{Key: "k", FromNow: true, Ready: ready})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	h.Publish(1, []watch.Event{put("k", "1")})
+	h.Publish(2, []watch.Event{put("k", "2")}) // over the buffer of one: cut
+	take := func() []*watch.Watcher {
+		t.Helper()
+		select {
+		case <-ready.C():
+		case <-testCtx(t).Done():
+			t.Fatal("ready list never signalled")
+		}
+		return ready.Take()
+	}
+	var polled []string
+	for len(polled) < 2 {
+		for _, tw := range take() {
+			b, err := tw.Next(doneCtx) // once a round
+			switch {
+			case errors.Is(err, watch.ErrOverflow):
+				polled = append(polled, "overflow")
+			case err == nil && len(b.Events) > 0:
+				polled = append(polled, fmt.Sprint(b.Events[0].Index))
+			}
+		}
+	}
+	if got := fmt.Sprint(polled); got != "[1 overflow]" {
+		t.Fatalf("polling once a round read %s, want the buffered event, then the end", got)
 	}
 }

@@ -178,16 +178,6 @@ func (w *Watcher) Closed() bool {
 	return w.closed
 }
 
-// Ended reports whether w has a terminal error (it was cut loose, or the
-// hub closed) that Next returns once w's buffer is taken. A cut watcher
-// gets no new events, so nothing lists it on its Ready again: a consumer
-// that takes one batch a round reads the error in the same round.
-func (w *Watcher) Ended() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.errLocked() != nil
-}
-
 // WantsPrevKV reports Request.PrevKV.
 func (w *Watcher) WantsPrevKV() bool { return w.opts&optPrevKV != 0 }
 
@@ -232,7 +222,14 @@ func (w *Watcher) nextRaw(ctx context.Context, timeout <-chan time.Time) (uint64
 			idx := w.indexLocked(evs[len(evs)-1].Index)
 			w.told = idx
 			w.progress = false
+			// NB: its end, behind the buffer, is news too, and a cut
+			// watcher gets no event to list it again: list it now, so a
+			// Ready consumer that polls once a round reads it next round.
+			relist := w.ready != nil && w.errLocked() != nil
 			w.mu.Unlock()
+			if relist {
+				w.ready.add(w)
+			}
 			return idx, evs, nil, false
 		}
 		if err := w.errLocked(); err != nil {
