@@ -89,7 +89,7 @@ func (k *kvService) GetStream(stream lodestonepb.KV_GetStreamServer) error {
 	}
 	in, next := receiveInTurn(stream)
 	for {
-		var r received
+		var r getStreamRecv
 		select {
 		case r = <-in:
 		case <-k.s.ctx.Done():
@@ -116,22 +116,22 @@ func (k *kvService) GetStream(stream lodestonepb.KV_GetStreamServer) error {
 	}
 }
 
-// received is what one Recv of a GetStream returned.
-type received struct {
+// getStreamRecv is what one Recv of a GetStream returned.
+type getStreamRecv struct {
 	req *lodestonepb.GetManyRequest
 	err error
 }
 
 // receiveInTurn receives stream's requests on a goroutine, each after the
 // caller sent on next; it stops after an error or when the stream ends.
-func receiveInTurn(stream lodestonepb.KV_GetStreamServer) (<-chan received, chan<- struct{}) {
-	in, next := make(chan received), make(chan struct{})
+func receiveInTurn(stream lodestonepb.KV_GetStreamServer) (<-chan getStreamRecv, chan<- struct{}) {
+	in, next := make(chan getStreamRecv), make(chan struct{})
 	done := stream.Context().Done()
 	go func() {
 		for {
 			req, err := stream.Recv()
 			select {
-			case in <- received{req, err}:
+			case in <- getStreamRecv{req, err}:
 			case <-done:
 				return
 			}
